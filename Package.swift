@@ -1,0 +1,48 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Example plugins are C or Swift targets built as dynamic libraries. C ones
+// find the ABI header through a header search path into the top-level
+// include/ folder, which is also the `CCurfew` module for Swift code.
+let examplePlugins: [(product: String, target: String)] = [
+    ("ExampleTimerCounter", "ExampleTimerCounter"),
+    ("ExampleEarlyFinish", "ExampleEarlyFinish"),
+    ("ExampleTaskDriven", "ExampleTaskDriven"),
+    ("ExampleSwiftJob", "ExampleSwiftJob"),
+]
+
+let cExample: (String) -> Target = { name in
+    .target(
+        name: name,
+        path: "Plugins/\(name)",
+        publicHeadersPath: ".",
+        cSettings: [.headerSearchPath("../../include"), .unsafeFlags(["-fvisibility=hidden"])]
+    )
+}
+
+let package = Package(
+    name: "Curfew",
+    products: [
+        .executable(name: "curfew", targets: ["CurfewTool"]),
+        .library(name: "Curfew", targets: ["Curfew"]),
+    ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) },
+    targets: [
+        // The C ABI, include/curfew.h, as a Swift module.
+        .systemLibrary(name: "CCurfew", path: "include"),
+        // dlopen, clocks and other libc glue that Swift cannot reach cleanly.
+        .target(name: "_CurfewShims", path: "Sources/_CurfewShims"),
+        // The host: grants, loader, runner. Holds no printing.
+        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims"]),
+        // The command line, as a library so its parsing and texts are testable.
+        .target(name: "CurfewCLI", dependencies: ["Curfew"]),
+        .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
+
+        cExample("ExampleTimerCounter"),
+        cExample("ExampleEarlyFinish"),
+        cExample("ExampleTaskDriven"),
+        .target(name: "ExampleSwiftJob", dependencies: ["CCurfew"], path: "Plugins/ExampleSwiftJob"),
+
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CCurfew"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,83 @@
+/* A job that finishes well before its grant runs out: it sums the squares
+ * of 1...N in chunks of 100,000, reports its progress, and says done.
+ *
+ * Parameter: --param count=N (default 50,000,000). */
+#include <curfew.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const curfew_host *host;
+
+typedef struct {
+    uint64_t next;
+    uint64_t count;
+    uint64_t sum; /* modulo 2^64 */
+} sum_state;
+
+enum { STEP = 100000 };
+
+static curfew_status sum_create(curfew_context *ctx, void **state) {
+    sum_state *sum = calloc(1, sizeof *sum);
+    if (sum == NULL) {
+        host->log(ctx, CURFEW_LOG_ERROR, "out of memory");
+        return CURFEW_ERROR;
+    }
+    const char *count = host->param(ctx, "count");
+    sum->count = count != NULL ? strtoull(count, NULL, 10) : 50000000u;
+    sum->next = 1;
+    *state = sum;
+    return CURFEW_OK;
+}
+
+static curfew_chunk_result sum_chunk(curfew_context *ctx, void *state) {
+    sum_state *sum = state;
+    uint64_t end = sum->next + STEP;
+    if (end > sum->count + 1) end = sum->count + 1;
+    for (uint64_t i = sum->next; i < end; i++) sum->sum += i * i;
+    sum->next = end;
+    host->report_progress(ctx, (int64_t)(sum->next - 1), (int64_t)sum->count);
+    if (sum->next <= sum->count) return CURFEW_CHUNK_CONTINUE;
+    char line[96];
+    snprintf(line, sizeof line, "sum of squares 1...%" PRIu64 " = %" PRIu64 " (mod 2^64)", sum->count, sum->sum);
+    host->log(ctx, CURFEW_LOG_INFO, line);
+    return CURFEW_CHUNK_DONE;
+}
+
+static void sum_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)reason;
+    sum_state *sum = state;
+    char line[96];
+    snprintf(line, sizeof line, "stopped at %" PRIu64 " of %" PRIu64, sum->next - 1, sum->count);
+    host->log(ctx, CURFEW_LOG_WARNING, line);
+}
+
+static void sum_destroy(curfew_context *ctx, void *state) {
+    (void)ctx;
+    free(state);
+}
+
+static const curfew_job sum_job = {
+    .struct_size = sizeof(curfew_job),
+    .name = "sum-squares",
+    .summary = "Sums squares in chunks and finishes early.",
+    .create = sum_create,
+    .chunk = sum_chunk,
+    .expire = sum_expire,
+    .destroy = sum_destroy,
+};
+
+static const curfew_job *const jobs[] = {&sum_job};
+
+static const curfew_plugin plugin = {
+    .abi_version = CURFEW_ABI_VERSION,
+    .struct_size = sizeof(curfew_plugin),
+    .job_count = 1,
+    .jobs = jobs,
+};
+
+CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *services) {
+    host = services;
+    return &plugin;
+}

@@ -1,0 +1,48 @@
+/// The one error type of the Curfew host library.
+///
+/// A job that fails or expires is a result, not an error; this type is for
+/// the host's own failures: a plugin it must reject, a grant it must refuse,
+/// a path it cannot read. ``description`` is a whole sentence a user can act
+/// on; ``code`` lets callers branch without parsing text.
+public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong, as a value that can grow.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        // Paths.
+        public static let notFound = Code(rawValue: "not-found")
+        public static let unreadable = Code(rawValue: "unreadable")
+        // Plugin files.
+        public static let emptyFile = Code(rawValue: "empty-file")
+        public static let notELF = Code(rawValue: "not-elf")
+        public static let loadFailed = Code(rawValue: "load-failed")
+        public static let missingEntry = Code(rawValue: "missing-entry")
+        public static let entryDeclined = Code(rawValue: "entry-declined")
+        // Descriptors.
+        public static let abiVersionMismatch = Code(rawValue: "abi-version-mismatch")
+        public static let structTooSmall = Code(rawValue: "struct-too-small")
+        public static let invalidDescriptor = Code(rawValue: "invalid-descriptor")
+        public static let invalidJobCount = Code(rawValue: "invalid-job-count")
+        public static let missingHook = Code(rawValue: "missing-hook")
+        public static let invalidJobName = Code(rawValue: "invalid-job-name")
+        public static let duplicateJobName = Code(rawValue: "duplicate-job-name")
+        public static let invalidSummary = Code(rawValue: "invalid-summary")
+        public static let unknownFlags = Code(rawValue: "unknown-flags")
+        // Grants.
+        public static let continuousNotAllowed = Code(rawValue: "continuous-not-allowed")
+    }
+
+    public let code: Code
+    /// A whole sentence naming what went wrong and, where it helps, what to do.
+    public let description: String
+    /// The text of the underlying failure (`dlerror()`, `strerror`), if any.
+    public let underlying: String?
+
+    public init(_ code: Code, _ description: String, underlying: String? = nil) {
+        self.code = code
+        self.description = description
+        self.underlying = underlying
+    }
+}

@@ -1,0 +1,61 @@
+import CCurfew
+
+/// The C hooks of one job, as read from its descriptor.
+struct JobHooks: @unchecked Sendable {
+    // Safe because these are immutable addresses of functions in a library
+    // that is loaded with RTLD_NODELETE and never unloaded.
+    let create: curfew_create_fn?
+    let chunk: curfew_chunk_fn?
+    let expire: curfew_expire_fn?
+    let destroy: curfew_destroy_fn?
+}
+
+/// A job declared by a loaded plugin.
+public struct PluginJob: Sendable, Identifiable {
+    /// The job's name, unique within the host.
+    public let name: String
+    /// The job's one-line summary.
+    public let summary: String
+    /// The plugin file that declared it.
+    public let pluginPath: String
+    /// Whether the job is continuous: it has no budget, like an app with an
+    /// iOS background mode, and runs only where the host allows it.
+    public let isContinuous: Bool
+    let hooks: JobHooks
+
+    public var id: String { name }
+
+    /// Whether the job does its work in chunks the host calls (else it is
+    /// task-driven: it starts its own work in `create`, under tasks it begins).
+    public var isChunked: Bool { hooks.chunk != nil }
+}
+
+/// A plugin file that loaded and passed validation.
+public struct LoadedPlugin: Sendable {
+    /// The path the plugin was loaded from, as given or found in a folder.
+    public let path: String
+    /// The jobs it declares, in its order.
+    public let jobs: [PluginJob]
+}
+
+/// A plugin file the loader would not run, and why.
+public struct RejectedPlugin: Sendable, Error {
+    /// The file, as given or found in a folder.
+    public let path: String
+    /// Why it was rejected; its description is one sentence without the path.
+    public let error: CurfewError
+}
+
+/// What a scan found: the plugins that loaded and the files rejected.
+public struct PluginScan: Sendable {
+    public var plugins: [LoadedPlugin] = []
+    public var rejected: [RejectedPlugin] = []
+
+    public init(plugins: [LoadedPlugin] = [], rejected: [RejectedPlugin] = []) {
+        self.plugins = plugins
+        self.rejected = rejected
+    }
+
+    /// Every job of every loaded plugin, in load order.
+    public var jobs: [PluginJob] { plugins.flatMap(\.jobs) }
+}

@@ -1,0 +1,262 @@
+import CCurfew
+import Glibc
+import Synchronization
+
+/// Finds plugin files, loads them with `dlopen`, and validates every field of
+/// their descriptors before trusting any of it.
+///
+/// A bad plugin is rejected with a one-sentence reason and the others still
+/// load. Plugins are never unloaded (see DESIGN.md: unloading a Swift-built
+/// plugin crashes the process later), so a loaded plugin's hooks stay valid
+/// for the life of the process.
+public struct PluginLoader: Sendable {
+    /// The file name suffix a folder scan picks up.
+    public static let pluginSuffix = ".so"
+    /// The ABI version this host speaks.
+    public static let abiVersion = UInt32(CURFEW_ABI_VERSION)
+
+    public init() {}
+
+    /// Loads the plugins at `paths`: each folder is scanned (not recursively)
+    /// for `*.so` files, in name order; each file is loaded as given.
+    ///
+    /// A path that does not exist is rejected like a bad plugin. A file met
+    /// twice (say, in a folder and by name) loads once. A job whose name an
+    /// earlier plugin already declared gets its plugin rejected.
+    public func scan(_ paths: [String]) -> PluginScan {
+        var scan = PluginScan()
+        var seenFiles = Set<String>()
+        var jobOwners: [String: String] = [:]
+        for file in candidateFiles(paths, rejected: &scan.rejected) {
+            let identity = Syscalls.realPath(file) ?? file
+            guard seenFiles.insert(identity).inserted else { continue }
+            do throws(CurfewError) {
+                let plugin = try load(file)
+                if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
+                    throw CurfewError(
+                        .duplicateJobName,
+                        "Job name '\(clash.name)' is already declared by \(jobOwners[clash.name]!); job names must be unique."
+                    )
+                }
+                for job in plugin.jobs { jobOwners[job.name] = file }
+                scan.plugins.append(plugin)
+            } catch {
+                scan.rejected.append(RejectedPlugin(path: file, error: error))
+            }
+        }
+        return scan
+    }
+
+    private func candidateFiles(_ paths: [String], rejected: inout [RejectedPlugin]) -> [String] {
+        var files: [String] = []
+        for path in paths {
+            do throws(SystemError) {
+                let info = try Syscalls.fileInfo(path)
+                guard info.isDirectory else {
+                    files.append(path)
+                    continue
+                }
+                for name in try Syscalls.directoryEntries(path)
+                where name.hasSuffix(Self.pluginSuffix) && !name.hasPrefix(".") {
+                    let file = path.hasSuffix("/") ? path + name : path + "/" + name
+                    if (try? Syscalls.fileInfo(file))?.isDirectory == true { continue }
+                    files.append(file)
+                }
+            } catch {
+                let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable
+                let what = error.errno == ENOENT ? "No such file or folder." : "Cannot be read: \(error.message)."
+                rejected.append(RejectedPlugin(path: path, error: CurfewError(code, what, underlying: error.message)))
+            }
+        }
+        return files
+    }
+
+    /// Loads and validates one plugin file.
+    ///
+    /// - Throws: A ``CurfewError`` saying why the file cannot be used.
+    public func load(_ path: String) throws(CurfewError) -> LoadedPlugin {
+        try checkFile(path)
+        let handle: UnsafeMutableRawPointer
+        switch Syscalls.dlopenPlugin(path) {
+        case .success(let opened): handle = opened
+        case .failure(let error):
+            throw CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
+        }
+        guard let symbol = Syscalls.dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL) else {
+            throw CurfewError(
+                .missingEntry,
+                "No '\(CURFEW_PLUGIN_ENTRY_SYMBOL)' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT)."
+            )
+        }
+        let entry = unsafeBitCast(symbol, to: curfew_plugin_entry_fn.self)
+        let (descriptor, messages) = HostServices.callEntry(entry)
+        guard let descriptor else {
+            let why = messages.isEmpty ? "" : ": \(messages.joined(separator: "; "))"
+            throw CurfewError(.entryDeclined, "The plugin declined to load (its entry returned NULL)\(why).")
+        }
+        return try DescriptorValidator(path: path).validate(UnsafeRawPointer(descriptor))
+    }
+
+    private func checkFile(_ path: String) throws(CurfewError) {
+        let info: (isDirectory: Bool, isRegular: Bool, size: Int64)
+        let prefix: [UInt8]
+        do throws(SystemError) {
+            info = try Syscalls.fileInfo(path)
+            prefix = info.isRegular && info.size > 0 ? try Syscalls.readPrefix(path, count: 4) : []
+        } catch {
+            if error.errno == ENOENT { throw CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
+            throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
+        }
+        guard info.isRegular else {
+            throw CurfewError(.notELF, "Not a regular file, so not a shared object.")
+        }
+        guard info.size > 0 else {
+            throw CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.")
+        }
+        guard prefix == [0x7F, 0x45, 0x4C, 0x46] else {
+            throw CurfewError(.notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).")
+        }
+    }
+}
+
+/// Reads a plugin descriptor field by field, checking each before the next.
+struct DescriptorValidator {
+    let path: String
+
+    static let minimumPluginSize = UInt32(MemoryLayout<curfew_plugin>.size)
+    static let minimumJobSize = UInt32(MemoryLayout<curfew_job>.size)
+    static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
+
+    func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
+        guard Int(bitPattern: raw) % MemoryLayout<curfew_plugin>.alignment == 0 else {
+            throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(raw)).")
+        }
+        // abi_version and struct_size first, before anything else is read.
+        let version = raw.load(as: UInt32.self)
+        let size = raw.load(fromByteOffset: 4, as: UInt32.self)
+        guard version >= 1 && version <= PluginLoader.abiVersion else {
+            throw CurfewError(
+                .abiVersionMismatch,
+                "ABI version \(version), this host speaks \(PluginLoader.abiVersion); rebuild the plugin against this host's curfew.h."
+            )
+        }
+        guard size >= Self.minimumPluginSize else {
+            throw CurfewError(
+                .structTooSmall,
+                "Plugin descriptor struct_size is \(size) bytes, at least \(Self.minimumPluginSize) expected for ABI version \(version)."
+            )
+        }
+        let plugin = raw.assumingMemoryBound(to: curfew_plugin.self).pointee
+        guard plugin.reserved == 0 else {
+            throw CurfewError(.invalidDescriptor, "Plugin descriptor field 'reserved' is \(plugin.reserved), must be 0.")
+        }
+        guard plugin.job_count >= 1 && plugin.job_count <= CURFEW_MAX_JOBS else {
+            throw CurfewError(
+                .invalidJobCount,
+                plugin.job_count == 0
+                    ? "The plugin declares no jobs (job_count is 0)."
+                    : "The plugin declares \(plugin.job_count) jobs, more than the limit of \(CURFEW_MAX_JOBS)."
+            )
+        }
+        guard let table = plugin.jobs else {
+            throw CurfewError(.invalidDescriptor, "Plugin descriptor field 'jobs' is NULL but job_count is \(plugin.job_count).")
+        }
+        var jobs: [PluginJob] = []
+        var names = Set<String>()
+        for index in 0..<Int(plugin.job_count) {
+            let job = try validateJob(table[index], index: index)
+            guard names.insert(job.name).inserted else {
+                throw CurfewError(.duplicateJobName, "Job name '\(job.name)' is declared twice; job names must be unique.")
+            }
+            jobs.append(job)
+        }
+        return LoadedPlugin(path: path, jobs: jobs)
+    }
+
+    private func validateJob(_ pointer: UnsafePointer<curfew_job>?, index: Int) throws(CurfewError) -> PluginJob {
+        guard let pointer else {
+            throw CurfewError(.invalidDescriptor, "Job #\(index) is a NULL pointer.")
+        }
+        guard Int(bitPattern: pointer) % MemoryLayout<curfew_job>.alignment == 0 else {
+            throw CurfewError(.invalidDescriptor, "Job #\(index) descriptor is misaligned.")
+        }
+        let size = UnsafeRawPointer(pointer).load(as: UInt32.self)
+        guard size >= Self.minimumJobSize else {
+            throw CurfewError(
+                .structTooSmall,
+                "Job #\(index) struct_size is \(size) bytes, at least \(Self.minimumJobSize) expected."
+            )
+        }
+        let job = pointer.pointee
+        let name = try jobName(job.name, index: index)
+        let summary = try summaryText(job.summary, job: name)
+        guard job.flags & ~Self.knownFlags == 0 else {
+            let unknown = String(job.flags & ~Self.knownFlags, radix: 16)
+            throw CurfewError(.unknownFlags, "Job '\(name)' has unknown flags 0x\(unknown); this host knows 0x\(String(Self.knownFlags, radix: 16)).")
+        }
+        if job.chunk != nil && job.expire == nil {
+            throw CurfewError(.missingHook, "Job '\(name)' has a chunk hook but no expire hook; a chunked job needs expire for its cleanup.")
+        }
+        if job.chunk == nil && job.create == nil {
+            throw CurfewError(.missingHook, "Job '\(name)' has neither chunk nor create; a task-driven job starts its work in create.")
+        }
+        return PluginJob(
+            name: name, summary: summary, pluginPath: path,
+            isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
+            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy))
+    }
+
+    private func jobName(_ pointer: UnsafePointer<CChar>?, index: Int) throws(CurfewError) -> String {
+        guard let pointer else {
+            throw CurfewError(.invalidJobName, "Job #\(index) has a NULL name.")
+        }
+        let limit = Int(CURFEW_MAX_JOB_NAME)
+        let length = strnlen(pointer, limit + 1)
+        guard length > 0 else {
+            throw CurfewError(.invalidJobName, "Job #\(index) has an empty name.")
+        }
+        guard length <= limit else {
+            throw CurfewError(.invalidJobName, "Job #\(index) has a name longer than \(limit) bytes.")
+        }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+        let valid = bytes.allSatisfy { byte in
+            (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x2E || byte == 0x5F || byte == 0x2D
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        let first = bytes[0]
+        guard valid && ((0x61...0x7A).contains(first) || (0x30...0x39).contains(first)) else {
+            throw CurfewError(
+                .invalidJobName,
+                "Job #\(index) has an invalid name '\(text.debugEscaped)': use [a-z0-9._-], starting with a letter or digit."
+            )
+        }
+        return text
+    }
+
+    private func summaryText(_ pointer: UnsafePointer<CChar>?, job: String) throws(CurfewError) -> String {
+        guard let pointer else {
+            throw CurfewError(.invalidSummary, "Job '\(job)' has a NULL summary.")
+        }
+        let limit = Int(CURFEW_MAX_SUMMARY)
+        let length = strnlen(pointer, limit + 1)
+        guard length <= limit else {
+            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary longer than \(limit) bytes.")
+        }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary that is not valid UTF-8.")
+        }
+        guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
+            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary with a line break or control character; keep it to one line.")
+        }
+        return text
+    }
+}
+
+extension String {
+    /// The string with control characters and quotes escaped, for messages.
+    var debugEscaped: String {
+        let quoted = String(reflecting: self)
+        return String(quoted.dropFirst().dropLast())
+    }
+}

@@ -1,0 +1,188 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// How a ``Runner`` runs jobs.
+public struct RunConfiguration: Sendable {
+    /// Budget, lead time and whether continuous jobs may run.
+    public var policy: GrantPolicy
+    /// At most this many jobs hold a grant at once; the rest wait their turn.
+    public var maxConcurrentJobs: Int
+    /// The `--param key=value` pairs every job can read.
+    public var parameters: [String: String]
+    /// How long a worker calls one job's chunks back to back before it
+    /// hands the thread back.
+    public var timeSlice: Duration
+
+    /// The number of processors the system has active.
+    public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+
+    public init(
+        policy: GrantPolicy = GrantPolicy(), maxConcurrentJobs: Int = RunConfiguration.activeProcessorCount,
+        parameters: [String: String] = [:], timeSlice: Duration = .milliseconds(2)
+    ) {
+        precondition(maxConcurrentJobs >= 1, "at least one job must be able to run")
+        self.policy = policy
+        self.maxConcurrentJobs = maxConcurrentJobs
+        self.parameters = parameters
+        self.timeSlice = timeSlice
+    }
+}
+
+/// Runs jobs, each under its own grant, at most a given number at once,
+/// and reports what happens to them as ``RunEvent``s.
+///
+/// ```swift
+/// let scan = PluginLoader().scan(["plugins"])
+/// let runner = Runner(jobs: scan.jobs) { event in print(event) }
+/// let results = await runner.run()
+/// ```
+public final class Runner: Sendable {
+    private struct State {
+        var pending: [Int]
+        var running: [Int: JobRun] = [:]
+        var results: [JobResult?]
+        var unfinished: Int
+        var shutdown: ExpirationReason?
+        var continuation: CheckedContinuation<[JobResult], Never>?
+        var started = false
+    }
+
+    public let jobs: [PluginJob]
+    public let configuration: RunConfiguration
+    private let manager: GrantManager
+    private let parameters: ParameterTable
+    private let events: @Sendable (RunEvent) -> Void
+    private let state: Mutex<State>
+
+    /// - Parameters:
+    ///   - jobs: The jobs to run, in the order they start.
+    ///   - configuration: Budgets and limits.
+    ///   - clock: Where time is read and timers are armed.
+    ///   - events: Called for every event, from any thread, one job's events in order.
+    public init(
+        jobs: [PluginJob], configuration: RunConfiguration = RunConfiguration(),
+        clock: any CurfewClock = MonotonicClock(), events: @escaping @Sendable (RunEvent) -> Void = { _ in }
+    ) {
+        self.jobs = jobs
+        self.configuration = configuration
+        self.manager = GrantManager(clock: clock, policy: configuration.policy)
+        self.parameters = ParameterTable(configuration.parameters)
+        self.events = events
+        self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
+    }
+
+    /// Runs every job and returns their results, in the jobs' order.
+    ///
+    /// - Important: Call it once.
+    public func run() async -> [JobResult] {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                precondition(!state.started, "Runner.run() called twice")
+                state.started = true
+                state.continuation = continuation
+                return state.unfinished == 0
+            }
+            if done { resume() } else { admit() }
+        }
+    }
+
+    /// Expires every running job now with the shutdown reason, giving each at
+    /// most its lead time to clean up, and refuses the jobs not started yet.
+    public func shutdown() {
+        stopAll(.shutdown)
+    }
+
+    /// Cancels the run: like ``shutdown()`` with the cancelled reason.
+    public func cancel() {
+        stopAll(.cancelled)
+    }
+
+    /// Expires one running job now with the cancelled reason.
+    ///
+    /// - Returns: Whether a job of that name was running.
+    @discardableResult
+    public func cancel(job name: String) -> Bool {
+        let run = state.withLock { $0.running.values.first { $0.job.name == name } }
+        run?.expireNow(.cancelled)
+        return run != nil
+    }
+
+    /// The jobs running now, for a live display.
+    public func status() -> [JobStatus] {
+        let runs = state.withLock { state in state.running.sorted { $0.key < $1.key }.map(\.value) }
+        return runs.map { $0.status() }
+    }
+
+    private func stopAll(_ reason: ExpirationReason) {
+        let runs = state.withLock { state -> [JobRun] in
+            if state.shutdown == nil { state.shutdown = reason }
+            return Array(state.running.values)
+        }
+        runs.forEach { $0.expireNow(reason) }
+        admit()
+    }
+
+    /// Starts waiting jobs while there is room; refuses them when stopping.
+    private func admit() {
+        while true {
+            let next = state.withLock { state -> (Int, JobRun?, ExpirationReason?)? in
+                guard state.started, !state.pending.isEmpty else { return nil }
+                if let reason = state.shutdown {
+                    return (state.pending.removeFirst(), nil, reason)
+                }
+                guard state.running.count < configuration.maxConcurrentJobs else { return nil }
+                let index = state.pending.removeFirst()
+                let run = JobRun(
+                    job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
+                    emit: events, onFinish: { [self] result in finished(index, result) })
+                state.running[index] = run
+                return (index, run, nil)
+            }
+            guard let (index, run, stopReason) = next else { return }
+            if let run {
+                do throws(CurfewError) {
+                    try run.start()
+                } catch {
+                    state.withLock { _ = $0.running.removeValue(forKey: index) }
+                    refuse(index, reason: error.description)
+                }
+            } else {
+                let why = stopReason == .cancelled ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
+                refuse(index, reason: why)
+            }
+        }
+    }
+
+    private func refuse(_ index: Int, reason: String) {
+        let job = jobs[index]
+        let result = JobResult(
+            job: job.name, pluginPath: job.pluginPath, outcome: .refused, chunks: 0, elapsed: .zero, reason: reason,
+            progress: nil)
+        events(.finished(result))
+        record(index, result)
+    }
+
+    private func finished(_ index: Int, _ result: JobResult) {
+        state.withLock { _ = $0.running.removeValue(forKey: index) }
+        record(index, result)
+        admit()
+    }
+
+    private func record(_ index: Int, _ result: JobResult) {
+        let done = state.withLock { state -> Bool in
+            state.results[index] = result
+            state.unfinished -= 1
+            return state.unfinished == 0
+        }
+        if done { resume() }
+    }
+
+    private func resume() {
+        let (continuation, results) = state.withLock { state in
+            defer { state.continuation = nil }
+            return (state.continuation, state.results.compactMap { $0 })
+        }
+        continuation?.resume(returning: results)
+    }
+}

@@ -1,0 +1,87 @@
+// Every call into libc and libdl the host makes goes through this file: one
+// place to read, to retry EINTR, and to turn errno into text.
+import Glibc
+import _CurfewShims
+
+/// An errno value with its text.
+struct SystemError: Error {
+    let errno: Int32
+    var message: String { String(cString: strerror(errno)) }
+}
+
+enum Syscalls {
+    /// The file's type and size, following symlinks.
+    static func fileInfo(_ path: String) throws(SystemError) -> (isDirectory: Bool, isRegular: Bool, size: Int64) {
+        var info = Glibc.stat()
+        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
+        let type = info.st_mode & S_IFMT
+        return (type == S_IFDIR, type == S_IFREG, Int64(info.st_size))
+    }
+
+    /// Up to `count` bytes from the start of a file.
+    static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { throw SystemError(errno: errno) }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let n = buffer.withUnsafeMutableBytes { bytes in
+                retryingEINTR { read(fd, bytes.baseAddress! + filled, count - filled) }
+            }
+            if n < 0 { throw SystemError(errno: errno) }
+            if n == 0 { break }
+            filled += n
+        }
+        return Array(buffer.prefix(filled))
+    }
+
+    /// The names in a directory, without `.` and `..`, sorted bytewise.
+    static func directoryEntries(_ path: String) throws(SystemError) -> [String] {
+        guard let dir = opendir(path) else { throw SystemError(errno: errno) }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) { tuple in
+                tuple.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+    }
+
+    /// The canonical absolute path, or `nil` when it cannot be resolved.
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// `dlopen` with the plugin flags (`RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`).
+    static func dlopenPlugin(_ path: String) -> Result<UnsafeMutableRawPointer, DynamicLoaderError> {
+        _ = dlerror()
+        if let handle = curfew_shim_dlopen_plugin(path) { return .success(handle) }
+        return .failure(DynamicLoaderError(message: lastDynamicLoaderError()))
+    }
+
+    /// `dlsym`, or `nil` when the symbol is absent.
+    static func dlsym(_ handle: UnsafeMutableRawPointer, _ symbol: String) -> UnsafeMutableRawPointer? {
+        Glibc.dlsym(handle, symbol)
+    }
+
+    private static func lastDynamicLoaderError() -> String {
+        guard let text = dlerror() else { return "unknown dynamic loader error" }
+        return String(cString: text)
+    }
+
+    private static func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
+        while true {
+            let result = call()
+            if result >= 0 || errno != EINTR { return result }
+        }
+    }
+}
+
+struct DynamicLoaderError: Error {
+    let message: String
+}

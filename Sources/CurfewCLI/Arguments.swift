@@ -1,0 +1,238 @@
+import Curfew
+
+/// A command-line mistake: printed as `Error: …`, the usage line and a
+/// pointer to help, with exit code 64 (EX_USAGE).
+public struct UsageError: Error, Equatable, Sendable {
+    public let message: String
+    /// The subcommand the mistake is in, or `nil` for the top level.
+    public let command: Command?
+
+    public init(_ message: String, command: Command?) {
+        self.message = message
+        self.command = command
+    }
+}
+
+/// The subcommands.
+public enum Command: String, CaseIterable, Sendable {
+    case run, list, help
+}
+
+/// One option of a subcommand.
+struct OptionSpec: Sendable {
+    let names: [String]
+    /// The value's placeholder, or `nil` for a flag.
+    let value: String?
+    let help: String
+    var label: String { names.joined(separator: ", ") + (value.map { " <\($0)>" } ?? "") }
+    var usage: String { names.last! + (value.map { " <\($0)>" } ?? "") }
+}
+
+/// What `curfew run` was asked to do.
+public struct RunOptions: Equatable, Sendable {
+    public var paths: [String] = []
+    public var budget: Duration = GrantPolicy.defaultBudget
+    public var grace: Duration?
+    public var jobs: Int = RunConfiguration.activeProcessorCount
+    public var only: [String] = []
+    public var parameters: [String: String] = [:]
+    public var allowContinuous = false
+    public var json = false
+    public var verbose = false
+
+    public init() {}
+
+    /// The folder or files to load, `.` when none was given.
+    public var effectivePaths: [String] { paths.isEmpty ? ["."] : paths }
+}
+
+/// What `curfew list` was asked to do.
+public struct ListOptions: Equatable, Sendable {
+    public var paths: [String] = []
+    public var json = false
+
+    public init() {}
+
+    public var effectivePaths: [String] { paths.isEmpty ? ["."] : paths }
+}
+
+/// A parsed command line.
+public enum Invocation: Equatable, Sendable {
+    case help(Command?)
+    case version
+    case run(RunOptions)
+    case list(ListOptions)
+}
+
+/// Parses `curfew`'s arguments (without the program name).
+public enum ArgumentParser {
+    public static func parse(_ arguments: [String]) throws(UsageError) -> Invocation {
+        guard let first = arguments.first else { return .help(nil) }
+        switch first {
+        case "-h", "--help": return .help(nil)
+        case "--version": return .version
+        case "help":
+            guard arguments.count <= 2 else {
+                throw UsageError("Unexpected argument '\(arguments[2])'", command: .help)
+            }
+            guard let name = arguments.dropFirst().first else { return .help(nil) }
+            guard let command = Command(rawValue: name) else {
+                throw UsageError("Unknown subcommand '\(name)'", command: nil)
+            }
+            return .help(command)
+        case "run":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.run) }
+            return .run(try parseRun(rest))
+        case "list":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.list) }
+            return .list(try parseList(rest))
+        default:
+            if first.hasPrefix("-") { throw UsageError("Unknown option '\(first)'", command: nil) }
+            throw UsageError("Unknown subcommand '\(first)'", command: nil)
+        }
+    }
+
+    static func parseRun(_ arguments: [String]) throws(UsageError) -> RunOptions {
+        var options = RunOptions()
+        var grace: Duration?
+        try walk(arguments, command: .run) { (name, value) throws(UsageError) in
+            guard let name else {
+                options.paths.append(value!)
+                return
+            }
+            let spec = Help.runOptions.first { $0.names.contains(name) }!
+            switch name {
+            case "--budget":
+                options.budget = try duration(value!, for: spec)
+                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive") }
+            case "--grace": grace = try duration(value!, for: spec)
+            case "--jobs":
+                guard let count = Int(value!), (1...1024).contains(count) else {
+                    throw invalid(value!, spec, "use a whole number from 1 to 1024")
+                }
+                options.jobs = count
+            case "--only": options.only.append(value!)
+            case "--param":
+                guard let equals = value!.firstIndex(of: "="), equals != value!.startIndex else {
+                    throw invalid(value!, spec, "use key=value")
+                }
+                options.parameters[String(value![..<equals])] = String(value![value!.index(after: equals)...])
+            case "--allow-continuous": options.allowContinuous = true
+            case "--json": options.json = true
+            case "--verbose": options.verbose = true
+            default: fatalError("option \(name) is in the table but not handled")
+            }
+        }
+        if let grace {
+            guard grace < options.budget else {
+                throw UsageError(
+                    "--grace \(format(grace)) must be shorter than --budget \(format(options.budget))", command: .run)
+            }
+            options.grace = grace
+        }
+        return options
+    }
+
+    static func parseList(_ arguments: [String]) throws(UsageError) -> ListOptions {
+        var options = ListOptions()
+        try walk(arguments, command: .list) { (name, value) throws(UsageError) in
+            guard let name else {
+                options.paths.append(value!)
+                return
+            }
+            switch name {
+            case "--json": options.json = true
+            default: fatalError("option \(name) is in the table but not handled")
+            }
+        }
+        return options
+    }
+
+    /// Walks the arguments, calling `body` with (option name, value) for each
+    /// option and (nil, argument) for each positional argument.
+    private static func walk(
+        _ arguments: [String], command: Command, _ body: (String?, String?) throws(UsageError) -> Void
+    ) throws(UsageError) {
+        let specs = Help.options(for: command)
+        var index = 0
+        var positionalOnly = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if positionalOnly || !argument.hasPrefix("-") || argument == "-" {
+                try body(nil, argument)
+                continue
+            }
+            if argument == "--" {
+                positionalOnly = true
+                continue
+            }
+            var name = argument
+            var inlineValue: String?
+            if let equals = argument.firstIndex(of: "="), argument.hasPrefix("--") {
+                name = String(argument[..<equals])
+                inlineValue = String(argument[argument.index(after: equals)...])
+            }
+            guard let spec = specs.first(where: { $0.names.contains(name) }) else {
+                throw UsageError("Unknown option '\(name)'", command: command)
+            }
+            if spec.value == nil {
+                if inlineValue != nil { throw UsageError("The option '\(name)' takes no value", command: command) }
+                try body(name, nil)
+                continue
+            }
+            if let inlineValue {
+                try body(name, inlineValue)
+            } else if index < arguments.count {
+                try body(name, arguments[index])
+                index += 1
+            } else {
+                throw UsageError("Missing value for '\(spec.usage)'", command: command)
+            }
+        }
+    }
+
+    private static func invalid(_ value: String, _ spec: OptionSpec, _ hint: String) -> UsageError {
+        UsageError("The value '\(value)' is invalid for '\(spec.usage)': \(hint)", command: .run)
+    }
+
+    private static func duration(_ text: String, for spec: OptionSpec) throws(UsageError) -> Duration {
+        guard let duration = parseDuration(text) else {
+            throw invalid(text, spec, "use a duration such as 180s, 500ms or 2m")
+        }
+        return duration
+    }
+
+    /// Parses `500ms`, `1.5s`, `2m`, `1h`, or a bare number of seconds.
+    public static func parseDuration(_ text: String) -> Duration? {
+        let units: [(String, Double)] = [("ms", 1e-3), ("s", 1), ("m", 60), ("h", 3600)]
+        var number = Substring(text)
+        var scale = 1.0
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            number = text.dropLast(suffix.count)
+            scale = factor
+            break
+        }
+        guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
+            let value = Double(number), value.isFinite, value >= 0, value * scale < 1e9
+        else { return nil }
+        return .nanoseconds(Int64((value * scale * 1e9).rounded()))
+    }
+}
+
+/// A duration as people write it: `180s`, `500ms`, `2.5s`.
+public func format(_ duration: Duration) -> String {
+    let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    if nanoseconds % 1_000_000_000 == 0 { return "\(nanoseconds / 1_000_000_000)s" }
+    if nanoseconds < 1_000_000_000 && nanoseconds % 1_000_000 == 0 { return "\(nanoseconds / 1_000_000)ms" }
+    return formatSeconds(duration.seconds) + "s"
+}
+
+/// Seconds with two decimals, e.g. `6.02`.
+func formatSeconds(_ seconds: Double) -> String {
+    let hundredths = Int64((seconds * 100).rounded())
+    let fraction = hundredths % 100
+    return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
+}

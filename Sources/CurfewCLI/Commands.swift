@@ -1,0 +1,173 @@
+import Curfew
+import Dispatch
+import Glibc
+import Synchronization
+
+/// Exit codes, as `curfew run --help` documents them.
+public enum ExitCode {
+    public static let success: Int32 = 0
+    public static let failure: Int32 = 1
+    public static let jobNotClean: Int32 = 2
+    public static let pluginRejected: Int32 = 3
+    public static let usage: Int32 = 64
+
+    /// The code for a finished run: a job's failure outranks a rejected file.
+    public static func forRun(_ results: [JobResult], rejected: Int, signal: Int32?) -> Int32 {
+        if let signal { return 128 + signal }
+        if results.contains(where: { !$0.outcome.isClean }) { return jobNotClean }
+        if rejected > 0 { return pluginRejected }
+        return success
+    }
+}
+
+/// The `curfew` tool: parses the arguments and runs the subcommand.
+public enum CurfewMain {
+    /// Runs the tool and returns its exit code.
+    public static func main(_ arguments: [String]) async -> Int32 {
+        let invocation: Invocation
+        do throws(UsageError) {
+            invocation = try ArgumentParser.parse(arguments)
+        } catch {
+            Console(json: false).error(String(Help.errorText(error).dropLast()))
+            return ExitCode.usage
+        }
+        switch invocation {
+        case .help(let command):
+            Console(json: false).machine(String(Help.text(command).dropLast()))
+            return ExitCode.success
+        case .version:
+            Console(json: false).machine(Help.version)
+            return ExitCode.success
+        case .list(let options):
+            return list(options)
+        case .run(let options):
+            return await run(options)
+        }
+    }
+
+    static func list(_ options: ListOptions) -> Int32 {
+        let console = Console(json: options.json)
+        let scan = PluginLoader().scan(options.effectivePaths)
+        if options.json {
+            for plugin in scan.plugins {
+                for job in plugin.jobs {
+                    var line = JSONLine(event: "job")
+                    line.add("job", job.name)
+                    line.add("plugin", plugin.path)
+                    line.add("summary", job.summary)
+                    line.add("kind", job.isChunked ? "chunked" : "task-driven")
+                    line.addRaw("continuous", job.isContinuous ? "true" : "false")
+                    console.machine(line.text)
+                }
+            }
+            for rejected in scan.rejected {
+                var line = JSONLine(event: "rejected")
+                line.add("plugin", rejected.path)
+                line.add("code", rejected.error.code.rawValue)
+                line.add("reason", rejected.error.description)
+                console.machine(line.text)
+            }
+        } else {
+            for plugin in scan.plugins {
+                console.human(plugin.path)
+                let width = plugin.jobs.map(\.name.count).max() ?? 0
+                for job in plugin.jobs {
+                    var notes: [String] = []
+                    if !job.isChunked { notes.append("task-driven") }
+                    if job.isContinuous { notes.append("continuous") }
+                    let suffix = notes.isEmpty ? "" : " [\(notes.joined(separator: ", "))]"
+                    console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + job.summary + suffix)
+                }
+            }
+            for rejected in scan.rejected {
+                console.human(console.paint("rejected", .red) + "  \(rejected.path): \(rejected.error.description)")
+            }
+        }
+        if scan.plugins.isEmpty && scan.rejected.isEmpty {
+            console.error("Error: No plugin (*.so) found in \(options.effectivePaths.joined(separator: ", ")).")
+            return ExitCode.failure
+        }
+        return scan.rejected.isEmpty ? ExitCode.success : ExitCode.pluginRejected
+    }
+
+    static func run(_ options: RunOptions) async -> Int32 {
+        let console = Console(json: options.json)
+        let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
+        let scan = PluginLoader().scan(options.effectivePaths)
+        reporter.scanned(scan)
+
+        var jobs = scan.jobs
+        if !options.only.isEmpty {
+            let known = Set(jobs.map(\.name))
+            if let unknown = options.only.first(where: { !known.contains($0) }) {
+                let list = jobs.map(\.name).joined(separator: ", ")
+                console.error("Error: No loaded job is named '\(unknown)' (loaded: \(list.isEmpty ? "none" : list)).")
+                return ExitCode.failure
+            }
+            jobs = jobs.filter { options.only.contains($0.name) }
+        }
+        if jobs.isEmpty {
+            if scan.rejected.isEmpty {
+                console.error("Error: No plugin (*.so) found in \(options.effectivePaths.joined(separator: ", ")).")
+                return ExitCode.failure
+            }
+            console.error("Error: Nothing to run: every plugin file was rejected.")
+            return ExitCode.pluginRejected
+        }
+
+        let configuration = RunConfiguration(
+            policy: GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: options.allowContinuous),
+            maxConcurrentJobs: options.jobs, parameters: options.parameters)
+        let runner = Runner(jobs: jobs, configuration: configuration) { event in reporter.event(event) }
+
+        let stopSignal = Mutex<Int32?>(nil)
+        let signals = [SIGINT, SIGTERM].map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                let first = stopSignal.withLock { received -> Bool in
+                    defer { if received == nil { received = number } }
+                    return received == nil
+                }
+                guard first else {
+                    // A second signal: stop waiting for cleanups.
+                    _exit(128 + number)
+                }
+                let name = number == SIGINT ? "SIGINT" : "SIGTERM"
+                let lead = configuration.policy.lead
+                console.error("\(name): expiring every job now; they have up to \(format(lead)) to clean up. Send it again to stop at once.")
+                runner.shutdown()
+            }
+            source.activate()
+            return source
+        }
+
+        let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
+        let results = await runner.run()
+        live?.cancel()
+        console.setLive([])
+        signals.forEach { $0.cancel() }
+
+        reporter.summary(results, rejected: scan.rejected.count)
+        let code = ExitCode.forRun(results, rejected: scan.rejected.count, signal: stopSignal.withLock { $0 })
+        if results.contains(where: { $0.outcome == .terminated }) {
+            // A terminated job may still be running on a worker thread: do not
+            // run exit handlers (the plugin's among them) under its feet.
+            _exit(code)
+        }
+        return code
+    }
+
+    private static func startLiveDisplay(
+        runner: Runner, reporter: Reporter, console: Console, enabled: Bool
+    ) -> (any DispatchSourceTimer)? {
+        guard enabled && console.humanIsTerminal else { return nil }
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now(), repeating: .milliseconds(250))
+        timer.setEventHandler {
+            console.setLive(reporter.liveLines(runner.status()))
+        }
+        timer.activate()
+        return timer
+    }
+}

@@ -1,0 +1,143 @@
+import Curfew
+import Glibc
+import Synchronization
+
+/// Where the CLI writes: whole lines, never interleaved, plus the live
+/// status block at the bottom of a terminal.
+final class Console: Sendable {
+    private struct Live {
+        var lines: [String] = []
+    }
+
+    /// The stream human messages go to: stdout, or stderr when stdout carries JSON.
+    let humanDescriptor: Int32
+    /// Human output goes to a terminal.
+    let humanIsTerminal: Bool
+    /// Colours are used: a terminal, and NO_COLOR unset or empty.
+    let usesColor: Bool
+    private let live = Mutex(Live())
+
+    init(json: Bool) {
+        humanDescriptor = json ? STDERR_FILENO : STDOUT_FILENO
+        humanIsTerminal = isatty(humanDescriptor) == 1
+        let noColor = getenv("NO_COLOR").map { String(cString: $0) } ?? ""
+        usesColor = humanIsTerminal && noColor.isEmpty
+    }
+
+    /// Writes a line for people.
+    func human(_ line: String) {
+        emit(line, to: humanDescriptor)
+    }
+
+    /// Writes a line of machine output to stdout.
+    func machine(_ line: String) {
+        emit(line, to: STDOUT_FILENO)
+    }
+
+    /// Writes an error line to stderr.
+    func error(_ line: String) {
+        emit(line, to: STDERR_FILENO)
+    }
+
+    /// Replaces the live status block (terminals only).
+    func setLive(_ lines: [String]) {
+        guard humanIsTerminal else { return }
+        live.withLock { live in
+            var text = clearing(live.lines.count)
+            for line in lines { text += line + "\n" }
+            live.lines = lines
+            Self.write(text, to: humanDescriptor)
+        }
+    }
+
+    private func emit(_ line: String, to descriptor: Int32) {
+        live.withLock { live in
+            guard !live.lines.isEmpty else { return Self.write(line + "\n", to: descriptor) }
+            // A status block is drawn under the last line: lift it, write, put it back.
+            Self.write(clearing(live.lines.count), to: humanDescriptor)
+            Self.write(line + "\n", to: descriptor)
+            Self.write(live.lines.map { $0 + "\n" }.joined(), to: humanDescriptor)
+        }
+    }
+
+    private func clearing(_ count: Int) -> String {
+        count == 0 ? "" : "\u{1B}[\(count)A\r\u{1B}[J"
+    }
+
+    func paint(_ text: String, _ color: Color) -> String {
+        usesColor ? "\u{1B}[\(color.rawValue)m\(text)\u{1B}[0m" : text
+    }
+
+    enum Color: String {
+        case red = "31", green = "32", yellow = "33", magenta = "35", dim = "2", bold = "1"
+    }
+
+    private static func write(_ text: String, to descriptor: Int32) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeMutableBytes { Glibc.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            offset += written
+        }
+        bytes.removeAll()
+    }
+}
+
+/// A JSON object written key by key, in order, on one line.
+struct JSONLine {
+    private var fields: [String] = []
+
+    init(event: String) {
+        add("event", event)
+    }
+
+    mutating func add(_ key: String, _ value: String?) {
+        fields.append("\(Self.quote(key)):\(value.map(Self.quote) ?? "null")")
+    }
+
+    mutating func add(_ key: String, _ value: Int64) {
+        fields.append("\(Self.quote(key)):\(value)")
+    }
+
+    mutating func add(_ key: String, _ value: Double?) {
+        guard let value, value.isFinite else { return fields.append("\(Self.quote(key)):null") }
+        fields.append("\(Self.quote(key)):\(Self.number(value))")
+    }
+
+    mutating func add(_ key: String, _ values: [String]) {
+        fields.append("\(Self.quote(key)):[\(values.map(Self.quote).joined(separator: ","))]")
+    }
+
+    mutating func addRaw(_ key: String, _ json: String) {
+        fields.append("\(Self.quote(key)):\(json)")
+    }
+
+    var text: String { "{" + fields.joined(separator: ",") + "}" }
+
+    static func number(_ value: Double) -> String {
+        let micro = (value * 1_000_000).rounded() / 1_000_000
+        return micro == micro.rounded() && abs(micro) < 1e15 ? String(Int64(micro)) : "\(micro)"
+    }
+
+    static func quote(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}

@@ -1,0 +1,165 @@
+import Curfew
+
+/// The help texts, built from the option tables so they cannot drift.
+public enum Help {
+    public static let version = "0.1.0"
+
+    static let helpOption = OptionSpec(names: ["-h", "--help"], value: nil, help: "Show help information.")
+
+    static let runOptions: [OptionSpec] = [
+        OptionSpec(
+            names: ["--budget"], value: "duration",
+            help: "Time each job's grant lasts, from its start to its hard deadline, e.g. 180s, 500ms, 2m. (default: 180s)"),
+        OptionSpec(
+            names: ["--grace"], value: "duration",
+            help: "Lead of the expiration handler before the deadline. (default: 5s, at most a quarter of the budget)"),
+        OptionSpec(names: ["--jobs"], value: "n", help: "Run at most n jobs at once. (default: the number of active processors)"),
+        OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more."),
+        OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more."),
+        OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
+        OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
+        OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
+    ]
+
+    static let listOptions: [OptionSpec] = [
+        OptionSpec(names: ["--json"], value: nil, help: "Print plugins and rejected files as JSON Lines."),
+    ]
+
+    static func options(for command: Command) -> [OptionSpec] {
+        switch command {
+        case .run: runOptions
+        case .list: listOptions
+        case .help: []
+        }
+    }
+
+    /// The usage line of a subcommand, or of the tool.
+    public static func usage(_ command: Command?) -> String {
+        guard let command else { return "curfew <subcommand>" }
+        switch command {
+        case .run, .list:
+            let options = Self.options(for: command).map { "[\($0.usage)]" }
+            return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
+        case .help:
+            return "curfew help [<subcommand>]"
+        }
+    }
+
+    /// The whole help text of a subcommand, or of the tool.
+    public static func text(_ command: Command?) -> String {
+        var lines: [String] = []
+        switch command {
+        case nil:
+            lines += [
+                "OVERVIEW: Run background jobs from compiled plugins, each under an iOS-style background-task grant.",
+                "",
+                "USAGE: \(usage(nil))",
+                "",
+                "OPTIONS:",
+            ]
+            lines += rows([
+                ("--version", "Show the version."),
+                (helpOption.label, helpOption.help),
+            ])
+            lines += ["", "SUBCOMMANDS:"]
+            lines += rows([
+                ("run", "Load plugins and run their jobs, each under a background-task grant."),
+                ("list", "List plugins, their jobs, and the files rejected with the reason."),
+                ("help", "Show subcommand help information."),
+            ])
+            lines += ["", "  See 'curfew help <subcommand>' for detailed help."]
+        case .run?:
+            lines += [
+                "OVERVIEW: Load plugins and run their jobs, each under a background-task grant.",
+                "",
+                "Each job gets a budget. Shortly before it runs out the job's expire hook",
+                "runs; a job still running at the end of the budget is terminated.",
+                "SIGINT or SIGTERM expires every job at once and the host exits within",
+                "the lead time.",
+                "",
+                "USAGE: \(usage(.run))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<paths>", "Plugin folders (scanned for *.so) and .so files. (default: .)")])
+            lines += ["", "OPTIONS:"]
+            lines += rows((runOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += [
+                "",
+                "EXIT STATUS:",
+                "  0    every job completed or expired cleanly, and no plugin was rejected",
+                "  1    nothing to run, or the host itself failed",
+                "  2    a job failed, was terminated or was refused",
+                "  3    a plugin file was rejected (the other jobs ran cleanly)",
+                "  64   usage error",
+                "  130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up",
+            ]
+        case .list?:
+            lines += [
+                "OVERVIEW: List plugins, their jobs, and the files rejected with the reason.",
+                "",
+                "USAGE: \(usage(.list))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<paths>", "Plugin folders (scanned for *.so) and .so files. (default: .)")])
+            lines += ["", "OPTIONS:"]
+            lines += rows((listOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += [
+                "",
+                "EXIT STATUS:",
+                "  0    every plugin file loaded",
+                "  1    no plugin found",
+                "  3    a plugin file was rejected",
+                "  64   usage error",
+            ]
+        case .help?:
+            lines += [
+                "OVERVIEW: Show subcommand help information.",
+                "",
+                "USAGE: \(usage(.help))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<subcommand>", "The subcommand to describe: run or list.")])
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// Two-column rows: label in a 22-character column, help wrapped at 80.
+    static func rows(_ entries: [(String, String)]) -> [String] {
+        let column = 26
+        var lines: [String] = []
+        for (label, help) in entries {
+            let wrapped = wrap(help, width: 80 - column)
+            if label.count + 2 < column - 1 {
+                lines.append("  " + label + String(repeating: " ", count: column - 2 - label.count) + wrapped[0])
+            } else {
+                lines.append("  " + label)
+                lines.append(String(repeating: " ", count: column) + wrapped[0])
+            }
+            lines += wrapped.dropFirst().map { String(repeating: " ", count: column) + $0 }
+        }
+        return lines
+    }
+
+    private static func wrap(_ text: String, width: Int) -> [String] {
+        var lines: [String] = []
+        var line = ""
+        for word in text.split(separator: " ") {
+            if !line.isEmpty && line.count + 1 + word.count > width {
+                lines.append(line)
+                line = ""
+            }
+            line += (line.isEmpty ? "" : " ") + word
+        }
+        lines.append(line)
+        return lines
+    }
+
+    /// The text printed for a usage error, ending with a newline.
+    public static func errorText(_ error: UsageError) -> String {
+        let see = error.command.map { "curfew \($0.rawValue) --help" } ?? "curfew --help"
+        return "Error: \(error.message)\nUsage: \(usage(error.command))\n  See '\(see)' for more information.\n"
+    }
+}

@@ -1,0 +1,192 @@
+import Curfew
+
+/// Turns scan results and run events into human lines or JSON Lines.
+final class Reporter: Sendable {
+    let console: Console
+    let json: Bool
+    let verbose: Bool
+    private let start = MonotonicClock().now()
+
+    init(console: Console, json: Bool, verbose: Bool) {
+        self.console = console
+        self.json = json
+        self.verbose = verbose
+    }
+
+    private var elapsed: Double { start.duration(to: MonotonicClock().now()).seconds }
+
+    private func line(_ event: String) -> JSONLine {
+        var line = JSONLine(event: event)
+        line.add("time", elapsed)
+        return line
+    }
+
+    private func tag(_ word: String, _ color: Console.Color? = nil) -> String {
+        let padded = word + String(repeating: " ", count: max(1, 10 - word.count))
+        guard let color else { return padded }
+        return console.paint(word, color) + String(repeating: " ", count: max(1, 10 - word.count))
+    }
+
+    func scanned(_ scan: PluginScan) {
+        for plugin in scan.plugins {
+            if json {
+                var event = line("loaded")
+                event.add("plugin", plugin.path)
+                event.add("jobs", plugin.jobs.map(\.name))
+                console.machine(event.text)
+            } else {
+                console.human(tag("loaded") + "\(plugin.path): " + plugin.jobs.map(\.name).joined(separator: ", "))
+            }
+        }
+        for rejected in scan.rejected {
+            if json {
+                var event = line("rejected")
+                event.add("plugin", rejected.path)
+                event.add("code", rejected.error.code.rawValue)
+                event.add("reason", rejected.error.description)
+                console.machine(event.text)
+            }
+            // Rejections also reach people when the JSON goes to a pipe.
+            console.human(tag("rejected", .red) + "\(rejected.path): \(rejected.error.description)")
+        }
+    }
+
+    func event(_ event: RunEvent) {
+        if json {
+            console.machine(jsonText(event))
+        } else if let text = humanText(event) {
+            console.human(text)
+        }
+    }
+
+    private func humanText(_ event: RunEvent) -> String? {
+        switch event {
+        case .started(let job, _, let budget):
+            let grant = budget.map { "budget \(format($0))" } ?? "no budget: continuous"
+            return tag("started") + "\(job) (\(grant))"
+        case .log(let job, let level, let message):
+            switch level {
+            case .debug: return verbose ? console.paint("\(job): debug: \(message)", .dim) : nil
+            case .info: return "\(job): \(message)"
+            case .warning: return "\(job): " + console.paint("warning:", .yellow) + " \(message)"
+            case .error: return "\(job): " + console.paint("error:", .red) + " \(message)"
+            }
+        case .progress:
+            return nil
+        case .expiring(let job, let reason):
+            return tag("expiring", .yellow) + "\(job): \(reason)"
+        case .finished(let result):
+            var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(result.reason))"
+            if result.outcome != .refused {
+                text += " after \(result.chunks) chunk\(result.chunks == 1 ? "" : "s"), \(formatSeconds(result.elapsed.seconds))s"
+            }
+            return text
+        }
+    }
+
+    private func jsonText(_ event: RunEvent) -> String {
+        switch event {
+        case .started(let job, let plugin, let budget):
+            var line = line("started")
+            line.add("job", job)
+            line.add("plugin", plugin)
+            line.add("budget", budget?.seconds)
+            return line.text
+        case .log(let job, let level, let message):
+            var line = line("log")
+            line.add("job", job)
+            line.add("level", level.description)
+            line.add("message", message)
+            return line.text
+        case .progress(let job, let progress):
+            var line = line("progress")
+            line.add("job", job)
+            line.add("completed", progress.completed)
+            line.add("total", progress.total)
+            return line.text
+        case .expiring(let job, let reason):
+            var line = line("expiring")
+            line.add("job", job)
+            line.add("reason", reason.rawValue)
+            return line.text
+        case .finished(let result):
+            var line = line("finished")
+            line.add("job", result.job)
+            line.add("plugin", result.pluginPath)
+            line.add("outcome", result.outcome.rawValue)
+            line.add("chunks", Int64(clamping: result.chunks))
+            line.add("elapsed", result.elapsed.seconds)
+            line.add("reason", result.reason)
+            if let progress = result.progress {
+                line.addRaw("progress", "{\"completed\":\(progress.completed),\"total\":\(progress.total)}")
+            } else {
+                line.addRaw("progress", "null")
+            }
+            return line.text
+        }
+    }
+
+    func paint(_ outcome: Outcome) -> String {
+        switch outcome {
+        case .completed: console.paint(outcome.rawValue, .green)
+        case .expired: console.paint(outcome.rawValue, .yellow)
+        case .failed, .terminated: console.paint(outcome.rawValue, .red)
+        case .refused: console.paint(outcome.rawValue, .magenta)
+        }
+    }
+
+    /// The live status lines for the running jobs.
+    func liveLines(_ statuses: [JobStatus]) -> [String] {
+        statuses.map { status in
+            let time = status.timeRemaining.map { "\(formatSeconds($0.seconds))s left" } ?? "no budget"
+            var text = "  ▸ \(status.job)  \(time)"
+            if status.isExpiring { text += "  " + console.paint("expiring", .yellow) }
+            if let progress = status.progress { text += "  " + Self.describe(progress) }
+            text += "  \(status.chunks) chunks"
+            return console.paint(text, .dim)
+        }
+    }
+
+    static func describe(_ progress: Progress) -> String {
+        guard progress.total > 0 else { return "\(progress.completed)" }
+        let percent = Double(progress.completed) * 100 / Double(progress.total)
+        return "\(progress.completed)/\(progress.total) (\(Int(percent.rounded(.down)))%)"
+    }
+
+    /// The table printed when the run ends.
+    func summary(_ results: [JobResult], rejected: Int) {
+        guard !json else { return }
+        let header = ["JOB", "OUTCOME", "CHUNKS", "ELAPSED", "PROGRESS", "REASON"]
+        let rows = results.map { result in
+            [
+                result.job, result.outcome.rawValue, String(result.chunks),
+                result.outcome == .refused ? "-" : formatSeconds(result.elapsed.seconds) + "s",
+                result.progress.map(Self.describe) ?? "-", result.reason,
+            ]
+        }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }
+        let rightAligned: Set<Int> = [2, 3]
+        func render(_ cells: [String], outcome: Outcome?) -> String {
+            cells.indices.map { column in
+                let cell = cells[column]
+                let pad = String(repeating: " ", count: widths[column] - cell.count)
+                let shown = column == 1 && outcome != nil ? paint(outcome!) : cell
+                if column == cells.count - 1 { return shown }
+                return rightAligned.contains(column) ? pad + shown : shown + pad
+            }.joined(separator: "  ")
+        }
+        console.human("")
+        console.human(console.paint(render(header, outcome: nil), .bold))
+        for (row, result) in zip(rows, results) {
+            console.human(render(row, outcome: result.outcome))
+        }
+        var counts: [String] = []
+        for outcome in Outcome.allCases {
+            let count = results.filter { $0.outcome == outcome }.count
+            if count > 0 { counts.append("\(count) \(outcome.rawValue)") }
+        }
+        var tail = "\(results.count) job\(results.count == 1 ? "" : "s"): " + counts.joined(separator: ", ")
+        if rejected > 0 { tail += "; \(rejected) plugin file\(rejected == 1 ? "" : "s") rejected" }
+        console.human(tail)
+    }
+}

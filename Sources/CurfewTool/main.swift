@@ -1,0 +1,4 @@
+import CurfewCLI
+import Glibc
+
+exit(await CurfewMain.main(Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,309 @@
+/*
+ * curfew.h — the C ABI between the Curfew host and a job plugin.
+ *
+ * A plugin is a shared object that exports one function,
+ * `curfew_plugin_entry`. The host calls it once with its services table and
+ * gets back a descriptor listing the plugin's jobs. Every job then runs under
+ * a background-task grant: a time budget, an expiration handler that fires a
+ * lead time before the budget ends, and a hard deadline at the end of it —
+ * the model of UIKit's beginBackgroundTask(expirationHandler:).
+ *
+ * Rules of this header
+ * - Versioned and append-only. Every struct that may grow starts with (or
+ *   carries) `struct_size`; new fields are only ever appended, and each names
+ *   the ABI version that added it. The host never reads past `struct_size`.
+ * - Strings are UTF-8 and NUL-terminated. Nothing crosses the boundary that
+ *   needs the other side's allocator, and no C++ exception or Swift error may
+ *   cross it.
+ * - Ownership and lifetime are stated beside each pointer.
+ *
+ * Thread tags, used beside every hook and host function:
+ * [loader]            Called once, on the thread that loads plugins, with no
+ *                     other call into the plugin in flight.
+ * [job-queue]         Called on a Dispatch worker thread, serialised with the
+ *                     same job's other [job-queue] hooks: `create`, `chunk`,
+ *                     `expire` and `destroy` of one job never overlap. Each
+ *                     call may come on a different thread.
+ * [expiration-queue]  Called on the job's expiration queue, concurrently with
+ *                     any threads the job started itself (as on iOS).
+ * [any-thread]        May be called from any thread, including threads the
+ *                     job started itself, while the context is valid.
+ *
+ * Minimal chunked job:
+ *
+ *     #include <curfew.h>
+ *     static curfew_chunk_result tick(curfew_context *ctx, void *state) {
+ *         (void)ctx; (void)state;
+ *         return CURFEW_CHUNK_DONE;
+ *     }
+ *     static void cleanup(curfew_context *ctx, void *state,
+ *                         curfew_expire_reason reason) {
+ *         (void)ctx; (void)state; (void)reason;
+ *     }
+ *     static const curfew_job job = {
+ *         .struct_size = sizeof(curfew_job), .name = "hello",
+ *         .summary = "Says hello once.", .chunk = tick, .expire = cleanup,
+ *     };
+ *     static const curfew_job *const jobs[] = { &job };
+ *     static const curfew_plugin plugin = {
+ *         .abi_version = CURFEW_ABI_VERSION, .struct_size = sizeof plugin,
+ *         .job_count = 1, .jobs = jobs,
+ *     };
+ *     CURFEW_EXPORT const curfew_plugin *
+ *     curfew_plugin_entry(const curfew_host *host) {
+ *         (void)host;
+ *         return &plugin;
+ *     }
+ *
+ * Build: cc -shared -fPIC -fvisibility=hidden -I include job.c -o job.so
+ */
+#ifndef CURFEW_H
+#define CURFEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI version this header describes. A host accepts a plugin whose
+ * descriptor carries a version it speaks; version 1 is the first. */
+#define CURFEW_ABI_VERSION 1u
+
+/* Marks the entry function as exported, so plugins can build with
+ * -fvisibility=hidden and export nothing else. */
+#if defined(_WIN32)
+#define CURFEW_EXPORT __declspec(dllexport)
+#else
+#define CURFEW_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Limits the host enforces when it validates a descriptor. */
+#define CURFEW_MAX_JOBS 256u          /* jobs in one plugin */
+#define CURFEW_MAX_JOB_NAME 64u       /* bytes in a job name, without NUL */
+#define CURFEW_MAX_SUMMARY 200u       /* bytes in a summary, without NUL */
+
+/* One running job, as the host sees it. Opaque; owned by the host; valid
+ * from the job's `create` until its `destroy` returns. Every host function
+ * takes it first. */
+typedef struct curfew_context curfew_context;
+
+/* ------------------------------------------------------------------------ */
+/* Background tasks                                                         */
+
+/* Identifies a background task begun with `begin_background_task`.
+ * Like UIBackgroundTaskIdentifier: never reused within one host process. */
+typedef uint64_t curfew_task_id;
+
+/* Returned when no task could be begun (UIBackgroundTaskInvalid). */
+#define CURFEW_TASK_INVALID ((curfew_task_id)0)
+
+/* Why a grant is expiring. */
+typedef enum curfew_expire_reason {
+    /* The budget is about to run out: the expiration point was reached. */
+    CURFEW_EXPIRE_TIMEOUT = 1,
+    /* The host is shutting down (SIGINT or SIGTERM). */
+    CURFEW_EXPIRE_SHUTDOWN = 2,
+    /* The job was cancelled by whoever embeds the host. */
+    CURFEW_EXPIRE_CANCELLED = 3
+} curfew_expire_reason;
+
+/* An expiration handler given to `begin_background_task`.
+ * [expiration-queue] Called at most once, when the job's grant starts to
+ * expire, if the task has not ended by then. It should stop the work and
+ * call `end_background_task` promptly: a task still open at the hard
+ * deadline gets the job terminated. `user_data` is the pointer given to
+ * `begin_background_task`, passed through untouched. */
+typedef void (*curfew_expiration_handler)(void *user_data,
+                                          curfew_expire_reason reason);
+
+/* The app state a job sees, after UIApplication.State. Jobs run in the
+ * background; the other values exist for jobs that share code with an app. */
+typedef enum curfew_app_state {
+    CURFEW_APP_STATE_ACTIVE = 0,
+    CURFEW_APP_STATE_INACTIVE = 1,
+    CURFEW_APP_STATE_BACKGROUND = 2
+} curfew_app_state;
+
+/* Log levels for `log`. */
+typedef enum curfew_log_level {
+    CURFEW_LOG_DEBUG = 0,
+    CURFEW_LOG_INFO = 1,
+    CURFEW_LOG_WARNING = 2,
+    CURFEW_LOG_ERROR = 3
+} curfew_log_level;
+
+/* `time_remaining` returns this for a grant without a budget (a continuous
+ * job), as backgroundTimeRemaining returns DBL_MAX in the foreground. */
+#define CURFEW_TIME_UNLIMITED 1.7976931348623157e308
+
+/* ------------------------------------------------------------------------ */
+/* Host services                                                            */
+
+/* The host's services. Owned by the host, valid for the life of the process;
+ * the plugin may keep the pointer it is given in `curfew_plugin_entry`.
+ * Every function is [any-thread] and safe to call while `ctx` is valid. */
+typedef struct curfew_host {
+    /* CURFEW_ABI_VERSION of the host. */
+    uint32_t abi_version;
+    /* sizeof(curfew_host) of the host: a plugin built against a newer header
+     * checks it before using a field this host may not have. */
+    uint32_t struct_size;
+
+    /* Seconds until the job's hard deadline, like backgroundTimeRemaining;
+     * 0 once it has passed, CURFEW_TIME_UNLIMITED for a continuous job.
+     * Cheap (one clock read): call it inside a long chunk to decide whether
+     * to stop early. */
+    double (*time_remaining)(curfew_context *ctx);
+
+    /* True once the job's grant has started to expire (the expiration point
+     * was reached, the host is shutting down, or the job was cancelled). */
+    bool (*is_expiring)(curfew_context *ctx);
+
+    /* Begins a background task that keeps the job alive until it ends, like
+     * beginBackgroundTask(withName:expirationHandler:). The task shares the
+     * job's deadline. `name` is copied; it may be NULL. `handler` may be
+     * NULL; `user_data` is passed to it untouched. Returns
+     * CURFEW_TASK_INVALID once the grant is expiring or over. */
+    curfew_task_id (*begin_background_task)(curfew_context *ctx,
+                                            const char *name,
+                                            curfew_expiration_handler handler,
+                                            void *user_data);
+
+    /* Ends a task begun with `begin_background_task`. Ending a task twice, or
+     * ending CURFEW_TASK_INVALID or an unknown id, is harmless. */
+    void (*end_background_task)(curfew_context *ctx, curfew_task_id task);
+
+    /* The app state the job sees; CURFEW_APP_STATE_BACKGROUND for jobs. */
+    curfew_app_state (*app_state)(curfew_context *ctx);
+
+    /* Logs one message for the job. `message` is copied. With a NULL `ctx`,
+     * inside `curfew_plugin_entry`, the message is attributed to the plugin
+     * being loaded: an entry that returns NULL logs its reason this way. */
+    void (*log)(curfew_context *ctx, curfew_log_level level,
+                const char *message);
+
+    /* Reports progress: `completed` of `total` units (`total` 0 when
+     * unknown). Cheap; the host shows the latest value. */
+    void (*report_progress)(curfew_context *ctx, int64_t completed,
+                            int64_t total);
+
+    /* The value of `--param key=value` for `key`, or NULL when not given.
+     * The string is owned by the host and valid until the job's `destroy`
+     * returns. */
+    const char *(*param)(curfew_context *ctx, const char *key);
+} curfew_host;
+
+/* ------------------------------------------------------------------------ */
+/* Jobs                                                                     */
+
+/* What a chunk asks for next, returned by `chunk`:
+ * CURFEW_CHUNK_CONTINUE  call me again as soon as possible;
+ * CURFEW_CHUNK_DONE      the work is complete;
+ * CURFEW_CHUNK_FAILED    the work failed (log the reason first);
+ * a positive value N     call me again after N nanoseconds, without holding a
+ *                        worker thread meanwhile (a timer-like job).
+ * Any other negative value is treated as a failure. */
+typedef int64_t curfew_chunk_result;
+
+#define CURFEW_CHUNK_CONTINUE ((curfew_chunk_result)0)
+#define CURFEW_CHUNK_DONE ((curfew_chunk_result)-1)
+#define CURFEW_CHUNK_FAILED ((curfew_chunk_result)-2)
+/* Continue after `ms` milliseconds (`ms` > 0). */
+#define CURFEW_CHUNK_AFTER_MS(ms) ((curfew_chunk_result)(ms) * 1000000)
+
+/* Job flags. */
+/* The job has no budget, like an app with a background mode (audio, VoIP,
+ * location). The host runs it only when told to (`--allow-continuous`) and
+ * refuses it otherwise. It runs until it finishes or the host shuts down. */
+#define CURFEW_JOB_CONTINUOUS (1u << 0)
+
+/* Status returned by `create`. */
+typedef enum curfew_status {
+    CURFEW_OK = 0,
+    CURFEW_ERROR = 1
+} curfew_status;
+
+/* [job-queue] Makes the job's state. Optional (NULL: state is NULL).
+ * Store the state in `*state`; the host passes it to every later hook and
+ * never reads it. Return CURFEW_ERROR (after logging why) to fail the job:
+ * no other hook is called then. A task-driven job (NULL `chunk`) starts its
+ * work here, under tasks it begins with `begin_background_task`, and
+ * returns at once. The job's grant is already running. */
+typedef curfew_status (*curfew_create_fn)(curfew_context *ctx, void **state);
+
+/* [job-queue] Does one bounded unit of work and says what next (see
+ * curfew_chunk_result). Keep a chunk short — well under the grant's lead
+ * time — so the host can stop between chunks. The host checks the remaining
+ * time before each call and calls no chunk once the grant is expiring. */
+typedef curfew_chunk_result (*curfew_chunk_fn)(curfew_context *ctx,
+                                               void *state);
+
+/* [job-queue] The cleanup hook, called from the grant's expiration handler:
+ * at most once, when the grant starts to expire while the job is still
+ * alive. For a chunked job it never overlaps a chunk: it runs at once when
+ * no chunk is in flight, else right after the in-flight chunk returns, and
+ * no chunk runs after it. Save what must last, release what must not leak,
+ * and return promptly: the job is terminated if it has not returned by the
+ * hard deadline. Required for chunked jobs; optional for task-driven jobs,
+ * whose own tasks' handlers run on the expiration queue as well. */
+typedef void (*curfew_expire_fn)(curfew_context *ctx, void *state,
+                                 curfew_expire_reason reason);
+
+/* [job-queue] Frees the job's state. Optional. Called last, once the job is
+ * over (its chunks stopped, `expire` returned if it was called, its own
+ * tasks ended), and never for a job that failed in `create` or was
+ * terminated. `ctx` is valid during the call and not after. */
+typedef void (*curfew_destroy_fn)(curfew_context *ctx, void *state);
+
+/* One job. Owned by the plugin; must stay valid and unchanged while the
+ * plugin is loaded (the host never unloads a plugin). */
+typedef struct curfew_job {
+    /* sizeof(curfew_job) as the plugin was built. */
+    uint32_t struct_size;
+    /* CURFEW_JOB_* flags; unknown bits are rejected. */
+    uint32_t flags;
+    /* Unique within the host: 1 to CURFEW_MAX_JOB_NAME bytes of [a-z0-9._-],
+     * starting with a letter or digit. */
+    const char *name;
+    /* One line, at most CURFEW_MAX_SUMMARY bytes. */
+    const char *summary;
+    /* Hooks; see their typedefs. `chunk` NULL makes a task-driven job, which
+     * then needs `create`. A chunked job needs `expire`. */
+    curfew_create_fn create;
+    curfew_chunk_fn chunk;
+    curfew_expire_fn expire;
+    curfew_destroy_fn destroy;
+} curfew_job;
+
+/* The plugin descriptor returned by `curfew_plugin_entry`. Owned by the
+ * plugin; must stay valid while the plugin is loaded. The host checks
+ * `abi_version` and `struct_size` before it reads anything else. */
+typedef struct curfew_plugin {
+    /* CURFEW_ABI_VERSION as the plugin was built. */
+    uint32_t abi_version;
+    /* sizeof(curfew_plugin) as the plugin was built. */
+    uint32_t struct_size;
+    /* Number of entries in `jobs`: 1 to CURFEW_MAX_JOBS. */
+    uint32_t job_count;
+    /* Must be zero. */
+    uint32_t reserved;
+    /* `job_count` pointers to job descriptors. */
+    const curfew_job *const *jobs;
+} curfew_plugin;
+
+/* [loader] The one function a plugin exports. Returns the plugin's
+ * descriptor, or NULL to decline to load (log the reason through
+ * `host->log(NULL, ...)` first). `host` stays valid for the life of the
+ * process. Call no other host function here. */
+typedef const curfew_plugin *(*curfew_plugin_entry_fn)(const curfew_host *host);
+
+/* The exported symbol's name. */
+#define CURFEW_PLUGIN_ENTRY_SYMBOL "curfew_plugin_entry"
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CURFEW_H */
