@@ -6,6 +6,7 @@
  * the task has ended.
  *
  * Parameters: --param steps=N (default 8), --param step-ms=N (default 250). */
+#define _POSIX_C_SOURCE 200809L
 #include <curfew.h>
 
 #include <pthread.h>

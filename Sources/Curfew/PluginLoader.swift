@@ -76,8 +76,10 @@ public struct PluginLoader: Sendable {
     /// - Throws: A ``CurfewError`` saying why the file cannot be used.
     public func load(_ path: String) throws(CurfewError) -> LoadedPlugin {
         try checkFile(path)
+        // dlopen searches the library path for a name without a slash: give
+        // it the resolved path, so `hello.so` means the file in this folder.
         let handle: UnsafeMutableRawPointer
-        switch Syscalls.dlopenPlugin(path) {
+        switch Syscalls.dlopenPlugin(Syscalls.realPath(path) ?? "./" + path) {
         case .success(let opened): handle = opened
         case .failure(let error):
             throw CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)

@@ -24,6 +24,8 @@ struct OptionSpec: Sendable {
     /// The value's placeholder, or `nil` for a flag.
     let value: String?
     let help: String
+    /// The option may be given more than once.
+    var repeatable = false
     var label: String { names.joined(separator: ", ") + (value.map { " <\($0)>" } ?? "") }
     var usage: String { names.last! + (value.map { " <\($0)>" } ?? "") }
 }

@@ -121,10 +121,9 @@ public enum CurfewMain {
         let runner = Runner(jobs: jobs, configuration: configuration) { event in reporter.event(event) }
 
         let stopSignal = Mutex<Int32?>(nil)
-        let signals = [SIGINT, SIGTERM].map { number in
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler {
+        let signals: SignalMonitor
+        do throws(CurfewError) {
+            signals = try SignalMonitor(signals: [SIGINT, SIGTERM]) { number in
                 let first = stopSignal.withLock { received -> Bool in
                     defer { if received == nil { received = number } }
                     return received == nil
@@ -134,19 +133,20 @@ public enum CurfewMain {
                     _exit(128 + number)
                 }
                 let name = number == SIGINT ? "SIGINT" : "SIGTERM"
-                let lead = configuration.policy.lead
-                console.error("\(name): expiring every job now; they have up to \(format(lead)) to clean up. Send it again to stop at once.")
+                console.error(
+                    "\(name): expiring every job now; they have up to \(format(configuration.policy.lead)) to clean up. Send it again to stop at once.")
                 runner.shutdown()
             }
-            source.activate()
-            return source
+        } catch {
+            console.error("Error: \(error.description)")
+            return ExitCode.failure
         }
 
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
         live?.cancel()
         console.setLive([])
-        signals.forEach { $0.cancel() }
+        signals.cancel()
 
         reporter.summary(results, rejected: scan.rejected.count)
         let code = ExitCode.forRun(results, rejected: scan.rejected.count, signal: stopSignal.withLock { $0 })

@@ -14,8 +14,8 @@ public enum Help {
             names: ["--grace"], value: "duration",
             help: "Lead of the expiration handler before the deadline. (default: 5s, at most a quarter of the budget)"),
         OptionSpec(names: ["--jobs"], value: "n", help: "Run at most n jobs at once. (default: the number of active processors)"),
-        OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more."),
-        OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more."),
+        OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more.", repeatable: true),
+        OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more.", repeatable: true),
         OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
@@ -38,7 +38,7 @@ public enum Help {
         guard let command else { return "curfew <subcommand>" }
         switch command {
         case .run, .list:
-            let options = Self.options(for: command).map { "[\($0.usage)]" }
+            let options = Self.options(for: command).map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
             return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
         case .help:
             return "curfew help [<subcommand>]"

@@ -13,4 +13,12 @@ void *curfew_shim_dlopen_plugin(const char *path);
 /* The nanoseconds of CLOCK_MONOTONIC. */
 uint64_t curfew_shim_monotonic_nanoseconds(void);
 
+/* Installs, with sigaction and at once, a handler for each of `signals`
+ * that writes the signal's number as one byte to a pipe, and returns the
+ * pipe's read end (non-blocking, close-on-exec), or -1 with errno set. The
+ * handler does only async-signal-safe work (write(2), saving errno), and a
+ * signal that arrives before anyone reads the pipe waits in it. One pipe per
+ * process; calling again adds signals to it. */
+int curfew_shim_signal_pipe(const int *signals, int count);
+
 #endif

@@ -1,0 +1,381 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// Parsing, help and error texts, compared whole.
+@Suite struct ArgumentTests {
+    @Test func topLevelHelp() {
+        #expect(Help.text(nil) == """
+            OVERVIEW: Run background jobs from compiled plugins, each under an iOS-style background-task grant.
+
+            USAGE: curfew <subcommand>
+
+            OPTIONS:
+              --version               Show the version.
+              -h, --help              Show help information.
+
+            SUBCOMMANDS:
+              run                     Load plugins and run their jobs, each under a
+                                      background-task grant.
+              list                    List plugins, their jobs, and the files rejected with
+                                      the reason.
+              help                    Show subcommand help information.
+
+              See 'curfew help <subcommand>' for detailed help.
+
+            """)
+    }
+
+    @Test func runHelp() {
+        #expect(Help.text(.run) == """
+            OVERVIEW: Load plugins and run their jobs, each under a background-task grant.
+
+            Each job gets a budget. Shortly before it runs out the job's expire hook
+            runs; a job still running at the end of the budget is terminated.
+            SIGINT or SIGTERM expires every job at once and the host exits within
+            the lead time.
+
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose]
+
+            ARGUMENTS:
+              <paths>                 Plugin folders (scanned for *.so) and .so files.
+                                      (default: .)
+
+            OPTIONS:
+              --budget <duration>     Time each job's grant lasts, from its start to its
+                                      hard deadline, e.g. 180s, 500ms, 2m. (default: 180s)
+              --grace <duration>      Lead of the expiration handler before the deadline.
+                                      (default: 5s, at most a quarter of the budget)
+              --jobs <n>              Run at most n jobs at once. (default: the number of
+                                      active processors)
+              --only <name>           Run only the named job; repeat for more.
+              --param <key=value>     A parameter every job can read with param(); repeat
+                                      for more.
+              --allow-continuous      Run continuous jobs, without a budget, until they
+                                      finish or the host stops.
+              --json                  Print events as JSON Lines on stdout; human messages
+                                      go to stderr.
+              --verbose               Also show jobs' debug messages.
+              -h, --help              Show help information.
+
+            EXIT STATUS:
+              0    every job completed or expired cleanly, and no plugin was rejected
+              1    nothing to run, or the host itself failed
+              2    a job failed, was terminated or was refused
+              3    a plugin file was rejected (the other jobs ran cleanly)
+              64   usage error
+              130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up
+
+            """)
+    }
+
+    @Test func listHelp() {
+        #expect(Help.text(.list) == """
+            OVERVIEW: List plugins, their jobs, and the files rejected with the reason.
+
+            USAGE: curfew list [<paths> ...] [--json]
+
+            ARGUMENTS:
+              <paths>                 Plugin folders (scanned for *.so) and .so files.
+                                      (default: .)
+
+            OPTIONS:
+              --json                  Print plugins and rejected files as JSON Lines.
+              -h, --help              Show help information.
+
+            EXIT STATUS:
+              0    every plugin file loaded
+              1    no plugin found
+              3    a plugin file was rejected
+              64   usage error
+
+            """)
+    }
+
+    @Test func helpRequests() throws {
+        #expect(try ArgumentParser.parse([]) == .help(nil))
+        #expect(try ArgumentParser.parse(["--help"]) == .help(nil))
+        #expect(try ArgumentParser.parse(["help", "run"]) == .help(.run))
+        #expect(try ArgumentParser.parse(["run", "plugins", "-h"]) == .help(.run))
+        #expect(try ArgumentParser.parse(["list", "--help"]) == .help(.list))
+        #expect(try ArgumentParser.parse(["--version"]) == .version)
+    }
+
+    @Test func runOptions() throws {
+        let invocation = try ArgumentParser.parse([
+            "run", "plugins", "--budget", "8s", "--grace=500ms", "--jobs", "3", "--only", "a", "--only", "b",
+            "--param", "k=v=w", "--param", "empty=", "--allow-continuous", "--json", "--", "--odd-name.so",
+        ])
+        var expected = RunOptions()
+        expected.paths = ["plugins", "--odd-name.so"]
+        expected.budget = .seconds(8)
+        expected.grace = .milliseconds(500)
+        expected.jobs = 3
+        expected.only = ["a", "b"]
+        expected.parameters = ["k": "v=w", "empty": ""]
+        expected.allowContinuous = true
+        expected.json = true
+        #expect(invocation == .run(expected))
+    }
+
+    @Test func defaults() throws {
+        guard case .run(let options) = try ArgumentParser.parse(["run"]) else {
+            Issue.record("not a run")
+            return
+        }
+        #expect(options.effectivePaths == ["."])
+        #expect(options.budget == .seconds(180))
+        #expect(options.grace == nil)
+        #expect(options.jobs == RunConfiguration.activeProcessorCount)
+    }
+
+    @Test(arguments: [
+        ("180s", Duration.seconds(180)), ("500ms", .milliseconds(500)), ("1.5s", .milliseconds(1500)),
+        ("2m", .seconds(120)), ("1h", .seconds(3600)), ("42", .seconds(42)), ("0.25", .milliseconds(250)),
+    ])
+    func durations(text: String, expected: Duration) {
+        #expect(ArgumentParser.parseDuration(text) == expected)
+    }
+
+    @Test(arguments: ["", "s", "-1s", "1.2.3s", "abc", "1 s", "5d", "1e3s", "nan"])
+    func badDurations(text: String) {
+        #expect(ArgumentParser.parseDuration(text) == nil)
+    }
+
+    func errorText(_ arguments: [String]) -> String? {
+        do {
+            _ = try ArgumentParser.parse(arguments)
+            return nil
+        } catch {
+            return Help.errorText(error)
+        }
+    }
+
+    static let runUsage =
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose]\n  See 'curfew run --help' for more information.\n"
+
+    @Test func usageErrors() {
+        #expect(errorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
+        #expect(errorText(["run", "--budget"]) == "Error: Missing value for '--budget <duration>'\n" + Self.runUsage)
+        #expect(
+            errorText(["run", "--budget", "soon"])
+                == "Error: The value 'soon' is invalid for '--budget <duration>': use a duration such as 180s, 500ms or 2m\n"
+                + Self.runUsage)
+        #expect(
+            errorText(["run", "--budget", "0s"])
+                == "Error: The value '0s' is invalid for '--budget <duration>': the budget must be positive\n" + Self.runUsage)
+        #expect(
+            errorText(["run", "--jobs", "0"])
+                == "Error: The value '0' is invalid for '--jobs <n>': use a whole number from 1 to 1024\n" + Self.runUsage)
+        #expect(
+            errorText(["run", "--param", "novalue"])
+                == "Error: The value 'novalue' is invalid for '--param <key=value>': use key=value\n" + Self.runUsage)
+        #expect(
+            errorText(["run", "--budget", "4s", "--grace", "4s"])
+                == "Error: --grace 4s must be shorter than --budget 4s\n" + Self.runUsage)
+        #expect(errorText(["run", "--json=yes"]) == "Error: The option '--json' takes no value\n" + Self.runUsage)
+        #expect(
+            errorText(["launch"])
+                == "Error: Unknown subcommand 'launch'\nUsage: curfew <subcommand>\n  See 'curfew --help' for more information.\n")
+        #expect(
+            errorText(["list", "--budget", "1s"])
+                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json]\n  See 'curfew list --help' for more information.\n")
+    }
+
+    @Test func exitCodes() {
+        func result(_ outcome: Outcome) -> JobResult {
+            JobResult(job: "j", pluginPath: "p", outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
+        }
+        #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, signal: nil) == 0)
+        #expect(ExitCode.forRun([result(.completed)], rejected: 1, signal: nil) == 3)
+        #expect(ExitCode.forRun([result(.failed)], rejected: 1, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.terminated)], rejected: 0, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.refused)], rejected: 0, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.expired)], rejected: 0, signal: 15) == 143)
+    }
+
+    @Test func jsonStringsAreEscaped() {
+        var line = JSONLine(event: "log")
+        line.add("message", "say \"hi\"\n\tback\\slash \u{1}")
+        line.add("elapsed", 1.5)
+        line.add("budget", nil as Double?)
+        #expect(line.text == #"{"event":"log","message":"say \"hi\"\n\tback\\slash \u0001","elapsed":1.5,"budget":null}"#)
+    }
+}
+
+/// The `curfew` executable, run as a user runs it.
+@Suite(.timeLimit(.minutes(1))) struct CurfewExecutableTests {
+    func curfew(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+        try Fixtures.run(Fixtures.curfewExecutable, arguments)
+    }
+
+    @Test func helpAndVersionGoToStdoutWithStatusZero() throws {
+        let help = try curfew(["help", "list"])
+        #expect(help.status == 0)
+        #expect(help.stdout == Help.text(.list))
+        #expect(help.stderr.isEmpty)
+        let version = try curfew(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout == Help.version + "\n")
+    }
+
+    @Test func aUsageErrorGoesToStderrWithStatus64() throws {
+        let result = try curfew(["run", "--jobs", "many"])
+        #expect(result.status == 64)
+        #expect(result.stdout.isEmpty)
+        #expect(result.stderr == "Error: The value 'many' is invalid for '--jobs <n>': use a whole number from 1 to 1024\n" + ArgumentTests.runUsage)
+    }
+
+    /// A folder with the examples, a garbage file, an empty file and a `.so` without the entry.
+    func mixedFolder() throws -> String {
+        let folder = Fixtures.temporaryFolder("mixed")
+        for plugin in Fixtures.examplePlugins {
+            try FileManager.default.copyItem(atPath: plugin, toPath: folder + "/" + URL(fileURLWithPath: plugin).lastPathComponent)
+        }
+        try "garbage\n".write(toFile: folder + "/garbage.so", atomically: true, encoding: .utf8)
+        #expect(FileManager.default.createFile(atPath: folder + "/empty.so", contents: Data()))
+        let source = folder + "/helper.c"
+        try "int helper(void) { return 7; }\n".write(toFile: source, atomically: true, encoding: .utf8)
+        #expect(try Fixtures.run("/usr/bin/env", ["cc", "-shared", "-fPIC", source, "-o", folder + "/no-entry.so"]).status == 0)
+        return folder
+    }
+
+    static let exampleParameters = [
+        "--param", "interval-ms=100", "--param", "count=1000000", "--param", "limit=20000",
+        "--param", "steps=3", "--param", "step-ms=10",
+    ]
+
+    @Test func runningTheMixedFolderRejectsEachBadFileAndRunsEveryJob() throws {
+        let folder = try mixedFolder()
+        let result = try curfew(["run", folder, "--budget", "800ms"] + Self.exampleParameters)
+        #expect(result.status == 3, "jobs clean, files rejected: \(result.stdout)\(result.stderr)")
+        let lines = result.stdout.split(separator: "\n").map(String.init)
+        let rejected = lines.filter { $0.hasPrefix("rejected") }
+        #expect(rejected == [
+            "rejected  \(folder)/empty.so: Empty file (0 bytes), not a shared object.",
+            "rejected  \(folder)/garbage.so: Not an ELF shared object (it does not start with the ELF magic bytes).",
+            "rejected  \(folder)/no-entry.so: No 'curfew_plugin_entry' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT).",
+        ])
+        // The summary table: one row per job, with its outcome and reason.
+        let header = try #require(lines.firstIndex { $0.hasPrefix("JOB ") })
+        let rows = lines[(header + 1)...].prefix(4).map { $0.split(separator: " ", omittingEmptySubsequences: true) }
+        let outcomes = Dictionary(uniqueKeysWithValues: rows.map { (String($0[0]), String($0[1])) })
+        #expect(outcomes == [
+            "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "timer-counter": "expired",
+        ])
+        #expect(lines.contains { $0.hasPrefix("timer-counter") && $0.hasSuffix("time ran out; cleanup ran") })
+        #expect(lines.last == "4 jobs: 3 completed, 1 expired; 3 plugin files rejected")
+    }
+
+    struct Event: Decodable {
+        let event: String
+        let job: String?
+        let plugin: String?
+        let outcome: String?
+        let reason: String?
+        let chunks: Int?
+        let elapsed: Double?
+        let code: String?
+    }
+
+    func events(_ text: String) throws -> [Event] {
+        try text.split(separator: "\n").map { try JSONDecoder().decode(Event.self, from: Data($0.utf8)) }
+    }
+
+    @Test func theSameRunAsJSONLines() throws {
+        let folder = try mixedFolder()
+        let result = try curfew(["run", folder, "--budget", "800ms", "--json"] + Self.exampleParameters)
+        #expect(result.status == 3)
+        let events = try events(result.stdout)
+        #expect(events.filter { $0.event == "rejected" }.map(\.code) == ["empty-file", "not-elf", "missing-entry"])
+        #expect(events.filter { $0.event == "loaded" }.count == 4)
+        let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
+        #expect(finished.mapValues(\.outcome) == [
+            "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "timer-counter": "expired",
+        ])
+        #expect(finished["timer-counter"]?.reason == "time ran out; cleanup ran")
+        #expect(finished["sum-squares"]?.chunks == 10)
+        #expect(events.filter { $0.event == "expiring" }.map(\.job) == ["timer-counter"])
+        // Everything human went to stderr: the rejections, and no table.
+        #expect(result.stderr.contains("rejected  \(folder)/garbage.so"))
+        #expect(!result.stderr.contains("JOB "))
+    }
+
+    @Test func listShowsJobsAndRejections() throws {
+        let folder = try mixedFolder()
+        let result = try curfew(["list", folder])
+        #expect(result.status == 3)
+        #expect(result.stdout.contains("\(folder)/libExampleTaskDriven.so\n  sync-worker  Syncs items on its own thread under a background task it begins. [task-driven]\n"))
+        #expect(result.stdout.contains("rejected  \(folder)/garbage.so: Not an ELF shared object"))
+        let empty = Fixtures.temporaryFolder("empty")
+        let none = try curfew(["list", empty])
+        #expect(none.status == 1)
+        #expect(none.stderr == "Error: No plugin (*.so) found in \(empty).\n")
+    }
+
+    @Test func theReadmeCExampleBuildsWithItsOneLineCommandAndRunsFromItsFolder() throws {
+        let readme = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let start = try #require(readme.range(of: "```c\n"))
+        let end = try #require(readme.range(of: "```\n", range: start.upperBound..<readme.endIndex))
+        let folder = Fixtures.temporaryFolder("readme")
+        try String(readme[start.upperBound..<end.lowerBound]).write(toFile: folder + "/hello.c", atomically: true, encoding: .utf8)
+        let build = try Fixtures.run(
+            "/usr/bin/env", ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-shared", "-fPIC", "-fvisibility=hidden",
+                             "-I", Fixtures.includeFolder, "hello.c", "-o", "hello.so"], in: folder)
+        #expect(build.status == 0, "\(build.stderr)")
+        // A bare file name means the file in the current folder, not a library search.
+        let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", "hello.so", "--json"], in: folder)
+        #expect(result.status == 0, "\(result.stderr)")
+        let finished = try events(result.stdout).filter { $0.event == "finished" }
+        #expect(finished.map(\.outcome) == ["completed"])
+        #expect(finished.map(\.chunks) == [5])
+    }
+
+    @Test func onlyWithAnUnknownJobIsAnError() throws {
+        let result = try curfew(["run", Fixtures.examplePlugins[1], "--only", "nope"])
+        #expect(result.status == 1)
+        #expect(result.stderr == "Error: No loaded job is named 'nope' (loaded: sum-squares).\n")
+    }
+
+    @Test func aFailedJobMakesTheStatusTwo() throws {
+        let fixture = try RunnerFixture()
+        let result = try curfew(["run", fixture.path, "--only", "fail", "--only", "count"])
+        #expect(result.status == 2)
+        #expect(result.stdout.contains("finished  fail: failed (chunk returned failed: disk full) after 3 chunks"))
+    }
+
+    @Test func sigtermExpiresEveryJobAndExitsWithinTheLead() throws {
+        let fixture = try RunnerFixture()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+        process.arguments = [
+            "run", fixture.path, "--only", "tick", "--only", "spin", "--budget", "60s", "--grace", "400ms",
+            "--param", "tick-ms=5", "--json",
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Handshake: wait until both jobs have started.
+        var text = ""
+        while text.components(separatedBy: "\"event\":\"started\"").count < 3 {
+            let data = output.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            text += String(decoding: data, as: UTF8.self)
+        }
+        let signalled = ContinuousClock.now
+        kill(process.processIdentifier, SIGTERM)
+        text += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        let took = ContinuousClock.now - signalled
+        #expect(process.terminationReason == .exit)
+        #expect(process.terminationStatus == 143)
+        #expect(took < .seconds(3), "exits within the lead time, not the budget")
+        let finished = try events(text).filter { $0.event == "finished" }
+        #expect(finished.count == 2)
+        #expect(finished.allSatisfy { $0.outcome == "expired" && $0.reason == "host shutting down; cleanup ran" })
+        #expect(fixture.count("tick", "creates") == -1, "the fixture ran in the child, not here")
+    }
+}

@@ -1,0 +1,210 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+/// The loader, against plugins compiled at test time that each break one rule.
+@Suite struct LoaderTests {
+    /// Variant numbers of `bad_plugin.c`.
+    enum Variant: Int {
+        case entryNull = 1, abiMismatch, structTooSmall, noExpire, noChunkNoCreate, emptyName, invalidName,
+            duplicateName, zeroJobs, tooManyJobs, nullJobs, nullName, unknownFlags, jobStructTooSmall, nullJob,
+            multilineSummary, reservedSet, good, longName
+    }
+
+    func rejection(_ variant: Variant) throws -> CurfewError {
+        let path = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(variant.rawValue)"])
+        let scan = PluginLoader().scan([path])
+        #expect(scan.plugins.isEmpty)
+        let rejected = try #require(scan.rejected.first)
+        #expect(rejected.path == path)
+        #expect(!rejected.error.description.contains("\n"), "a rejection is one line")
+        return rejected.error
+    }
+
+    @Test func aGoodPluginLoadsWithItsJobs() throws {
+        let path = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.good.rawValue)"])
+        let plugin = try PluginLoader().load(path)
+        #expect(plugin.jobs.map(\.name) == ["fixture-job", "fixture-second"])
+        #expect(plugin.jobs.map(\.summary) == ["A fixture job.", "Another fixture job."])
+        #expect(plugin.jobs.allSatisfy { $0.isChunked && !$0.isContinuous && $0.pluginPath == path })
+    }
+
+    @Test func notAnELFFile() throws {
+        let folder = Fixtures.temporaryFolder()
+        let path = folder + "/garbage.so"
+        try "this is not a shared object\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.code == .notELF)
+        #expect(error.description == "Not an ELF shared object (it does not start with the ELF magic bytes).")
+    }
+
+    @Test func emptyFile() throws {
+        let path = Fixtures.temporaryFolder() + "/empty.so"
+        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.code == .emptyFile)
+        #expect(error.description == "Empty file (0 bytes), not a shared object.")
+    }
+
+    @Test func anELFFileThatIsNotALoadableLibrary() throws {
+        // An object file: ELF magic, but dlopen refuses it.
+        let object = Fixtures.temporaryFolder() + "/object.so"
+        let result = try Fixtures.run("/usr/bin/env", ["cc", "-c", "-x", "c", "/dev/null", "-o", object])
+        #expect(result.status == 0)
+        let error = try #require(PluginLoader().scan([object]).rejected.first?.error)
+        #expect(error.code == .loadFailed)
+        #expect(error.description.hasPrefix("Cannot be loaded: "))
+        #expect(error.underlying != nil)
+    }
+
+    @Test func missingEntry() throws {
+        let folder = Fixtures.temporaryFolder()
+        let source = folder + "/plain.c"
+        try "int add(int a, int b) { return a + b; }\n".write(toFile: source, atomically: true, encoding: .utf8)
+        let library = folder + "/plain.so"
+        #expect(try Fixtures.run("/usr/bin/env", ["cc", "-shared", "-fPIC", source, "-o", library]).status == 0)
+        let error = try #require(PluginLoader().scan([library]).rejected.first?.error)
+        #expect(error.code == .missingEntry)
+        #expect(error.description == "No 'curfew_plugin_entry' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT).")
+    }
+
+    @Test func entryReturnedNullWithItsLoggedReason() throws {
+        let error = try rejection(.entryNull)
+        #expect(error.code == .entryDeclined)
+        #expect(error.description == "The plugin declined to load (its entry returned NULL): needs FIXTURE_TOKEN to be set.")
+    }
+
+    @Test func abiVersionMismatchNamesBothVersions() throws {
+        let error = try rejection(.abiMismatch)
+        #expect(error.code == .abiVersionMismatch)
+        #expect(error.description == "ABI version 7, this host speaks 1; rebuild the plugin against this host's curfew.h.")
+    }
+
+    @Test func descriptorTooSmall() throws {
+        let error = try rejection(.structTooSmall)
+        #expect(error.code == .structTooSmall)
+        #expect(error.description == "Plugin descriptor struct_size is 8 bytes, at least 24 expected for ABI version 1.")
+    }
+
+    @Test func jobDescriptorTooSmall() throws {
+        let error = try rejection(.jobStructTooSmall)
+        #expect(error.code == .structTooSmall)
+        #expect(error.description == "Job #0 struct_size is 12 bytes, at least 56 expected.")
+    }
+
+    @Test func chunkedJobWithoutExpire() throws {
+        let error = try rejection(.noExpire)
+        #expect(error.code == .missingHook)
+        #expect(error.description == "Job 'fixture-job' has a chunk hook but no expire hook; a chunked job needs expire for its cleanup.")
+    }
+
+    @Test func jobWithNeitherChunkNorCreate() throws {
+        let error = try rejection(.noChunkNoCreate)
+        #expect(error.code == .missingHook)
+        #expect(error.description == "Job 'fixture-job' has neither chunk nor create; a task-driven job starts its work in create.")
+    }
+
+    @Test func emptyJobName() throws {
+        let error = try rejection(.emptyName)
+        #expect(error.code == .invalidJobName)
+        #expect(error.description == "Job #0 has an empty name.")
+    }
+
+    @Test func nullJobName() throws {
+        let error = try rejection(.nullName)
+        #expect(error.code == .invalidJobName)
+        #expect(error.description == "Job #0 has a NULL name.")
+    }
+
+    @Test func invalidJobName() throws {
+        let error = try rejection(.invalidName)
+        #expect(error.code == .invalidJobName)
+        #expect(error.description == "Job #0 has an invalid name 'Bad Name!': use [a-z0-9._-], starting with a letter or digit.")
+    }
+
+    @Test func overlongJobName() throws {
+        let error = try rejection(.longName)
+        #expect(error.code == .invalidJobName)
+        #expect(error.description == "Job #0 has a name longer than 64 bytes.")
+    }
+
+    @Test func duplicateJobNameInOnePlugin() throws {
+        let error = try rejection(.duplicateName)
+        #expect(error.code == .duplicateJobName)
+        #expect(error.description == "Job name 'fixture-job' is declared twice; job names must be unique.")
+    }
+
+    @Test func duplicateJobNameAcrossPlugins() throws {
+        let first = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.good.rawValue)"])
+        let second = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.good.rawValue)"])
+        let scan = PluginLoader().scan([first, second])
+        #expect(scan.plugins.map(\.path) == [first])
+        let rejected = try #require(scan.rejected.first)
+        #expect(rejected.path == second)
+        #expect(rejected.error.code == .duplicateJobName)
+        #expect(rejected.error.description == "Job name 'fixture-job' is already declared by \(first); job names must be unique.")
+    }
+
+    @Test func noJobs() throws {
+        let error = try rejection(.zeroJobs)
+        #expect(error.code == .invalidJobCount)
+        #expect(error.description == "The plugin declares no jobs (job_count is 0).")
+    }
+
+    @Test func absurdJobCount() throws {
+        let error = try rejection(.tooManyJobs)
+        #expect(error.code == .invalidJobCount)
+        #expect(error.description == "The plugin declares 100000 jobs, more than the limit of 256.")
+    }
+
+    @Test func nullJobTable() throws {
+        let error = try rejection(.nullJobs)
+        #expect(error.code == .invalidDescriptor)
+        #expect(error.description == "Plugin descriptor field 'jobs' is NULL but job_count is 2.")
+    }
+
+    @Test func nullJobPointer() throws {
+        let error = try rejection(.nullJob)
+        #expect(error.code == .invalidDescriptor)
+        #expect(error.description == "Job #0 is a NULL pointer.")
+    }
+
+    @Test func unknownFlags() throws {
+        let error = try rejection(.unknownFlags)
+        #expect(error.code == .unknownFlags)
+        #expect(error.description == "Job 'fixture-job' has unknown flags 0x80; this host knows 0x1.")
+    }
+
+    @Test func multilineSummary() throws {
+        let error = try rejection(.multilineSummary)
+        #expect(error.code == .invalidSummary)
+        #expect(error.description == "Job 'fixture-job' has a summary with a line break or control character; keep it to one line.")
+    }
+
+    @Test func reservedFieldSet() throws {
+        let error = try rejection(.reservedSet)
+        #expect(error.code == .invalidDescriptor)
+        #expect(error.description == "Plugin descriptor field 'reserved' is 1, must be 0.")
+    }
+
+    @Test func missingPath() throws {
+        let path = Fixtures.temporaryFolder() + "/nothing-here"
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.code == .notFound)
+        #expect(error.description == "No such file or folder.")
+    }
+
+    @Test func aFolderScanTakesSharedObjectsInNameOrderAndTheRestStillLoad() throws {
+        let folder = Fixtures.temporaryFolder()
+        let good = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.good.rawValue)"])
+        let bad = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.abiMismatch.rawValue)"])
+        try FileManager.default.copyItem(atPath: good, toPath: folder + "/b-good.so")
+        try FileManager.default.copyItem(atPath: bad, toPath: folder + "/a-bad.so")
+        try "notes".write(toFile: folder + "/README.txt", atomically: true, encoding: .utf8)
+        try "hidden".write(toFile: folder + "/.hidden.so", atomically: true, encoding: .utf8)
+        let scan = PluginLoader().scan([folder, folder + "/b-good.so"])
+        #expect(scan.plugins.map(\.path) == [folder + "/b-good.so"], "loaded once, though named twice")
+        #expect(scan.rejected.map(\.path) == [folder + "/a-bad.so"], "other files are not plugin candidates")
+    }
+}

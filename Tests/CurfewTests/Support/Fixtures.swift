@@ -1,0 +1,164 @@
+import Foundation
+import Glibc
+import Synchronization
+
+@testable import Curfew
+
+/// Paths of the package and its build products, and fixture plugins compiled
+/// with `cc` at test time.
+enum Fixtures {
+    /// The package's root folder.
+    static let packageRoot: URL = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static let includeFolder = packageRoot.appendingPathComponent("include").path
+    static let sourceFolder = packageRoot.appendingPathComponent("Tests/Fixtures").path
+
+    /// The folder holding the test binary, where SwiftPM also puts `curfew`
+    /// and the example plugins (`swift test` builds every product).
+    static let buildFolder: String = {
+        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return URL(fileURLWithPath: executable).deletingLastPathComponent().path
+    }()
+
+    /// The `curfew` executable built with the tests.
+    static var curfewExecutable: String { buildFolder + "/curfew" }
+
+    /// The example plugins built by SwiftPM.
+    static var examplePlugins: [String] {
+        ["ExampleTimerCounter", "ExampleEarlyFinish", "ExampleTaskDriven", "ExampleSwiftJob"].map {
+            "\(buildFolder)/lib\($0).so"
+        }
+    }
+
+    /// A fresh folder, removed by nobody: under the test run's temporary root.
+    static func temporaryFolder(_ name: String = "dir") -> String {
+        let path = workRoot + "/\(name)-\(nextSerial())"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    private static let workRoot: String = {
+        let path = NSTemporaryDirectory() + "curfew-tests-\(getpid())"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }()
+
+    private static let serial = Atomic<Int>(0)
+    private static func nextSerial() -> Int { serial.add(1, ordering: .relaxed).newValue }
+
+    /// Compiles `Tests/Fixtures/<source>` into a shared object of its own
+    /// (a new path, so a new copy of its globals when loaded).
+    static func compile(_ source: String, defines: [String] = [], extraFlags: [String] = []) throws -> String {
+        let output = workRoot + "/\(source.replacingOccurrences(of: ".c", with: ""))-\(nextSerial()).so"
+        let arguments = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
+                         "-I", includeFolder] + defines.map { "-D\($0)" } + extraFlags
+            + ["\(sourceFolder)/\(source)", "-o", output, "-lpthread"]
+        let result = try run("/usr/bin/env", ["cc"] + arguments)
+        guard result.status == 0 else {
+            throw FixtureError.compileFailed(source: source, output: result.stderr)
+        }
+        return output
+    }
+
+    /// Runs a program to completion and returns its exit status and output.
+    static func run(_ executable: String, _ arguments: [String], in folder: String? = nil)
+        throws -> (status: Int32, stdout: String, stderr: String)
+    {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder) }
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        // Read both pipes before waiting, so a chatty child cannot block on a full pipe.
+        let group = DispatchGroup()
+        let errData = Mutex(Data())
+        DispatchQueue.global().async(group: group) {
+            let data = err.fileHandleForReading.readDataToEndOfFile()
+            errData.withLock { $0 = data }
+        }
+        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        group.wait()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outData, as: UTF8.self),
+                String(decoding: errData.withLock { $0 }, as: UTF8.self))
+    }
+}
+
+enum FixtureError: Error, CustomStringConvertible {
+    case compileFailed(source: String, output: String)
+    case missingSymbol(String)
+
+    var description: String {
+        switch self {
+        case .compileFailed(let source, let output): "cc failed for \(source):\n\(output)"
+        case .missingSymbol(let name): "fixture symbol \(name) not found"
+        }
+    }
+}
+
+/// The counters and controls `runner_jobs.c` exports.
+struct RunnerFixture {
+    let path: String
+    private let countFunction: @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>) -> Int64
+    private let releaseFunction: @convention(c) () -> Void
+
+    init() throws {
+        path = try Fixtures.compile("runner_jobs.c")
+        // The same handle the loader gets: dlopen of one path loads once.
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL),
+              let count = dlsym(handle, "fixture_count"),
+              let release = dlsym(handle, "fixture_release")
+        else { throw FixtureError.missingSymbol("fixture_count") }
+        countFunction = unsafeBitCast(count, to: (@convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>) -> Int64).self)
+        releaseFunction = unsafeBitCast(release, to: (@convention(c) () -> Void).self)
+    }
+
+    /// One counter of one job, summed over its runs (-1 before its first run).
+    func count(_ job: String, _ counter: String) -> Int64 {
+        job.withCString { job in counter.withCString { countFunction(job, $0) } }
+    }
+
+    /// Unblocks the jobs that wait for the test ("stuck", "stuck-expire").
+    func release() {
+        releaseFunction()
+    }
+
+    /// The fixture's jobs, loaded the way the host loads them.
+    func jobs(_ names: String...) throws -> [PluginJob] {
+        let plugin = try PluginLoader().load(path)
+        return try names.map { name in
+            guard let job = plugin.jobs.first(where: { $0.name == name }) else { throw FixtureError.missingSymbol(name) }
+            return job
+        }
+    }
+}
+
+/// Collects run events for later checks.
+final class EventLog: Sendable {
+    private let events = Mutex<[RunEvent]>([])
+
+    func record(_ event: RunEvent) {
+        events.withLock { $0.append(event) }
+    }
+
+    var all: [RunEvent] { events.withLock { $0 } }
+
+    func logs(of job: String) -> [String] {
+        all.compactMap { event in
+            if case .log(job, _, let message) = event { return message }
+            return nil
+        }
+    }
+
+    func expirations(of job: String) -> [ExpirationReason] {
+        all.compactMap { event in
+            if case .expiring(job, let reason) = event { return reason }
+            return nil
+        }
+    }
+}
