@@ -365,7 +365,7 @@ final class JobRun: Sendable {
     private func makeResult(_ c: Control, outcome: Outcome, reason: String) -> JobResult {
         let elapsed = c.startedAt.map { $0.duration(to: clock.now()) } ?? .zero
         return JobResult(
-            job: job.name, pluginPath: job.pluginPath, outcome: outcome, chunks: c.chunks,
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: elapsed, reason: reason, progress: c.progress)
     }
 
@@ -439,7 +439,7 @@ final class JobRun: Sendable {
     func status() -> JobStatus {
         let (chunks, progress, expiring) = control.withLock { ($0.chunks, $0.progress, $0.expiredBy != nil) }
         return JobStatus(
-            job: job.name, timeRemaining: grantStorage?.timeRemaining, progress: progress, chunks: chunks,
+            job: job.name, isChunked: job.isChunked, timeRemaining: grantStorage?.timeRemaining, progress: progress, chunks: chunks,
             isExpiring: expiring)
     }
 }
@@ -447,6 +447,7 @@ final class JobRun: Sendable {
 /// A running job as a live display shows it.
 public struct JobStatus: Sendable {
     public let job: String
+    public let isChunked: Bool
     /// `nil` for a job without a budget.
     public let timeRemaining: Duration?
     public let progress: Progress?

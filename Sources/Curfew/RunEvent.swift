@@ -51,6 +51,8 @@ public struct Progress: Sendable, Equatable {
 public struct JobResult: Sendable {
     public let job: String
     public let pluginPath: String
+    /// Whether the job runs in chunks (else it is task-driven).
+    public let isChunked: Bool
     public let outcome: Outcome
     /// Chunks called.
     public let chunks: UInt64

@@ -157,7 +157,7 @@ public final class Runner: Sendable {
     private func refuse(_ index: Int, reason: String) {
         let job = jobs[index]
         let result = JobResult(
-            job: job.name, pluginPath: job.pluginPath, outcome: .refused, chunks: 0, elapsed: .zero, reason: reason,
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0, elapsed: .zero, reason: reason,
             progress: nil)
         events(.finished(result))
         record(index, result)

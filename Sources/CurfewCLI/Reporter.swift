@@ -78,7 +78,8 @@ final class Reporter: Sendable {
         case .finished(let result):
             var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(result.reason))"
             if result.outcome != .refused {
-                text += " after \(result.chunks) chunk\(result.chunks == 1 ? "" : "s"), \(formatSeconds(result.elapsed.seconds))s"
+                let chunks = result.isChunked ? "\(result.chunks) chunk\(result.chunks == 1 ? "" : "s"), " : ""
+                text += " after \(chunks)\(formatSeconds(result.elapsed.seconds))s"
             }
             return text
         }
@@ -137,12 +138,14 @@ final class Reporter: Sendable {
 
     /// The live status lines for the running jobs.
     func liveLines(_ statuses: [JobStatus]) -> [String] {
-        statuses.map { status in
+        let width = statuses.map(\.job.count).max() ?? 0
+        return statuses.map { status in
             let time = status.timeRemaining.map { "\(formatSeconds($0.seconds))s left" } ?? "no budget"
-            var text = "  ▸ \(status.job)  \(time)"
-            if status.isExpiring { text += "  " + console.paint("expiring", .yellow) }
+            let name = status.job + String(repeating: " ", count: width - status.job.count)
+            var text = "  ▸ \(name)  \(time)"
+            if status.isExpiring { text += "  expiring" }
             if let progress = status.progress { text += "  " + Self.describe(progress) }
-            text += "  \(status.chunks) chunks"
+            if status.isChunked { text += "  \(status.chunks) chunks" }
             return console.paint(text, .dim)
         }
     }
@@ -159,7 +162,7 @@ final class Reporter: Sendable {
         let header = ["JOB", "OUTCOME", "CHUNKS", "ELAPSED", "PROGRESS", "REASON"]
         let rows = results.map { result in
             [
-                result.job, result.outcome.rawValue, String(result.chunks),
+                result.job, result.outcome.rawValue, result.isChunked ? String(result.chunks) : "-",
                 result.outcome == .refused ? "-" : formatSeconds(result.elapsed.seconds) + "s",
                 result.progress.map(Self.describe) ?? "-", result.reason,
             ]

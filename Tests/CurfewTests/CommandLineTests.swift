@@ -186,7 +186,7 @@ import Testing
 
     @Test func exitCodes() {
         func result(_ outcome: Outcome) -> JobResult {
-            JobResult(job: "j", pluginPath: "p", outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
+            JobResult(job: "j", pluginPath: "p", isChunked: true, outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
         }
         #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, signal: nil) == 0)
         #expect(ExitCode.forRun([result(.completed)], rejected: 1, signal: nil) == 3)
