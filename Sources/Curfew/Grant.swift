@@ -47,7 +47,9 @@ public struct GrantPolicy: Sendable, Equatable {
 
     public init(budget: Duration = GrantPolicy.defaultBudget, grace: Duration? = nil, allowsContinuous: Bool = false) {
         precondition(budget > .zero, "a grant's budget must be positive")
-        precondition(grace.map { $0 >= .zero && $0 < budget } ?? true, "the grace must be shorter than the budget")
+        // A zero lead would put the expiration and the deadline at one instant:
+        // a job could be terminated before its expire hook ran.
+        precondition(grace.map { $0 > .zero && $0 < budget } ?? true, "the grace must be positive and shorter than the budget")
         self.budget = budget
         self.grace = grace
         self.allowsContinuous = allowsContinuous
@@ -79,33 +81,32 @@ public final class GrantManager: Sendable {
         self.policy = policy
     }
 
-    /// Starts a grant now.
+    /// Makes a grant that has not started: its budget runs from ``Grant/start(observer:)``.
     ///
     /// - Parameters:
     ///   - name: The job's name, for messages.
     ///   - continuous: The job has a background mode and wants no budget.
-    ///   - queue: The serial queue the grant's timers and expiration handlers run on.
-    ///   - observer: Told when the grant expires, drains and reaches its deadline.
+    ///   - handlerQueue: The serial queue the tasks' expiration handlers run on.
     /// - Throws: ``CurfewError/Code/continuousNotAllowed`` for a continuous
     ///   job when the policy does not allow those.
-    public func beginGrant(
-        name: String, continuous: Bool = false, queue: DispatchQueue, observer: GrantObserver = GrantObserver()
-    ) throws(CurfewError) -> Grant {
+    public func makeGrant(name: String, continuous: Bool = false, handlerQueue: DispatchQueue) throws(CurfewError) -> Grant {
         if continuous && !policy.allowsContinuous {
             throw CurfewError(
                 .continuousNotAllowed,
                 "Job '\(name)' is continuous (it runs without a budget, like an iOS background mode); run it with --allow-continuous."
             )
         }
-        let start = clock.now()
-        let timing: Grant.Timing =
-            continuous
-            ? .unlimited(shutdownLead: policy.shutdownLead)
-            : .limited(
-                expirationPoint: start.advanced(by: policy.budget - policy.lead),
-                deadline: start.advanced(by: policy.budget), lead: policy.lead)
-        let grant = Grant(name: name, manager: self, start: start, timing: timing, queue: queue, observer: observer)
-        grant.armTimers()
+        return Grant(
+            name: name, manager: self, budget: continuous ? nil : policy.budget,
+            lead: continuous ? policy.shutdownLead : policy.lead, handlerQueue: handlerQueue)
+    }
+
+    /// Makes a grant and starts it now.
+    public func beginGrant(
+        name: String, continuous: Bool = false, handlerQueue: DispatchQueue, observer: GrantObserver = GrantObserver()
+    ) throws(CurfewError) -> Grant {
+        let grant = try makeGrant(name: name, continuous: continuous, handlerQueue: handlerQueue)
+        grant.start(observer: observer)
         return grant
     }
 
@@ -140,18 +141,17 @@ public struct GrantObserver: Sendable {
 /// before its end, a hard deadline, and the background tasks that keep the
 /// job alive, each with its own expiration handler.
 ///
-/// Time is read from the manager's clock and the timers fire on the grant's
-/// queue, so a grant is tested exactly with a ``ManualClock``.
+/// Time is read from the manager's clock. The timers fire on a host queue
+/// that runs no plugin code, so a blocked expiration handler cannot hold up
+/// the deadline; the handlers run on the grant's handler queue. With a
+/// ``ManualClock`` the timers fire inside `advance(by:)`.
 public final class Grant: Sendable {
-    enum Timing: Sendable {
-        case limited(expirationPoint: CurfewInstant, deadline: CurfewInstant, lead: Duration)
-        case unlimited(shutdownLead: Duration)
-    }
-
     enum Phase: Equatable {
+        case idle                        // made, not started
         case active
         case expiring(ExpirationReason)
-        case closed
+        case closed                      // no task can begin; the deadline still holds
+        case finished                    // timers disarmed
     }
 
     struct OpenTask {
@@ -161,64 +161,88 @@ public final class Grant: Sendable {
     }
 
     struct State {
-        var phase: Phase = .active
+        var phase: Phase = .idle
+        var observer = GrantObserver()
         var tasks: [OpenTask] = []
         var expirationTimer: (any CurfewTimer)?
         var deadlineTimer: (any CurfewTimer)?
+        /// An expiration asked for before the grant started.
+        var earlyExpiration: ExpirationReason?
+        var start: CurfewInstant?
     }
+
+    /// The queue every grant's timers fire on. Its work is short and takes
+    /// no plugin code: state changes and enqueues.
+    static let timerQueue = DispatchQueue(label: "curfew.grant-timers", qos: .userInitiated)
 
     /// The job's name.
     public let name: String
-    /// When the grant began.
-    public let start: CurfewInstant
-    let timing: Timing
-    let queue: DispatchQueue
+    /// The budget, or `nil` for a continuous job's grant.
+    public let budget: Duration?
+    /// The lead of the expiration point before the deadline (for a continuous
+    /// job: the time it gets to clean up after an early expiration).
+    public let lead: Duration
+    let handlerQueue: DispatchQueue
     private let manager: GrantManager
-    private let observer: GrantObserver
     private let state = Mutex(State())
-    // Read on every `timeRemaining`/`isExpiring` without the lock.
-    private let deadlineNanoseconds: Atomic<UInt64>
+    // Read on every chunk and `timeRemaining`/`isExpiring` without the lock.
+    private let deadlineNanoseconds = Atomic<UInt64>(.max)
+    private let expirationNanoseconds = Atomic<UInt64>(.max)
     private let expiringFlag = Atomic<Bool>(false)
 
-    init(name: String, manager: GrantManager, start: CurfewInstant, timing: Timing, queue: DispatchQueue, observer: GrantObserver) {
+    init(name: String, manager: GrantManager, budget: Duration?, lead: Duration, handlerQueue: DispatchQueue) {
         self.name = name
         self.manager = manager
-        self.start = start
-        self.timing = timing
-        self.queue = queue
-        self.observer = observer
-        if case .limited(_, let deadline, _) = timing {
-            deadlineNanoseconds = Atomic(deadline.nanoseconds)
-        } else {
-            deadlineNanoseconds = Atomic(.max)
-        }
+        self.budget = budget
+        self.lead = lead
+        self.handlerQueue = handlerQueue
     }
 
-    func armTimers() {
-        guard case .limited(let expirationPoint, let deadline, _) = timing else { return }
+    /// Starts the budget now and arms the timers.
+    ///
+    /// - Important: Call it once.
+    public func start(observer: GrantObserver) {
         let clock = manager.clock
-        let expirationTimer = clock.schedule(at: expirationPoint, on: queue) { [weak self] in
-            self?.expire(.timeout)
+        let now = clock.now()
+        let early = state.withLock { state -> ExpirationReason? in
+            precondition(state.phase == .idle, "Grant.start called twice")
+            state.phase = .active
+            state.observer = observer
+            state.start = now
+            if let budget {
+                let expirationPoint = now.advanced(by: budget - lead)
+                let deadline = now.advanced(by: budget)
+                expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
+                deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
+                state.expirationTimer = clock.schedule(at: expirationPoint, on: Self.timerQueue) { [weak self] in
+                    self?.expire(.timeout)
+                }
+                state.deadlineTimer = clock.schedule(at: deadline, on: Self.timerQueue) { [weak self] in
+                    self?.reachDeadline()
+                }
+            }
+            return state.earlyExpiration
         }
-        let deadlineTimer = clock.schedule(at: deadline, on: queue) { [weak self] in
-            self?.reachDeadline()
-        }
-        state.withLock {
-            $0.expirationTimer = expirationTimer
-            $0.deadlineTimer = deadlineTimer
-        }
+        if let early { expireNow(early) }
     }
 
     /// Whether the grant has no budget (a continuous job's).
-    public var isUnlimited: Bool {
-        if case .unlimited = timing { return true }
-        return false
+    public var isUnlimited: Bool { budget == nil }
+
+    /// When the grant started, or `nil` before.
+    public var start: CurfewInstant? {
+        state.withLock { $0.start }
     }
 
-    /// The instant the expiration handlers are due, or `nil` without a budget.
+    /// The instant the expiration is due, or `nil` without a budget or before the start.
     public var expirationPoint: CurfewInstant? {
-        if case .limited(let point, _, _) = timing { return point }
-        return nil
+        let value = expirationNanoseconds.load(ordering: .relaxed)
+        return value == .max ? nil : CurfewInstant(nanoseconds: value)
+    }
+
+    /// The expiration point in nanoseconds, `UInt64.max` for none: for the chunk loop.
+    var expirationPointNanoseconds: UInt64 {
+        expirationNanoseconds.load(ordering: .relaxed)
     }
 
     /// The hard deadline, or `nil` while there is none (an unlimited grant
@@ -237,9 +261,9 @@ public final class Grant: Sendable {
         return now >= deadline ? .zero : .nanoseconds(Int64(clamping: deadline - now))
     }
 
-    /// Whether the grant has started to expire (or is closed).
+    /// Whether the grant has started to expire, or is closed.
     public var isExpiring: Bool {
-        expiringFlag.load(ordering: .acquiring)
+        expiringFlag.load(ordering: .relaxed)
     }
 
     /// The reason the grant is expiring, if it is.
@@ -260,10 +284,10 @@ public final class Grant: Sendable {
     ///
     /// - Parameters:
     ///   - name: A name for messages.
-    ///   - expirationHandler: Called once, on the grant's queue, if the grant
+    ///   - expirationHandler: Called once, on the handler queue, if the grant
     ///     starts to expire while the task is open.
     /// - Returns: The task's identifier, or ``BackgroundTaskIdentifier/invalid``
-    ///   once the grant is expiring or closed.
+    ///   unless the grant is active (started, not expiring, not closed).
     public func beginTask(
         name: String, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
     ) -> BackgroundTaskIdentifier {
@@ -280,104 +304,107 @@ public final class Grant: Sendable {
     /// - Returns: Whether a task was open under that id.
     @discardableResult
     public func endTask(_ id: BackgroundTaskIdentifier) -> Bool {
-        let (found, drained) = state.withLock { state -> (Bool, Bool) in
-            guard let index = state.tasks.firstIndex(where: { $0.id == id }) else { return (false, false) }
+        let (found, drained) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
+            guard let index = state.tasks.firstIndex(where: { $0.id == id }) else { return (false, nil) }
             state.tasks.remove(at: index)
-            return (true, state.tasks.isEmpty && state.phase != .closed)
+            let live = state.phase != .idle && state.phase != .closed && state.phase != .finished
+            return (true, state.tasks.isEmpty && live ? state.observer.drained : nil)
         }
-        if drained { observer.drained() }
+        drained?()
         return found
     }
 
-    /// Starts the expiration now, for a shutdown or a cancellation: the
-    /// handlers run on the grant's queue, and the hard deadline moves to at
-    /// most a lead time from now. Harmless once the grant is expiring.
+    /// Starts the expiration now, for a shutdown or a cancellation: the hard
+    /// deadline moves to at most one lead time from now. Before the start, the
+    /// expiration is kept and happens as the grant starts. Harmless once the
+    /// grant is expiring.
     public func expireNow(_ reason: ExpirationReason) {
-        queue.async { self.expire(reason) }
+        let started = state.withLock { state -> Bool in
+            guard state.phase == .idle else { return true }
+            if state.earlyExpiration == nil { state.earlyExpiration = reason }
+            return false
+        }
+        guard started else { return }
+        Self.timerQueue.async { self.expire(reason) }
     }
 
     /// Closes the grant if no task is open: no task can begin after, and the
-    /// timers are disarmed.
+    /// expiration is off. The deadline still holds until ``finish()``.
     ///
     /// - Returns: Whether the grant is closed now.
     public func closeIfDrained() -> Bool {
-        let timers = state.withLock { state -> [any CurfewTimer]? in
+        let timer = state.withLock { state -> (any CurfewTimer)?? in
             guard state.tasks.isEmpty else { return nil }
-            return close(&state)
+            if state.phase != .finished { state.phase = .closed }
+            expiringFlag.store(true, ordering: .relaxed)
+            defer { state.expirationTimer = nil }
+            return .some(state.expirationTimer)
         }
-        guard let timers else { return false }
-        timers.forEach { $0.cancel() }
+        guard let timer else { return false }
+        timer?.cancel()
         return true
     }
 
-    /// Closes the grant whatever is open (the job was terminated).
-    func forceClose() {
-        state.withLock { close(&$0) }.forEach { $0.cancel() }
+    /// Ends the grant: whatever is open, no task can begin and no timer fires.
+    public func finish() {
+        let timers = state.withLock { state -> [any CurfewTimer] in
+            state.phase = .finished
+            expiringFlag.store(true, ordering: .relaxed)
+            defer {
+                state.expirationTimer = nil
+                state.deadlineTimer = nil
+            }
+            return [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
+        }
+        timers.forEach { $0.cancel() }
     }
 
-    private func close(_ state: inout State) -> [any CurfewTimer] {
-        state.phase = .closed
-        expiringFlag.store(true, ordering: .releasing)
-        let timers = [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
-        state.expirationTimer = nil
-        state.deadlineTimer = nil
-        return timers
-    }
-
-    // Runs on the grant's queue.
+    // On the timer queue (or inside ManualClock.advance).
     private func expire(_ reason: ExpirationReason) {
         let clock = manager.clock
-        let rearm = state.withLock { state -> (old: (any CurfewTimer)?, new: CurfewInstant?)? in
+        let change = state.withLock { state -> (observer: GrantObserver, ids: [BackgroundTaskIdentifier], rearm: CurfewInstant?, old: [any CurfewTimer])? in
             guard state.phase == .active else { return nil }
             state.phase = .expiring(reason)
-            expiringFlag.store(true, ordering: .releasing)
-            state.expirationTimer?.cancel()
+            expiringFlag.store(true, ordering: .relaxed)
+            var old = [state.expirationTimer].compactMap { $0 }
             state.expirationTimer = nil
-            guard reason != .timeout else { return (nil, nil) }
-            // Early expiration: the job gets at most one lead time from now.
-            let lead: Duration
-            switch timing {
-            case .limited(_, _, let limitedLead): lead = limitedLead
-            case .unlimited(let shutdownLead): lead = shutdownLead
+            var rearm: CurfewInstant?
+            if reason != .timeout {
+                // Early expiration: the job gets at most one lead time from now.
+                let newDeadline = clock.now().advanced(by: lead)
+                if newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) {
+                    deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
+                    old += [state.deadlineTimer].compactMap { $0 }
+                    state.deadlineTimer = clock.schedule(at: newDeadline, on: Self.timerQueue) { [weak self] in
+                        self?.reachDeadline()
+                    }
+                    rearm = newDeadline
+                }
             }
-            let newDeadline = clock.now().advanced(by: lead)
-            guard newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) else { return (nil, nil) }
-            deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
-            let old = state.deadlineTimer
-            state.deadlineTimer = nil
-            return (old, newDeadline)
+            return (state.observer, state.tasks.map(\.id), rearm, old)
         }
-        guard let rearm else { return }
-        if let newDeadline = rearm.new {
-            rearm.old?.cancel()
-            let timer = clock.schedule(at: newDeadline, on: queue) { [weak self] in
-                self?.reachDeadline()
+        guard let change else { return }
+        change.old.forEach { $0.cancel() }
+        change.observer.expiring(reason)
+        guard !change.ids.isEmpty else { return }
+        // Each open task's handler, in the order the tasks began, on the
+        // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
+        handlerQueue.async {
+            for id in change.ids {
+                let handler = self.state.withLock { state in state.tasks.first(where: { $0.id == id })?.handler }
+                handler?(reason)
             }
-            let stale = state.withLock { state -> Bool in
-                guard state.phase != .closed else { return true }
-                state.deadlineTimer = timer
-                return false
-            }
-            if stale { timer.cancel() }
-        }
-        observer.expiring(reason)
-        // Each open task's handler, in the order the tasks began; a task
-        // ended by an earlier handler is skipped.
-        let handled = state.withLock { $0.tasks.map(\.id) }
-        for id in handled {
-            let handler = state.withLock { state in state.tasks.first(where: { $0.id == id })?.handler }
-            handler?(reason)
         }
     }
 
-    // Runs on the grant's queue.
+    // On the timer queue (or inside ManualClock.advance).
     private func reachDeadline() {
-        let open = state.withLock { state -> [String]? in
-            guard state.phase != .closed else { return nil }
+        let due = state.withLock { state -> (GrantObserver, [String])? in
+            guard state.phase != .finished && state.phase != .idle else { return nil }
             state.deadlineTimer = nil
-            return state.tasks.map(\.name)
+            return (state.observer, state.tasks.map(\.name))
         }
-        guard let open else { return }
+        guard let (observer, open) = due else { return }
         observer.deadline(open)
     }
 }

@@ -14,7 +14,7 @@ final class JobRun: Sendable {
     /// Where the job is in its life. Guarded by `control`.
     enum Stage {
         case pending      // not started
-        case creating     // `create` is running
+        case creating     // `create` is enqueued or running
         case queued       // a slice is enqueued on the job queue
         case running      // a slice is calling chunks
         case delayed      // waiting for a chunk's requested delay
@@ -48,8 +48,8 @@ final class JobRun: Sendable {
         case nothing
         case slice        // run a slice here (already on the job queue)
         case enqueueSlice
-        case expire(ExpirationReason)        // here
-        case enqueueExpire(ExpirationReason)
+        case expire       // here
+        case enqueueExpire
         case destroy      // here
         case enqueueDestroy
         case delay(nanoseconds: Int64)
@@ -57,40 +57,34 @@ final class JobRun: Sendable {
 
     let job: PluginJob
     let parameters: ParameterTable
-    private let manager: GrantManager
+    let grant: Grant
     private let clock: any CurfewClock
     private let timeSliceNanoseconds: UInt64
     private let queue: DispatchQueue
-    private let expirationQueue: DispatchQueue
-    private let emit: @Sendable (RunEvent) -> Void
+    private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let control = Mutex(Control())
-    /// Set to stop the chunk loop after the in-flight chunk: read once per chunk.
-    private let stopRequested = Atomic<Bool>(false)
 
-    // Safe because both are written once in `start()`, before the first hook
-    // is dispatched (which orders the write before every read), and never after.
-    private nonisolated(unsafe) var grantStorage: Grant?
-    private nonisolated(unsafe) var expirationNanoseconds: UInt64 = .max
     // Safe because it is written by `create` and read by later hooks, all on
     // the job's serial queue.
     private nonisolated(unsafe) var jobState: UnsafeMutableRawPointer?
-    // Safe because it is set in init and never changed.
+    // Safe because it is set at the end of init and never changed.
     private nonisolated(unsafe) var context: OpaquePointer!
 
+    /// - Throws: The grant's refusal (a continuous job the policy does not allow).
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
-        emit: @escaping @Sendable (RunEvent) -> Void, onFinish: @escaping @Sendable (JobResult) -> Void
-    ) {
+        events: EventChannel, onFinish: @escaping @Sendable (JobResult) -> Void
+    ) throws(CurfewError) {
         self.job = job
-        self.manager = manager
         self.clock = manager.clock
         self.parameters = parameters
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
         self.queue = DispatchQueue(label: "curfew.job.\(job.name)")
-        self.expirationQueue = DispatchQueue(label: "curfew.expiration.\(job.name)")
-        self.emit = emit
+        self.events = events
         self.onFinish = onFinish
+        self.grant = try manager.makeGrant(
+            name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
         // Retained for the life of the process: see the type's discussion.
         context = OpaquePointer(Unmanaged.passRetained(self).toOpaque())
     }
@@ -100,53 +94,48 @@ final class JobRun: Sendable {
         return Unmanaged<JobRun>.fromOpaque(UnsafeRawPointer(context)).takeUnretainedValue()
     }
 
-    private var grant: Grant { grantStorage! }
-
     // MARK: Starting
 
-    /// Begins the job's grant and dispatches its `create`.
-    ///
-    /// - Throws: The grant's refusal (a continuous job the policy does not allow).
-    func start() throws(CurfewError) {
-        let grant = try manager.beginGrant(
-            name: job.name, continuous: job.isContinuous, queue: expirationQueue,
-            observer: GrantObserver(
-                expiring: { [self] reason in requestExpire(reason) },
-                drained: { [self] in tasksDrained() },
-                deadline: { [self] open in reachDeadline(openTasks: open) }))
-        grantStorage = grant
-        expirationNanoseconds = grant.expirationPoint?.nanoseconds ?? .max
-        control.withLock {
-            $0.stage = .creating
-            $0.startedAt = grant.start
+    /// Starts the job's grant and dispatches its `create`.
+    func start() {
+        control.withLock { c in
+            precondition(c.stage == .pending, "JobRun.start called twice")
+            c.stage = .creating
+            c.startedAt = clock.now()
+            events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
         }
-        emit(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.isUnlimited ? nil : manager.policy.budget))
+        grant.start(observer: GrantObserver(
+            expiring: { [self] reason in requestExpire(reason) },
+            drained: { [self] in tasksDrained() },
+            deadline: { [self] open in reachDeadline(openTasks: open) }))
         queue.async { self.runCreate() }
     }
 
-    /// Expires the job now, for a shutdown or a cancellation.
+    /// Expires the job now, for a shutdown or a cancellation (kept until the
+    /// grant starts, if it has not yet).
     func expireNow(_ reason: ExpirationReason) {
-        grantStorage?.expireNow(reason)
+        grant.expireNow(reason)
     }
 
     // MARK: Hooks, on the job queue
 
     private func runCreate() {
+        guard control.withLock({ $0.stage == .creating }) else { return }
         var state: UnsafeMutableRawPointer?
         let status = job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK
         jobState = state
         let next = control.withLock { c -> Next in
-            guard c.stage == .creating else { return .nothing }
+            guard c.stage == .creating else { return .nothing }  // terminated meanwhile
             if status != CURFEW_OK {
                 c.createFailed = true
                 c.failure = c.lastError.map { "create failed: \($0)" } ?? "create returned an error"
                 c.stage = .waiting
                 return finishIfDrained(&c, onQueue: true)
             }
-            if let reason = c.pendingExpire, job.isChunked || job.hooks.expire != nil {
+            if c.pendingExpire != nil, job.isChunked || job.hooks.expire != nil {
                 c.stage = .expiring
                 c.expireCalled = true
-                return .expire(reason)
+                return .expire
             }
             if job.isChunked {
                 c.stage = .queued
@@ -171,16 +160,16 @@ final class JobRun: Sendable {
         let chunk = job.hooks.chunk!
         let context = self.context
         let state = jobState
-        let expirationPoint = expirationNanoseconds
+        let grant = self.grant
+        let expirationPoint = grant.expirationPointNanoseconds
         var now = clock.now().nanoseconds
         let sliceEnd = now &+ timeSliceNanoseconds
         var count: UInt64 = 0
         var result: curfew_chunk_result = 0
-        enum Stop { case requested, expirationPoint, sliceOver, result }
+        enum Stop { case expiring, sliceOver, result }
         let stop: Stop
         while true {
-            if stopRequested.load(ordering: .relaxed) { stop = .requested; break }
-            if now >= expirationPoint { stop = .expirationPoint; break }
+            if now >= expirationPoint || grant.isExpiring { stop = .expiring; break }
             if count > 0 && now >= sliceEnd { stop = .sliceOver; break }
             result = chunk(context, state)
             count &+= 1
@@ -198,14 +187,14 @@ final class JobRun: Sendable {
                 let why = result == -2 ? "chunk returned failed" : "chunk returned \(result), not a valid result"
                 return workEnded(&c, failure: c.lastError.map { "\(why): \($0)" } ?? why)
             }
-            if let reason = c.pendingExpire {
+            if c.pendingExpire != nil {
                 c.stage = .expiring
                 c.expireCalled = true
-                return .expire(reason)
+                return .expire
             }
             switch stop {
-            case .expirationPoint, .requested:
-                // The grant's expiration timer is due now; it calls `expire`.
+            case .expiring:
+                // The grant's expiration is due or under way; it calls `expire`.
                 c.stage = .idle
                 return .nothing
             case .sliceOver:
@@ -235,7 +224,10 @@ final class JobRun: Sendable {
         if resume { runSlice() }
     }
 
-    private func runExpire(_ reason: ExpirationReason) {
+    private func runExpire() {
+        guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
+            return
+        }
         job.hooks.expire?(context, jobState, reason.cValue)
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
@@ -246,15 +238,17 @@ final class JobRun: Sendable {
     }
 
     private func runDestroy() {
-        if !control.withLock({ $0.createFailed }) {
+        guard let skip = control.withLock({ c in c.stage == .destroying ? c.createFailed : nil }) else { return }
+        if !skip {
             job.hooks.destroy?(context, jobState)
         }
-        let result = control.withLock { c -> JobResult in
+        control.withLock { c in
+            guard c.stage == .destroying else { return }  // terminated meanwhile
             c.stage = .finished
+            grant.finish()
             let (outcome, reason) = outcomeAndReason(c)
-            return makeResult(c, outcome: outcome, reason: reason)
+            finish(makeResult(c, outcome: outcome, reason: reason))
         }
-        finish(result)
     }
 
     private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
@@ -270,33 +264,31 @@ final class JobRun: Sendable {
     /// The grant started to expire: call `expire` at once when no chunk is in
     /// flight, else right after it returns.
     private func requestExpire(_ reason: ExpirationReason) {
-        let (next, alive) = control.withLock { c -> (Next, Bool) in
-            if c.isOver || c.stage == .destroying { return (.nothing, false) }
+        let next = control.withLock { c -> Next in
+            if c.isOver || c.stage == .destroying { return .nothing }
             if c.expiredBy == nil { c.expiredBy = reason }
+            events.post(.expiring(job: job.name, reason: reason))
             switch c.stage {
-            case .pending, .creating:
+            case .pending, .creating, .running:
                 c.pendingExpire = reason
-                return (.nothing, true)
-            case .running:
-                c.pendingExpire = reason
-                stopRequested.store(true, ordering: .relaxed)
-                return (.nothing, true)
+                return .nothing
             case .queued, .delayed, .idle:
                 c.delayTimer?.cancel()
                 c.delayTimer = nil
+                c.pendingExpire = reason
                 c.stage = .expiring
                 c.expireCalled = true
-                return (.enqueueExpire(reason), true)
+                return .enqueueExpire
             case .waiting:
-                guard job.hooks.expire != nil && !c.expireCalled && !c.createFailed else { return (.nothing, true) }
+                guard job.hooks.expire != nil && !c.expireCalled && !c.createFailed else { return .nothing }
+                c.pendingExpire = reason
                 c.stage = .expiring
                 c.expireCalled = true
-                return (.enqueueExpire(reason), true)
+                return .enqueueExpire
             case .expiring, .destroying, .finished, .terminated:
-                return (.nothing, true)
+                return .nothing
             }
         }
-        if alive { emit(.expiring(job: job.name, reason: reason)) }
         perform(next)
     }
 
@@ -309,13 +301,14 @@ final class JobRun: Sendable {
 
     /// The hard deadline passed and the job is not over: stop waiting for it.
     private func reachDeadline(openTasks: [String]) {
-        let result = control.withLock { c -> JobResult? in
+        control.withLock { c in
             let what: String
             switch c.stage {
-            case .finished, .terminated, .destroying: return nil
+            case .finished, .terminated: return
             case .pending, .creating: what = "create was still running"
             case .running: what = "chunk \(c.chunks + 1) was still running"
             case .expiring: what = "expire was still running"
+            case .destroying: what = "destroy was still running"
             case .waiting where !openTasks.isEmpty:
                 let names = openTasks.map { "'\($0)'" }.joined(separator: ", ")
                 what = openTasks.count == 1 ? "background task \(names) was never ended" : "background tasks \(names) were never ended"
@@ -324,12 +317,9 @@ final class JobRun: Sendable {
             c.delayTimer?.cancel()
             c.delayTimer = nil
             c.stage = .terminated
-            return makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline")
+            grant.finish()
+            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline"))
         }
-        guard let result else { return }
-        stopRequested.store(true, ordering: .relaxed)
-        grant.forceClose()
-        finish(result)
     }
 
     /// With the control lock held: if the hooks are done and no task is open,
@@ -345,8 +335,8 @@ final class JobRun: Sendable {
         case .nothing: break
         case .slice: runSlice()
         case .enqueueSlice: queue.async { self.runSlice() }
-        case .expire(let reason): runExpire(reason)
-        case .enqueueExpire(let reason): queue.async { self.runExpire(reason) }
+        case .expire: runExpire()
+        case .enqueueExpire: queue.async { self.runExpire() }
         case .destroy: runDestroy()
         case .enqueueDestroy: queue.async { self.runDestroy() }
         case .delay(let nanoseconds):
@@ -369,26 +359,24 @@ final class JobRun: Sendable {
             elapsed: elapsed, reason: reason, progress: c.progress)
     }
 
+    /// With the control lock held, the stage already final: the job's last event.
     private func finish(_ result: JobResult) {
-        emit(.finished(result))
-        onFinish(result)
+        events.post(.finished(result)) { [onFinish] in onFinish(result) }
     }
 
     // MARK: Host services
 
     var timeRemainingSeconds: Double {
-        guard let grant = grantStorage else { return 0 }
-        return grant.timeRemaining.map(\.seconds) ?? Double.greatestFiniteMagnitude
+        grant.timeRemaining.map(\.seconds) ?? Double.greatestFiniteMagnitude
     }
 
     var isExpiring: Bool {
-        grantStorage?.isExpiring ?? true
+        grant.isExpiring
     }
 
     func beginTask(
         name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?
     ) -> BackgroundTaskIdentifier {
-        guard let grant = grantStorage else { return .invalid }
         let callback = handler.map { handler in
             let userData = UserData(pointer: userData)
             return { @Sendable (reason: ExpirationReason) in handler(userData.pointer, reason.cValue) }
@@ -401,19 +389,17 @@ final class JobRun: Sendable {
     }
 
     func endTask(_ id: BackgroundTaskIdentifier) {
-        guard let grant = grantStorage else { return }
         if !grant.endTask(id) {
             log(.debug, "end_background_task(\(id.rawValue)): no such open task (harmless)")
         }
     }
 
     func log(_ level: LogLevel, _ message: String) {
-        let alive = control.withLock { c -> Bool in
-            guard !c.isOver else { return false }
+        control.withLock { c in
+            guard !c.isOver else { return }
             if level == .error { c.lastError = message }
-            return true
+            events.post(.log(job: job.name, level: level, message: message))
         }
-        if alive { emit(.log(job: job.name, level: level, message: message)) }
     }
 
     /// The least time between two progress events of one job.
@@ -421,26 +407,45 @@ final class JobRun: Sendable {
 
     func reportProgress(_ progress: Progress) {
         let now = clock.now()
-        let send = control.withLock { c -> Bool in
-            guard !c.isOver else { return false }
+        control.withLock { c in
+            guard !c.isOver else { return }
             c.progress = progress
             if let last = c.lastProgressEvent, last.duration(to: now) < Self.progressInterval,
                 progress.completed != progress.total
             {
-                return false
+                return
             }
             c.lastProgressEvent = now
-            return true
+            events.post(.progress(job: job.name, progress))
         }
-        if send { emit(.progress(job: job.name, progress)) }
     }
 
     /// A point-in-time view for live displays.
     func status() -> JobStatus {
         let (chunks, progress, expiring) = control.withLock { ($0.chunks, $0.progress, $0.expiredBy != nil) }
         return JobStatus(
-            job: job.name, isChunked: job.isChunked, timeRemaining: grantStorage?.timeRemaining, progress: progress, chunks: chunks,
-            isExpiring: expiring)
+            job: job.name, isChunked: job.isChunked, timeRemaining: grant.timeRemaining, progress: progress,
+            chunks: chunks, isExpiring: expiring)
+    }
+}
+
+/// Delivers a run's events to its handler, in the order they were posted,
+/// on one serial queue, so the handler never runs under the runner's locks
+/// and each job's `finished` is its last event.
+final class EventChannel: Sendable {
+    private let queue = DispatchQueue(label: "curfew.events")
+    private let handler: @Sendable (RunEvent) -> Void
+
+    init(handler: @escaping @Sendable (RunEvent) -> Void) {
+        self.handler = handler
+    }
+
+    /// Queues an event, and work to run right after the handler has seen it.
+    func post(_ event: RunEvent, then: (@Sendable () -> Void)? = nil) {
+        queue.async { [handler] in
+            handler(event)
+            then?()
+        }
     }
 }
 

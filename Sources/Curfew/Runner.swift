@@ -52,14 +52,16 @@ public final class Runner: Sendable {
     public let configuration: RunConfiguration
     private let manager: GrantManager
     private let parameters: ParameterTable
-    private let events: @Sendable (RunEvent) -> Void
+    private let events: EventChannel
     private let state: Mutex<State>
 
     /// - Parameters:
     ///   - jobs: The jobs to run, in the order they start.
     ///   - configuration: Budgets and limits.
     ///   - clock: Where time is read and timers are armed.
-    ///   - events: Called for every event, from any thread, one job's events in order.
+    ///   - events: Called for every event, one at a time and in order, on a
+    ///     serial queue of the runner's; a job's `finished` is its last event,
+    ///     and ``run()`` returns after every event has been handled.
     public init(
         jobs: [PluginJob], configuration: RunConfiguration = RunConfiguration(),
         clock: any CurfewClock = MonotonicClock(), events: @escaping @Sendable (RunEvent) -> Void = { _ in }
@@ -68,7 +70,7 @@ public final class Runner: Sendable {
         self.configuration = configuration
         self.manager = GrantManager(clock: clock, policy: configuration.policy)
         self.parameters = ParameterTable(configuration.parameters)
-        self.events = events
+        self.events = EventChannel(handler: events)
         self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
 
@@ -126,30 +128,32 @@ public final class Runner: Sendable {
     /// Starts waiting jobs while there is room; refuses them when stopping.
     private func admit() {
         while true {
-            let next = state.withLock { state -> (Int, JobRun?, ExpirationReason?)? in
+            let next = state.withLock { state -> (index: Int, run: JobRun?, refusal: String?)? in
                 guard state.started, !state.pending.isEmpty else { return nil }
                 if let reason = state.shutdown {
-                    return (state.pending.removeFirst(), nil, reason)
+                    let why = reason == .cancelled
+                        ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
+                    return (state.pending.removeFirst(), nil, why)
                 }
                 guard state.running.count < configuration.maxConcurrentJobs else { return nil }
                 let index = state.pending.removeFirst()
-                let run = JobRun(
-                    job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
-                    emit: events, onFinish: { [self] result in finished(index, result) })
-                state.running[index] = run
-                return (index, run, nil)
-            }
-            guard let (index, run, stopReason) = next else { return }
-            if let run {
                 do throws(CurfewError) {
-                    try run.start()
+                    let run = try JobRun(
+                        job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
+                        events: events, onFinish: { [self] result in finished(index, result) })
+                    state.running[index] = run
+                    return (index, run, nil)
                 } catch {
-                    state.withLock { _ = $0.running.removeValue(forKey: index) }
-                    refuse(index, reason: error.description)
+                    return (index, nil, error.description)
                 }
+            }
+            guard let next else { return }
+            if let run = next.run {
+                run.start()
+                // A stop that came while the job was being admitted reaches it here.
+                if let reason = state.withLock({ $0.shutdown }) { run.expireNow(reason) }
             } else {
-                let why = stopReason == .cancelled ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
-                refuse(index, reason: why)
+                refuse(next.index, reason: next.refusal!)
             }
         }
     }
@@ -157,10 +161,9 @@ public final class Runner: Sendable {
     private func refuse(_ index: Int, reason: String) {
         let job = jobs[index]
         let result = JobResult(
-            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0, elapsed: .zero, reason: reason,
-            progress: nil)
-        events(.finished(result))
-        record(index, result)
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
+            elapsed: .zero, reason: reason, progress: nil)
+        events.post(.finished(result)) { [self] in record(index, result) }
     }
 
     private func finished(_ index: Int, _ result: JobResult) {

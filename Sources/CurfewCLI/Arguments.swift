@@ -128,9 +128,9 @@ public enum ArgumentParser {
             }
         }
         if let grace {
-            guard grace < options.budget else {
+            guard grace > .zero && grace < options.budget else {
                 throw UsageError(
-                    "--grace \(format(grace)) must be shorter than --budget \(format(options.budget))", command: .run)
+                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: .run)
             }
             options.grace = grace
         }

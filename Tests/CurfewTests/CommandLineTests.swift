@@ -174,7 +174,10 @@ import Testing
                 == "Error: The value 'novalue' is invalid for '--param <key=value>': use key=value\n" + Self.runUsage)
         #expect(
             errorText(["run", "--budget", "4s", "--grace", "4s"])
-                == "Error: --grace 4s must be shorter than --budget 4s\n" + Self.runUsage)
+                == "Error: --grace 4s must be positive and shorter than --budget 4s\n" + Self.runUsage)
+        #expect(
+            errorText(["run", "--grace", "0s"])
+                == "Error: --grace 0s must be positive and shorter than --budget 180s\n" + Self.runUsage)
         #expect(errorText(["run", "--json=yes"]) == "Error: The option '--json' takes no value\n" + Self.runUsage)
         #expect(
             errorText(["launch"])

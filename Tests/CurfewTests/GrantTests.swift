@@ -28,13 +28,13 @@ import Testing
         #expect(GrantPolicy(budget: .seconds(8)).lead == .seconds(2))
         #expect(GrantPolicy(budget: .milliseconds(400)).lead == .milliseconds(100))
         #expect(GrantPolicy(budget: .seconds(180), grace: .seconds(30)).lead == .seconds(30))
-        #expect(GrantPolicy(budget: .seconds(1), grace: .zero).lead == .zero)
+        #expect(GrantPolicy(budget: .seconds(1), grace: .milliseconds(1)).lead == .milliseconds(1))
     }
 
     @Test func expirationHandlerRunsOnceAtBudgetMinusLead() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy())
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let task = grant.beginTask(name: "work") { calls.add("handler:\($0.rawValue)") }
         #expect(task != .invalid)
 
@@ -44,18 +44,20 @@ import Testing
         #expect(grant.timeRemaining == .seconds(6))
 
         clock.advance(by: .seconds(1))
+        queue.sync {}  // the handlers run on the handler queue
         #expect(calls.entries == ["expiring:timeout", "handler:timeout"])
         #expect(grant.isExpiring)
         #expect(grant.expirationReason == .timeout)
         #expect(grant.timeRemaining == .seconds(5))
 
         clock.advance(by: .seconds(2))
+        queue.sync {}
         #expect(calls.entries == ["expiring:timeout", "handler:timeout"], "the handler runs once")
     }
 
     @Test func timeRemainingCountsDownToZeroAtTheDeadline() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10)))
-        let grant = try! manager.beginGrant(name: "job", queue: queue)
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue)
         #expect(grant.timeRemaining == .seconds(10))
         clock.advance(by: .milliseconds(2500))
         #expect(grant.timeRemaining == .milliseconds(7500))
@@ -66,7 +68,7 @@ import Testing
     @Test func deadlineReportsTheTasksStillOpen() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10)))
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "upload")
         let finished = grant.beginTask(name: "index")
         grant.endTask(finished)
@@ -79,7 +81,7 @@ import Testing
     @Test func endingTwiceOrAnInvalidIdIsHarmless() {
         let manager = GrantManager(clock: clock)
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let task = grant.beginTask(name: "work")
         #expect(grant.endTask(task))
         #expect(!grant.endTask(task))
@@ -90,8 +92,8 @@ import Testing
 
     @Test func taskIdentifiersAreUniqueAcrossGrants() {
         let manager = GrantManager(clock: clock)
-        let first = try! manager.beginGrant(name: "a", queue: queue)
-        let second = try! manager.beginGrant(name: "b", queue: queue)
+        let first = try! manager.beginGrant(name: "a", handlerQueue: queue)
+        let second = try! manager.beginGrant(name: "b", handlerQueue: queue)
         let ids = [first.beginTask(name: "1"), second.beginTask(name: "2"), first.beginTask(name: "3")]
         #expect(Set(ids).count == 3)
         #expect(!ids.contains(.invalid))
@@ -100,7 +102,7 @@ import Testing
 
     @Test func noTaskBeginsOnceTheGrantIsExpiring() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
-        let grant = try! manager.beginGrant(name: "job", queue: queue)
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue)
         _ = grant.beginTask(name: "keep")
         clock.advance(by: .seconds(15))
         #expect(grant.isExpiring)
@@ -110,7 +112,7 @@ import Testing
     @Test func aHandlerIsSkippedWhenAnEarlierHandlerEndedItsTask() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let second = Mutex(BackgroundTaskIdentifier.invalid)
         _ = grant.beginTask(name: "first") { _ in
             calls.add("first")
@@ -118,33 +120,53 @@ import Testing
         }
         second.withLock { $0 = grant.beginTask(name: "second") { _ in calls.add("second") } }
         clock.advance(by: .seconds(15))
+        queue.sync {}
         #expect(calls.entries == ["expiring:timeout", "first"])
     }
 
-    @Test func closeIfDrainedClosesOnlyWithoutOpenTasksAndDisarmsTimers() {
+    @Test func closingStopsNewTasksAndTheExpirationButTheDeadlineHoldsUntilFinish() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let task = grant.beginTask(name: "work")
         #expect(!grant.closeIfDrained())
         grant.endTask(task)
         #expect(grant.closeIfDrained())
-        #expect(clock.armedTimerCount == 0)
         #expect(grant.beginTask(name: "after") == .invalid)
+        #expect(clock.armedTimerCount == 1, "the deadline stays armed while the job finishes")
+        clock.advance(by: .seconds(20))
+        #expect(calls.entries == ["drained", "deadline:"], "a closed grant does not expire, but its deadline holds")
+
+        let second = try! manager.beginGrant(name: "job2", handlerQueue: queue, observer: observer(calls))
+        #expect(second.closeIfDrained())
+        second.finish()
+        #expect(clock.armedTimerCount == 0)
         clock.advance(by: .seconds(60))
-        #expect(calls.entries == ["drained"], "a closed grant neither expires nor reaches its deadline")
+        #expect(calls.entries == ["drained", "deadline:"], "a finished grant fires nothing")
+    }
+
+    @Test func anExpirationAskedForBeforeTheStartHappensAtTheStart() throws {
+        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
+        let calls = Calls()
+        let grant = try manager.makeGrant(name: "job", handlerQueue: queue)
+        #expect(grant.beginTask(name: "early") == .invalid, "no task before the start")
+        grant.expireNow(.shutdown)
+        grant.start(observer: observer(calls))
+        Grant.timerQueue.sync {}
+        #expect(calls.entries == ["expiring:shutdown"])
+        #expect(grant.timeRemaining == .seconds(5))
     }
 
     @Test func continuousJobsAreRefusedUnlessAllowed() throws {
         let strict = GrantManager(clock: clock, policy: GrantPolicy())
         let error = #expect(throws: CurfewError.self) {
-            try strict.beginGrant(name: "player", continuous: true, queue: queue)
+            try strict.beginGrant(name: "player", continuous: true, handlerQueue: queue)
         }
         #expect(error?.code == .continuousNotAllowed)
         #expect(error?.description.contains("--allow-continuous") == true)
 
         let lenient = GrantManager(clock: clock, policy: GrantPolicy(allowsContinuous: true))
-        let grant = try lenient.beginGrant(name: "player", continuous: true, queue: queue)
+        let grant = try lenient.beginGrant(name: "player", continuous: true, handlerQueue: queue)
         #expect(grant.isUnlimited)
         #expect(grant.timeRemaining == nil)
         #expect(grant.expirationPoint == nil)
@@ -156,10 +178,11 @@ import Testing
     @Test func expireNowGivesAtMostOneLeadTimeFromNow() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(180)))
         let calls = Calls()
-        let grant = try! manager.beginGrant(name: "job", queue: queue, observer: observer(calls))
+        let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "work") { calls.add("handler:\($0.rawValue)") }
         clock.advance(by: .seconds(10))
         grant.expireNow(.shutdown)
+        Grant.timerQueue.sync {}
         queue.sync {}
         #expect(calls.entries == ["expiring:shutdown", "handler:shutdown"])
         #expect(grant.timeRemaining == .seconds(5))
@@ -167,17 +190,17 @@ import Testing
         #expect(calls.entries.last == "deadline:work")
 
         grant.expireNow(.cancelled)
-        queue.sync {}
+        Grant.timerQueue.sync {}
         #expect(calls.entries.filter { $0.hasPrefix("expiring") }.count == 1, "a grant expires once")
     }
 
     @Test func expireNowGivesAContinuousJobADeadline() throws {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(grace: .seconds(3), allowsContinuous: true))
         let calls = Calls()
-        let grant = try manager.beginGrant(name: "player", continuous: true, queue: queue, observer: observer(calls))
+        let grant = try manager.beginGrant(name: "player", continuous: true, handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "stream")
         grant.expireNow(.shutdown)
-        queue.sync {}
+        Grant.timerQueue.sync {}
         #expect(grant.timeRemaining == .seconds(3))
         clock.advance(by: .seconds(3))
         #expect(calls.entries == ["expiring:shutdown", "deadline:stream"])

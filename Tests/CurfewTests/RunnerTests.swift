@@ -111,6 +111,22 @@ import Testing
         #expect(fixture.count("stuck-expire", "destroys") == 0)
     }
 
+    @Test func aBlockedExpirationHandlerDoesNotHoldUpTheDeadline() async throws {
+        defer { fixture.release() }
+        let result = try #require(await run(try fixture.jobs("blocking-handler"), budget: .milliseconds(200)).first)
+        #expect(result.outcome == .terminated)
+        #expect(result.reason == "background task 'stubborn' was never ended at the hard deadline")
+        #expect(fixture.count("blocking-handler", "handlers") == 1)
+    }
+
+    @Test func aDestroyThatOverrunsIsTerminated() async throws {
+        defer { fixture.release() }
+        let result = try #require(await run(try fixture.jobs("stuck-destroy"), budget: .milliseconds(200)).first)
+        #expect(result.outcome == .terminated)
+        #expect(result.reason == "destroy was still running at the hard deadline")
+        #expect(result.chunks == 1)
+    }
+
     @Test func aDelayedJobExpiresWithoutWaitingForItsDelay() async throws {
         let result = try #require(
             await run(try fixture.jobs("tick"), budget: .milliseconds(400), parameters: ["tick-ms": "60000"]).first)
@@ -132,6 +148,27 @@ import Testing
         #expect(fixture.count("spin", "overlaps") == 0)
         #expect(fixture.count("spin", "chunks-after-expire") == 0)
         #expect(fixture.count("spin", "after-destroy") == 0)
+    }
+
+    @Test func eachJobsEventsStartWithStartedAndEndWithFinished() async throws {
+        let events = EventLog()
+        let jobs = try fixture.jobs("spin", "tick", "count", "tasks", "fail")
+        _ = await run(jobs, budget: .milliseconds(300), concurrency: 5, parameters: ["tick-ms": "1"], events: events)
+        for job in jobs.map(\.name) {
+            let kinds = events.all.compactMap { event -> String? in
+                switch event {
+                case .started(job, _, _): "started"
+                case .log(job, _, _): "log"
+                case .progress(job, _): "progress"
+                case .expiring(job, _): "expiring"
+                case .finished(let result) where result.job == job: "finished"
+                default: nil
+                }
+            }
+            #expect(kinds.first == "started", "\(job): \(kinds)")
+            #expect(kinds.last == "finished", "\(job): \(kinds)")
+            #expect(kinds.filter { $0 == "finished" }.count == 1, "\(job): \(kinds)")
+        }
     }
 
     @Test func jobsRunAtMostTheConfiguredNumberAtOnce() async throws {

@@ -332,6 +332,26 @@ static curfew_status leaky_create(curfew_context *ctx, void **state) {
     return CURFEW_OK;
 }
 
+/* stuck-destroy: done at its first chunk; destroy blocks until fixture_release(). */
+DEFINE_CREATE(stuck_destroy_create, "stuck-destroy")
+static void stuck_destroy_destroy(curfew_context *ctx, void *state) {
+    common_destroy(ctx, state);
+    wait_for_release();
+}
+
+/* blocking-handler: task-driven; its task's expiration handler blocks until
+ * fixture_release() and never ends the task. */
+static void blocking_handler(void *user_data, curfew_expire_reason reason) {
+    (void)reason;
+    bump(user_data, C_HANDLERS);
+    wait_for_release();
+}
+static curfew_status blocking_handler_create(curfew_context *ctx, void **state) {
+    common_create(ctx, state, "blocking-handler");
+    host->begin_background_task(ctx, "stubborn", blocking_handler, *state);
+    return CURFEW_OK;
+}
+
 /* continuous: no budget; ticks every 5 ms. */
 DEFINE_CREATE(continuous_create, "continuous")
 
@@ -354,11 +374,17 @@ JOB(params_job, "params", 0, params_create, params_chunk, common_expire)
 JOB(hold_job, "hold", 0, hold_create, hold_chunk, common_expire)
 JOB(tasks_job, "tasks", 0, tasks_create, NULL, NULL)
 JOB(leaky_job, "leaky", 0, leaky_create, NULL, NULL)
+JOB(blocking_handler_job, "blocking-handler", 0, blocking_handler_create, NULL, NULL)
+static const curfew_job stuck_destroy_job = {
+    .struct_size = sizeof(curfew_job), .name = "stuck-destroy", .summary = "Fixture job stuck-destroy.",
+    .create = stuck_destroy_create, .chunk = hold_chunk, .expire = common_expire, .destroy = stuck_destroy_destroy,
+};
 JOB(continuous_job, "continuous", CURFEW_JOB_CONTINUOUS, continuous_create, tick_chunk, common_expire)
 
 static const curfew_job *const jobs[] = {
     &count_job, &spin_job, &fail_job, &bad_result_job, &stuck_job, &stuck_expire_job, &tick_job,
-    &create_fails_job, &params_job, &hold_job, &tasks_job, &leaky_job, &continuous_job,
+    &create_fails_job, &params_job, &hold_job, &tasks_job, &leaky_job, &continuous_job, &blocking_handler_job,
+    &stuck_destroy_job,
 };
 
 static const curfew_plugin plugin = {
