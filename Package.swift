@@ -31,8 +31,11 @@ let package = Package(
         .systemLibrary(name: "CCurfew", path: "include"),
         // dlopen, clocks and other libc glue that Swift cannot reach cleanly.
         .target(name: "_CurfewShims", path: "Sources/_CurfewShims"),
-        // The host: grants, loader, runner. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims"]),
+        // libffi, from Debian's libffi-dev, and accessors for its type globals.
+        .systemLibrary(name: "CLibFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
+        .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
+        // The host: grants, loader, runner, foreign jobs. Holds no printing.
+        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),

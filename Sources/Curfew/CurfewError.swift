@@ -30,6 +30,10 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let duplicateJobName = Code(rawValue: "duplicate-job-name")
         public static let invalidSummary = Code(rawValue: "invalid-summary")
         public static let unknownFlags = Code(rawValue: "unknown-flags")
+        // Foreign-job manifests.
+        public static let invalidManifest = Code(rawValue: "invalid-manifest")
+        public static let missingSymbol = Code(rawValue: "missing-symbol")
+        public static let invalidParameter = Code(rawValue: "invalid-parameter")
         // Grants.
         public static let continuousNotAllowed = Code(rawValue: "continuous-not-allowed")
     }

@@ -22,8 +22,22 @@ public struct PluginJob: Sendable, Identifiable {
     /// iOS background mode, and runs only where the host allows it.
     public let isContinuous: Bool
     let hooks: JobHooks
+    /// The manifest's functions, for a job called through libffi.
+    let foreign: ForeignJob?
+
+    init(name: String, summary: String, pluginPath: String, isContinuous: Bool, hooks: JobHooks, foreign: ForeignJob? = nil) {
+        self.name = name
+        self.summary = summary
+        self.pluginPath = pluginPath
+        self.isContinuous = isContinuous
+        self.hooks = hooks
+        self.foreign = foreign
+    }
 
     public var id: String { name }
+
+    /// For a job described by a manifest: the library whose functions it calls.
+    public var foreignLibrary: String? { foreign?.libraryPath }
 
     /// Whether the job does its work in chunks the host calls (else it is
     /// task-driven: it starts its own work in `create`, under tasks it begins).

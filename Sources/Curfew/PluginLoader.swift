@@ -14,11 +14,20 @@ public struct PluginLoader: Sendable {
     public static let pluginSuffix = ".so"
     /// The ABI version this host speaks.
     public static let abiVersion = UInt32(CURFEW_ABI_VERSION)
+    /// The most jobs one plugin or manifest may declare.
+    public static let maximumJobs = UInt32(CURFEW_MAX_JOBS)
 
-    public init() {}
+    /// The `--param` values, which foreign-job manifests bind to arguments at load.
+    public let parameters: [String: String]
+
+    public init(parameters: [String: String] = [:]) {
+        self.parameters = parameters
+    }
 
     /// Loads the plugins at `paths`: each folder is scanned (not recursively)
-    /// for `*.so` files, in name order; each file is loaded as given.
+    /// for `*.so` files and `*.curfew.json` foreign-job manifests, in name
+    /// order; each file is loaded as given. A library that a manifest in the
+    /// same scan names is loaded through the manifest, not as a plugin.
     ///
     /// A path that does not exist is rejected like a bad plugin. A file met
     /// twice (say, in a folder and by name) loads once. A job whose name an
@@ -31,7 +40,9 @@ public struct PluginLoader: Sendable {
             let identity = Syscalls.realPath(file) ?? file
             guard seenFiles.insert(identity).inserted else { continue }
             do throws(CurfewError) {
-                let plugin = try load(file)
+                let plugin = try file.hasSuffix(ForeignManifestReader.suffix)
+                    ? ForeignManifestReader(path: file, parameters: parameters).load()
+                    : load(file)
                 if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
                     throw CurfewError(
                         .duplicateJobName,
@@ -57,7 +68,7 @@ public struct PluginLoader: Sendable {
                     continue
                 }
                 for name in try Syscalls.directoryEntries(path)
-                where name.hasSuffix(Self.pluginSuffix) && !name.hasPrefix(".") {
+                where (name.hasSuffix(Self.pluginSuffix) || name.hasSuffix(ForeignManifestReader.suffix)) && !name.hasPrefix(".") {
                     let file = path.hasSuffix("/") ? path + name : path + "/" + name
                     if (try? Syscalls.fileInfo(file))?.isDirectory == true { continue }
                     files.append(file)
@@ -68,7 +79,12 @@ public struct PluginLoader: Sendable {
                 rejected.append(RejectedPlugin(path: path, error: CurfewError(code, what, underlying: error.message)))
             }
         }
-        return files
+        // A manifest's library is not a plugin of its own.
+        let libraries = Set(files.filter { $0.hasSuffix(ForeignManifestReader.suffix) }.map {
+            let library = ForeignManifestReader.declaredLibrary(ofManifest: $0)
+            return Syscalls.realPath(library) ?? library
+        })
+        return files.filter { $0.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0) ?? $0) }
     }
 
     /// Loads and validates one plugin file.
@@ -212,46 +228,53 @@ struct DescriptorValidator {
         guard let pointer else {
             throw CurfewError(.invalidJobName, "Job #\(index) has a NULL name.")
         }
-        let limit = Int(CURFEW_MAX_JOB_NAME)
-        let length = strnlen(pointer, limit + 1)
-        guard length > 0 else {
-            throw CurfewError(.invalidJobName, "Job #\(index) has an empty name.")
+        // Read at most one byte past the limit: the name may not be terminated.
+        let length = strnlen(pointer, Int(CURFEW_MAX_JOB_NAME) + 1)
+        let bytes = Array(UnsafeRawBufferPointer(start: pointer, count: length))
+        if let problem = JobNaming.nameProblem(bytes) {
+            throw CurfewError(.invalidJobName, "Job #\(index) \(problem)")
         }
-        guard length <= limit else {
-            throw CurfewError(.invalidJobName, "Job #\(index) has a name longer than \(limit) bytes.")
-        }
-        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
-        let valid = bytes.allSatisfy { byte in
-            (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) || byte == 0x2E || byte == 0x5F || byte == 0x2D
-        }
-        let text = String(decoding: bytes, as: UTF8.self)
-        let first = bytes[0]
-        guard valid && ((0x61...0x7A).contains(first) || (0x30...0x39).contains(first)) else {
-            throw CurfewError(
-                .invalidJobName,
-                "Job #\(index) has an invalid name '\(text.debugEscaped)': use [a-z0-9._-], starting with a letter or digit."
-            )
-        }
-        return text
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private func summaryText(_ pointer: UnsafePointer<CChar>?, job: String) throws(CurfewError) -> String {
         guard let pointer else {
             throw CurfewError(.invalidSummary, "Job '\(job)' has a NULL summary.")
         }
+        let length = strnlen(pointer, Int(CURFEW_MAX_SUMMARY) + 1)
+        let bytes = Array(UnsafeRawBufferPointer(start: pointer, count: length))
+        if let problem = JobNaming.summaryProblem(bytes) {
+            throw CurfewError(.invalidSummary, "Job '\(job)' \(problem)")
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// The rules for job names and summaries, for plugins and manifests alike.
+enum JobNaming {
+    /// What is wrong with a name, as the end of a sentence ("has an empty name."), or `nil`.
+    static func nameProblem(_ bytes: [UInt8]) -> String? {
+        let limit = Int(CURFEW_MAX_JOB_NAME)
+        guard !bytes.isEmpty else { return "has an empty name." }
+        guard bytes.count <= limit else { return "has a name longer than \(limit) bytes." }
+        let isLowerOrDigit = { (byte: UInt8) in (0x61...0x7A).contains(byte) || (0x30...0x39).contains(byte) }
+        let valid = bytes.allSatisfy { isLowerOrDigit($0) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
+        guard valid && isLowerOrDigit(bytes[0]) else {
+            let text = String(decoding: bytes, as: UTF8.self).debugEscaped
+            return "has an invalid name '\(text)': use [a-z0-9._-], starting with a letter or digit."
+        }
+        return nil
+    }
+
+    /// What is wrong with a summary, as the end of a sentence, or `nil`.
+    static func summaryProblem(_ bytes: [UInt8]) -> String? {
         let limit = Int(CURFEW_MAX_SUMMARY)
-        let length = strnlen(pointer, limit + 1)
-        guard length <= limit else {
-            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary longer than \(limit) bytes.")
-        }
-        let bytes = UnsafeRawBufferPointer(start: pointer, count: length)
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary that is not valid UTF-8.")
-        }
+        guard bytes.count <= limit else { return "has a summary longer than \(limit) bytes." }
+        guard String(validating: bytes, as: UTF8.self) != nil else { return "has a summary that is not valid UTF-8." }
         guard !bytes.contains(where: { $0 < 0x20 || $0 == 0x7F }) else {
-            throw CurfewError(.invalidSummary, "Job '\(job)' has a summary with a line break or control character; keep it to one line.")
+            return "has a summary with a line break or control character; keep it to one line."
         }
-        return text
+        return nil
     }
 }
 

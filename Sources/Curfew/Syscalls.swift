@@ -36,6 +36,14 @@ enum Syscalls {
         return Array(buffer.prefix(filled))
     }
 
+    /// A whole file, up to `limit` bytes.
+    static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
+        let info = try fileInfo(path)
+        guard info.isRegular else { throw SystemError(errno: EISDIR) }
+        guard info.size <= limit else { throw SystemError(errno: EFBIG) }
+        return try readPrefix(path, count: max(Int(info.size), 1))
+    }
+
     /// The names in a directory, without `.` and `..`, sorted bytewise.
     static func directoryEntries(_ path: String) throws(SystemError) -> [String] {
         guard let dir = opendir(path) else { throw SystemError(errno: errno) }

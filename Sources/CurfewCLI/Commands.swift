@@ -55,7 +55,8 @@ public enum CurfewMain {
                     line.add("job", job.name)
                     line.add("plugin", plugin.path)
                     line.add("summary", job.summary)
-                    line.add("kind", job.isChunked ? "chunked" : "task-driven")
+                    line.add("kind", job.foreignLibrary != nil ? "foreign" : job.isChunked ? "chunked" : "task-driven")
+                    if let library = job.foreignLibrary { line.add("library", library) }
                     line.addRaw("continuous", job.isContinuous ? "true" : "false")
                     console.machine(line.text)
                 }
@@ -74,6 +75,7 @@ public enum CurfewMain {
                 for job in plugin.jobs {
                     var notes: [String] = []
                     if !job.isChunked { notes.append("task-driven") }
+                    if let library = job.foreignLibrary { notes.append("foreign: \(library)") }
                     if job.isContinuous { notes.append("continuous") }
                     let suffix = notes.isEmpty ? "" : " [\(notes.joined(separator: ", "))]"
                     console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + job.summary + suffix)
@@ -93,7 +95,7 @@ public enum CurfewMain {
     static func run(_ options: RunOptions) async -> Int32 {
         let console = Console(json: options.json)
         let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
-        let scan = PluginLoader().scan(options.effectivePaths)
+        let scan = PluginLoader(parameters: options.parameters).scan(options.effectivePaths)
         reporter.scanned(scan)
 
         var jobs = scan.jobs

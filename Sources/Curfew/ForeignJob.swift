@@ -1,0 +1,352 @@
+import CCurfew
+import CLibFFI
+import Glibc
+import _CurfewFFI
+
+/// The C types a foreign function's arguments and result may have.
+enum ForeignType: String, CaseIterable, Sendable {
+    case int8, int16, int32, int64, uint8, uint16, uint32, uint64, float, double, pointer, string, void
+
+    /// libffi's descriptor of the type (`string` is a pointer).
+    var ffiType: UnsafeMutablePointer<ffi_type> {
+        switch self {
+        case .int8: curfew_ffi_type_sint8()
+        case .int16: curfew_ffi_type_sint16()
+        case .int32: curfew_ffi_type_sint32()
+        case .int64: curfew_ffi_type_sint64()
+        case .uint8: curfew_ffi_type_uint8()
+        case .uint16: curfew_ffi_type_uint16()
+        case .uint32: curfew_ffi_type_uint32()
+        case .uint64: curfew_ffi_type_uint64()
+        case .float: curfew_ffi_type_float()
+        case .double: curfew_ffi_type_double()
+        case .pointer, .string: curfew_ffi_type_pointer()
+        case .void: curfew_ffi_type_void()
+        }
+    }
+
+    var isSignedInteger: Bool { [.int8, .int16, .int32, .int64].contains(self) }
+    var isUnsignedInteger: Bool { [.uint8, .uint16, .uint32, .uint64].contains(self) }
+    var isInteger: Bool { isSignedInteger || isUnsignedInteger }
+    var isFloatingPoint: Bool { self == .float || self == .double }
+
+    /// The range of an integer type.
+    var integerRange: ClosedRange<Int128>? {
+        switch self {
+        case .int8: Int128(Int8.min)...Int128(Int8.max)
+        case .int16: Int128(Int16.min)...Int128(Int16.max)
+        case .int32: Int128(Int32.min)...Int128(Int32.max)
+        case .int64: Int128(Int64.min)...Int128(Int64.max)
+        case .uint8: 0...Int128(UInt8.max)
+        case .uint16: 0...Int128(UInt16.max)
+        case .uint32: 0...Int128(UInt32.max)
+        case .uint64: 0...Int128(UInt64.max)
+        default: nil
+        }
+    }
+
+    /// The types an argument may have, for messages.
+    static let argumentTypeList = "int8, int16, int32, int64, uint8, uint16, uint32, uint64, float, double, pointer or string"
+}
+
+/// A value fixed when the job loads: a literal or a `--param`.
+enum ForeignConstant: Sendable {
+    case integer(Int128)
+    case floatingPoint(Double)
+    /// A NUL-terminated string or NULL; the memory lives as long as the process.
+    case pointer(UInt)
+}
+
+/// Where an argument's value comes from at each call.
+enum ForeignArgumentSource: Sendable {
+    case constant(ForeignConstant)
+    /// A `--param` that was not given and has no default: the job fails in create.
+    case missingParameter(String)
+    case chunkIndex
+    case timeRemaining
+    case state
+}
+
+/// How a chunk function's return value maps to what the runner does next.
+enum ForeignResultRule: String, CaseIterable, Sendable {
+    /// 0 means done, positive means continue (items left), negative means failed.
+    case itemsLeft = "items-left"
+    /// 0 means continue, positive means done, negative means failed.
+    case zeroContinues = "zero-continues"
+    /// 0 means continue, anything else means done.
+    case nonzeroDone = "nonzero-done"
+    /// Negative (EOF) means done, anything else means continue: `fgetc`, `gzgetc`.
+    case negativeDone = "negative-done"
+    /// The value is a `curfew_chunk_result`.
+    case curfewResult = "curfew-result"
+    /// The function returns nothing: always continue, until the grant expires.
+    case void
+
+    static let names = "items-left, zero-continues, nonzero-done, negative-done or curfew-result"
+
+    func map(_ value: Int64) -> curfew_chunk_result {
+        switch self {
+        case .itemsLeft: value == 0 ? -1 : value > 0 ? 0 : -2
+        case .zeroContinues: value == 0 ? 0 : value > 0 ? -1 : -2
+        case .nonzeroDone: value == 0 ? 0 : -1
+        case .negativeDone: value < 0 ? -1 : 0
+        case .curfewResult: value
+        case .void: 0
+        }
+    }
+}
+
+/// One function of a foreign job, with its call interface prepared once, at load.
+final class ForeignFunction: @unchecked Sendable {
+    // Safe because every stored property is set in init and never changed,
+    // and the memory they point to is never freed (plugins are never unloaded).
+    let symbol: String
+    let address: @convention(c) () -> Void
+    let returnType: ForeignType
+    let argumentTypes: [ForeignType]
+    let sources: [ForeignArgumentSource]
+    let cif: UnsafeMutablePointer<ffi_cif>
+    private let ffiArgumentTypes: UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>
+
+    init?(symbol: String, address: UnsafeMutableRawPointer, returnType: ForeignType, arguments: [(ForeignType, ForeignArgumentSource)]) {
+        self.symbol = symbol
+        self.address = unsafeBitCast(address, to: (@convention(c) () -> Void).self)
+        self.returnType = returnType
+        self.argumentTypes = arguments.map(\.0)
+        self.sources = arguments.map(\.1)
+        cif = .allocate(capacity: 1)
+        ffiArgumentTypes = .allocate(capacity: max(arguments.count, 1))
+        for (index, type) in argumentTypes.enumerated() { ffiArgumentTypes[index] = type.ffiType }
+        let status = ffi_prep_cif(cif, curfew_ffi_default_abi(), UInt32(arguments.count), returnType.ffiType, ffiArgumentTypes)
+        guard status == FFI_OK else {
+            cif.deallocate()
+            ffiArgumentTypes.deallocate()
+            return nil
+        }
+    }
+}
+
+/// A job described by a manifest and called through libffi.
+final class ForeignJob: Sendable {
+    let libraryPath: String
+    let setup: ForeignFunction?
+    let chunk: ForeignFunction
+    let cleanup: ForeignFunction?
+    let teardown: ForeignFunction?
+    let resultRule: ForeignResultRule
+    /// Bytes of the zeroed state buffer the host owns for each run; 0 for none.
+    let stateSize: Int
+
+    init(libraryPath: String, setup: ForeignFunction?, chunk: ForeignFunction, cleanup: ForeignFunction?,
+         teardown: ForeignFunction?, resultRule: ForeignResultRule, stateSize: Int) {
+        self.libraryPath = libraryPath
+        self.setup = setup
+        self.chunk = chunk
+        self.cleanup = cleanup
+        self.teardown = teardown
+        self.resultRule = resultRule
+        self.stateSize = stateSize
+    }
+
+    /// The native hooks every foreign job runs through: the runner calls a
+    /// foreign job exactly as it calls a plugin's C job.
+    static let hooks = JobHooks(
+        create: { context, state in
+            guard let run = JobRun.from(context), let foreign = run.job.foreign, let state else { return CURFEW_ERROR }
+            let frames = ForeignRun(job: foreign, run: run)
+            if let failure = frames.setUp() {
+                run.log(.error, failure)
+                return CURFEW_ERROR
+            }
+            state.pointee = Unmanaged.passRetained(frames).toOpaque()
+            return CURFEW_OK
+        },
+        chunk: { _, state in
+            Unmanaged<ForeignRun>.fromOpaque(state!).takeUnretainedValue().callChunk()
+        },
+        expire: { _, state, _ in
+            Unmanaged<ForeignRun>.fromOpaque(state!).takeUnretainedValue().callCleanup()
+        },
+        destroy: { _, state in
+            let frames = Unmanaged<ForeignRun>.fromOpaque(state!)
+            frames.takeUnretainedValue().callTeardown()
+            frames.release()
+        })
+}
+
+/// The argument storage for calls of one function in one job run: values
+/// written once, pointers to them prepared once, so a call only refreshes the
+/// few arguments that change and calls `ffi_call`.
+struct ForeignFrame {
+    let function: ForeignFunction
+    let values: UnsafeMutableRawPointer      // 8 bytes per argument
+    let pointers: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    let result: UnsafeMutableRawPointer       // at least sizeof(ffi_arg)
+    /// The arguments that change between calls, and where they come from.
+    let dynamic: [(index: Int, source: ForeignArgumentSource)]
+
+    init(_ function: ForeignFunction) {
+        self.function = function
+        let count = function.argumentTypes.count
+        values = .allocate(byteCount: max(count, 1) * 8, alignment: 8)
+        values.initializeMemory(as: UInt8.self, repeating: 0, count: max(count, 1) * 8)
+        pointers = .allocate(capacity: max(count, 1))
+        result = .allocate(byteCount: 16, alignment: 16)
+        result.initializeMemory(as: UInt8.self, repeating: 0, count: 16)
+        var dynamic: [(Int, ForeignArgumentSource)] = []
+        for index in 0..<count {
+            pointers[index] = values + index * 8
+            switch function.sources[index] {
+            case .constant(let constant): Self.store(constant, as: function.argumentTypes[index], at: values + index * 8)
+            case .missingParameter: break
+            default: dynamic.append((index, function.sources[index]))
+            }
+        }
+        self.dynamic = dynamic
+    }
+
+    func deallocate() {
+        values.deallocate()
+        pointers.deallocate()
+        result.deallocate()
+    }
+
+    /// The first parameter the function needs and was not given.
+    var missingParameter: String? {
+        for source in function.sources {
+            if case .missingParameter(let key) = source { return key }
+        }
+        return nil
+    }
+
+    /// Calls the function with the dynamic arguments refreshed.
+    @inline(__always)
+    func call(chunkIndex: Int64, timeRemaining: () -> Double, state: UnsafeMutableRawPointer?) {
+        for (index, source) in dynamic {
+            let slot = values + index * 8
+            switch source {
+            case .chunkIndex: Self.store(.integer(Int128(chunkIndex)), as: function.argumentTypes[index], at: slot)
+            case .timeRemaining:
+                let seconds = timeRemaining()
+                let type = function.argumentTypes[index]
+                Self.store(type.isFloatingPoint ? .floatingPoint(seconds) : .integer(Int128(seconds.rounded(.down))), as: type, at: slot)
+            case .state: slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
+            case .constant, .missingParameter: break
+            }
+        }
+        ffi_call(function.cif, function.address, result, pointers)
+    }
+
+    /// The returned value as an integer (floating point truncated, pointers as addresses).
+    var integerResult: Int64 {
+        switch function.returnType {
+        case .int8, .int16, .int32, .int64: result.load(as: Int64.self)  // widened to ffi_sarg
+        case .uint8, .uint16, .uint32, .uint64: Int64(clamping: result.load(as: UInt64.self))
+        case .float: Int64(exactly: result.load(as: Float.self).rounded(.towardZero)) ?? 0
+        case .double: Int64(exactly: result.load(as: Double.self).rounded(.towardZero)) ?? 0
+        case .pointer, .string: Int64(Int(bitPattern: result.load(as: UnsafeRawPointer?.self)))
+        case .void: 0
+        }
+    }
+
+    var pointerResult: UnsafeMutableRawPointer? {
+        result.load(as: UnsafeMutableRawPointer?.self)
+    }
+
+    static func store(_ constant: ForeignConstant, as type: ForeignType, at slot: UnsafeMutableRawPointer) {
+        switch (constant, type) {
+        case (.integer(let value), .int8): slot.storeBytes(of: Int8(truncatingIfNeeded: value), as: Int8.self)
+        case (.integer(let value), .int16): slot.storeBytes(of: Int16(truncatingIfNeeded: value), as: Int16.self)
+        case (.integer(let value), .int32): slot.storeBytes(of: Int32(truncatingIfNeeded: value), as: Int32.self)
+        case (.integer(let value), .int64): slot.storeBytes(of: Int64(truncatingIfNeeded: value), as: Int64.self)
+        case (.integer(let value), .uint8): slot.storeBytes(of: UInt8(truncatingIfNeeded: value), as: UInt8.self)
+        case (.integer(let value), .uint16): slot.storeBytes(of: UInt16(truncatingIfNeeded: value), as: UInt16.self)
+        case (.integer(let value), .uint32): slot.storeBytes(of: UInt32(truncatingIfNeeded: value), as: UInt32.self)
+        case (.integer(let value), .uint64): slot.storeBytes(of: UInt64(truncatingIfNeeded: value), as: UInt64.self)
+        case (.integer(let value), .float): slot.storeBytes(of: Float(value), as: Float.self)
+        case (.integer(let value), .double): slot.storeBytes(of: Double(value), as: Double.self)
+        case (.floatingPoint(let value), .float): slot.storeBytes(of: Float(value), as: Float.self)
+        case (.floatingPoint(let value), .double): slot.storeBytes(of: value, as: Double.self)
+        case (.pointer(let address), _): slot.storeBytes(of: address, as: UInt.self)
+        default: preconditionFailure("a \(constant) constant for a \(type) argument passed validation")
+        }
+    }
+}
+
+/// One run of a foreign job: its frames, its state and its chunk count.
+final class ForeignRun {
+    let job: ForeignJob
+    // The run is immortal (see JobRun), so an unowned reference is safe.
+    unowned let run: JobRun
+    let setupFrame: ForeignFrame?
+    let chunkFrame: ForeignFrame
+    let cleanupFrame: ForeignFrame?
+    let teardownFrame: ForeignFrame?
+    let stateBuffer: UnsafeMutableRawPointer?
+    var state: UnsafeMutableRawPointer?
+    var chunkIndex: Int64 = 0
+
+    init(job: ForeignJob, run: JobRun) {
+        self.job = job
+        self.run = run
+        setupFrame = job.setup.map(ForeignFrame.init)
+        chunkFrame = ForeignFrame(job.chunk)
+        cleanupFrame = job.cleanup.map(ForeignFrame.init)
+        teardownFrame = job.teardown.map(ForeignFrame.init)
+        if job.stateSize > 0 {
+            let buffer = UnsafeMutableRawPointer.allocate(byteCount: job.stateSize, alignment: 16)
+            buffer.initializeMemory(as: UInt8.self, repeating: 0, count: job.stateSize)
+            stateBuffer = buffer
+        } else {
+            stateBuffer = nil
+        }
+        state = stateBuffer
+    }
+
+    deinit {
+        setupFrame?.deallocate()
+        chunkFrame.deallocate()
+        cleanupFrame?.deallocate()
+        teardownFrame?.deallocate()
+        stateBuffer?.deallocate()
+    }
+
+    /// Checks the parameters and calls `setup`; returns why it failed, if it did.
+    func setUp() -> String? {
+        for frame in [setupFrame, chunkFrame, cleanupFrame, teardownFrame].compactMap({ $0 }) {
+            if let key = frame.missingParameter {
+                return "\(frame.function.symbol) needs --param \(key)=<value>"
+            }
+        }
+        guard let setupFrame else { return nil }
+        setupFrame.call(chunkIndex: 0, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        switch setupFrame.function.returnType {
+        case .void: return nil
+        case .pointer:
+            guard let pointer = setupFrame.pointerResult else { return "\(setupFrame.function.symbol) returned NULL" }
+            state = pointer
+            return nil
+        default:
+            let value = setupFrame.integerResult
+            return value == 0 ? nil : "\(setupFrame.function.symbol) returned \(value)"
+        }
+    }
+
+    func callChunk() -> curfew_chunk_result {
+        chunkFrame.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        chunkIndex &+= 1
+        let result = job.resultRule.map(chunkFrame.integerResult)
+        if result < 0 && result != -1 {
+            run.log(.error, "\(job.chunk.symbol) returned \(chunkFrame.integerResult) (\(job.resultRule.rawValue))")
+        }
+        return result
+    }
+
+    func callCleanup() {
+        cleanupFrame?.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+    }
+
+    func callTeardown() {
+        teardownFrame?.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+    }
+}
