@@ -24,8 +24,11 @@ let package = Package(
     name: "Curfew",
     products: [
         .executable(name: "curfew", targets: ["CurfewTool"]),
+        .executable(name: "curfew-bench", targets: ["CurfewBench"]),
         .library(name: "Curfew", targets: ["Curfew"]),
-    ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) },
+    ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) } + [
+        .library(name: "CurfewBenchJobs", type: .dynamic, targets: ["BenchmarkJobs"]),
+    ],
     targets: [
         // The C ABI, include/curfew.h, as a Swift module.
         .systemLibrary(name: "CCurfew", path: "include"),
@@ -39,6 +42,9 @@ let package = Package(
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
+        // Benchmarks: each case against its baseline in the same run.
+        .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
+        cExample("BenchmarkJobs"),
 
         cExample("ExampleTimerCounter"),
         cExample("ExampleEarlyFinish"),

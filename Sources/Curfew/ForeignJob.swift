@@ -162,10 +162,11 @@ final class ForeignJob: Sendable {
             return CURFEW_OK
         },
         chunk: { _, state in
-            Unmanaged<ForeignRun>.fromOpaque(state!).takeUnretainedValue().callChunk()
+            // The run owns its frames until destroy: no retain or release per chunk.
+            Unmanaged<ForeignRun>.fromOpaque(state!)._withUnsafeGuaranteedRef { $0.callChunk() }
         },
         expire: { _, state, _ in
-            Unmanaged<ForeignRun>.fromOpaque(state!).takeUnretainedValue().callCleanup()
+            Unmanaged<ForeignRun>.fromOpaque(state!)._withUnsafeGuaranteedRef { $0.callCleanup() }
         },
         destroy: { _, state in
             let frames = Unmanaged<ForeignRun>.fromOpaque(state!)
@@ -177,13 +178,22 @@ final class ForeignJob: Sendable {
 /// The argument storage for calls of one function in one job run: values
 /// written once, pointers to them prepared once, so a call only refreshes the
 /// few arguments that change and calls `ffi_call`.
-struct ForeignFrame {
+final class ForeignFrame {
+    /// An argument refreshed before every call.
+    struct DynamicArgument {
+        enum Kind { case chunkIndex, timeRemaining, state }
+        let slot: UnsafeMutableRawPointer
+        let kind: Kind
+        let type: ForeignType
+    }
+
     let function: ForeignFunction
-    let values: UnsafeMutableRawPointer      // 8 bytes per argument
-    let pointers: UnsafeMutablePointer<UnsafeMutableRawPointer?>
-    let result: UnsafeMutableRawPointer       // at least sizeof(ffi_arg)
-    /// The arguments that change between calls, and where they come from.
-    let dynamic: [(index: Int, source: ForeignArgumentSource)]
+    private let values: UnsafeMutableRawPointer      // 8 bytes per argument
+    private let pointers: UnsafeMutablePointer<UnsafeMutableRawPointer?>
+    private let result: UnsafeMutableRawPointer       // at least sizeof(ffi_arg)
+    private let dynamic: UnsafeMutableBufferPointer<DynamicArgument>
+    /// The first parameter the function needs and was not given.
+    let missingParameter: String?
 
     init(_ function: ForeignFunction) {
         self.function = function
@@ -193,45 +203,46 @@ struct ForeignFrame {
         pointers = .allocate(capacity: max(count, 1))
         result = .allocate(byteCount: 16, alignment: 16)
         result.initializeMemory(as: UInt8.self, repeating: 0, count: 16)
-        var dynamic: [(Int, ForeignArgumentSource)] = []
+        var dynamic: [DynamicArgument] = []
+        var missing: String?
         for index in 0..<count {
-            pointers[index] = values + index * 8
+            let slot = values + index * 8
+            let type = function.argumentTypes[index]
+            pointers[index] = slot
             switch function.sources[index] {
-            case .constant(let constant): Self.store(constant, as: function.argumentTypes[index], at: values + index * 8)
-            case .missingParameter: break
-            default: dynamic.append((index, function.sources[index]))
+            case .constant(let constant): Self.store(constant, as: type, at: slot)
+            case .missingParameter(let key): missing = missing ?? key
+            case .chunkIndex: dynamic.append(DynamicArgument(slot: slot, kind: .chunkIndex, type: type))
+            case .timeRemaining: dynamic.append(DynamicArgument(slot: slot, kind: .timeRemaining, type: type))
+            case .state: dynamic.append(DynamicArgument(slot: slot, kind: .state, type: type))
             }
         }
-        self.dynamic = dynamic
+        missingParameter = missing
+        self.dynamic = .allocate(capacity: dynamic.count)
+        _ = self.dynamic.initialize(from: dynamic)
     }
 
-    func deallocate() {
+    deinit {
         values.deallocate()
         pointers.deallocate()
         result.deallocate()
+        dynamic.deallocate()
     }
 
-    /// The first parameter the function needs and was not given.
-    var missingParameter: String? {
-        for source in function.sources {
-            if case .missingParameter(let key) = source { return key }
-        }
-        return nil
-    }
-
-    /// Calls the function with the dynamic arguments refreshed.
+    /// Calls the function with the changing arguments refreshed.
     @inline(__always)
-    func call(chunkIndex: Int64, timeRemaining: () -> Double, state: UnsafeMutableRawPointer?) {
-        for (index, source) in dynamic {
-            let slot = values + index * 8
-            switch source {
-            case .chunkIndex: Self.store(.integer(Int128(chunkIndex)), as: function.argumentTypes[index], at: slot)
+    func call(chunkIndex: Int64, run: JobRun, state: UnsafeMutableRawPointer?) {
+        for argument in dynamic {
+            switch argument.kind {
+            case .chunkIndex: Self.store(chunkIndex, as: argument.type, at: argument.slot)
             case .timeRemaining:
-                let seconds = timeRemaining()
-                let type = function.argumentTypes[index]
-                Self.store(type.isFloatingPoint ? .floatingPoint(seconds) : .integer(Int128(seconds.rounded(.down))), as: type, at: slot)
-            case .state: slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
-            case .constant, .missingParameter: break
+                let seconds = run.timeRemainingSeconds
+                if argument.type.isFloatingPoint {
+                    Self.store(seconds, as: argument.type, at: argument.slot)
+                } else {
+                    Self.store(Int64(seconds.rounded(.down)), as: argument.type, at: argument.slot)
+                }
+            case .state: argument.slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
             }
         }
         ffi_call(function.cif, function.address, result, pointers)
@@ -253,22 +264,36 @@ struct ForeignFrame {
         result.load(as: UnsafeMutableRawPointer?.self)
     }
 
+    @inline(__always)
+    static func store(_ value: Int64, as type: ForeignType, at slot: UnsafeMutableRawPointer) {
+        switch type {
+        case .int8, .uint8: slot.storeBytes(of: UInt8(truncatingIfNeeded: value), as: UInt8.self)
+        case .int16, .uint16: slot.storeBytes(of: UInt16(truncatingIfNeeded: value), as: UInt16.self)
+        case .int32, .uint32: slot.storeBytes(of: UInt32(truncatingIfNeeded: value), as: UInt32.self)
+        case .int64, .uint64: slot.storeBytes(of: value, as: Int64.self)
+        case .float: slot.storeBytes(of: Float(value), as: Float.self)
+        case .double: slot.storeBytes(of: Double(value), as: Double.self)
+        case .pointer, .string, .void: preconditionFailure("a number for a \(type) argument passed validation")
+        }
+    }
+
+    @inline(__always)
+    static func store(_ value: Double, as type: ForeignType, at slot: UnsafeMutableRawPointer) {
+        if type == .float {
+            slot.storeBytes(of: Float(value), as: Float.self)
+        } else {
+            slot.storeBytes(of: value, as: Double.self)
+        }
+    }
+
     static func store(_ constant: ForeignConstant, as type: ForeignType, at slot: UnsafeMutableRawPointer) {
-        switch (constant, type) {
-        case (.integer(let value), .int8): slot.storeBytes(of: Int8(truncatingIfNeeded: value), as: Int8.self)
-        case (.integer(let value), .int16): slot.storeBytes(of: Int16(truncatingIfNeeded: value), as: Int16.self)
-        case (.integer(let value), .int32): slot.storeBytes(of: Int32(truncatingIfNeeded: value), as: Int32.self)
-        case (.integer(let value), .int64): slot.storeBytes(of: Int64(truncatingIfNeeded: value), as: Int64.self)
-        case (.integer(let value), .uint8): slot.storeBytes(of: UInt8(truncatingIfNeeded: value), as: UInt8.self)
-        case (.integer(let value), .uint16): slot.storeBytes(of: UInt16(truncatingIfNeeded: value), as: UInt16.self)
-        case (.integer(let value), .uint32): slot.storeBytes(of: UInt32(truncatingIfNeeded: value), as: UInt32.self)
-        case (.integer(let value), .uint64): slot.storeBytes(of: UInt64(truncatingIfNeeded: value), as: UInt64.self)
-        case (.integer(let value), .float): slot.storeBytes(of: Float(value), as: Float.self)
-        case (.integer(let value), .double): slot.storeBytes(of: Double(value), as: Double.self)
-        case (.floatingPoint(let value), .float): slot.storeBytes(of: Float(value), as: Float.self)
-        case (.floatingPoint(let value), .double): slot.storeBytes(of: value, as: Double.self)
-        case (.pointer(let address), _): slot.storeBytes(of: address, as: UInt.self)
-        default: preconditionFailure("a \(constant) constant for a \(type) argument passed validation")
+        switch constant {
+        case .integer(let value) where type.isInteger:
+            // Validation checked the range; two's complement bits are the value for either signedness.
+            store(Int64(truncatingIfNeeded: value), as: type, at: slot)
+        case .integer(let value): store(Double(value), as: type, at: slot)
+        case .floatingPoint(let value): store(value, as: type, at: slot)
+        case .pointer(let address): slot.storeBytes(of: address, as: UInt.self)
         }
     }
 }
@@ -285,10 +310,12 @@ final class ForeignRun {
     let stateBuffer: UnsafeMutableRawPointer?
     var state: UnsafeMutableRawPointer?
     var chunkIndex: Int64 = 0
+    let resultRule: ForeignResultRule
 
     init(job: ForeignJob, run: JobRun) {
         self.job = job
         self.run = run
+        resultRule = job.resultRule
         setupFrame = job.setup.map(ForeignFrame.init)
         chunkFrame = ForeignFrame(job.chunk)
         cleanupFrame = job.cleanup.map(ForeignFrame.init)
@@ -304,10 +331,6 @@ final class ForeignRun {
     }
 
     deinit {
-        setupFrame?.deallocate()
-        chunkFrame.deallocate()
-        cleanupFrame?.deallocate()
-        teardownFrame?.deallocate()
         stateBuffer?.deallocate()
     }
 
@@ -319,7 +342,7 @@ final class ForeignRun {
             }
         }
         guard let setupFrame else { return nil }
-        setupFrame.call(chunkIndex: 0, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        setupFrame.call(chunkIndex: 0, run: run, state: state)
         switch setupFrame.function.returnType {
         case .void: return nil
         case .pointer:
@@ -333,20 +356,21 @@ final class ForeignRun {
     }
 
     func callChunk() -> curfew_chunk_result {
-        chunkFrame.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        chunkFrame.call(chunkIndex: chunkIndex, run: run, state: state)
         chunkIndex &+= 1
-        let result = job.resultRule.map(chunkFrame.integerResult)
+        let value = chunkFrame.integerResult
+        let result = resultRule.map(value)
         if result < 0 && result != -1 {
-            run.log(.error, "\(job.chunk.symbol) returned \(chunkFrame.integerResult) (\(job.resultRule.rawValue))")
+            run.log(.error, "\(job.chunk.symbol) returned \(value) (\(resultRule.rawValue))")
         }
         return result
     }
 
     func callCleanup() {
-        cleanupFrame?.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        cleanupFrame?.call(chunkIndex: chunkIndex, run: run, state: state)
     }
 
     func callTeardown() {
-        teardownFrame?.call(chunkIndex: chunkIndex, timeRemaining: { self.run.timeRemainingSeconds }, state: state)
+        teardownFrame?.call(chunkIndex: chunkIndex, run: run, state: state)
     }
 }

@@ -36,42 +36,46 @@ public struct PluginLoader: Sendable {
         var scan = PluginScan()
         var seenFiles = Set<String>()
         var jobOwners: [String: String] = [:]
-        for file in candidateFiles(paths, rejected: &scan.rejected) {
-            let identity = Syscalls.realPath(file) ?? file
-            guard seenFiles.insert(identity).inserted else { continue }
+        // Only several paths can name one file twice; one folder lists each file once.
+        let mayRepeat = paths.count > 1
+        for candidate in candidates(paths, rejected: &scan.rejected) {
+            if mayRepeat {
+                guard seenFiles.insert(Syscalls.realPath(candidate.path) ?? candidate.path).inserted else { continue }
+            }
             do throws(CurfewError) {
-                let plugin = try file.hasSuffix(ForeignManifestReader.suffix)
-                    ? ForeignManifestReader(path: file, parameters: parameters).load()
-                    : load(file)
+                let plugin = try candidate.path.hasSuffix(ForeignManifestReader.suffix)
+                    ? ForeignManifestReader(path: candidate.path, parameters: parameters).load()
+                    : load(candidate.path, isRegularFile: candidate.isRegular)
                 if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
                     throw CurfewError(
                         .duplicateJobName,
                         "Job name '\(clash.name)' is already declared by \(jobOwners[clash.name]!); job names must be unique."
                     )
                 }
-                for job in plugin.jobs { jobOwners[job.name] = file }
+                for job in plugin.jobs { jobOwners[job.name] = candidate.path }
                 scan.plugins.append(plugin)
             } catch {
-                scan.rejected.append(RejectedPlugin(path: file, error: error))
+                scan.rejected.append(RejectedPlugin(path: candidate.path, error: error))
             }
         }
         return scan
     }
 
-    private func candidateFiles(_ paths: [String], rejected: inout [RejectedPlugin]) -> [String] {
-        var files: [String] = []
+    /// The files to load, each with whether it is known to be a regular file.
+    private func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [(path: String, isRegular: Bool?)] {
+        var files: [(path: String, isRegular: Bool?)] = []
         for path in paths {
             do throws(SystemError) {
                 let info = try Syscalls.fileInfo(path)
                 guard info.isDirectory else {
-                    files.append(path)
+                    files.append((path, info.isRegular))
                     continue
                 }
-                for name in try Syscalls.directoryEntries(path)
-                where (name.hasSuffix(Self.pluginSuffix) || name.hasSuffix(ForeignManifestReader.suffix)) && !name.hasPrefix(".") {
-                    let file = path.hasSuffix("/") ? path + name : path + "/" + name
-                    if (try? Syscalls.fileInfo(file))?.isDirectory == true { continue }
-                    files.append(file)
+                for entry in try Syscalls.directoryEntries(path)
+                where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
+                    && !entry.name.hasPrefix(".") && entry.isRegular != false
+                {
+                    files.append((path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name, entry.isRegular))
                 }
             } catch {
                 let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable
@@ -80,25 +84,32 @@ public struct PluginLoader: Sendable {
             }
         }
         // A manifest's library is not a plugin of its own.
-        let libraries = Set(files.filter { $0.hasSuffix(ForeignManifestReader.suffix) }.map {
+        let manifests = files.map(\.path).filter { $0.hasSuffix(ForeignManifestReader.suffix) }
+        guard !manifests.isEmpty else { return files }
+        let libraries = Set(manifests.map {
             let library = ForeignManifestReader.declaredLibrary(ofManifest: $0)
             return Syscalls.realPath(library) ?? library
         })
-        return files.filter { $0.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0) ?? $0) }
+        return files.filter {
+            $0.path.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0.path) ?? $0.path)
+        }
     }
 
     /// Loads and validates one plugin file.
     ///
     /// - Throws: A ``CurfewError`` saying why the file cannot be used.
     public func load(_ path: String) throws(CurfewError) -> LoadedPlugin {
-        try checkFile(path)
-        // dlopen searches the library path for a name without a slash: give
-        // it the resolved path, so `hello.so` means the file in this folder.
+        try load(path, isRegularFile: nil)
+    }
+
+    private func load(_ path: String, isRegularFile: Bool?) throws(CurfewError) -> LoadedPlugin {
+        // dlopen would block on a FIFO: only regular files go to it.
+        if isRegularFile != true { try checkRegularFile(path) }
+        // dlopen searches the library path for a name without a slash.
         let handle: UnsafeMutableRawPointer
-        switch Syscalls.dlopenPlugin(Syscalls.realPath(path) ?? "./" + path) {
+        switch Syscalls.dlopenPlugin(path.contains("/") ? path : "./" + path) {
         case .success(let opened): handle = opened
-        case .failure(let error):
-            throw CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
+        case .failure(let error): throw diagnose(path, error)
         }
         guard let symbol = Syscalls.dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL) else {
             throw CurfewError(
@@ -115,12 +126,10 @@ public struct PluginLoader: Sendable {
         return try DescriptorValidator(path: path).validate(UnsafeRawPointer(descriptor))
     }
 
-    private func checkFile(_ path: String) throws(CurfewError) {
+    private func checkRegularFile(_ path: String) throws(CurfewError) {
         let info: (isDirectory: Bool, isRegular: Bool, size: Int64)
-        let prefix: [UInt8]
         do throws(SystemError) {
             info = try Syscalls.fileInfo(path)
-            prefix = info.isRegular && info.size > 0 ? try Syscalls.readPrefix(path, count: 4) : []
         } catch {
             if error.errno == ENOENT { throw CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
             throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
@@ -128,12 +137,19 @@ public struct PluginLoader: Sendable {
         guard info.isRegular else {
             throw CurfewError(.notELF, "Not a regular file, so not a shared object.")
         }
-        guard info.size > 0 else {
-            throw CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.")
+    }
+
+    /// Why dlopen refused a file, in words: checked only after it failed, so
+    /// the success path costs nothing beyond dlopen itself.
+    private func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
+        if let info = try? Syscalls.fileInfo(path), info.size == 0 {
+            return CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
         }
-        guard prefix == [0x7F, 0x45, 0x4C, 0x46] else {
-            throw CurfewError(.notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).")
+        if let prefix = try? Syscalls.readPrefix(path, count: 4), prefix != [0x7F, 0x45, 0x4C, 0x46] {
+            return CurfewError(
+                .notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).", underlying: error.message)
         }
+        return CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
     }
 }
 

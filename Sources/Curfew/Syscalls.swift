@@ -44,18 +44,22 @@ enum Syscalls {
         return try readPrefix(path, count: max(Int(info.size), 1))
     }
 
-    /// The names in a directory, without `.` and `..`, sorted bytewise.
-    static func directoryEntries(_ path: String) throws(SystemError) -> [String] {
+    /// The entries of a directory, without `.` and `..`, sorted bytewise by
+    /// name, each with whether it is a regular file (`nil`: the directory
+    /// entry does not say, as for a symlink; ask `fileInfo`).
+    static func directoryEntries(_ path: String) throws(SystemError) -> [(name: String, isRegular: Bool?)] {
         guard let dir = opendir(path) else { throw SystemError(errno: errno) }
         defer { closedir(dir) }
-        var names: [String] = []
+        var entries: [(name: String, isRegular: Bool?)] = []
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: entry.pointee.d_name) { tuple in
                 tuple.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
             }
-            if name != "." && name != ".." { names.append(name) }
+            guard name != "." && name != ".." else { continue }
+            let type = Int32(entry.pointee.d_type)
+            entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false))
         }
-        return names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        return entries.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
     }
 
     /// The canonical absolute path, or `nil` when it cannot be resolved.

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -40,4 +41,8 @@ int curfew_shim_signal_pipe(const int *signals, int count) {
         if (sigaction(signals[i], &action, NULL) != 0) return -1;
     }
     return signal_pipe[0];
+}
+
+uint64_t curfew_shim_heap_bytes_in_use(void) {
+    return (uint64_t)mallinfo2().uordblks;
 }

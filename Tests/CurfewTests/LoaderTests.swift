@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Testing
 
 @testable import Curfew
@@ -45,6 +46,16 @@ import Testing
         let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
         #expect(error.code == .emptyFile)
         #expect(error.description == "Empty file (0 bytes), not a shared object.")
+    }
+
+    @Test(.timeLimit(.minutes(1))) func aFIFOIsRefusedWithoutBlocking() throws {
+        let path = Fixtures.temporaryFolder() + "/pipe.so"
+        #expect(mkfifo(path, 0o600) == 0)
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.code == .notELF)
+        #expect(error.description == "Not a regular file, so not a shared object.")
+        #expect(PluginLoader().scan([URL(fileURLWithPath: path).deletingLastPathComponent().path]).rejected.isEmpty,
+                "a folder scan skips what is not a regular file")
     }
 
     @Test func anELFFileThatIsNotALoadableLibrary() throws {

@@ -13,6 +13,9 @@ void *curfew_shim_dlopen_plugin(const char *path);
 /* The nanoseconds of CLOCK_MONOTONIC. */
 uint64_t curfew_shim_monotonic_nanoseconds(void);
 
+/* Bytes of heap in use (mallinfo2's uordblks), for benchmarks of memory. */
+uint64_t curfew_shim_heap_bytes_in_use(void);
+
 /* Installs, with sigaction and at once, a handler for each of `signals`
  * that writes the signal's number as one byte to a pipe, and returns the
  * pipe's read end (non-blocking, close-on-exec), or -1 with errno set. The

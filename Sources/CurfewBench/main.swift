@@ -1,0 +1,535 @@
+// curfew-bench: each case against its baseline, in the same run, several
+// repetitions; medians, min and max, and the ratio of the medians.
+//
+//   swift run -c release curfew-bench            the full run (a few minutes)
+//   swift run curfew-bench --tiny                 every case once, tiny sizes (CI)
+//   swift run -c release curfew-bench --json      the same as JSON
+//   swift run -c release curfew-bench --only chunk-noop --repetitions 9
+import CLibFFI
+import Curfew
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewFFI
+import _CurfewShims
+
+// MARK: Options
+
+struct Options {
+    var tiny = false
+    var json = false
+    var repetitions = 5
+    var only: Set<String> = []
+}
+
+func parseOptions() -> Options {
+    var options = Options()
+    var arguments = CommandLine.arguments.dropFirst()
+    while let argument = arguments.popFirst() {
+        switch argument {
+        case "--tiny": options.tiny = true
+        case "--json": options.json = true
+        case "--repetitions":
+            guard let text = arguments.popFirst(), let count = Int(text), count >= 1 else { usage("--repetitions needs a positive number") }
+            options.repetitions = count
+        case "--only":
+            guard let name = arguments.popFirst() else { usage("--only needs a case name") }
+            options.only.insert(name)
+        case "-h", "--help":
+            print("USAGE: curfew-bench [--tiny] [--json] [--repetitions <n>] [--only <case> ...]")
+            print("CASES: " + BenchCase.allCases.map(\.rawValue).joined(separator: ", "))
+            exit(0)
+        default: usage("unknown argument '\(argument)'")
+        }
+    }
+    if options.tiny { options.repetitions = 1 }
+    return options
+}
+
+func usage(_ message: String) -> Never {
+    printError("Error: \(message)\nUsage: curfew-bench [--tiny] [--json] [--repetitions <n>] [--only <case> ...]")
+    exit(64)
+}
+
+func printError(_ text: String) {
+    let line = Array((text + "\n").utf8)
+    _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+}
+
+// MARK: Measuring
+
+func now() -> UInt64 { curfew_shim_monotonic_nanoseconds() }
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return .nan }
+    let middle = sorted.count / 2
+    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+}
+
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    let sorted = values.sorted()
+    guard !sorted.isEmpty else { return .nan }
+    let rank = Int((p / 100 * Double(sorted.count - 1)).rounded())
+    return sorted[min(max(rank, 0), sorted.count - 1)]
+}
+
+/// Heap bytes in use: what grants and timers allocate, without the page
+/// reuse that makes resident-size deltas read zero after a first round.
+func heapBytes() -> Double {
+    Double(curfew_shim_heap_bytes_in_use())
+}
+
+/// One row of the report: a measure of Curfew and of its baseline, per repetition.
+struct Row {
+    let name: String
+    let measure: String
+    let unit: String
+    var values: [Double] = []
+    let baselineName: String
+    var baseline: [Double] = []
+    /// The target for value ÷ baseline, when there is one: "≤ 1.5", "≥ 1.8".
+    var target: Target?
+    var note: String?
+
+    enum Target {
+        case atMost(Double)
+        case atLeast(Double)
+        case absoluteAtMost(Double, String)
+
+        var text: String {
+            switch self {
+            case .atMost(let ratio): "ratio ≤ \(ratio)"
+            case .atLeast(let ratio): "ratio ≥ \(ratio)"
+            case .absoluteAtMost(_, let text): text
+            }
+        }
+    }
+
+    var ratio: Double? {
+        guard !values.isEmpty, !baseline.isEmpty else { return nil }
+        return median(values) / median(baseline)
+    }
+
+    var met: Bool? {
+        guard let target else { return nil }
+        switch target {
+        case .atMost(let limit): return ratio.map { $0 <= limit }
+        case .atLeast(let limit): return ratio.map { $0 >= limit }
+        case .absoluteAtMost(let limit, _): return values.isEmpty ? nil : median(values) <= limit
+        }
+    }
+}
+
+// MARK: The cases
+
+enum BenchCase: String, CaseIterable {
+    case chunkNoop = "chunk-noop"
+    case chunk1us = "chunk-1us"
+    case chunk100us = "chunk-100us"
+    case expiration1k = "expiration-1k"
+    case expiration10k = "expiration-10k"
+    case scaling
+    case pluginLoad = "plugin-load"
+    case processPerJob = "process-per-job"
+    case ffiNoop = "ffi-noop"
+}
+
+struct Bench {
+    let options: Options
+    let buildFolder: String
+    let benchPlugin: String
+    let benchJobs: [String: PluginJob]
+    let workFolder: String
+
+    init(options: Options) throws {
+        self.options = options
+        let executable = (try? String(unsafeUninitializedCapacity: 4096) { buffer in
+            let count = readlink("/proc/self/exe", buffer.baseAddress!, 4096)
+            guard count > 0 else { throw CurfewError(.notFound, "no /proc/self/exe") }
+            return count
+        }) ?? CommandLine.arguments[0]
+        buildFolder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.startIndex)])
+        benchPlugin = buildFolder + "/libCurfewBenchJobs.so"
+        let plugin = try PluginLoader().load(benchPlugin)
+        benchJobs = Dictionary(uniqueKeysWithValues: plugin.jobs.map { ($0.name, $0) })
+        workFolder = "/tmp/curfew-bench-\(getpid())"
+        mkdir(workFolder, 0o755)
+    }
+
+    func size(_ full: Int, tiny: Int) -> Int { options.tiny ? tiny : full }
+
+    /// Runs one job to its end with the host and returns the wall time in nanoseconds.
+    func hostRun(_ jobs: [PluginJob], parameters: [String: String], concurrency: Int = 1) async -> (Double, [JobResult]) {
+        let configuration = RunConfiguration(
+            policy: GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: concurrency, parameters: parameters)
+        let runner = Runner(jobs: jobs, configuration: configuration)
+        let start = now()
+        let results = await runner.run()
+        return (Double(now() - start), results)
+    }
+
+    /// The bare loop: read the monotonic clock, compare with a deadline, call the chunk.
+    func bareLoop(_ symbol: String, count: Int, spinNanoseconds: Int64) -> Double {
+        typealias Chunk = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int64
+        typealias Make = @convention(c) (Int64, Int64, Int64) -> UnsafeMutableRawPointer?
+        let handle = dlopen(benchPlugin, RTLD_NOW | RTLD_LOCAL)
+        let chunk = unsafeBitCast(dlsym(handle, symbol)!, to: Chunk.self)
+        let make = unsafeBitCast(dlsym(handle, "bench_make_state")!, to: Make.self)
+        let state = make(Int64(count), spinNanoseconds, 0)
+        defer { free(state) }
+        let deadline = now() + 3_600_000_000_000
+        let start = now()
+        while curfew_shim_monotonic_nanoseconds() < deadline {
+            if chunk(nil, state) != 0 { break }
+        }
+        return Double(now() - start)
+    }
+
+    func chunkOverhead(_ name: String, spinNanoseconds: Int64, count: Int, target: Row.Target) async -> Row {
+        var row = Row(
+            name: name, measure: "ns per chunk", unit: "ns", baselineName: "bare clock-check + call loop", target: target)
+        let job = spinNanoseconds == 0 ? benchJobs["bench-noop"]! : benchJobs["bench-spin"]!
+        let symbol = spinNanoseconds == 0 ? "bench_noop_chunk" : "bench_spin_chunk"
+        for _ in 0..<options.repetitions {
+            row.baseline.append(bareLoop(symbol, count: count, spinNanoseconds: spinNanoseconds) / Double(count))
+            let (elapsed, results) = await hostRun([job], parameters: ["count": "\(count)", "spin-ns": "\(spinNanoseconds)"])
+            precondition(results.first?.chunks == UInt64(count), "the host ran \(results.first?.chunks ?? 0) chunks")
+            row.values.append(elapsed / Double(count))
+        }
+        return row
+    }
+
+    /// Lateness of expiration handlers with `count` live grants whose
+    /// expiration points spread over `spread`; also resident bytes per grant.
+    func expiration(count: Int, spread: Double) -> [Row] {
+        var lateness = Row(
+            name: "expiration, \(count) grants", measure: "handler lateness p99", unit: "ms",
+            baselineName: "bare DispatchSourceTimer", target: .absoluteAtMost(0.5, "p99 < 0.5 ms"))
+        var p50 = Row(name: "expiration, \(count) grants", measure: "handler lateness p50", unit: "ms", baselineName: "bare DispatchSourceTimer")
+        var worst = Row(name: "expiration, \(count) grants", measure: "handler lateness max", unit: "ms", baselineName: "bare DispatchSourceTimer")
+        var memory = Row(
+            name: "expiration, \(count) grants", measure: "memory per live grant", unit: "B",
+            baselineName: "bare DispatchSourceTimer", target: .absoluteAtMost(4096, "< 4 KiB"))
+        let first = 0.5 + Double(count) * 2e-6  // time to set them all up first
+        for _ in 0..<options.repetitions {
+            let handlers = DispatchQueue(label: "bench.handlers")
+            // Curfew: a grant per job, each with a task whose expiration handler records the lateness.
+            let samples = Mutex<[Double]>([])
+            let group = DispatchGroup()
+            let before = heapBytes()
+            var grants: [Grant] = []
+            grants.reserveCapacity(count)
+            for index in 0..<count {
+                let budget = first + spread * Double(index) / Double(count) + 0.1
+                let manager = GrantManager(policy: GrantPolicy(budget: .nanoseconds(Int64(budget * 1e9)), grace: .milliseconds(100)))
+                let grant = try! manager.makeGrant(name: "g\(index)", handlerQueue: handlers)
+                grant.start(observer: GrantObserver())
+                let expected = grant.expirationPoint!.nanoseconds
+                group.enter()
+                _ = grant.beginTask(name: "t") { _ in
+                    let late = Double(now()) - Double(expected)
+                    samples.withLock { $0.append(late / 1e6) }
+                    group.leave()
+                }
+                grants.append(grant)
+            }
+            let after = heapBytes()
+            group.wait()
+            grants.forEach { $0.finish() }
+            let curfew = samples.withLock { $0 }
+            lateness.values.append(percentile(curfew, 99))
+            p50.values.append(percentile(curfew, 50))
+            worst.values.append(curfew.max() ?? .nan)
+            memory.values.append((after - before) / Double(count))
+
+            // Baseline: a bare strict timer per deadline, same spread, one queue.
+            let bare = Mutex<[Double]>([])
+            let bareGroup = DispatchGroup()
+            let bareBefore = heapBytes()
+            var timers: [any DispatchSourceTimer] = []
+            let start = now()
+            for index in 0..<count {
+                let due = start + UInt64((first + spread * Double(index) / Double(count)) * 1e9)
+                let timer = DispatchSource.makeTimerSource(flags: .strict, queue: handlers)
+                bareGroup.enter()
+                timer.setEventHandler {
+                    bare.withLock { $0.append((Double(now()) - Double(due)) / 1e6) }
+                    timer.cancel()
+                    bareGroup.leave()
+                }
+                timer.schedule(deadline: DispatchTime(uptimeNanoseconds: due), leeway: .nanoseconds(0))
+                timer.activate()
+                timers.append(timer)
+            }
+            let bareAfter = heapBytes()
+            bareGroup.wait()
+            let baseline = bare.withLock { $0 }
+            lateness.baseline.append(percentile(baseline, 99))
+            p50.baseline.append(percentile(baseline, 50))
+            worst.baseline.append(baseline.max() ?? .nan)
+            memory.baseline.append((bareAfter - bareBefore) / Double(count))
+        }
+        return [p50, lateness, worst, memory]
+    }
+
+    func scaling() async -> Row {
+        var row = Row(
+            name: "scaling, 4 CPU-bound jobs", measure: "throughput --jobs 2 ÷ --jobs 1", unit: "×",
+            baselineName: "--jobs 1", target: .atLeast(1.8))
+        let job = benchJobs["bench-cpu"]!
+        let parameters = ["count": "\(size(2500, tiny: 20))", "work": "20000"]
+        for _ in 0..<options.repetitions {
+            let (one, _) = await hostRun(Array(repeating: job, count: 4), parameters: parameters, concurrency: 1)
+            let (two, _) = await hostRun(Array(repeating: job, count: 4), parameters: parameters, concurrency: 2)
+            // Throughput is work over time: the ratio of the times, inverted.
+            row.values.append(one / two)
+            row.baseline.append(1)
+        }
+        row.note = "value is the speed-up itself"
+        return row
+    }
+
+    func pluginLoad() throws -> Row {
+        let count = size(500, tiny: 5)
+        var row = Row(
+            name: "plugin load, \(count) files", measure: "µs per file", unit: "µs",
+            baselineName: "bare dlopen + dlsym", target: .atMost(1.3))
+        let source = buildFolder + "/libExampleEarlyFinish.so"
+        let bytes = try readAll(source)
+        for repetition in 0..<options.repetitions {
+            // Fresh copies every time: a path dlopen has seen is not loaded again.
+            let bareFolder = "\(workFolder)/bare-\(repetition)"
+            let scanFolder = "\(workFolder)/scan-\(repetition)"
+            for folder in [bareFolder, scanFolder] {
+                mkdir(folder, 0o755)
+                for index in 0..<count { try writeAll("\(folder)/plugin-\(index).so", bytes) }
+            }
+            // Interleaved batches: dlopen gets slower as more libraries are
+            // loaded, so neither side may do all of its loads last.
+            let batch = max(1, count / 10)
+            var bare: UInt64 = 0
+            var scanned: UInt64 = 0
+            var loaded = 0
+            for first in stride(from: 0, to: count, by: batch) {
+                let indices = first..<min(first + batch, count)
+                // Both sides load from a fresh batch folder the files were just moved into.
+                for folder in [bareFolder, scanFolder] {
+                    mkdir("\(folder)/batch-\(first)", 0o755)
+                    for index in indices {
+                        rename("\(folder)/plugin-\(index).so", "\(folder)/batch-\(first)/plugin-\(index).so")
+                    }
+                }
+                var start = now()
+                for index in indices {
+                    let handle = dlopen("\(bareFolder)/batch-\(first)/plugin-\(index).so", RTLD_NOW | RTLD_LOCAL | 0x01000)
+                    precondition(handle != nil && dlsym(handle, "curfew_plugin_entry") != nil)
+                }
+                bare += now() - start
+                start = now()
+                let scan = PluginLoader().scan(["\(scanFolder)/batch-\(first)"])
+                scanned += now() - start
+                loaded += scan.plugins.count + scan.rejected.count
+            }
+            precondition(loaded == count)
+            row.baseline.append(Double(bare) / Double(count) / 1000)
+            row.values.append(Double(scanned) / Double(count) / 1000)
+        }
+        row.note = "copies of one plugin, scanned a batch folder at a time: within a batch all but one are rejected as duplicate job names, after full validation"
+        return row
+    }
+
+    func ffiNoop() async throws -> [Row] {
+        let count = size(5_000_000, tiny: 1000)
+        var row = Row(
+            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "the same as a native chunk")
+        var floor = Row(
+            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "bare clock-check + ffi_call loop")
+        let manifest = "\(workFolder)/noop.curfew.json"
+        try writeAll(manifest, Array("""
+            {"library": "\(benchPlugin)", "jobs": [{"name": "ffi-noop", "summary": "A no-op through libffi.",
+              "chunk": {"symbol": "bench_foreign_step", "returns": "int64", "result": "items-left",
+                        "args": [{"type": "int64", "from": "chunk-index"}, {"type": "int64", "param": "count"}]}}]}
+            """.utf8))
+        let parameters = ["count": "\(count)"]
+        let foreign = try ForeignLoad.job(manifest, parameters: parameters)
+        for _ in 0..<options.repetitions {
+            let (native, _) = await hostRun([benchJobs["bench-noop"]!], parameters: parameters)
+            row.baseline.append(native / Double(count))
+            let (viaFFI, results) = await hostRun([foreign], parameters: parameters)
+            precondition(results.first?.chunks == UInt64(count))
+            row.values.append(viaFFI / Double(count))
+            floor.values.append(viaFFI / Double(count))
+            floor.baseline.append(bareFFILoop(count: count) / Double(count))
+        }
+        return [row, floor]
+    }
+
+    /// The floor for a libffi job: read the clock, call the prepared cif, test the result.
+    func bareFFILoop(count: Int) -> Double {
+        let handle = dlopen(benchPlugin, RTLD_NOW | RTLD_LOCAL)
+        let function = unsafeBitCast(dlsym(handle, "bench_foreign_step")!, to: (@convention(c) () -> Void).self)
+        let cif = UnsafeMutablePointer<ffi_cif>.allocate(capacity: 1)
+        let types = UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>.allocate(capacity: 2)
+        let values = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
+        let pointers = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: 2)
+        let result = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
+        defer {
+            cif.deallocate()
+            types.deallocate()
+            values.deallocate()
+            pointers.deallocate()
+            result.deallocate()
+        }
+        types[0] = curfew_ffi_type_sint64()
+        types[1] = curfew_ffi_type_sint64()
+        precondition(ffi_prep_cif(cif, curfew_ffi_default_abi(), 2, curfew_ffi_type_sint64(), types) == FFI_OK)
+        values[1] = Int64(count)
+        pointers[0] = UnsafeMutableRawPointer(values)
+        pointers[1] = UnsafeMutableRawPointer(values + 1)
+        let deadline = now() + 3_600_000_000_000
+        let start = now()
+        var index: Int64 = 0
+        while curfew_shim_monotonic_nanoseconds() < deadline {
+            values[0] = index
+            ffi_call(cif, function, result, pointers)
+            index += 1
+            if result.pointee == 0 { break }
+        }
+        return Double(now() - start)
+    }
+
+    func run() async throws -> [Row] {
+        var rows: [Row] = []
+        func selected(_ benchCase: BenchCase) -> Bool { options.only.isEmpty || options.only.contains(benchCase.rawValue) }
+        if selected(.chunkNoop) {
+            rows.append(await chunkOverhead("chunk overhead, no-op", spinNanoseconds: 0, count: size(20_000_000, tiny: 1000), target: .atMost(1.5)))
+        }
+        if selected(.chunk1us) {
+            rows.append(await chunkOverhead("chunk overhead, 1 µs chunks", spinNanoseconds: 1000, count: size(1_000_000, tiny: 100), target: .atMost(1.05)))
+        }
+        if selected(.chunk100us) {
+            rows.append(await chunkOverhead("chunk overhead, 100 µs chunks", spinNanoseconds: 100_000, count: size(10_000, tiny: 5), target: .atMost(1.01)))
+        }
+        if selected(.expiration1k) { rows += expiration(count: size(1000, tiny: 50), spread: options.tiny ? 0.05 : 2) }
+        if selected(.expiration10k) { rows += expiration(count: size(10_000, tiny: 100), spread: options.tiny ? 0.05 : 3) }
+        if selected(.scaling) { rows.append(await scaling()) }
+        if selected(.pluginLoad) { rows.append(try pluginLoad()) }
+        if selected(.processPerJob) {
+            rows.append(Row(
+                name: "process per job", measure: "not built yet", unit: "", baselineName: "posix_spawn of /bin/true",
+                note: "isolation (--isolate job) is not built yet"))
+        }
+        if selected(.ffiNoop) { rows += try await ffiNoop() }
+        return rows
+    }
+}
+
+/// Loads one foreign job from a manifest, the way a scan does.
+enum ForeignLoad {
+    static func job(_ manifest: String, parameters: [String: String]) throws -> PluginJob {
+        let scan = PluginLoader(parameters: parameters).scan([manifest])
+        if let rejected = scan.rejected.first { throw rejected.error }
+        return scan.jobs[0]
+    }
+}
+
+func readAll(_ path: String) throws -> [UInt8] {
+    guard let file = fopen(path, "rb") else { throw CurfewError(.notFound, "cannot open \(path)") }
+    defer { fclose(file) }
+    var bytes: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let count = fread(&buffer, 1, buffer.count, file)
+        if count == 0 { break }
+        bytes += buffer.prefix(count)
+    }
+    return bytes
+}
+
+func writeAll(_ path: String, _ bytes: [UInt8]) throws {
+    guard let file = fopen(path, "wb") else { throw CurfewError(.unreadable, "cannot write \(path)") }
+    defer { fclose(file) }
+    guard fwrite(bytes, 1, bytes.count, file) == bytes.count else { throw CurfewError(.unreadable, "short write to \(path)") }
+}
+
+// MARK: Report
+
+func format(_ value: Double) -> String {
+    if value.isNaN { return "-" }
+    if abs(value) >= 100 { return String(Int64(value.rounded())) }
+    if abs(value) >= 10 { return String(Double(Int64((value * 10).rounded())) / 10) }
+    return String(Double(Int64((value * 1000).rounded())) / 1000)
+}
+
+func pad(_ text: String, _ width: Int, right: Bool = false) -> String {
+    let padding = String(repeating: " ", count: max(0, width - text.count))
+    return right ? padding + text : text + padding
+}
+
+func table(_ rows: [Row]) -> String {
+    let header = ["case", "measure", "median", "min", "max", "baseline", "baseline median", "ratio", "target", "met"]
+    let cells = rows.map { row -> [String] in
+        let unit = row.unit.isEmpty ? "" : " \(row.unit)"
+        return [
+            row.name, row.measure,
+            row.values.isEmpty ? "-" : format(median(row.values)) + unit,
+            row.values.isEmpty ? "-" : format(row.values.min()!),
+            row.values.isEmpty ? "-" : format(row.values.max()!),
+            row.baselineName,
+            row.baseline.isEmpty ? "-" : format(median(row.baseline)) + unit,
+            row.ratio.map { format($0) + "×" } ?? "-",
+            row.target?.text ?? "-",
+            row.met.map { $0 ? "yes" : "NO" } ?? "-",
+        ]
+    }
+    let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max()! }
+    let render = { (line: [String]) in
+        line.indices.map { pad(line[$0], widths[$0], right: [2, 3, 4, 6, 7].contains($0)) }.joined(separator: "  ")
+    }
+    return ([render(header)] + cells.map(render)).joined(separator: "\n")
+}
+
+func jsonText(_ rows: [Row], options: Options) -> String {
+    func number(_ value: Double?) -> String {
+        guard let value, value.isFinite else { return "null" }
+        return "\(value)"
+    }
+    func string(_ text: String?) -> String {
+        guard let text else { return "null" }
+        var out = "\""
+        for character in text {
+            switch character {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            default: out.append(character)
+            }
+        }
+        return out + "\""
+    }
+    let objects = rows.map { row in
+        """
+        {"case":\(string(row.name)),"measure":\(string(row.measure)),"unit":\(string(row.unit)),\
+        "values":[\(row.values.map { number($0) }.joined(separator: ","))],\
+        "median":\(number(row.values.isEmpty ? nil : median(row.values))),\
+        "baseline":\(string(row.baselineName)),"baseline_values":[\(row.baseline.map { number($0) }.joined(separator: ","))],\
+        "baseline_median":\(number(row.baseline.isEmpty ? nil : median(row.baseline))),\
+        "ratio":\(number(row.ratio)),"target":\(string(row.target?.text)),\
+        "met":\(row.met.map { $0 ? "true" : "false" } ?? "null"),"note":\(string(row.note))}
+        """
+    }
+    return "{\"repetitions\":\(options.repetitions),\"tiny\":\(options.tiny),\"rows\":[\n" + objects.joined(separator: ",\n") + "\n]}"
+}
+
+let options = parseOptions()
+do {
+    let bench = try Bench(options: options)
+    let rows = try await bench.run()
+    print(options.json ? jsonText(rows, options: options) : table(rows))
+    for row in rows where row.note != nil && !options.json {
+        print("note: \(row.name): \(row.note!)")
+    }
+} catch {
+    printError("Error: \(error)")
+    exit(1)
+}
