@@ -193,6 +193,13 @@ typedef struct curfew_host {
      * The string is owned by the host and valid until the job's `destroy`
      * returns. */
     const char *(*param)(curfew_context *ctx, const char *key);
+
+    /* The `user_data` of the job `ctx` runs, as its descriptor declares it
+     * (NULL when the descriptor predates the field). Lets one set of hooks
+     * serve several jobs. Appended in ABI 1: check
+     * `host->struct_size > offsetof(curfew_host, job_user_data)` first when
+     * a host built from an older header may load you. */
+    void *(*job_user_data)(curfew_context *ctx);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */
@@ -275,6 +282,10 @@ typedef struct curfew_job {
     curfew_chunk_fn chunk;
     curfew_expire_fn expire;
     curfew_destroy_fn destroy;
+    /* Any pointer for the plugin's own use; the host never reads through it
+     * and hands it back through `host->job_user_data(ctx)`. Appended in
+     * ABI 1: a descriptor whose struct_size ends before it has none. */
+    void *user_data;
 } curfew_job;
 
 /* The plugin descriptor returned by `curfew_plugin_entry`. Owned by the

@@ -152,7 +152,7 @@ final class ForeignJob: Sendable {
     /// foreign job exactly as it calls a plugin's C job.
     static let hooks = JobHooks(
         create: { context, state in
-            guard let run = JobRun.from(context), let foreign = run.job.foreign, let state else { return CURFEW_ERROR }
+            guard let run = HostContext.from(context), let foreign = run.job.foreign, let state else { return CURFEW_ERROR }
             let frames = ForeignRun(job: foreign, run: run)
             if let failure = frames.setUp() {
                 run.log(.error, failure)
@@ -231,7 +231,7 @@ final class ForeignFrame {
 
     /// Calls the function with the changing arguments refreshed.
     @inline(__always)
-    func call(chunkIndex: Int64, run: JobRun, state: UnsafeMutableRawPointer?) {
+    func call(chunkIndex: Int64, run: HostContext, state: UnsafeMutableRawPointer?) {
         for argument in dynamic {
             switch argument.kind {
             case .chunkIndex: Self.store(chunkIndex, as: argument.type, at: argument.slot)
@@ -301,8 +301,8 @@ final class ForeignFrame {
 /// One run of a foreign job: its frames, its state and its chunk count.
 final class ForeignRun {
     let job: ForeignJob
-    // The run is immortal (see JobRun), so an unowned reference is safe.
-    unowned let run: JobRun
+    // Contexts are immortal (see HostContext), so an unowned reference is safe.
+    unowned let run: HostContext
     let setupFrame: ForeignFrame?
     let chunkFrame: ForeignFrame
     let cleanupFrame: ForeignFrame?
@@ -312,7 +312,7 @@ final class ForeignRun {
     var chunkIndex: Int64 = 0
     let resultRule: ForeignResultRule
 
-    init(job: ForeignJob, run: JobRun) {
+    init(job: ForeignJob, run: HostContext) {
         self.job = job
         self.run = run
         resultRule = job.resultRule

@@ -13,37 +13,40 @@ enum HostServices {
             abi_version: CURFEW_ABI_VERSION,
             struct_size: UInt32(MemoryLayout<curfew_host>.size),
             time_remaining: { context in
-                guard let run = JobRun.from(context) else { return 0 }
+                guard let run = HostContext.from(context) else { return 0 }
                 return run.timeRemainingSeconds
             },
             is_expiring: { context in
-                JobRun.from(context)?.isExpiring ?? true
+                HostContext.from(context)?.isExpiring ?? true
             },
             begin_background_task: { context, name, handler, userData in
-                guard let run = JobRun.from(context) else { return CURFEW_TASK_INVALID_VALUE }
+                guard let run = HostContext.from(context) else { return CURFEW_TASK_INVALID_VALUE }
                 let label = name.map { String(cString: $0) } ?? "unnamed"
                 return run.beginTask(name: label, handler: handler, userData: userData).rawValue
             },
             end_background_task: { context, task in
-                JobRun.from(context)?.endTask(BackgroundTaskIdentifier(rawValue: task))
+                HostContext.from(context)?.endTask(BackgroundTaskIdentifier(rawValue: task))
             },
             app_state: { _ in CURFEW_APP_STATE_BACKGROUND },
             log: { context, level, message in
                 guard let message else { return }
                 let text = String(cString: message)
                 let level = LogLevel(rawValue: Int(level.rawValue)) ?? .info
-                if let run = JobRun.from(context) {
+                if let run = HostContext.from(context) {
                     run.log(level, text)
                 } else {
                     HostServices.entryMessages.withLock { $0?.append(text) }
                 }
             },
             report_progress: { context, completed, total in
-                JobRun.from(context)?.reportProgress(Progress(completed: completed, total: total))
+                HostContext.from(context)?.reportProgress(Progress(completed: completed, total: total))
             },
             param: { context, key in
-                guard let key, let run = JobRun.from(context) else { return nil }
-                return run.parameters.value(for: String(cString: key))
+                guard let key, let run = HostContext.from(context) else { return nil }
+                return run.parameter(String(cString: key))
+            },
+            job_user_data: { context in
+                HostContext.from(context)?.job.hooks.userData
             }
         ))
         return UnsafePointer(table)

@@ -6,11 +6,10 @@ import Synchronization
 /// drives its chunk loop, routes the grant's expiration to its `expire` hook
 /// without ever overlapping a chunk, and decides its outcome.
 ///
-/// Its address is the job's `curfew_context *`. A run is never freed: a
-/// plugin's own threads may still hold the context after the job ends, and a
-/// call through it must find a run that answers "over" rather than freed
-/// memory. It costs a few hundred bytes per job run.
-final class JobRun: Sendable {
+/// Its address is the job's `curfew_context *` (see ``HostContext``).
+final class JobRun: HostContext, @unchecked Sendable {
+    // Safe because its mutable state is the `control` Mutex, and `jobState`,
+    // which only the job's serial queue touches.
     /// Where the job is in its life. Guarded by `control`.
     enum Stage {
         case pending      // not started
@@ -55,8 +54,6 @@ final class JobRun: Sendable {
         case delay(nanoseconds: Int64)
     }
 
-    let job: PluginJob
-    let parameters: ParameterTable
     let grant: Grant
     private let clock: any CurfewClock
     private let timeSliceNanoseconds: UInt64
@@ -65,33 +62,22 @@ final class JobRun: Sendable {
     private let onFinish: @Sendable (JobResult) -> Void
     private let control = Mutex(Control())
 
-    // Safe because it is written by `create` and read by later hooks, all on
-    // the job's serial queue.
-    private nonisolated(unsafe) var jobState: UnsafeMutableRawPointer?
-    // Safe because it is set at the end of init and never changed.
-    private nonisolated(unsafe) var context: OpaquePointer!
+    // Written by `create` and read by later hooks, all on the job's serial queue.
+    private var jobState: UnsafeMutableRawPointer?
 
     /// - Throws: The grant's refusal (a continuous job the policy does not allow).
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
-        self.job = job
         self.clock = manager.clock
-        self.parameters = parameters
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
         self.queue = DispatchQueue(label: "curfew.job.\(job.name)")
         self.events = events
         self.onFinish = onFinish
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
-        // Retained for the life of the process: see the type's discussion.
-        context = OpaquePointer(Unmanaged.passRetained(self).toOpaque())
-    }
-
-    static func from(_ context: OpaquePointer?) -> JobRun? {
-        guard let context else { return nil }
-        return Unmanaged<JobRun>.fromOpaque(UnsafeRawPointer(context)).takeUnretainedValue()
+        super.init(job: job, parameters: parameters)
     }
 
     // MARK: Starting
@@ -366,15 +352,15 @@ final class JobRun: Sendable {
 
     // MARK: Host services
 
-    var timeRemainingSeconds: Double {
+    override var timeRemainingSeconds: Double {
         grant.timeRemaining.map(\.seconds) ?? Double.greatestFiniteMagnitude
     }
 
-    var isExpiring: Bool {
+    override var isExpiring: Bool {
         grant.isExpiring
     }
 
-    func beginTask(
+    override func beginTask(
         name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?
     ) -> BackgroundTaskIdentifier {
         let callback = handler.map { handler in
@@ -388,13 +374,13 @@ final class JobRun: Sendable {
         return id
     }
 
-    func endTask(_ id: BackgroundTaskIdentifier) {
+    override func endTask(_ id: BackgroundTaskIdentifier) {
         if !grant.endTask(id) {
             log(.debug, "end_background_task(\(id.rawValue)): no such open task (harmless)")
         }
     }
 
-    func log(_ level: LogLevel, _ message: String) {
+    override func log(_ level: LogLevel, _ message: String) {
         control.withLock { c in
             guard !c.isOver else { return }
             if level == .error { c.lastError = message }
@@ -405,7 +391,7 @@ final class JobRun: Sendable {
     /// The least time between two progress events of one job.
     static let progressInterval: Duration = .milliseconds(100)
 
-    func reportProgress(_ progress: Progress) {
+    override func reportProgress(_ progress: Progress) {
         let now = clock.now()
         control.withLock { c in
             guard !c.isOver else { return }
@@ -462,7 +448,7 @@ public struct JobStatus: Sendable {
 }
 
 /// A plugin's `user_data` pointer, passed back to it untouched.
-private struct UserData: @unchecked Sendable {
+struct UserData: @unchecked Sendable {
     // Safe because the host never dereferences it; it only hands it back to
     // the plugin's own handler, which owns its thread safety.
     let pointer: UnsafeMutableRawPointer?

@@ -8,6 +8,8 @@ struct JobHooks: @unchecked Sendable {
     let chunk: curfew_chunk_fn?
     let expire: curfew_expire_fn?
     let destroy: curfew_destroy_fn?
+    /// The descriptor's `user_data`, handed back through `job_user_data`.
+    var userData: UnsafeMutableRawPointer? = nil
 }
 
 /// A job declared by a loaded plugin.

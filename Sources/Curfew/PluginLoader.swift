@@ -158,7 +158,9 @@ struct DescriptorValidator {
     let path: String
 
     static let minimumPluginSize = UInt32(MemoryLayout<curfew_plugin>.size)
-    static let minimumJobSize = UInt32(MemoryLayout<curfew_job>.size)
+    /// The first version of `curfew_job` ended before `user_data`.
+    static let minimumJobSize = UInt32(MemoryLayout<curfew_job>.offset(of: \curfew_job.user_data)!)
+    static let jobSizeWithUserData = minimumJobSize + UInt32(MemoryLayout<UnsafeMutableRawPointer?>.size)
     static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
 
     func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
@@ -221,7 +223,16 @@ struct DescriptorValidator {
                 "Job #\(index) struct_size is \(size) bytes, at least \(Self.minimumJobSize) expected."
             )
         }
-        let job = pointer.pointee
+        // Read the fields the plugin's struct_size covers, no more.
+        let raw = UnsafeRawPointer(pointer)
+        func field<T>(_ key: KeyPath<curfew_job, T>) -> T {
+            raw.load(fromByteOffset: MemoryLayout<curfew_job>.offset(of: key)!, as: T.self)
+        }
+        let job = (
+            flags: field(\.flags), name: field(\.name), summary: field(\.summary), create: field(\.create),
+            chunk: field(\.chunk), expire: field(\.expire), destroy: field(\.destroy))
+        let userData = size >= Self.jobSizeWithUserData
+            ? raw.load(fromByteOffset: Int(Self.minimumJobSize), as: UnsafeMutableRawPointer?.self) : nil
         let name = try jobName(job.name, index: index)
         let summary = try summaryText(job.summary, job: name)
         guard job.flags & ~Self.knownFlags == 0 else {
@@ -237,7 +248,7 @@ struct DescriptorValidator {
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
             isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
-            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy))
+            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData))
     }
 
     private func jobName(_ pointer: UnsafePointer<CChar>?, index: Int) throws(CurfewError) -> String {

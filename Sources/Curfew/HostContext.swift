@@ -1,0 +1,47 @@
+import CCurfew
+
+/// What a `curfew_context *` points at: one job as the host services see it.
+/// The runner's ``JobRun`` and `curfew test`'s ``JobHarness`` both stand
+/// behind it, so a plugin cannot tell them apart.
+///
+/// A context is never freed: a plugin's own threads may still hold the
+/// pointer after the job ends, and a call through it must find an object
+/// that answers "over" rather than freed memory. It costs a few hundred bytes
+/// per job run.
+class HostContext: @unchecked Sendable {
+    // Safe because the stored properties here never change after init;
+    // subclasses keep their mutable state behind locks.
+    let job: PluginJob
+    let parameters: ParameterTable
+    private(set) var context: OpaquePointer!
+
+    init(job: PluginJob, parameters: ParameterTable) {
+        self.job = job
+        self.parameters = parameters
+        // Retained for the life of the process: see the type's discussion.
+        context = OpaquePointer(Unmanaged.passRetained(self).toOpaque())
+    }
+
+    static func from(_ context: OpaquePointer?) -> HostContext? {
+        guard let context else { return nil }
+        return Unmanaged<HostContext>.fromOpaque(UnsafeRawPointer(context)).takeUnretainedValue()
+    }
+
+    // The host services, one method each. The defaults answer as for a job that is over.
+
+    /// Seconds to the hard deadline, `Double.greatestFiniteMagnitude` without one.
+    var timeRemainingSeconds: Double { 0 }
+    var isExpiring: Bool { true }
+
+    func beginTask(name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?) -> BackgroundTaskIdentifier {
+        .invalid
+    }
+
+    func endTask(_ id: BackgroundTaskIdentifier) {}
+    func log(_ level: LogLevel, _ message: String) {}
+    func reportProgress(_ progress: Progress) {}
+
+    func parameter(_ key: String) -> UnsafePointer<CChar>? {
+        parameters.value(for: key)
+    }
+}
