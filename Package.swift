@@ -9,6 +9,7 @@ let examplePlugins: [(product: String, target: String)] = [
     ("ExampleEarlyFinish", "ExampleEarlyFinish"),
     ("ExampleTaskDriven", "ExampleTaskDriven"),
     ("ExampleSwiftJob", "ExampleSwiftJob"),
+    ("ExampleSwiftTasks", "ExampleSwiftTasks"),
 ]
 
 let cExample: (String) -> Target = { name in
@@ -26,6 +27,8 @@ let package = Package(
         .executable(name: "curfew", targets: ["CurfewTool"]),
         .executable(name: "curfew-bench", targets: ["CurfewBench"]),
         .library(name: "Curfew", targets: ["Curfew"]),
+        // The Swift SDK for job authors; link it statically into each plugin.
+        .library(name: "CurfewJob", targets: ["CurfewJob"]),
     ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) } + [
         .library(name: "CurfewBenchJobs", type: .dynamic, targets: ["BenchmarkJobs"]),
     ],
@@ -39,6 +42,8 @@ let package = Package(
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
         // The host: grants, loader, runner, foreign jobs. Holds no printing.
         .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
+        // The Swift SDK for job authors: a protocol and an export helper.
+        .target(name: "CurfewJob", dependencies: ["CCurfew"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
@@ -49,7 +54,8 @@ let package = Package(
         cExample("ExampleTimerCounter"),
         cExample("ExampleEarlyFinish"),
         cExample("ExampleTaskDriven"),
-        .target(name: "ExampleSwiftJob", dependencies: ["CCurfew"], path: "Plugins/ExampleSwiftJob"),
+        .target(name: "ExampleSwiftJob", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftJob"),
+        .target(name: "ExampleSwiftTasks", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftTasks"),
 
         .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CCurfew"]),
     ],

@@ -1,28 +1,36 @@
-// A job written in Swift against the C ABI directly: it counts the primes
-// below a limit in chunks, reports progress, and finishes.
+// A chunked job written in Swift with the CurfewJob SDK: it counts the
+// primes below a limit, 20,000 candidates per chunk, and reports progress.
 //
 // Parameter: --param limit=N (default 3,000,000).
-import CCurfew
+import CurfewJob
 
-/// The job's state, owned by the host through an opaque pointer between
-/// `create` and `destroy`.
-final class PrimeCounter {
+struct PrimeCounter: Job {
+    static let name = "swift-primes"
+    static let summary = "Counts primes in chunks (written in Swift)."
+
     let limit: Int
     var next = 2
     var primes = 0
 
-    init(limit: Int) {
-        self.limit = limit
+    init(context: JobContext) throws {
+        limit = context.parameter("limit").flatMap { Int($0) } ?? 3_000_000
+        guard limit >= 2 else { throw PrimeCounterError.limitTooSmall(limit) }
     }
 
-    /// Tests a block of candidates; returns whether the work is done.
-    func step(_ count: Int) -> Bool {
-        let end = min(next + count, limit)
+    mutating func chunk(_ context: JobContext) -> ChunkResult {
+        let end = min(next + 20_000, limit)
         while next < end {
             if Self.isPrime(next) { primes += 1 }
             next += 1
         }
-        return next >= limit
+        context.reportProgress(completed: Int64(next), total: Int64(limit))
+        guard next >= limit else { return .continue }
+        context.log("\(primes) primes below \(limit)")
+        return .done
+    }
+
+    mutating func expire(reason: ExpirationReason, context: JobContext) {
+        context.log("stopped at \(next) with \(primes) primes so far", level: .warning)
     }
 
     static func isPrime(_ n: Int) -> Bool {
@@ -37,75 +45,17 @@ final class PrimeCounter {
     }
 }
 
-// Safe because it is written once, by the entry function on the loader
-// thread, before any hook can run, and only read after.
-nonisolated(unsafe) private var host: UnsafePointer<curfew_host>!
+enum PrimeCounterError: Error, CustomStringConvertible {
+    case limitTooSmall(Int)
 
-private func log(_ context: OpaquePointer?, _ level: curfew_log_level, _ message: String) {
-    message.withCString { host.pointee.log(context, level, $0) }
-}
-
-private func counter(_ state: UnsafeMutableRawPointer?) -> PrimeCounter {
-    Unmanaged<PrimeCounter>.fromOpaque(state!).takeUnretainedValue()
-}
-
-private func cString(_ text: StaticString) -> UnsafePointer<CChar> {
-    UnsafeRawPointer(text.utf8Start).assumingMemoryBound(to: CChar.self)
-}
-
-// Safe because the descriptor is written once during initialisation and only read after.
-nonisolated(unsafe) private let job: UnsafeMutablePointer<curfew_job> = {
-    let job = UnsafeMutablePointer<curfew_job>.allocate(capacity: 1)
-    job.initialize(to: curfew_job(
-        struct_size: UInt32(MemoryLayout<curfew_job>.size),
-        flags: 0,
-        name: cString("swift-primes"),
-        summary: cString("Counts primes in chunks (written in Swift)."),
-        create: { context, state in
-            let limit = host.pointee.param(context, "limit").flatMap { Int(String(cString: $0)) } ?? 3_000_000
-            state!.pointee = Unmanaged.passRetained(PrimeCounter(limit: limit)).toOpaque()
-            return CURFEW_OK
-        },
-        chunk: { context, state in
-            let counter = counter(state)
-            let done = counter.step(20_000)
-            host.pointee.report_progress(context, Int64(counter.next), Int64(counter.limit))
-            guard done else { return 0 }  // CURFEW_CHUNK_CONTINUE
-            log(context, CURFEW_LOG_INFO, "\(counter.primes) primes below \(counter.limit)")
-            return -1  // CURFEW_CHUNK_DONE
-        },
-        expire: { context, state, _ in
-            let counter = counter(state)
-            log(context, CURFEW_LOG_WARNING, "stopped at \(counter.next) with \(counter.primes) primes so far")
-        },
-        destroy: { _, state in
-            Unmanaged<PrimeCounter>.fromOpaque(state!).release()
+    var description: String {
+        switch self {
+        case .limitTooSmall(let limit): "limit must be at least 2, not \(limit)"
         }
-    ))
-    return job
-}()
-
-// Safe because the table is written once during initialisation and only read after.
-nonisolated(unsafe) private let jobTable: UnsafeMutablePointer<UnsafePointer<curfew_job>?> = {
-    let table = UnsafeMutablePointer<UnsafePointer<curfew_job>?>.allocate(capacity: 1)
-    table.initialize(to: UnsafePointer(job))
-    return table
-}()
-
-// Safe for the same reason.
-nonisolated(unsafe) private let descriptor: UnsafeMutablePointer<curfew_plugin> = {
-    let plugin = UnsafeMutablePointer<curfew_plugin>.allocate(capacity: 1)
-    plugin.initialize(to: curfew_plugin(
-        abi_version: CURFEW_ABI_VERSION,
-        struct_size: UInt32(MemoryLayout<curfew_plugin>.size),
-        job_count: 1,
-        reserved: 0,
-        jobs: jobTable))
-    return plugin
-}()
+    }
+}
 
 @_cdecl("curfew_plugin_entry")
-public func curfewPluginEntry(_ services: UnsafePointer<curfew_host>?) -> UnsafePointer<curfew_plugin>? {
-    host = services
-    return UnsafePointer(descriptor)
+public func curfewPluginEntry(_ host: CurfewHostTable?) -> CurfewPluginDescriptor? {
+    CurfewPlugin.export(host: host, jobs: [PrimeCounter.self])
 }

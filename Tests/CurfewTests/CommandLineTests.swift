@@ -247,7 +247,7 @@ import Testing
 
     static let exampleParameters = [
         "--param", "interval-ms=100", "--param", "count=1000000", "--param", "limit=20000",
-        "--param", "steps=3", "--param", "step-ms=10",
+        "--param", "steps=3", "--param", "step-ms=10", "--param", "files=2", "--param", "file-ms=10",
     ]
 
     @Test func runningTheMixedFolderRejectsEachBadFileAndRunsEveryJob() throws {
@@ -263,13 +263,14 @@ import Testing
         ])
         // The summary table: one row per job, with its outcome and reason.
         let header = try #require(lines.firstIndex { $0.hasPrefix("JOB ") })
-        let rows = lines[(header + 1)...].prefix(4).map { $0.split(separator: " ", omittingEmptySubsequences: true) }
+        let rows = lines[(header + 1)...].prefix(5).map { $0.split(separator: " ", omittingEmptySubsequences: true) }
         let outcomes = Dictionary(uniqueKeysWithValues: rows.map { (String($0[0]), String($0[1])) })
         #expect(outcomes == [
             "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "timer-counter": "expired",
+            "swift-uploader": "completed",
         ])
         #expect(lines.contains { $0.hasPrefix("timer-counter") && $0.hasSuffix("time ran out; cleanup ran") })
-        #expect(lines.last == "4 jobs: 3 completed, 1 expired; 3 plugin files rejected")
+        #expect(lines.last == "5 jobs: 4 completed, 1 expired; 3 plugin files rejected")
     }
 
     struct Event: Decodable {
@@ -293,10 +294,11 @@ import Testing
         #expect(result.status == 3)
         let events = try events(result.stdout)
         #expect(events.filter { $0.event == "rejected" }.map(\.code) == ["empty-file", "not-elf", "missing-entry"])
-        #expect(events.filter { $0.event == "loaded" }.count == 4)
+        #expect(events.filter { $0.event == "loaded" }.count == 5)
         let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
         #expect(finished.mapValues(\.outcome) == [
             "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "timer-counter": "expired",
+            "swift-uploader": "completed",
         ])
         #expect(finished["timer-counter"]?.reason == "time ran out; cleanup ran")
         #expect(finished["sum-squares"]?.chunks == 10)

@@ -26,7 +26,7 @@ enum Fixtures {
 
     /// The example plugins built by SwiftPM.
     static var examplePlugins: [String] {
-        ["ExampleTimerCounter", "ExampleEarlyFinish", "ExampleTaskDriven", "ExampleSwiftJob"].map {
+        ["ExampleTimerCounter", "ExampleEarlyFinish", "ExampleTaskDriven", "ExampleSwiftJob", "ExampleSwiftTasks"].map {
             "\(buildFolder)/lib\($0).so"
         }
     }

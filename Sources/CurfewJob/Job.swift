@@ -1,0 +1,91 @@
+import CCurfew
+
+/// What a chunk asks for next.
+public enum ChunkResult: Sendable, Equatable {
+    /// Call me again as soon as possible.
+    case `continue`
+    /// The work is complete.
+    case done
+    /// The work failed; log the reason first.
+    case failed
+    /// Call me again after this long, without holding a worker thread meanwhile.
+    case continueAfter(Duration)
+}
+
+/// Why the grant is expiring.
+public enum ExpirationReason: Sendable, Equatable {
+    /// The budget is about to run out.
+    case timeout
+    /// The host is shutting down.
+    case shutdown
+    /// The job was cancelled.
+    case cancelled
+}
+
+/// The app state a job sees, after `UIApplication.State`.
+public enum AppState: Sendable, Equatable {
+    case active, inactive, background
+}
+
+/// How much a log message matters.
+public enum LogLevel: Sendable, Equatable {
+    case debug, info, warning, error
+}
+
+/// Identifies a background task, like `UIBackgroundTaskIdentifier`.
+public struct BackgroundTaskIdentifier: RawRepresentable, Hashable, Sendable {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// No task: what `beginBackgroundTask` returns once the grant is expiring or over.
+    public static let invalid = BackgroundTaskIdentifier(rawValue: 0)
+}
+
+/// A background job: a name, a summary, and a life from `init(context:)`
+/// to `teardown(context:)`. Adopt ``Job`` for work in chunks, or
+/// ``TaskDrivenJob`` for work on your own threads under tasks you begin.
+public protocol BackgroundJob {
+    /// Unique within the host: 1 to 64 bytes of `[a-z0-9._-]`.
+    static var name: String { get }
+    /// One line.
+    static var summary: String { get }
+    /// A continuous job has no budget (like an iOS background mode) and
+    /// runs only where the host allows it. Default `false`.
+    static var isContinuous: Bool { get }
+
+    /// Makes the job. Throw to fail it: the error's description is logged
+    /// and no other method is called.
+    init(context: JobContext) throws
+
+    /// The cleanup hook: called once if the grant expires while the job is
+    /// still alive. Save what must last and return promptly.
+    mutating func expire(reason: ExpirationReason, context: JobContext)
+
+    /// Called last, once the job is over. Default: nothing.
+    mutating func teardown(context: JobContext)
+}
+
+extension BackgroundJob {
+    public static var isContinuous: Bool { false }
+    public mutating func teardown(context: JobContext) {}
+}
+
+/// A job whose work the host calls in chunks on Dispatch worker threads.
+///
+/// `init`, `chunk`, `expire` and `teardown` never run at the same time; no
+/// chunk runs once the grant is expiring, and `expire` comes right after an
+/// in-flight chunk returns.
+public protocol Job: BackgroundJob {
+    /// Does one bounded unit of work, well under the grant's lead time.
+    mutating func chunk(_ context: JobContext) -> ChunkResult
+}
+
+/// A job that starts its own work in `init(context:)`, under background
+/// tasks it begins with ``JobContext/beginBackgroundTask(name:expirationHandler:)``,
+/// like the iOS code it comes from. The host keeps it alive until its tasks end.
+public protocol TaskDrivenJob: BackgroundJob {}
+
+extension TaskDrivenJob {
+    /// Default: nothing; the tasks' own expiration handlers do the cleanup.
+    public mutating func expire(reason: ExpirationReason, context: JobContext) {}
+}

@@ -1,0 +1,121 @@
+import CCurfew
+import Synchronization
+
+/// The host, as one job sees it: time, logging, progress, parameters and
+/// background tasks. Valid from the job's `init(context:)` until its
+/// `teardown(context:)` returns; every method may be called from any thread.
+public struct JobContext: @unchecked Sendable {
+    // Safe because the host table and the context are valid, and thread-safe,
+    // for the whole life of the job, and `tasks` is a Sendable class.
+    let host: UnsafePointer<curfew_host>
+    let raw: OpaquePointer
+    let tasks: TaskHandlers
+
+    /// What ``timeRemaining`` says when the grant has no budget (a continuous job).
+    public static let unlimited: Duration = .seconds(Int64.max)
+
+    /// The time left before the hard deadline, like `backgroundTimeRemaining`;
+    /// zero once it has passed, ``unlimited`` without a budget.
+    public var timeRemaining: Duration {
+        let seconds = host.pointee.time_remaining(raw)
+        return seconds >= CURFEW_TIME_UNLIMITED ? Self.unlimited : .seconds(seconds)
+    }
+
+    /// Whether the grant has started to expire.
+    public var isExpiring: Bool {
+        host.pointee.is_expiring(raw)
+    }
+
+    /// The app state the job sees: ``AppState/background`` for jobs.
+    public var appState: AppState {
+        switch host.pointee.app_state(raw) {
+        case CURFEW_APP_STATE_ACTIVE: .active
+        case CURFEW_APP_STATE_INACTIVE: .inactive
+        default: .background
+        }
+    }
+
+    /// Logs a message for the job.
+    public func log(_ message: String, level: LogLevel = .info) {
+        let cLevel: curfew_log_level =
+            switch level {
+            case .debug: CURFEW_LOG_DEBUG
+            case .info: CURFEW_LOG_INFO
+            case .warning: CURFEW_LOG_WARNING
+            case .error: CURFEW_LOG_ERROR
+            }
+        message.withCString { host.pointee.log(raw, cLevel, $0) }
+    }
+
+    /// Reports progress: `completed` of `total` units (`total` 0 when unknown).
+    public func reportProgress(completed: Int64, total: Int64) {
+        host.pointee.report_progress(raw, completed, total)
+    }
+
+    /// The value of `--param key=value`, or `nil`.
+    public func parameter(_ key: String) -> String? {
+        key.withCString { host.pointee.param(raw, $0) }.map { String(cString: $0) }
+    }
+
+    /// Begins a background task that keeps the job alive until it ends, like
+    /// `beginBackgroundTask(withName:expirationHandler:)`.
+    ///
+    /// - Parameters:
+    ///   - name: A name for messages.
+    ///   - expirationHandler: Called once, on the job's expiration queue, if
+    ///     the grant starts to expire while the task is open. End the task there.
+    /// - Returns: The task's identifier, or ``BackgroundTaskIdentifier/invalid``
+    ///   once the grant is expiring or over.
+    public func beginBackgroundTask(
+        name: String? = nil, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
+    ) -> BackgroundTaskIdentifier {
+        var userData: UnsafeMutableRawPointer?
+        var handler: curfew_expiration_handler?
+        if let expirationHandler {
+            userData = tasks.keep(expirationHandler)
+            handler = { userData, reason in
+                Unmanaged<HandlerBox>.fromOpaque(userData!)._withUnsafeGuaranteedRef { $0.handler(ExpirationReason(reason)) }
+            }
+        }
+        let id: curfew_task_id =
+            if let name {
+                name.withCString { host.pointee.begin_background_task(raw, $0, handler, userData) }
+            } else {
+                host.pointee.begin_background_task(raw, nil, handler, userData)
+            }
+        return BackgroundTaskIdentifier(rawValue: id)
+    }
+
+    /// Ends a task. Ending a task twice, or ``BackgroundTaskIdentifier/invalid``, is harmless.
+    public func endBackgroundTask(_ identifier: BackgroundTaskIdentifier) {
+        host.pointee.end_background_task(raw, identifier.rawValue)
+    }
+}
+
+extension ExpirationReason {
+    init(_ reason: curfew_expire_reason) {
+        switch reason {
+        case CURFEW_EXPIRE_SHUTDOWN: self = .shutdown
+        case CURFEW_EXPIRE_CANCELLED: self = .cancelled
+        default: self = .timeout
+        }
+    }
+}
+
+/// An expiration handler, kept alive for as long as its job.
+final class HandlerBox: Sendable {
+    let handler: @Sendable (ExpirationReason) -> Void
+    init(_ handler: @escaping @Sendable (ExpirationReason) -> Void) { self.handler = handler }
+}
+
+/// The expiration handlers one job run has given the host, released with the job.
+final class TaskHandlers: Sendable {
+    private let boxes = Mutex<[HandlerBox]>([])
+
+    /// Keeps `handler` alive and returns the pointer the host hands back to it.
+    func keep(_ handler: @escaping @Sendable (ExpirationReason) -> Void) -> UnsafeMutableRawPointer {
+        let box = HandlerBox(handler)
+        boxes.withLock { $0.append(box) }
+        return Unmanaged.passUnretained(box).toOpaque()
+    }
+}

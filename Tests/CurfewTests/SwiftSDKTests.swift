@@ -1,0 +1,43 @@
+import Testing
+
+@testable import Curfew
+
+/// Plugins written with the CurfewJob SDK, built by SwiftPM, each with its
+/// own copy of the SDK, loaded into this one process.
+@Suite(.timeLimit(.minutes(1))) struct SwiftSDKTests {
+    func jobs() throws -> [PluginJob] {
+        let scan = PluginLoader().scan(Fixtures.examplePlugins.filter { $0.contains("ExampleSwift") })
+        #expect(scan.rejected.isEmpty, "\(scan.rejected)")
+        return scan.jobs
+    }
+
+    func run(_ jobs: [PluginJob], budget: Duration = .seconds(10), parameters: [String: String]) async -> [JobResult] {
+        let configuration = RunConfiguration(policy: GrantPolicy(budget: budget), maxConcurrentJobs: 2, parameters: parameters)
+        return await Runner(jobs: jobs, configuration: configuration).run()
+    }
+
+    @Test func twoSwiftPluginsRunSideBySide() async throws {
+        let jobs = try jobs()
+        #expect(jobs.map(\.name) == ["swift-primes", "swift-uploader"])
+        #expect(jobs.map(\.isChunked) == [true, false])
+        let results = await run(jobs, parameters: ["limit": "50000", "files": "3", "file-ms": "5"])
+        #expect(results.map(\.outcome) == [.completed, .completed])
+        #expect(results[0].progress == Progress(completed: 50000, total: 50000))
+        #expect(results[1].reason == "all tasks ended")
+    }
+
+    @Test func aSwiftExpirationHandlerEndsItsTask() async throws {
+        let uploader = try jobs().filter { $0.name == "swift-uploader" }
+        let result = try #require(await run(uploader, budget: .milliseconds(300), parameters: ["files": "1000"]).first)
+        #expect(result.outcome == .expired)
+        // The SDK gives every job an expire hook (TaskDrivenJob's default does nothing).
+        #expect(result.reason == "time ran out; cleanup ran")
+    }
+
+    @Test func aThrowingInitFailsTheJobWithItsError() async throws {
+        let primes = try jobs().filter { $0.name == "swift-primes" }
+        let result = try #require(await run(primes, parameters: ["limit": "1"]).first)
+        #expect(result.outcome == .failed)
+        #expect(result.reason == "create failed: limit must be at least 2, not 1")
+    }
+}
