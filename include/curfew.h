@@ -313,6 +313,45 @@ typedef const curfew_plugin *(*curfew_plugin_entry_fn)(const curfew_host *host);
 /* The exported symbol's name. */
 #define CURFEW_PLUGIN_ENTRY_SYMBOL "curfew_plugin_entry"
 
+/* The entry every plugin defines (declared here so that a C++ plugin's
+ * definition gets C linkage, and every plugin's its signature checked). */
+CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host);
+
+/* ------------------------------------------------------------------------ */
+/* Optional helpers (C only: they use designated initializers)              */
+
+/* Declares a job descriptor `var` with its name and summary; the remaining
+ * arguments are designated initializers for its hooks and flags:
+ *
+ *     CURFEW_JOB(tick_job, "tick", "Ticks once a second.",
+ *                .chunk = tick, .expire = stop);
+ */
+#define CURFEW_JOB(var, job_name, job_summary, ...)                          \
+    static const curfew_job var = {.struct_size = sizeof(curfew_job),       \
+                                   .name = (job_name),                      \
+                                   .summary = (job_summary),                \
+                                   __VA_ARGS__}
+
+/* Defines the plugin: its job table, its descriptor and the exported entry,
+ * which stores the host table in `host_var`, a `static const curfew_host *`
+ * you declare before. List the jobs by address:
+ *
+ *     static const curfew_host *host;
+ *     ...
+ *     CURFEW_PLUGIN(host, &tick_job, &sync_job)
+ */
+#define CURFEW_PLUGIN(host_var, ...)                                         \
+    static const curfew_job *const curfew_plugin_jobs_[] = {__VA_ARGS__};   \
+    static const curfew_plugin curfew_plugin_descriptor_ = {                \
+        CURFEW_ABI_VERSION, (uint32_t)sizeof(curfew_plugin),                \
+        (uint32_t)(sizeof curfew_plugin_jobs_ /                             \
+                   sizeof curfew_plugin_jobs_[0]),                          \
+        0u, curfew_plugin_jobs_};                                           \
+    const curfew_plugin *curfew_plugin_entry(const curfew_host *services_) { \
+        host_var = services_;                                               \
+        return &curfew_plugin_descriptor_;                                  \
+    }
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

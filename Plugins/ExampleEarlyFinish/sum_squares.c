@@ -1,5 +1,6 @@
 /* A job that finishes well before its grant runs out: it sums the squares
- * of 1...N in chunks of 100,000, reports its progress, and says done.
+ * of 1...N in chunks of 100,000, reports its progress, and says done. It
+ * declares itself with the header's CURFEW_JOB and CURFEW_PLUGIN helpers.
  *
  * Parameter: --param count=N (default 50,000,000). */
 #include <curfew.h>
@@ -58,26 +59,7 @@ static void sum_destroy(curfew_context *ctx, void *state) {
     free(state);
 }
 
-static const curfew_job sum_job = {
-    .struct_size = sizeof(curfew_job),
-    .name = "sum-squares",
-    .summary = "Sums squares in chunks and finishes early.",
-    .create = sum_create,
-    .chunk = sum_chunk,
-    .expire = sum_expire,
-    .destroy = sum_destroy,
-};
+CURFEW_JOB(sum_job, "sum-squares", "Sums squares in chunks and finishes early.",
+           .create = sum_create, .chunk = sum_chunk, .expire = sum_expire, .destroy = sum_destroy);
 
-static const curfew_job *const jobs[] = {&sum_job};
-
-static const curfew_plugin plugin = {
-    .abi_version = CURFEW_ABI_VERSION,
-    .struct_size = sizeof(curfew_plugin),
-    .job_count = 1,
-    .jobs = jobs,
-};
-
-CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *services) {
-    host = services;
-    return &plugin;
-}
+CURFEW_PLUGIN(host, &sum_job)
