@@ -278,7 +278,13 @@ struct DescriptorValidator {
 }
 
 /// The rules for job names and summaries, for plugins and manifests alike.
-enum JobNaming {
+public enum JobNaming {
+    /// Whether `name` is a valid job name: 1 to 64 bytes of `[a-z0-9._-]`,
+    /// starting with a letter or digit.
+    public static func isValidName(_ name: String) -> Bool {
+        nameProblem(Array(name.utf8)) == nil
+    }
+
     /// What is wrong with a name, as the end of a sentence ("has an empty name."), or `nil`.
     static func nameProblem(_ bytes: [UInt8]) -> String? {
         let limit = Int(CURFEW_MAX_JOB_NAME)

@@ -15,7 +15,7 @@ public struct UsageError: Error, Equatable, Sendable {
 
 /// The subcommands.
 public enum Command: String, CaseIterable, Sendable {
-    case run, list, help
+    case run, list, new, help
 }
 
 /// One option of a subcommand.
@@ -64,6 +64,7 @@ public enum Invocation: Equatable, Sendable {
     case version
     case run(RunOptions)
     case list(ListOptions)
+    case new(NewOptions)
 }
 
 /// Parses `curfew`'s arguments (without the program name).
@@ -90,6 +91,10 @@ public enum ArgumentParser {
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.list) }
             return .list(try parseList(rest))
+        case "new":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.new) }
+            return .new(try parseNew(rest))
         default:
             if first.hasPrefix("-") { throw UsageError("Unknown option '\(first)'", command: nil) }
             throw UsageError("Unknown subcommand '\(first)'", command: nil)
@@ -150,6 +155,37 @@ public enum ArgumentParser {
             }
         }
         return options
+    }
+
+    static func parseNew(_ arguments: [String]) throws(UsageError) -> NewOptions {
+        var positional: [String] = []
+        var root: String?
+        try walk(arguments, command: .new) { (name, value) throws(UsageError) in
+            guard let name else {
+                positional.append(value!)
+                return
+            }
+            switch name {
+            case "--curfew-root": root = value!
+            default: fatalError("option \(name) is in the table but not handled")
+            }
+        }
+        guard let languageName = positional.first else {
+            throw UsageError("Missing expected argument '<language>'", command: .new)
+        }
+        guard let language = NewOptions.Language(rawValue: languageName) else {
+            throw UsageError("The value '\(languageName)' is invalid for '<language>': use c or swift", command: .new)
+        }
+        guard positional.count >= 2 else { throw UsageError("Missing expected argument '<name>'", command: .new) }
+        guard positional.count <= 3 else { throw UsageError("Unexpected argument '\(positional[3])'", command: .new) }
+        let name = positional[1]
+        let valid = JobNaming.isValidName(name)
+        guard valid else {
+            throw UsageError(
+                "The value '\(name)' is invalid for '<name>': a job name is 1 to 64 of [a-z0-9._-], starting with a letter or digit",
+                command: .new)
+        }
+        return NewOptions(language: language, name: name, directory: positional.count == 3 ? positional[2] : nil, curfewRoot: root)
     }
 
     /// Walks the arguments, calling `body` with (option name, value) for each

@@ -42,6 +42,25 @@ public enum CurfewMain {
             return list(options)
         case .run(let options):
             return await run(options)
+        case .new(let options):
+            return new(options)
+        }
+    }
+
+    static func new(_ options: NewOptions) -> Int32 {
+        let console = Console(json: false)
+        do throws(ScaffoldError) {
+            let files = try Scaffold.write(options)
+            let directory = options.effectiveDirectory
+            console.human("Created \(directory)/ with \(files.joined(separator: ", ")).")
+            switch options.language {
+            case .c: console.human("Build: cd \(directory) && make")
+            case .swift: console.human("Build: cd \(directory) && swift build")
+            }
+            return ExitCode.success
+        } catch {
+            console.error("Error: \(error.message)")
+            return ExitCode.failure
         }
     }
 

@@ -21,6 +21,12 @@ public enum Help {
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
     ]
 
+    static let newOptions: [OptionSpec] = [
+        OptionSpec(
+            names: ["--curfew-root"], value: "path",
+            help: "The Curfew package to copy curfew.h from (C) or depend on (Swift). (default: the one this tool was built from)"),
+    ]
+
     static let listOptions: [OptionSpec] = [
         OptionSpec(names: ["--json"], value: nil, help: "Print plugins and rejected files as JSON Lines."),
     ]
@@ -29,6 +35,7 @@ public enum Help {
         switch command {
         case .run: runOptions
         case .list: listOptions
+        case .new: newOptions
         case .help: []
         }
     }
@@ -40,6 +47,8 @@ public enum Help {
         case .run, .list:
             let options = Self.options(for: command).map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
             return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
+        case .new:
+            return "curfew new <language> <name> [<directory>] [--curfew-root <path>]"
         case .help:
             return "curfew help [<subcommand>]"
         }
@@ -65,6 +74,7 @@ public enum Help {
             lines += rows([
                 ("run", "Load plugins and run their jobs, each under a background-task grant."),
                 ("list", "List plugins, their jobs, and the files rejected with the reason."),
+                ("new", "Write a ready-to-build job project in C or Swift."),
                 ("help", "Show subcommand help information."),
             ])
             lines += ["", "  See 'curfew help <subcommand>' for detailed help."]
@@ -113,6 +123,26 @@ public enum Help {
                 "  3    a plugin file was rejected",
                 "  64   usage error",
             ]
+        case .new?:
+            lines += [
+                "OVERVIEW: Write a ready-to-build job project in C or Swift.",
+                "",
+                "C: NAME.c, a copy of curfew.h and a Makefile (build: make).",
+                "Swift: a Package.swift that depends on Curfew by path, and a job",
+                "source (build: swift build). Each has a README with its commands.",
+                "Existing files are never overwritten.",
+                "",
+                "USAGE: \(usage(.new))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([
+                ("<language>", "c or swift."),
+                ("<name>", "The job's name: 1 to 64 of [a-z0-9._-], starting with a letter or digit."),
+                ("<directory>", "Where to write the project. (default: ./<name>)"),
+            ])
+            lines += ["", "OPTIONS:"]
+            lines += rows((newOptions + [helpOption]).map { ($0.label, $0.help) })
         case .help?:
             lines += [
                 "OVERVIEW: Show subcommand help information.",
@@ -121,7 +151,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<subcommand>", "The subcommand to describe: run or list.")])
+            lines += rows([("<subcommand>", "The subcommand to describe: run, list or new.")])
         }
         return lines.joined(separator: "\n") + "\n"
     }

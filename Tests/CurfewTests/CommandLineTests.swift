@@ -21,6 +21,7 @@ import Testing
                                       background-task grant.
               list                    List plugins, their jobs, and the files rejected with
                                       the reason.
+              new                     Write a ready-to-build job project in C or Swift.
               help                    Show subcommand help information.
 
               See 'curfew help <subcommand>' for detailed help.
