@@ -15,7 +15,7 @@ public struct UsageError: Error, Equatable, Sendable {
 
 /// The subcommands.
 public enum Command: String, CaseIterable, Sendable {
-    case run, list, new, help
+    case run, list, new, test, help
 }
 
 /// One option of a subcommand.
@@ -65,6 +65,20 @@ public enum Invocation: Equatable, Sendable {
     case run(RunOptions)
     case list(ListOptions)
     case new(NewOptions)
+    case test(TestOptions)
+}
+
+/// What `curfew test` was asked to do.
+public struct TestOptions: Equatable, Sendable {
+    public var plugin: String = ""
+    public var job: String?
+    public var budget: Duration = GrantPolicy.defaultBudget
+    public var grace: Duration?
+    public var mode: JobHarness.Mode = .chunkCost(.seconds(1))
+    public var parameters: [String: String] = [:]
+    public var json = false
+
+    public init() {}
 }
 
 /// Parses `curfew`'s arguments (without the program name).
@@ -91,6 +105,10 @@ public enum ArgumentParser {
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.list) }
             return .list(try parseList(rest))
+        case "test":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.test) }
+            return .test(try parseTest(rest))
         case "new":
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.new) }
@@ -112,20 +130,17 @@ public enum ArgumentParser {
             let spec = Help.runOptions.first { $0.names.contains(name) }!
             switch name {
             case "--budget":
-                options.budget = try duration(value!, for: spec)
-                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive") }
-            case "--grace": grace = try duration(value!, for: spec)
+                options.budget = try duration(value!, for: spec, command: .run)
+                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: .run) }
+            case "--grace": grace = try duration(value!, for: spec, command: .run)
             case "--jobs":
                 guard let count = Int(value!), (1...1024).contains(count) else {
-                    throw invalid(value!, spec, "use a whole number from 1 to 1024")
+                    throw invalid(value!, spec, "use a whole number from 1 to 1024", command: .run)
                 }
                 options.jobs = count
             case "--only": options.only.append(value!)
             case "--param":
-                guard let equals = value!.firstIndex(of: "="), equals != value!.startIndex else {
-                    throw invalid(value!, spec, "use key=value")
-                }
-                options.parameters[String(value![..<equals])] = String(value![value!.index(after: equals)...])
+                options.parameters.merge([try keyValue(value!, spec, command: .run)]) { $1 }
             case "--allow-continuous": options.allowContinuous = true
             case "--json": options.json = true
             case "--verbose": options.verbose = true
@@ -152,6 +167,51 @@ public enum ArgumentParser {
             switch name {
             case "--json": options.json = true
             default: fatalError("option \(name) is in the table but not handled")
+            }
+        }
+        return options
+    }
+
+    static func parseTest(_ arguments: [String]) throws(UsageError) -> TestOptions {
+        var options = TestOptions()
+        var plugins: [String] = []
+        var cost: Duration?
+        var expireAt: Int?
+        try walk(arguments, command: .test) { (name, value) throws(UsageError) in
+            guard let name else {
+                plugins.append(value!)
+                return
+            }
+            let spec = Help.testOptions.first { $0.names.contains(name) }!
+            switch name {
+            case "--job": options.job = value!
+            case "--budget":
+                options.budget = try duration(value!, for: spec, command: .test)
+                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: .test) }
+            case "--grace": options.grace = try duration(value!, for: spec, command: .test)
+            case "--chunk-cost":
+                cost = try duration(value!, for: spec, command: .test)
+            case "--expire-at-chunk":
+                guard let chunk = Int(value!), chunk >= 1 else { throw invalid(value!, spec, "use a chunk number from 1", command: .test) }
+                expireAt = chunk
+            case "--param":
+                options.parameters.merge([try keyValue(value!, spec, command: .test)]) { $1 }
+            case "--json": options.json = true
+            default: fatalError("option \(name) is in the table but not handled")
+            }
+        }
+        guard let plugin = plugins.first else { throw UsageError("Missing expected argument '<plugin>'", command: .test) }
+        guard plugins.count == 1 else { throw UsageError("Unexpected argument '\(plugins[1])'", command: .test) }
+        options.plugin = plugin
+        if cost != nil && expireAt != nil {
+            throw UsageError("--chunk-cost and --expire-at-chunk cannot be used together", command: .test)
+        }
+        if let cost { options.mode = .chunkCost(cost) }
+        if let expireAt { options.mode = .expireAtChunk(expireAt) }
+        if let grace = options.grace {
+            guard grace > .zero && grace < options.budget else {
+                throw UsageError(
+                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: .test)
             }
         }
         return options
@@ -232,15 +292,22 @@ public enum ArgumentParser {
         }
     }
 
-    private static func invalid(_ value: String, _ spec: OptionSpec, _ hint: String) -> UsageError {
-        UsageError("The value '\(value)' is invalid for '\(spec.usage)': \(hint)", command: .run)
+    private static func invalid(_ value: String, _ spec: OptionSpec, _ hint: String, command: Command) -> UsageError {
+        UsageError("The value '\(value)' is invalid for '\(spec.usage)': \(hint)", command: command)
     }
 
-    private static func duration(_ text: String, for spec: OptionSpec) throws(UsageError) -> Duration {
+    private static func duration(_ text: String, for spec: OptionSpec, command: Command) throws(UsageError) -> Duration {
         guard let duration = parseDuration(text) else {
-            throw invalid(text, spec, "use a duration such as 180s, 500ms or 2m")
+            throw invalid(text, spec, "use a duration such as 180s, 500ms or 2m", command: command)
         }
         return duration
+    }
+
+    private static func keyValue(_ text: String, _ spec: OptionSpec, command: Command) throws(UsageError) -> (String, String) {
+        guard let equals = text.firstIndex(of: "="), equals != text.startIndex else {
+            throw invalid(text, spec, "use key=value", command: command)
+        }
+        return (String(text[..<equals]), String(text[text.index(after: equals)...]))
     }
 
     /// Parses `500ms`, `1.5s`, `2m`, `1h`, or a bare number of seconds.

@@ -44,7 +44,71 @@ public enum CurfewMain {
             return await run(options)
         case .new(let options):
             return new(options)
+        case .test(let options):
+            return test(options)
         }
+    }
+
+    static func test(_ options: TestOptions) -> Int32 {
+        let console = Console(json: options.json)
+        let scan = PluginLoader(parameters: options.parameters).scan([options.plugin])
+        if let rejected = scan.rejected.first {
+            console.error("Error: \(rejected.path): \(rejected.error.description)")
+            return ExitCode.failure
+        }
+        let jobs = scan.jobs
+        let job: PluginJob
+        if let name = options.job {
+            guard let found = jobs.first(where: { $0.name == name }) else {
+                console.error("Error: \(options.plugin) has no job named '\(name)' (it has: \(jobs.map(\.name).joined(separator: ", "))).")
+                return ExitCode.failure
+            }
+            job = found
+        } else {
+            guard jobs.count == 1 else {
+                console.error("Error: \(options.plugin) has \(jobs.count) jobs; choose one with --job (\(jobs.map(\.name).joined(separator: ", "))).")
+                return ExitCode.failure
+            }
+            job = jobs[0]
+        }
+        let policy = GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: true)
+        let report = JobHarness(job: job, policy: policy, mode: options.mode, parameters: options.parameters).run()
+        if options.json {
+            for event in report.trace {
+                var line = JSONLine(event: "trace")
+                line.add("time", event.time.seconds)
+                line.add("kind", event.kind)
+                line.add("detail", event.detail)
+                console.machine(line.text)
+            }
+            var line = JSONLine(event: "result")
+            line.add("job", report.job)
+            line.add("outcome", report.outcome.rawValue)
+            line.add("reason", report.reason)
+            line.add("chunks", Int64(report.chunks))
+            line.add("violations", report.violations)
+            console.machine(line.text)
+        } else {
+            let mode: String
+            switch options.mode {
+            case .chunkCost(let cost): mode = "each chunk costs \(format(cost))"
+            case .expireAtChunk(let chunk): mode = "the grant expires before chunk \(chunk)"
+            }
+            let grant = job.isContinuous ? "no budget (continuous)" : "budget \(format(policy.budget)), expires at \(format(policy.budget - policy.lead))"
+            console.human("Testing \(job.name) from \(job.pluginPath): \(grant); \(mode).")
+            for event in report.trace { console.human(event.description) }
+            console.human("Outcome: \(report.outcome) (\(report.reason)) after \(report.chunks) chunk\(report.chunks == 1 ? "" : "s").")
+            if report.violations.isEmpty {
+                console.human("No contract violations.")
+            } else {
+                console.human("\(report.violations.count) contract violation\(report.violations.count == 1 ? "" : "s"):")
+                for violation in report.violations { console.human("  - \(violation)") }
+            }
+        }
+        if report.violations.isEmpty { return ExitCode.success }
+        // A hook that never returned is still running: leave without exit handlers.
+        if report.outcome == .terminated { _exit(ExitCode.jobNotClean) }
+        return ExitCode.jobNotClean
     }
 
     static func new(_ options: NewOptions) -> Int32 {

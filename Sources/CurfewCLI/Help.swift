@@ -21,6 +21,20 @@ public enum Help {
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
     ]
 
+    static let testOptions: [OptionSpec] = [
+        OptionSpec(names: ["--job"], value: "name", help: "The job to test. (default: the plugin's only job)"),
+        OptionSpec(names: ["--budget"], value: "duration", help: "The grant's budget, in virtual time. (default: 180s)"),
+        OptionSpec(
+            names: ["--grace"], value: "duration",
+            help: "Lead of the expiration before the deadline. (default: 5s, at most a quarter of the budget)"),
+        OptionSpec(names: ["--chunk-cost"], value: "duration", help: "Virtual time each chunk takes. (default: 1s)"),
+        OptionSpec(
+            names: ["--expire-at-chunk"], value: "n",
+            help: "Chunks take no time and the grant expires just before chunk n (from 1)."),
+        OptionSpec(names: ["--param"], value: "key=value", help: "A parameter the job reads with param(); repeat for more.", repeatable: true),
+        OptionSpec(names: ["--json"], value: nil, help: "Print the trace and the result as JSON Lines."),
+    ]
+
     static let newOptions: [OptionSpec] = [
         OptionSpec(
             names: ["--curfew-root"], value: "path",
@@ -36,6 +50,7 @@ public enum Help {
         case .run: runOptions
         case .list: listOptions
         case .new: newOptions
+        case .test: testOptions
         case .help: []
         }
     }
@@ -49,6 +64,9 @@ public enum Help {
             return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
         case .new:
             return "curfew new <language> <name> [<directory>] [--curfew-root <path>]"
+        case .test:
+            let options = testOptions.map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
+            return (["curfew test <plugin>"] + options).joined(separator: " ")
         case .help:
             return "curfew help [<subcommand>]"
         }
@@ -74,6 +92,7 @@ public enum Help {
             lines += rows([
                 ("run", "Load plugins and run their jobs, each under a background-task grant."),
                 ("list", "List plugins, their jobs, and the files rejected with the reason."),
+                ("test", "Run one job against virtual time and check that it keeps the contract."),
                 ("new", "Write a ready-to-build job project in C or Swift."),
                 ("help", "Show subcommand help information."),
             ])
@@ -123,6 +142,32 @@ public enum Help {
                 "  3    a plugin file was rejected",
                 "  64   usage error",
             ]
+        case .test?:
+            lines += [
+                "OVERVIEW: Run one job against virtual time and check that it keeps the contract.",
+                "",
+                "Each chunk advances a virtual clock by --chunk-cost, or the grant expires",
+                "just before chunk --expire-at-chunk, so a 180 s grant takes milliseconds",
+                "and a chunked job gives the same trace every time. A task-driven job",
+                "expires right after create. Checked: tasks begun and never ended, hooks",
+                "that do not return (5 s of wall-clock time), host calls after destroy,",
+                "chunks that run to the hard deadline, negative or absurd progress.",
+                "",
+                "USAGE: \(usage(.test))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<plugin>", "A plugin (.so) or a foreign-job manifest (.curfew.json).")])
+            lines += ["", "OPTIONS:"]
+            lines += rows((testOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += [
+                "",
+                "EXIT STATUS:",
+                "  0    the job kept the contract",
+                "  1    the plugin or the job could not be loaded",
+                "  2    the job broke the contract (each violation is listed)",
+                "  64   usage error",
+            ]
         case .new?:
             lines += [
                 "OVERVIEW: Write a ready-to-build job project in C or Swift.",
@@ -151,7 +196,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<subcommand>", "The subcommand to describe: run, list or new.")])
+            lines += rows([("<subcommand>", "The subcommand to describe: run, list, test or new.")])
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -21,6 +21,8 @@ import Testing
                                       background-task grant.
               list                    List plugins, their jobs, and the files rejected with
                                       the reason.
+              test                    Run one job against virtual time and check that it
+                                      keeps the contract.
               new                     Write a ready-to-build job project in C or Swift.
               help                    Show subcommand help information.
 

@@ -1,0 +1,407 @@
+import CCurfew
+import Dispatch
+import Glibc
+import Synchronization
+
+/// Runs one job against virtual time, on one thread, and checks that it
+/// keeps the contract: what `curfew test` does.
+///
+/// Each chunk advances virtual time by a fixed cost (or the grant is made to
+/// expire just before a chosen chunk), so a 180 s grant is exercised in
+/// milliseconds and a chunked job gives the same trace every time. A hook
+/// that does not return within a wall-clock limit is reported and abandoned.
+public struct JobHarness: Sendable {
+    /// How virtual time moves.
+    public enum Mode: Sendable, Equatable {
+        /// Every chunk costs this much virtual time.
+        case chunkCost(Duration)
+        /// Chunks cost nothing and the grant expires just before chunk `n` (from 1).
+        case expireAtChunk(Int)
+    }
+
+    public var job: PluginJob
+    public var policy: GrantPolicy
+    public var mode: Mode
+    public var parameters: [String: String]
+    /// The wall-clock time a hook may take before it is reported as not returning.
+    public var hookTimeout: Duration
+    /// Chunks after which a job that never finishes nor expires is stopped.
+    public var maximumChunks: Int
+
+    public init(
+        job: PluginJob, policy: GrantPolicy = GrantPolicy(), mode: Mode = .chunkCost(.seconds(1)),
+        parameters: [String: String] = [:], hookTimeout: Duration = .seconds(5), maximumChunks: Int = 1_000_000
+    ) {
+        self.job = job
+        self.policy = policy
+        self.mode = mode
+        self.parameters = parameters
+        self.hookTimeout = hookTimeout
+        self.maximumChunks = maximumChunks
+    }
+
+    /// Runs the job and returns its trace, outcome and contract violations.
+    public func run() -> HarnessReport {
+        let context = HarnessContext(harness: self)
+        let finished = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            context.drive()
+            finished.signal()
+        }
+        // The watchdog: a hook that overstays is reported, and its thread abandoned.
+        while finished.wait(timeout: .now() + .milliseconds(20)) == .timedOut {
+            if let stuck = context.overstayingHook() {
+                return context.report(abandoning: stuck)
+            }
+        }
+        return context.report(abandoning: nil)
+    }
+}
+
+/// One line of a harness trace.
+public struct HarnessEvent: Sendable, Equatable, CustomStringConvertible {
+    /// Virtual time since the grant began.
+    public let time: Duration
+    /// What happened, e.g. `chunk`, `log`, `expire`.
+    public let kind: String
+    /// The details, in words.
+    public let detail: String
+
+    public var description: String {
+        let seconds = String(format3(time.seconds))
+        return String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds + "s  " + kind + (detail.isEmpty ? "" : "  " + detail)
+    }
+}
+
+/// What a harness run found.
+public struct HarnessReport: Sendable {
+    public let job: String
+    public let trace: [HarnessEvent]
+    public let outcome: Outcome
+    public let reason: String
+    public let chunks: Int
+    /// Contract violations, each a sentence; empty when the job kept the contract.
+    public let violations: [String]
+}
+
+/// Seconds with three decimals.
+func format3(_ seconds: Double) -> String {
+    let thousandths = Int64((seconds * 1000).rounded())
+    let sign = thousandths < 0 ? "-" : ""
+    let magnitude = thousandths.magnitude
+    let fraction = String(magnitude % 1000)
+    return "\(sign)\(magnitude / 1000)." + String(repeating: "0", count: 3 - fraction.count) + fraction
+}
+
+/// The harness's `curfew_context`: virtual time, the task table, the trace.
+final class HarnessContext: HostContext, @unchecked Sendable {
+    // Safe because every mutable field lives in `state`, under its lock;
+    // `jobState` is touched only by the driving thread.
+    struct OpenTask {
+        let id: UInt64
+        let name: String
+        let began: Duration
+        let handler: curfew_expiration_handler?
+        let userData: UserData
+    }
+
+    struct State {
+        var now: Duration = .zero
+        var expiring = false
+        var over = false
+        var trace: [HarnessEvent] = []
+        var violations: [String] = []
+        var tasks: [OpenTask] = []
+        var nextTask: UInt64 = 1
+        var chunk = 0              // the chunk running or last run, from 1
+        var hook: (name: String, since: ContinuousClock.Instant)?
+        var callsAfterDestroy: [String: Int] = [:]
+        var lastError: String?
+        var outcome: (Outcome, String)?
+    }
+
+    let harness: JobHarness
+    private let state = Mutex(State())
+    private var jobState: UnsafeMutableRawPointer?
+    private let expirationPoint: Duration?
+    private let deadline: Duration?
+
+    init(harness: JobHarness) {
+        self.harness = harness
+        if harness.job.isContinuous {
+            expirationPoint = nil
+            deadline = nil
+        } else {
+            expirationPoint = harness.policy.budget - harness.policy.lead
+            deadline = harness.policy.budget
+        }
+        super.init(job: harness.job, parameters: ParameterTable(harness.parameters))
+    }
+
+    // MARK: Driving
+
+    func drive() {
+        let job = harness.job
+        // create
+        var made: UnsafeMutableRawPointer?
+        let line = state.withLock { $0.trace.count }
+        let status = call("create") { job.hooks.create.map { $0(context, &made) } ?? CURFEW_OK }
+        jobState = made
+        state.withLock { $0.trace.insert(HarnessEvent(time: .zero, kind: "create", detail: status == CURFEW_OK ? "ok" : "error"), at: line) }
+        guard status == CURFEW_OK else {
+            let why = state.withLock { $0.lastError.map { "create failed: \($0)" } ?? "create returned an error" }
+            finish(.failed, why, destroy: false)
+            return
+        }
+
+        var failure: String?
+        var expired = false
+        if let chunk = job.hooks.chunk {
+            (failure, expired) = runChunks(chunk)
+        } else if expirationPoint != nil {
+            // A task-driven job's work runs on its own threads in real time:
+            // the harness tests its expiration path, right after create.
+            expired = true
+        }
+        if expired { expire() }
+
+        // Tasks still open now stay open until the deadline: the job would be terminated.
+        let open = state.withLock { state in state.tasks.map { ($0.name, $0.began) } }
+        if !open.isEmpty {
+            if !expired && expirationPoint != nil {
+                expire()
+                expired = true
+            }
+            let stillOpen = waitForTasks()
+            if !stillOpen.isEmpty {
+                advance(to: deadline ?? state.withLock { $0.now })
+                for (name, began) in stillOpen {
+                    violation("Background task '\(name)', begun at \(format3(began.seconds))s, was never ended.")
+                }
+                record("deadline", "terminated: \(stillOpen.count == 1 ? "a task was" : "tasks were") never ended")
+                finish(.terminated, "background task\(stillOpen.count == 1 ? "" : "s") never ended", destroy: false)
+                return
+            }
+        }
+        if let failure {
+            finish(.failed, failure, destroy: true)
+        } else if expired {
+            finish(.expired, job.hooks.expire != nil ? "time ran out; cleanup ran" : "time ran out; tasks ended", destroy: true)
+        } else {
+            finish(.completed, job.isChunked ? "work done" : "all tasks ended", destroy: true)
+        }
+    }
+
+    /// Calls chunks until the work ends or the grant expires; returns the
+    /// failure, if any, and whether the grant expired.
+    private func runChunks(_ chunk: curfew_chunk_fn) -> (String?, Bool) {
+        while true {
+            let (now, index) = state.withLock { ($0.now, $0.chunk + 1) }
+            if case .expireAtChunk(let n) = harness.mode, index >= n { return (nil, true) }
+            if let expirationPoint, now >= expirationPoint { return (nil, true) }
+            if index > harness.maximumChunks {
+                violation("The job ran \(harness.maximumChunks) chunks without finishing; stopped there.")
+                return ("stopped after \(harness.maximumChunks) chunks", false)
+            }
+            // The chunk's line goes before what it did, at the time it started.
+            let line = state.withLock { state -> Int in
+                state.chunk = index
+                return state.trace.count
+            }
+            let result = call("chunk \(index)") { chunk(context, jobState) }
+            let record = { (detail: String) in
+                self.state.withLock { $0.trace.insert(HarnessEvent(time: now, kind: "chunk \(index)", detail: detail), at: line) }
+            }
+            if case .chunkCost(let cost) = harness.mode { advance(by: cost) }
+            let after = state.withLock { $0.now }
+            if let deadline, after >= deadline {
+                violation(
+                    "Chunk \(index) ran to the hard deadline (from \(format3(now.seconds))s to \(format3(after.seconds))s): "
+                        + "in a real run the job is terminated. Keep chunks shorter than the lead (\(format3(harness.policy.lead.seconds))s) "
+                        + "or watch time_remaining() inside them.")
+            }
+            switch result {
+            case 0:
+                record("continue")
+            case -1:
+                record("done")
+                return (nil, false)
+            case let delay where delay > 0:
+                let pause = Duration.nanoseconds(delay)
+                record("continue after \(format3(pause.seconds))s")
+                // The grant expires during the pause, as the runner's timer would.
+                let resume = after + pause
+                advance(to: expirationPoint.map { min(resume, max($0, after)) } ?? resume)
+            default:
+                let why = result == -2 ? "chunk returned failed" : "chunk returned \(result), not a valid result"
+                record(result == -2 ? "failed" : "invalid result \(result)")
+                let logged = state.withLock { $0.lastError }
+                return (logged.map { "\(why): \($0)" } ?? why, false)
+            }
+        }
+    }
+
+    /// The grant expires now: the tasks' handlers, then the job's `expire`.
+    private func expire() {
+        if let expirationPoint { advance(to: max(expirationPoint, state.withLock { $0.now })) }
+        let handlers = state.withLock { state -> [OpenTask] in
+            state.expiring = true
+            return state.tasks
+        }
+        record("expiring", ExpirationReason.timeout.description)
+        for task in handlers {
+            guard let handler = task.handler, state.withLock({ $0.tasks.contains { $0.id == task.id } }) else { continue }
+            record("handler", "task '\(task.name)'")
+            call("the expiration handler of task '\(task.name)'") { handler(task.userData.pointer, CURFEW_EXPIRE_TIMEOUT) }
+        }
+        if let expire = harness.job.hooks.expire {
+            record("expire", "")
+            call("expire") { expire(context, jobState, CURFEW_EXPIRE_TIMEOUT) }
+        }
+    }
+
+    /// Waits (in real time, within the hook timeout) for task-driven work to end its tasks.
+    private func waitForTasks() -> [(String, Duration)] {
+        let limit = ContinuousClock.now + harness.hookTimeout
+        while true {
+            let open = state.withLock { state in state.tasks.map { ($0.name, $0.began) } }
+            if open.isEmpty || ContinuousClock.now >= limit { return open }
+            usleep(1000)
+        }
+    }
+
+    private func finish(_ outcome: Outcome, _ reason: String, destroy: Bool) {
+        if destroy, let destroyHook = harness.job.hooks.destroy {
+            record("destroy", "")
+            call("destroy") { destroyHook(context, jobState) }
+        }
+        state.withLock {
+            $0.over = true
+            $0.outcome = (outcome, reason)
+        }
+        // Let threads the job left behind show themselves (calls after destroy).
+        usleep(100_000)
+    }
+
+    // MARK: Bookkeeping
+
+    private func call<T>(_ hook: String, _ body: () -> T) -> T {
+        state.withLock { $0.hook = (hook, ContinuousClock.now) }
+        defer { state.withLock { $0.hook = nil } }
+        return body()
+    }
+
+    func overstayingHook() -> String? {
+        state.withLock { state in
+            guard let hook = state.hook, ContinuousClock.now - hook.since > harness.hookTimeout else { return nil }
+            return hook.name
+        }
+    }
+
+    private func record(_ kind: String, _ detail: String) {
+        state.withLock { $0.trace.append(HarnessEvent(time: $0.now, kind: kind, detail: detail)) }
+    }
+
+    private func violation(_ text: String) {
+        state.withLock { $0.violations.append(text) }
+    }
+
+    private func advance(by duration: Duration) {
+        state.withLock { $0.now += duration }
+    }
+
+    private func advance(to instant: Duration) {
+        state.withLock { $0.now = max($0.now, instant) }
+    }
+
+    /// Notes a host call; returns false (ignore it) once the job is over.
+    private func hostCall(_ name: String) -> Bool {
+        state.withLock { state in
+            guard state.over else { return true }
+            state.callsAfterDestroy[name, default: 0] += 1
+            return false
+        }
+    }
+
+    func report(abandoning stuck: String?) -> HarnessReport {
+        state.withLock { state in
+            var violations = state.violations
+            var outcome = state.outcome ?? (.terminated, "did not finish")
+            if let stuck {
+                violations.append(
+                    "\(stuck.prefix(1).uppercased() + stuck.dropFirst()) did not return within \(format3(harness.hookTimeout.seconds))s of wall-clock time; the harness abandoned it.")
+                outcome = (.terminated, "\(stuck) did not return")
+            }
+            for (name, count) in state.callsAfterDestroy.sorted(by: { $0.key < $1.key }) {
+                violations.append("\(name) was called \(count) time\(count == 1 ? "" : "s") after the job ended (after destroy returned).")
+            }
+            return HarnessReport(
+                job: job.name, trace: state.trace, outcome: outcome.0, reason: outcome.1, chunks: state.chunk,
+                violations: violations)
+        }
+    }
+
+    // MARK: Host services, in virtual time
+
+    override var timeRemainingSeconds: Double {
+        guard hostCall("time_remaining") else { return 0 }
+        guard let deadline else { return Double.greatestFiniteMagnitude }
+        return max(0, (deadline - state.withLock { $0.now }).seconds)
+    }
+
+    override var isExpiring: Bool {
+        guard hostCall("is_expiring") else { return true }
+        return state.withLock { $0.expiring }
+    }
+
+    override func beginTask(
+        name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?
+    ) -> BackgroundTaskIdentifier {
+        guard hostCall("begin_background_task") else { return .invalid }
+        let id = state.withLock { state -> UInt64? in
+            guard !state.expiring else { return nil }
+            let id = state.nextTask
+            state.nextTask += 1
+            state.tasks.append(OpenTask(id: id, name: name, began: state.now, handler: handler, userData: UserData(pointer: userData)))
+            return id
+        }
+        guard let id else {
+            record("begin task", "'\(name)' refused: the grant is expiring")
+            return .invalid
+        }
+        record("begin task", "'\(name)'")
+        return BackgroundTaskIdentifier(rawValue: id)
+    }
+
+    override func endTask(_ id: BackgroundTaskIdentifier) {
+        guard hostCall("end_background_task") else { return }
+        let name = state.withLock { state -> String? in
+            guard let index = state.tasks.firstIndex(where: { $0.id == id.rawValue }) else { return nil }
+            return state.tasks.remove(at: index).name
+        }
+        if let name { record("end task", "'\(name)'") }
+    }
+
+    override func log(_ level: LogLevel, _ message: String) {
+        guard hostCall("log") else { return }
+        if level == .error { state.withLock { $0.lastError = message } }
+        record("log", "\(level): \(message)")
+    }
+
+    override func reportProgress(_ progress: Progress) {
+        guard hostCall("report_progress") else { return }
+        let chunk = state.withLock { $0.chunk }
+        let place = chunk > 0 ? " in chunk \(chunk)" : ""
+        if progress.completed < 0 || progress.total < 0 {
+            violation("Negative progress\(place): \(progress.completed) of \(progress.total).")
+        } else if progress.total > 0 && progress.completed > progress.total {
+            violation("Progress\(place) exceeds its total: \(progress.completed) of \(progress.total).")
+        }
+        record("progress", "\(progress.completed) of \(progress.total)")
+    }
+
+    override func parameter(_ key: String) -> UnsafePointer<CChar>? {
+        guard hostCall("param") else { return nil }
+        return parameters.value(for: key)
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// `curfew test`: deterministic expiration on virtual time, and each
+/// contract violation caught with a fixture that commits it.
+@Suite(.timeLimit(.minutes(1))) struct HarnessTests {
+    let path: String
+    let jobs: [String: PluginJob]
+
+    init() throws {
+        path = try Fixtures.compile("harness_jobs.c")
+        jobs = Dictionary(uniqueKeysWithValues: try PluginLoader().load(path).jobs.map { ($0.name, $0) })
+    }
+
+    func release() {
+        let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL)
+        unsafeBitCast(dlsym(handle, "fixture_release")!, to: (@convention(c) () -> Void).self)()
+    }
+
+    @Test func theSameInputsGiveTheSameTrace() throws {
+        let timer = try PluginLoader().load(Fixtures.examplePlugins[0]).jobs[0]
+        let harness = JobHarness(job: timer, mode: .chunkCost(.seconds(2)))
+        let first = harness.run()
+        let second = harness.run()
+        #expect(first.trace == second.trace)
+        #expect(first.trace.count > 100, "a 180 s grant, a tick every 3 s of virtual time")
+        #expect(first.outcome == .expired)
+        #expect(first.violations.isEmpty)
+        // The chunk in flight across the expiration point (174 s to 176 s) returns, then expire runs.
+        let expiring = try #require(first.trace.first { $0.kind == "expiring" })
+        #expect(expiring.time == .seconds(176))
+        #expect(first.trace.last?.kind == "destroy")
+    }
+
+    @Test func expirationAtAChosenChunk() throws {
+        let report = JobHarness(job: jobs["steady"]!, mode: .expireAtChunk(3)).run()
+        #expect(report.outcome == .expired)
+        #expect(report.chunks == 2)
+        #expect(report.violations.isEmpty)
+        #expect(report.trace.map(\.description) == [
+            "    0.000s  create  ok",
+            "    0.000s  chunk 1  continue",
+            "    0.000s  log  info: step 1, 180.0 s left",
+            "    0.000s  progress  1 of 5",
+            "    0.000s  chunk 2  continue",
+            "    0.000s  log  info: step 2, 180.0 s left",
+            "    0.000s  progress  2 of 5",
+            "  175.000s  expiring  time ran out",
+            "  175.000s  expire",
+            "  175.000s  log  info: cleaning up",
+        ])
+    }
+
+    @Test func aJobThatKeepsTheContractHasNoViolations() throws {
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(10))).run()
+        #expect(report.outcome == .completed)
+        #expect(report.outcome == .completed)
+        #expect(report.chunks == 5)
+        #expect(report.violations.isEmpty)
+        #expect(report.trace.contains { $0.description == "   40.000s  log  info: step 5, 140.0 s left" })
+    }
+
+    @Test func aTaskNeverEnded() throws {
+        let report = JobHarness(job: jobs["never-ends"]!, hookTimeout: .milliseconds(200)).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.violations == ["Background task 'upload', begun at 0.000s, was never ended."])
+    }
+
+    @Test func anExpireThatNeverReturns() throws {
+        defer { release() }
+        let report = JobHarness(job: jobs["hangs-in-expire"]!, mode: .expireAtChunk(2), hookTimeout: .milliseconds(200)).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.violations == ["Expire did not return within 0.200s of wall-clock time; the harness abandoned it."])
+    }
+
+    @Test func hostCallsAfterDestroy() throws {
+        let report = JobHarness(job: jobs["talks-after-destroy"]!).run()
+        #expect(report.outcome == .completed)
+        #expect(report.violations == ["log was called 1 time after the job ended (after destroy returned)."])
+    }
+
+    @Test func negativeOrAbsurdProgress() throws {
+        let report = JobHarness(job: jobs["bad-progress"]!).run()
+        #expect(report.violations == [
+            "Progress in chunk 1 exceeds its total: 12 of 10.",
+            "Negative progress in chunk 2: -1 of 10.",
+        ])
+    }
+
+    @Test func aChunkThatRunsPastTheDeadline() throws {
+        // Five 40 s chunks: the fifth runs from 160 s to 200 s, through the
+        // deadline, and would be terminated even though it returns done.
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(40))).run()
+        #expect(report.violations == [
+            "Chunk 5 ran to the hard deadline (from 160.000s to 200.000s): in a real run the job is terminated. "
+                + "Keep chunks shorter than the lead (5.000s) or watch time_remaining() inside them.",
+        ])
+        // 6 s chunks against a 5 s lead: the one in flight at the expiration point ends at the deadline.
+        let sum = try PluginLoader().load(Fixtures.examplePlugins[1]).jobs[0]
+        let overrun = JobHarness(job: sum, mode: .chunkCost(.seconds(6)), parameters: ["count": "1000000000"]).run()
+        #expect(overrun.violations == [
+            "Chunk 30 ran to the hard deadline (from 174.000s to 180.000s): in a real run the job is terminated. "
+                + "Keep chunks shorter than the lead (5.000s) or watch time_remaining() inside them.",
+        ])
+    }
+}
+
+/// `curfew test` as a user runs it.
+@Suite(.timeLimit(.minutes(1))) struct TestCommandTests {
+    @Test func aViolationMakesTheStatusTwo() throws {
+        let path = try Fixtures.compile("harness_jobs.c")
+        let result = try Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "never-ends"])
+        #expect(result.status == 2)
+        #expect(result.stdout.hasSuffix("1 contract violation:\n  - Background task 'upload', begun at 0.000s, was never ended.\n"))
+        let clean = try Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "steady", "--expire-at-chunk", "2", "--json"])
+        #expect(clean.status == 0)
+        let last = try #require(clean.stdout.split(separator: "\n").last)
+        #expect(last == #"{"event":"result","job":"steady","outcome":"expired","reason":"time ran out; cleanup ran","chunks":1,"violations":[]}"#)
+    }
+
+    @Test func choosingTheJob() throws {
+        let path = try Fixtures.compile("harness_jobs.c")
+        let result = try Fixtures.run(Fixtures.curfewExecutable, ["test", path])
+        #expect(result.status == 1)
+        #expect(result.stderr == "Error: \(path) has 5 jobs; choose one with --job (steady, never-ends, hangs-in-expire, talks-after-destroy, bad-progress).\n")
+    }
+
+    @Test func help() {
+        #expect(Help.text(.test) == """
+            OVERVIEW: Run one job against virtual time and check that it keeps the contract.
+
+            Each chunk advances a virtual clock by --chunk-cost, or the grant expires
+            just before chunk --expire-at-chunk, so a 180 s grant takes milliseconds
+            and a chunked job gives the same trace every time. A task-driven job
+            expires right after create. Checked: tasks begun and never ended, hooks
+            that do not return (5 s of wall-clock time), host calls after destroy,
+            chunks that run to the hard deadline, negative or absurd progress.
+
+            USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
+
+            ARGUMENTS:
+              <plugin>                A plugin (.so) or a foreign-job manifest
+                                      (.curfew.json).
+
+            OPTIONS:
+              --job <name>            The job to test. (default: the plugin's only job)
+              --budget <duration>     The grant's budget, in virtual time. (default: 180s)
+              --grace <duration>      Lead of the expiration before the deadline. (default:
+                                      5s, at most a quarter of the budget)
+              --chunk-cost <duration>
+                                      Virtual time each chunk takes. (default: 1s)
+              --expire-at-chunk <n>   Chunks take no time and the grant expires just before
+                                      chunk n (from 1).
+              --param <key=value>     A parameter the job reads with param(); repeat for
+                                      more.
+              --json                  Print the trace and the result as JSON Lines.
+              -h, --help              Show help information.
+
+            EXIT STATUS:
+              0    the job kept the contract
+              1    the plugin or the job could not be loaded
+              2    the job broke the contract (each violation is listed)
+              64   usage error
+
+            """)
+    }
+
+    @Test func usageErrors() {
+        func text(_ arguments: [String]) -> String? {
+            do {
+                _ = try ArgumentParser.parse(arguments)
+                return nil
+            } catch {
+                return Help.errorText(error)
+            }
+        }
+        let usage = "Usage: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]\n  See 'curfew test --help' for more information.\n"
+        #expect(text(["test"]) == "Error: Missing expected argument '<plugin>'\n" + usage)
+        #expect(text(["test", "a.so", "--chunk-cost", "1s", "--expire-at-chunk", "2"]) == "Error: --chunk-cost and --expire-at-chunk cannot be used together\n" + usage)
+        #expect(text(["test", "a.so", "--expire-at-chunk", "0"]) == "Error: The value '0' is invalid for '--expire-at-chunk <n>': use a chunk number from 1\n" + usage)
+        #expect(throws: Never.self) { try ArgumentParser.parse(["test", "a.so", "--expire-at-chunk", "4", "--budget", "10s"]) }
+    }
+}
