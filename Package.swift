@@ -57,7 +57,7 @@ let package = Package(
         .target(name: "ExampleSwiftJob", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftJob"),
         .target(name: "ExampleSwiftTasks", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftTasks"),
 
-        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CCurfew"]),
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CCurfew", "CurfewJob"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -234,13 +234,15 @@ final class ForeignFrame {
     func call(chunkIndex: Int64, run: HostContext, state: UnsafeMutableRawPointer?) {
         for argument in dynamic {
             switch argument.kind {
-            case .chunkIndex: Self.store(chunkIndex, as: argument.type, at: argument.slot)
+            case .chunkIndex: Self.store(Self.clamp(chunkIndex, to: argument.type), as: argument.type, at: argument.slot)
             case .timeRemaining:
                 let seconds = run.timeRemainingSeconds
                 if argument.type.isFloatingPoint {
                     Self.store(seconds, as: argument.type, at: argument.slot)
                 } else {
-                    Self.store(Int64(seconds.rounded(.down)), as: argument.type, at: argument.slot)
+                    // Whole seconds, saturated to the type: no budget reads as the type's maximum.
+                    let whole = seconds >= 9.2e18 ? Int64.max : Int64(max(0, seconds).rounded(.down))
+                    Self.store(Self.clamp(whole, to: argument.type), as: argument.type, at: argument.slot)
                 }
             case .state: argument.slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
             }
@@ -262,6 +264,15 @@ final class ForeignFrame {
 
     var pointerResult: UnsafeMutableRawPointer? {
         result.load(as: UnsafeMutableRawPointer?.self)
+    }
+
+    /// `value` saturated to an integer type's range (floating-point types take it as is).
+    @inline(__always)
+    static func clamp(_ value: Int64, to type: ForeignType) -> Int64 {
+        guard let range = type.integerRange else { return value }
+        if Int128(value) < range.lowerBound { return Int64(truncatingIfNeeded: range.lowerBound) }
+        if Int128(value) > range.upperBound { return Int64(truncatingIfNeeded: range.upperBound) }
+        return value
     }
 
     @inline(__always)

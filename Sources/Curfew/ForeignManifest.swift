@@ -144,6 +144,14 @@ struct ForeignManifestReader {
                 .invalidManifest,
                 "\(job): setup '\(setup.symbol)' returns the state pointer, so the job cannot also declare a \"state\" buffer.")
         }
+        let hasState = stateSize > 0 || setup?.returnType == .pointer
+        for function in [setup, chunk, cleanup, teardown].compactMap({ $0 }) where !hasState {
+            if function.sources.contains(where: { if case .state = $0 { return true } else { return false } }) {
+                throw CurfewError(
+                    .invalidManifest,
+                    "\(job): '\(function.symbol)' takes the state, but the job has none: declare \"state\": {\"size\": N} or a setup that returns a pointer.")
+            }
+        }
         let foreign = ForeignJob(
             libraryPath: library, setup: setup, chunk: chunk, cleanup: cleanup, teardown: teardown, resultRule: rule,
             stateSize: stateSize)
@@ -171,8 +179,10 @@ struct ForeignManifestReader {
                 .invalidManifest,
                 "\(job): chunk '\(function.symbol)' needs a \"result\" rule\(given.isEmpty ? "" : ", not\(given)"): \(ForeignResultRule.names).")
         }
-        if rule == .curfewResult && !function.returnType.isSignedInteger {
-            throw CurfewError(.invalidManifest, "\(job): the curfew-result rule needs a signed integer return type, not \(function.returnType.rawValue).")
+        if (rule == .curfewResult || rule == .negativeDone) && !function.returnType.isSignedInteger {
+            throw CurfewError(
+                .invalidManifest,
+                "\(job): the \(rule.rawValue) rule needs a signed integer return type, not \(function.returnType.rawValue).")
         }
         return (function, rule)
     }

@@ -118,24 +118,35 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         var callsAfterDestroy: [String: Int] = [:]
         var lastError: String?
         var outcome: (Outcome, String)?
+        /// `nil` while there is no deadline (a continuous job before its shutdown).
+        var deadline: Duration?
+        /// The watchdog gave up on a hook: call no other.
+        var abandoned = false
     }
 
     let harness: JobHarness
     private let state = Mutex(State())
     private var jobState: UnsafeMutableRawPointer?
-    private let expirationPoint: Duration?
-    private let deadline: Duration?
+    /// When the grant expires: the budget minus the lead, or, for a continuous
+    /// job, the virtual moment the host shuts down (at the budget).
+    private let expirationPoint: Duration
+    private let reason: ExpirationReason
+    private let lead: Duration
 
     init(harness: JobHarness) {
         self.harness = harness
+        let policy = harness.policy
         if harness.job.isContinuous {
-            expirationPoint = nil
-            deadline = nil
+            expirationPoint = policy.budget
+            reason = .shutdown
+            lead = policy.shutdownLead
         } else {
-            expirationPoint = harness.policy.budget - harness.policy.lead
-            deadline = harness.policy.budget
+            expirationPoint = policy.budget - policy.lead
+            reason = .timeout
+            lead = policy.lead
         }
         super.init(job: harness.job, parameters: ParameterTable(harness.parameters))
+        state.withLock { $0.deadline = harness.job.isContinuous ? nil : policy.budget }
     }
 
     // MARK: Driving
@@ -145,7 +156,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         // create
         var made: UnsafeMutableRawPointer?
         let line = state.withLock { $0.trace.count }
-        let status = call("create") { job.hooks.create.map { $0(context, &made) } ?? CURFEW_OK }
+        guard let status = call("create", { job.hooks.create.map { $0(context, &made) } ?? CURFEW_OK }) else { return }
         jobState = made
         state.withLock { $0.trace.insert(HarnessEvent(time: .zero, kind: "create", detail: status == CURFEW_OK ? "ok" : "error"), at: line) }
         guard status == CURFEW_OK else {
@@ -157,8 +168,14 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         var failure: String?
         var expired = false
         if let chunk = job.hooks.chunk {
-            (failure, expired) = runChunks(chunk)
-        } else if expirationPoint != nil {
+            switch runChunks(chunk) {
+            case .ended(let why): failure = why
+            case .expired: expired = true
+            case .terminated(let why):
+                finish(.terminated, why, destroy: false)
+                return
+            }
+        } else if !state.withLock({ $0.tasks.isEmpty }) {
             // A task-driven job's work runs on its own threads in real time:
             // the harness tests its expiration path, right after create.
             expired = true
@@ -166,15 +183,14 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         if expired { expire() }
 
         // Tasks still open now stay open until the deadline: the job would be terminated.
-        let open = state.withLock { state in state.tasks.map { ($0.name, $0.began) } }
-        if !open.isEmpty {
-            if !expired && expirationPoint != nil {
+        if !state.withLock({ $0.tasks.isEmpty }) {
+            if !expired {
                 expire()
                 expired = true
             }
             let stillOpen = waitForTasks()
             if !stillOpen.isEmpty {
-                advance(to: deadline ?? state.withLock { $0.now })
+                advance(to: state.withLock { $0.deadline ?? $0.now })
                 for (name, began) in stillOpen {
                     violation("Background task '\(name)', begun at \(format3(began.seconds))s, was never ended.")
                 }
@@ -186,77 +202,86 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         if let failure {
             finish(.failed, failure, destroy: true)
         } else if expired {
-            finish(.expired, job.hooks.expire != nil ? "time ran out; cleanup ran" : "time ran out; tasks ended", destroy: true)
+            let cleanup = job.hooks.expire != nil ? "cleanup ran" : "tasks ended"
+            finish(.expired, "\(reason); \(cleanup)", destroy: true)
         } else {
             finish(.completed, job.isChunked ? "work done" : "all tasks ended", destroy: true)
         }
     }
 
-    /// Calls chunks until the work ends or the grant expires; returns the
-    /// failure, if any, and whether the grant expired.
-    private func runChunks(_ chunk: curfew_chunk_fn) -> (String?, Bool) {
+    enum ChunkLoopEnd {
+        case ended(failure: String?)
+        case expired
+        case terminated(String)
+    }
+
+    /// Calls chunks until the work ends, the grant expires, or a chunk runs
+    /// into the hard deadline.
+    private func runChunks(_ chunk: curfew_chunk_fn) -> ChunkLoopEnd {
         while true {
             let (now, index) = state.withLock { ($0.now, $0.chunk + 1) }
-            if case .expireAtChunk(let n) = harness.mode, index >= n { return (nil, true) }
-            if let expirationPoint, now >= expirationPoint { return (nil, true) }
+            if case .expireAtChunk(let n) = harness.mode, index >= n { return .expired }
+            if now >= expirationPoint { return .expired }
             if index > harness.maximumChunks {
                 violation("The job ran \(harness.maximumChunks) chunks without finishing; stopped there.")
-                return ("stopped after \(harness.maximumChunks) chunks", false)
+                return .ended(failure: "stopped after \(harness.maximumChunks) chunks")
             }
             // The chunk's line goes before what it did, at the time it started.
             let line = state.withLock { state -> Int in
                 state.chunk = index
                 return state.trace.count
             }
-            let result = call("chunk \(index)") { chunk(context, jobState) }
+            guard let result = call("chunk \(index)", { chunk(context, jobState) }) else { return .ended(failure: nil) }
             let record = { (detail: String) in
                 self.state.withLock { $0.trace.insert(HarnessEvent(time: now, kind: "chunk \(index)", detail: detail), at: line) }
             }
             if case .chunkCost(let cost) = harness.mode { advance(by: cost) }
-            let after = state.withLock { $0.now }
+            let (after, deadline) = state.withLock { ($0.now, $0.deadline) }
             if let deadline, after >= deadline {
+                record("still running at the hard deadline")
                 violation(
-                    "Chunk \(index) ran to the hard deadline (from \(format3(now.seconds))s to \(format3(after.seconds))s): "
-                        + "in a real run the job is terminated. Keep chunks shorter than the lead (\(format3(harness.policy.lead.seconds))s) "
-                        + "or watch time_remaining() inside them.")
+                    "Chunk \(index) ran from \(format3(now.seconds))s to \(format3(after.seconds))s, into the hard deadline at "
+                        + "\(format3(deadline.seconds))s: a chunk that long is terminated in a real run. Keep chunks shorter than "
+                        + "the lead (\(format3(lead.seconds))s), or watch time_remaining() inside them.")
+                return .terminated("chunk \(index) was still running at the hard deadline")
             }
             switch result {
             case 0:
                 record("continue")
             case -1:
                 record("done")
-                return (nil, false)
+                return .ended(failure: nil)
             case let delay where delay > 0:
                 let pause = Duration.nanoseconds(delay)
                 record("continue after \(format3(pause.seconds))s")
                 // The grant expires during the pause, as the runner's timer would.
-                let resume = after + pause
-                advance(to: expirationPoint.map { min(resume, max($0, after)) } ?? resume)
+                advance(to: min(after + pause, max(expirationPoint, after)))
             default:
                 let why = result == -2 ? "chunk returned failed" : "chunk returned \(result), not a valid result"
                 record(result == -2 ? "failed" : "invalid result \(result)")
                 let logged = state.withLock { $0.lastError }
-                return (logged.map { "\(why): \($0)" } ?? why, false)
+                return .ended(failure: logged.map { "\(why): \($0)" } ?? why)
             }
         }
     }
 
     /// The grant expires now: the tasks' handlers, then the job's `expire`.
     private func expire() {
-        if let expirationPoint { advance(to: max(expirationPoint, state.withLock { $0.now })) }
         let handlers = state.withLock { state -> [OpenTask] in
+            state.now = max(state.now, expirationPoint)
             state.expiring = true
+            if state.deadline == nil { state.deadline = state.now + lead }  // a continuous job's shutdown
             return state.tasks
         }
-        record("expiring", ExpirationReason.timeout.description)
+        record("expiring", reason.description)
         for task in handlers {
             guard let handler = task.handler, state.withLock({ $0.tasks.contains { $0.id == task.id } }) else { continue }
             record("handler", "task '\(task.name)'")
-            call("the expiration handler of task '\(task.name)'") { handler(task.userData.pointer, CURFEW_EXPIRE_TIMEOUT) }
+            call("the expiration handler of task '\(task.name)'") { handler(task.userData.pointer, reason.cValue) }
         }
         if let expire = harness.job.hooks.expire {
             record("expire", "")
-            call("expire") { expire(context, jobState, CURFEW_EXPIRE_TIMEOUT) }
+            call("expire") { expire(context, jobState, reason.cValue) }
         }
     }
 
@@ -285,8 +310,15 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     // MARK: Bookkeeping
 
-    private func call<T>(_ hook: String, _ body: () -> T) -> T {
-        state.withLock { $0.hook = (hook, ContinuousClock.now) }
+    /// Calls a hook under the watchdog's eye; `nil` (not called) once the
+    /// harness has abandoned an earlier hook.
+    @discardableResult
+    private func call<T>(_ hook: String, _ body: () -> T) -> T? {
+        guard state.withLock({ state -> Bool in
+            guard !state.abandoned else { return false }
+            state.hook = (hook, ContinuousClock.now)
+            return true
+        }) else { return nil }
         defer { state.withLock { $0.hook = nil } }
         return body()
     }
@@ -325,6 +357,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     func report(abandoning stuck: String?) -> HarnessReport {
         state.withLock { state in
+            if stuck != nil { state.abandoned = true }
             var violations = state.violations
             var outcome = state.outcome ?? (.terminated, "did not finish")
             if let stuck {
@@ -345,8 +378,9 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     override var timeRemainingSeconds: Double {
         guard hostCall("time_remaining") else { return 0 }
+        let (deadline, now) = state.withLock { ($0.deadline, $0.now) }
         guard let deadline else { return Double.greatestFiniteMagnitude }
-        return max(0, (deadline - state.withLock { $0.now }).seconds)
+        return max(0, (deadline - now).seconds)
     }
 
     override var isExpiring: Bool {

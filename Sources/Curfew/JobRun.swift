@@ -225,6 +225,9 @@ final class JobRun: HostContext, @unchecked Sendable {
 
     private func runDestroy() {
         guard let skip = control.withLock({ c in c.stage == .destroying ? c.createFailed : nil }) else { return }
+        // A task's expiration handler may still be returning after it ended the
+        // last task: destroy waits for it, so the two never overlap.
+        grant.handlerQueue.sync {}
         if !skip {
             job.hooks.destroy?(context, jobState)
         }

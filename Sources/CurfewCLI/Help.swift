@@ -151,7 +151,7 @@ public enum Help {
                 "and a chunked job gives the same trace every time. A task-driven job",
                 "expires right after create. Checked: tasks begun and never ended, hooks",
                 "that do not return (5 s of wall-clock time), host calls after destroy,",
-                "chunks that run to the hard deadline, negative or absurd progress.",
+                "chunks that run into the hard deadline, negative or absurd progress.",
                 "",
                 "USAGE: \(usage(.test))",
                 "",

@@ -143,6 +143,7 @@ private let createHook: curfew_create_fn = { context, state in
         return CURFEW_OK
     } catch {
         jobContext.log("\(error)", level: .error)
+        jobContext.tasks.releaseAll()
         return CURFEW_ERROR
     }
 }
@@ -153,11 +154,16 @@ private let chunkHook: curfew_chunk_fn = { _, state in
     case .continue: return 0
     case .done: return -1
     case .failed: return -2
-    case .continueAfter(let delay):
-        let (seconds, attoseconds) = delay.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        return nanoseconds.overflow ? .max : max(1, nanoseconds.partialValue &+ attoseconds / 1_000_000_000)
+    case .continueAfter(let delay): return delayNanoseconds(delay)
     }
+}
+
+/// A delay as a positive `curfew_chunk_result`: at least 1 ns, at most `Int64.max`.
+func delayNanoseconds(_ delay: Duration) -> Int64 {
+    if delay <= .nanoseconds(1) { return 1 }
+    if delay >= .nanoseconds(Int64.max) { return .max }
+    let (seconds, attoseconds) = delay.components
+    return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
 }
 
 private let expireHook: curfew_expire_fn = { _, state, reason in
@@ -166,6 +172,9 @@ private let expireHook: curfew_expire_fn = { _, state, reason in
 
 private let destroyHook: curfew_destroy_fn = { _, state in
     let job = instance(state)
-    job._withUnsafeGuaranteedRef { $0.teardown() }
+    job._withUnsafeGuaranteedRef { instance in
+        instance.teardown()
+        instance.context.tasks.releaseAll()
+    }
     job.release()
 }

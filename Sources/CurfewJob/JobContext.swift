@@ -74,7 +74,9 @@ public struct JobContext: @unchecked Sendable {
         if let expirationHandler {
             userData = tasks.keep(expirationHandler)
             handler = { userData, reason in
-                Unmanaged<HandlerBox>.fromOpaque(userData!)._withUnsafeGuaranteedRef { $0.handler(ExpirationReason(reason)) }
+                // Copy the closure out under the slot's lock (retaining it), then call it.
+                let handler = Unmanaged<HandlerSlot>.fromOpaque(userData!).takeUnretainedValue().handler
+                handler?(ExpirationReason(reason))
             }
         }
         let id: curfew_task_id =
@@ -102,20 +104,38 @@ extension ExpirationReason {
     }
 }
 
-/// An expiration handler, kept alive for as long as its job.
-final class HandlerBox: Sendable {
-    let handler: @Sendable (ExpirationReason) -> Void
-    init(_ handler: @escaping @Sendable (ExpirationReason) -> Void) { self.handler = handler }
+/// An expiration handler as the host holds it: the slot itself is never
+/// freed (a few dozen bytes per task begun with a handler), so the host's
+/// pointer stays valid even if the handler runs as the job ends; the closure
+/// in it is released when the job ends, which also breaks the cycle of a
+/// handler that captures its context.
+final class HandlerSlot: Sendable {
+    private let slot: Mutex<(@Sendable (ExpirationReason) -> Void)?>
+
+    init(_ handler: @escaping @Sendable (ExpirationReason) -> Void) { slot = Mutex(handler) }
+
+    /// The handler, retained for the caller, or `nil` once released.
+    var handler: (@Sendable (ExpirationReason) -> Void)? { slot.withLock { $0 } }
+
+    func release() { slot.withLock { $0 = nil } }
 }
 
-/// The expiration handlers one job run has given the host, released with the job.
+/// The expiration handlers one job run has given the host.
 final class TaskHandlers: Sendable {
-    private let boxes = Mutex<[HandlerBox]>([])
+    private let slots = Mutex<[HandlerSlot]>([])
 
-    /// Keeps `handler` alive and returns the pointer the host hands back to it.
+    /// Keeps `handler` and returns the pointer the host hands back to it.
     func keep(_ handler: @escaping @Sendable (ExpirationReason) -> Void) -> UnsafeMutableRawPointer {
-        let box = HandlerBox(handler)
-        boxes.withLock { $0.append(box) }
-        return Unmanaged.passUnretained(box).toOpaque()
+        let slot = HandlerSlot(handler)
+        slots.withLock { $0.append(slot) }
+        return Unmanaged.passRetained(slot).toOpaque()  // never released: see HandlerSlot
+    }
+
+    /// Releases every handler: the job has ended.
+    func releaseAll() {
+        slots.withLock { slots in
+            slots.forEach { $0.release() }
+            slots.removeAll()
+        }
     }
 }

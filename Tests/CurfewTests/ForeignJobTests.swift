@@ -139,7 +139,35 @@ import Testing
         #expect(count("greet") == 0)
     }
 
+    @Test func noBudgetReadsAsTheLargestValueOfANarrowType() async throws {
+        try manifest("""
+            {"name": "seconds", "summary": "Notes the seconds left.", "continuous": true,
+             "chunk": {"symbol": "note_seconds", "returns": "int32", "result": "nonzero-done",
+                       "args": [{"type": "int8", "from": "time-remaining"}]}}
+            """)
+        let configuration = RunConfiguration(policy: GrantPolicy(allowsContinuous: true))
+        let results = await Runner(jobs: PluginLoader().scan([folder]).jobs, configuration: configuration).run()
+        #expect(results.map(\.outcome) == [.completed])
+        #expect(count("seconds") == 127, "saturated, not wrapped and not a trap")
+    }
+
     // MARK: Validation
+
+    @Test func theStateWithoutAStateToPass() throws {
+        let error = try rejection("""
+            {"name": "count", "summary": "s", "chunk": {"symbol": "slow_step", "args": [{"type": "pointer", "from": "state"}]}}
+            """)
+        #expect(error.description == "Job 'count': 'slow_step' takes the state, but the job has none: declare \"state\": {\"size\": N} or a setup that returns a pointer.")
+    }
+
+    @Test func negativeDoneNeedsASignedReturn() throws {
+        let error = try rejection("""
+            {"name": "count", "summary": "s", "chunk": {"symbol": "countdown8", "returns": "uint8", "result": "negative-done",
+             "args": [{"type": "uint32", "from": "chunk-index"}]}}
+            """)
+        #expect(error.description == "Job 'count': the negative-done rule needs a signed integer return type, not uint8.")
+    }
+
 
     func rejection(_ jobs: String, parameters: [String: String] = [:]) throws -> CurfewError {
         let path = try manifest(jobs)

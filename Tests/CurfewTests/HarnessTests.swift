@@ -91,21 +91,45 @@ import Testing
         ])
     }
 
-    @Test func aChunkThatRunsPastTheDeadline() throws {
-        // Five 40 s chunks: the fifth runs from 160 s to 200 s, through the
-        // deadline, and would be terminated even though it returns done.
+    @Test func aChunkThatRunsIntoTheDeadline() throws {
+        // Five 40 s chunks: the fifth runs from 160 s through the deadline at 180 s.
         let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(40))).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.reason == "chunk 5 was still running at the hard deadline")
         #expect(report.violations == [
-            "Chunk 5 ran to the hard deadline (from 160.000s to 200.000s): in a real run the job is terminated. "
-                + "Keep chunks shorter than the lead (5.000s) or watch time_remaining() inside them.",
+            "Chunk 5 ran from 160.000s to 200.000s, into the hard deadline at 180.000s: a chunk that long is terminated "
+                + "in a real run. Keep chunks shorter than the lead (5.000s), or watch time_remaining() inside them.",
         ])
+        #expect(!report.trace.contains { $0.kind == "expire" || $0.kind == "destroy" }, "as in the runner: never called again")
         // 6 s chunks against a 5 s lead: the one in flight at the expiration point ends at the deadline.
         let sum = try PluginLoader().load(Fixtures.examplePlugins[1]).jobs[0]
         let overrun = JobHarness(job: sum, mode: .chunkCost(.seconds(6)), parameters: ["count": "1000000000"]).run()
-        #expect(overrun.violations == [
-            "Chunk 30 ran to the hard deadline (from 174.000s to 180.000s): in a real run the job is terminated. "
-                + "Keep chunks shorter than the lead (5.000s) or watch time_remaining() inside them.",
-        ])
+        #expect(overrun.outcome == .terminated)
+        #expect(overrun.chunks == 30)
+    }
+
+    @Test func aTaskDrivenJobWithNoOpenTaskCompletes() throws {
+        let report = JobHarness(job: jobs["quick-task"]!).run()
+        #expect(report.outcome == .completed)
+        #expect(report.violations.isEmpty)
+        #expect(!report.trace.contains { $0.kind == "expiring" })
+    }
+
+    @Test func aContinuousJobRunsUntilAVirtualShutdown() throws {
+        let fixture = try RunnerFixture()
+        let continuous = try fixture.jobs("continuous")[0]
+        let report = JobHarness(
+            job: continuous, policy: GrantPolicy(budget: .seconds(10), allowsContinuous: true), mode: .chunkCost(.zero),
+            parameters: ["tick-ms": "1000"]
+        ).run()
+        #expect(report.outcome == .expired)
+        #expect(report.reason == "host shutting down; cleanup ran")
+        #expect(report.chunks == 10)
+        #expect(report.violations.isEmpty)
+        #expect(fixture.count("continuous", "expire-shutdown") == 1)
+        let expiring = try #require(report.trace.first { $0.kind == "expiring" })
+        #expect(expiring.time == .seconds(10))
+        #expect(expiring.detail == "host shutting down")
     }
 }
 
@@ -126,7 +150,7 @@ import Testing
         let path = try Fixtures.compile("harness_jobs.c")
         let result = try Fixtures.run(Fixtures.curfewExecutable, ["test", path])
         #expect(result.status == 1)
-        #expect(result.stderr == "Error: \(path) has 5 jobs; choose one with --job (steady, never-ends, hangs-in-expire, talks-after-destroy, bad-progress).\n")
+        #expect(result.stderr == "Error: \(path) has 6 jobs; choose one with --job (steady, never-ends, hangs-in-expire, talks-after-destroy, bad-progress, quick-task).\n")
     }
 
     @Test func help() {
@@ -138,7 +162,7 @@ import Testing
             and a chunked job gives the same trace every time. A task-driven job
             expires right after create. Checked: tasks begun and never ended, hooks
             that do not return (5 s of wall-clock time), host calls after destroy,
-            chunks that run to the hard deadline, negative or absurd progress.
+            chunks that run into the hard deadline, negative or absurd progress.
 
             USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
 

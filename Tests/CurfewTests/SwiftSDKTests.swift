@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Curfew
+@testable import CurfewJob
 
 /// Plugins written with the CurfewJob SDK, built by SwiftPM, each with its
 /// own copy of the SDK, loaded into this one process.
@@ -32,6 +33,14 @@ import Testing
         #expect(result.outcome == .expired)
         // The SDK gives every job an expire hook (TaskDrivenJob's default does nothing).
         #expect(result.reason == "time ran out; cleanup ran")
+    }
+
+    @Test func delaysBecomePositiveNanoseconds() {
+        #expect(delayNanoseconds(.milliseconds(200)) == 200_000_000)
+        #expect(delayNanoseconds(.zero) == 1)
+        #expect(delayNanoseconds(.seconds(-5)) == 1)
+        #expect(delayNanoseconds(.seconds(9_223_372_036) + .milliseconds(900)) == .max)
+        #expect(delayNanoseconds(.seconds(Int64.max)) == .max)
     }
 
     @Test func aThrowingInitFailsTheJobWithItsError() async throws {

@@ -8,6 +8,7 @@
 
 static long step_calls, tick_calls, greet_calls, byte_calls, slow_calls, cleanup_calls, teardown_calls, setup_calls;
 static double first_remaining = -1, last_remaining = -1;
+static long last_seconds = -1;
 static char greeting[64];
 
 long foreign_count(const char *what) {
@@ -19,6 +20,7 @@ long foreign_count(const char *what) {
     if (strcmp(what, "cleanup") == 0) return cleanup_calls;
     if (strcmp(what, "teardown") == 0) return teardown_calls;
     if (strcmp(what, "setup") == 0) return setup_calls;
+    if (strcmp(what, "seconds") == 0) return last_seconds;
     return -1;
 }
 
@@ -81,3 +83,9 @@ void free_state(void *state) {
 
 /* A no-op chunk for benchmarks. */
 int32_t noop(void) { return 0; }
+
+/* Notes whole seconds remaining, in an int8: done at once. */
+int note_seconds(int8_t seconds) {
+    last_seconds = seconds;
+    return 1;
+}

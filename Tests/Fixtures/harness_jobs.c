@@ -96,10 +96,18 @@ static curfew_chunk_result bad_progress_chunk(curfew_context *ctx, void *state) 
     return bad_progress_count >= 3 ? CURFEW_CHUNK_DONE : CURFEW_CHUNK_CONTINUE;
 }
 
+/* quick-task: task-driven; its create begins a task and ends it at once. */
+static curfew_status quick_task_create(curfew_context *ctx, void **state) {
+    (void)state;
+    host->end_background_task(ctx, host->begin_background_task(ctx, "quick", NULL, NULL));
+    return CURFEW_OK;
+}
+
+CURFEW_JOB(quick_task_job, "quick-task", "Ends its only task inside create.", .create = quick_task_create);
 CURFEW_JOB(steady_job, "steady", "Five steps, then done.", .create = steady_create, .chunk = steady_chunk, .expire = quiet_expire);
 CURFEW_JOB(never_ends_job, "never-ends", "Begins a task it never ends.", .create = never_ends_create, .chunk = done_at_once, .expire = quiet_expire);
 CURFEW_JOB(hangs_job, "hangs-in-expire", "Never returns from expire.", .chunk = forever, .expire = hanging_expire);
 CURFEW_JOB(talks_job, "talks-after-destroy", "Logs after destroy.", .chunk = done_at_once, .expire = quiet_expire, .destroy = talking_destroy);
 CURFEW_JOB(bad_progress_job, "bad-progress", "Reports impossible progress.", .chunk = bad_progress_chunk, .expire = quiet_expire);
 
-CURFEW_PLUGIN(host, &steady_job, &never_ends_job, &hangs_job, &talks_job, &bad_progress_job)
+CURFEW_PLUGIN(host, &steady_job, &never_ends_job, &hangs_job, &talks_job, &bad_progress_job, &quick_task_job)
