@@ -7,7 +7,7 @@ import Synchronization
 /// without ever overlapping a chunk, and decides its outcome.
 ///
 /// Its address is the job's `curfew_context *` (see ``HostContext``).
-final class JobRun: HostContext, @unchecked Sendable {
+final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // Safe because its mutable state is the `control` Mutex, and `jobState`,
     // which only the job's serial queue touches.
     /// Where the job is in its life. Guarded by `control`.

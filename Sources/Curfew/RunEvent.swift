@@ -12,6 +12,10 @@ public enum Outcome: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The job was not run (a continuous job without permission, or the
     /// host was shutting down before its turn).
     case refused
+    /// The job's worker process died before the job ended: a signal (a
+    /// segfault, an abort, a resource limit) or an exit of its own. Only in
+    /// isolated modes; the host and the other jobs carry on.
+    case crashed
 
     public var description: String { rawValue }
 

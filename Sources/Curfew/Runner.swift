@@ -13,6 +13,12 @@ public struct RunConfiguration: Sendable {
     /// How long a worker calls one job's chunks back to back before it
     /// hands the thread back.
     public var timeSlice: Duration
+    /// Where each job's code runs.
+    public var isolation: Isolation = .none
+    /// Limits for each worker process (isolated modes only).
+    public var limits = ResourceLimits()
+    /// The executable started as a worker: `curfew` itself.
+    public var workerExecutable = "/proc/self/exe"
 
     /// The number of processors the system has active.
     public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
@@ -29,6 +35,17 @@ public struct RunConfiguration: Sendable {
     }
 }
 
+/// How one job runs: in process (``JobRun``) or in a worker (``WorkerRun``).
+protocol JobExecution: AnyObject, Sendable {
+    var job: PluginJob { get }
+    /// Starts the job's grant and its work.
+    func start()
+    /// Expires the job now (kept until it starts, if it has not yet).
+    func expireNow(_ reason: ExpirationReason)
+    /// A view for live displays.
+    func status() -> JobStatus
+}
+
 /// Runs jobs, each under its own grant, at most a given number at once,
 /// and reports what happens to them as ``RunEvent``s.
 ///
@@ -40,7 +57,7 @@ public struct RunConfiguration: Sendable {
 public final class Runner: Sendable {
     private struct State {
         var pending: [Int]
-        var running: [Int: JobRun] = [:]
+        var running: [Int: any JobExecution] = [:]
         var results: [JobResult?]
         var unfinished: Int
         var shutdown: ExpirationReason?
@@ -116,8 +133,13 @@ public final class Runner: Sendable {
         return runs.map { $0.status() }
     }
 
+    /// Expires every running job now with `reason`, leaving waiting jobs be.
+    func expireRunning(_ reason: ExpirationReason) {
+        state.withLock { Array($0.running.values) }.forEach { $0.expireNow(reason) }
+    }
+
     private func stopAll(_ reason: ExpirationReason) {
-        let runs = state.withLock { state -> [JobRun] in
+        let runs = state.withLock { state -> [any JobExecution] in
             if state.shutdown == nil { state.shutdown = reason }
             return Array(state.running.values)
         }
@@ -128,7 +150,7 @@ public final class Runner: Sendable {
     /// Starts waiting jobs while there is room; refuses them when stopping.
     private func admit() {
         while true {
-            let next = state.withLock { state -> (index: Int, run: JobRun?, refusal: String?)? in
+            let next = state.withLock { state -> (index: Int, run: (any JobExecution)?, refusal: String?)? in
                 guard state.started, !state.pending.isEmpty else { return nil }
                 if let reason = state.shutdown {
                     let why = reason == .cancelled
@@ -138,9 +160,18 @@ public final class Runner: Sendable {
                 guard state.running.count < configuration.maxConcurrentJobs else { return nil }
                 let index = state.pending.removeFirst()
                 do throws(CurfewError) {
-                    let run = try JobRun(
-                        job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
-                        events: events, onFinish: { [self] result in finished(index, result) })
+                    let onFinish: @Sendable (JobResult) -> Void = { [self] result in finished(index, result) }
+                    let run: any JobExecution =
+                        switch configuration.isolation {
+                        case .none:
+                            try JobRun(
+                                job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
+                                events: events, onFinish: onFinish)
+                        case .job:
+                            try WorkerRun(
+                                job: jobs[index], configuration: configuration, executable: configuration.workerExecutable,
+                                events: events, onFinish: onFinish)
+                        }
                     state.running[index] = run
                     return (index, run, nil)
                 } catch {

@@ -69,6 +69,48 @@ enum Syscalls {
         return String(cString: resolved)
     }
 
+    /// A connected pair of stream sockets, close-on-exec.
+    static func socketPair() throws(SystemError) -> [Int32] {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw SystemError(errno: errno)
+        }
+        return pair
+    }
+
+    /// A pipe, both ends close-on-exec from the start (`pipe2` through the
+    /// shim: it is not visible through Glibc, and pipe + fcntl leaves a window
+    /// in which a worker spawned by another thread inherits the ends).
+    static func pipe() throws(SystemError) -> [Int32] {
+        var ends: [Int32] = [-1, -1]
+        guard curfew_shim_pipe_cloexec(&ends) == 0 else { throw SystemError(errno: errno) }
+        return ends
+    }
+
+    /// This process's environment, as `NAME=value` strings.
+    static func environment() -> [String] {
+        var entries: [String] = []
+        var cursor = environ
+        while let entry = cursor.pointee {
+            entries.append(String(cString: entry))
+            cursor += 1
+        }
+        return entries
+    }
+
+    /// Starts a worker process (see `curfew_shim_spawn_worker`).
+    static func spawnWorker(
+        _ path: String, arguments: [String], environment: [String], channel: Int32, out: Int32, err: Int32
+    ) -> Result<pid_t, SystemError> {
+        func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
+        let argv = cStrings(arguments)
+        let envp = cStrings(environment)
+        defer { (argv + envp).forEach { free($0) } }
+        var pid: Int32 = 0
+        let status = curfew_shim_spawn_worker(path, argv, envp, channel, out, err, &pid)
+        return status == 0 ? .success(pid) : .failure(SystemError(errno: status))
+    }
+
     /// `dlopen` with the plugin flags (`RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`).
     static func dlopenPlugin(_ path: String) -> Result<UnsafeMutableRawPointer, DynamicLoaderError> {
         _ = dlerror()

@@ -41,6 +41,8 @@ public struct RunOptions: Equatable, Sendable {
     public var allowContinuous = false
     public var json = false
     public var verbose = false
+    public var isolation: Isolation = .none
+    public var limits = ResourceLimits()
 
     public init() {}
 
@@ -144,8 +146,26 @@ public enum ArgumentParser {
             case "--allow-continuous": options.allowContinuous = true
             case "--json": options.json = true
             case "--verbose": options.verbose = true
+            case "--isolate":
+                guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none or job", command: .run) }
+                options.isolation = isolation
+            case "--memory":
+                guard let bytes = parseSize(value!), bytes >= 16 << 20 else {
+                    throw invalid(value!, spec, "use a size of at least 16MiB, such as 256MiB or 2GiB", command: .run)
+                }
+                options.limits.memoryBytes = bytes
+            case "--cpu-time":
+                let cpu = try duration(value!, for: spec, command: .run)
+                guard cpu >= .seconds(1) else { throw invalid(value!, spec, "use at least 1s", command: .run) }
+                options.limits.cpuSeconds = UInt64(cpu.seconds.rounded(.up))
+            case "--open-files":
+                guard let count = UInt64(value!), count >= 16 else { throw invalid(value!, spec, "use a whole number of at least 16", command: .run) }
+                options.limits.openFiles = count
             default: fatalError("option \(name) is in the table but not handled")
             }
+        }
+        if options.isolation == .none && options.limits != ResourceLimits() {
+            throw UsageError("--memory, --cpu-time and --open-files need --isolate job", command: .run)
         }
         if let grace {
             guard grace > .zero && grace < options.budget else {
@@ -308,6 +328,19 @@ public enum ArgumentParser {
             throw invalid(text, spec, "use key=value", command: command)
         }
         return (String(text[..<equals]), String(text[text.index(after: equals)...]))
+    }
+
+    /// Parses `256MiB`, `2GiB`, `512KiB`, `64M`, `1G`, or a bare number of bytes.
+    public static func parseSize(_ text: String) -> UInt64? {
+        let units: [(String, UInt64)] = [
+            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
+        ]
+        for (suffix, factor) in units where text.hasSuffix(suffix) {
+            guard let number = UInt64(text.dropLast(suffix.count)) else { return nil }
+            let (bytes, overflow) = number.multipliedReportingOverflow(by: factor)
+            return overflow ? nil : bytes
+        }
+        return UInt64(text)
     }
 
     /// Parses `500ms`, `1.5s`, `2m`, `1h`, or a bare number of seconds.

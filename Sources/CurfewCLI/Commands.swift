@@ -200,9 +200,12 @@ public enum CurfewMain {
             return ExitCode.pluginRejected
         }
 
-        let configuration = RunConfiguration(
+        var configuration = RunConfiguration(
             policy: GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: options.allowContinuous),
             maxConcurrentJobs: options.jobs, parameters: options.parameters)
+        configuration.isolation = options.isolation
+        configuration.limits = options.limits
+        let lead = configuration.policy.lead
         let runner = Runner(jobs: jobs, configuration: configuration) { event in reporter.event(event) }
 
         let stopSignal = Mutex<Int32?>(nil)
@@ -219,7 +222,7 @@ public enum CurfewMain {
                 }
                 let name = number == SIGINT ? "SIGINT" : "SIGTERM"
                 console.error(
-                    "\(name): expiring every job now; they have up to \(format(configuration.policy.lead)) to clean up. Send it again to stop at once.")
+                    "\(name): expiring every job now; they have up to \(format(lead)) to clean up. Send it again to stop at once.")
                 runner.shutdown()
             }
         } catch {

@@ -19,6 +19,12 @@ public enum Help {
         OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
+        OptionSpec(
+            names: ["--isolate"], value: "mode",
+            help: "none: jobs run in this process; job: each job in a worker process of its own, so a crash, a hang or a limit ends only that job. (default: none)"),
+        OptionSpec(names: ["--memory"], value: "size", help: "With --isolate job: each worker's address space limit, e.g. 512MiB."),
+        OptionSpec(names: ["--cpu-time"], value: "duration", help: "With --isolate job: each worker's CPU time limit."),
+        OptionSpec(names: ["--open-files"], value: "n", help: "With --isolate job: each worker's limit on open files."),
     ]
 
     static let testOptions: [OptionSpec] = [
@@ -118,7 +124,7 @@ public enum Help {
                 "EXIT STATUS:",
                 "  0    every job completed or expired cleanly, and no plugin was rejected",
                 "  1    nothing to run, or the host itself failed",
-                "  2    a job failed, was terminated or was refused",
+                "  2    a job failed, was terminated, crashed or was refused",
                 "  3    a plugin file was rejected (the other jobs ran cleanly)",
                 "  64   usage error",
                 "  130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up",

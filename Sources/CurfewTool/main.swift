@@ -1,4 +1,10 @@
+import Curfew
 import CurfewCLI
 import Glibc
 
-exit(await CurfewMain.main(Array(CommandLine.arguments.dropFirst())))
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == IsolationWorker.argument {
+    // The worker role, started by a host running with --isolate job.
+    exit(await IsolationWorker.main())
+}
+exit(await CurfewMain.main(arguments))

@@ -40,7 +40,7 @@ import Testing
             SIGINT or SIGTERM expires every job at once and the host exits within
             the lead time.
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so) and .so files.
@@ -61,12 +61,19 @@ import Testing
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
+              --isolate <mode>        none: jobs run in this process; job: each job in a
+                                      worker process of its own, so a crash, a hang or a
+                                      limit ends only that job. (default: none)
+              --memory <size>         With --isolate job: each worker's address space limit,
+                                      e.g. 512MiB.
+              --cpu-time <duration>   With --isolate job: each worker's CPU time limit.
+              --open-files <n>        With --isolate job: each worker's limit on open files.
               -h, --help              Show help information.
 
             EXIT STATUS:
               0    every job completed or expired cleanly, and no plugin was rejected
               1    nothing to run, or the host itself failed
-              2    a job failed, was terminated or was refused
+              2    a job failed, was terminated, crashed or was refused
               3    a plugin file was rejected (the other jobs ran cleanly)
               64   usage error
               130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up
@@ -157,7 +164,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func usageErrors() {
         #expect(errorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)

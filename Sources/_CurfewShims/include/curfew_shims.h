@@ -13,6 +13,23 @@ void *curfew_shim_dlopen_plugin(const char *path);
 /* The nanoseconds of CLOCK_MONOTONIC. */
 uint64_t curfew_shim_monotonic_nanoseconds(void);
 
+/* pipe2(fds, O_CLOEXEC): both ends close-on-exec from the start, so a worker
+ * spawned by another thread at the same moment cannot inherit them. */
+int curfew_shim_pipe_cloexec(int fds[2]);
+
+/* Starts `path` with `argv` and `envp` as a worker: in a process group of its
+ * own, with default signal dispositions and an empty signal mask, its fd 3
+ * the socket `channel`, and its stdout and stderr the pipes `out` and `err`
+ * (the parent's copies stay in the parent). Returns 0 and sets *pid, or an
+ * errno value. */
+int curfew_shim_spawn_worker(const char *path, char *const argv[], char *const envp[],
+                             int channel, int out, int err, int *pid);
+
+/* Applies a worker's limits before it loads a plugin: address space bytes,
+ * CPU seconds and open files (0 leaves one as it is), then
+ * PR_SET_NO_NEW_PRIVS. Returns 0, or an errno value. */
+int curfew_shim_limit_worker(uint64_t memory_bytes, uint64_t cpu_seconds, uint64_t open_files);
+
 /* Bytes of heap in use (mallinfo2's uordblks), for benchmarks of memory. */
 uint64_t curfew_shim_heap_bytes_in_use(void);
 

@@ -1,0 +1,102 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// `--isolate job`: each job in a worker process; a crash, a hang, an exit or
+/// a limit ends only that job, and the host reports it and carries on.
+@Suite(.timeLimit(.minutes(1))) struct IsolationTests {
+    struct Finished: Decodable {
+        let event: String
+        let job: String?
+        let outcome: String?
+        let reason: String?
+        let message: String?
+    }
+
+    func run(_ arguments: [String]) throws -> (status: Int32, events: [Finished], stdout: String) {
+        let plugin = try Fixtures.compile("crashing_jobs.c")
+        let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--isolate", "job", "--json", "--jobs", "8"] + arguments)
+        let events = try result.stdout.split(separator: "\n").map { try JSONDecoder().decode(Finished.self, from: Data($0.utf8)) }
+        return (result.status, events, result.stdout)
+    }
+
+    func outcomes(_ events: [Finished]) -> [String: String] {
+        Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
+    }
+
+    func reason(_ events: [Finished], _ job: String) -> String {
+        events.first { $0.event == "finished" && $0.job == job }?.reason ?? ""
+    }
+
+    @Test func crashesHangsAndExitsEndOnlyTheirJob() throws {
+        let jobs = ["fine", "segfault", "abort", "loops-in-chunk", "loops-in-expire", "prints", "exits"]
+        let (status, events, stdout) = try run(["--budget", "1s"] + jobs.flatMap { ["--only", $0] })
+        #expect(status == 2)
+        #expect(outcomes(events) == [
+            "fine": "completed", "segfault": "crashed", "abort": "crashed", "loops-in-chunk": "terminated",
+            "loops-in-expire": "terminated", "prints": "completed", "exits": "crashed",
+        ])
+        #expect(reason(events, "segfault") == "its worker died of SIGSEGV; stderr: about to dereference NULL")
+        #expect(reason(events, "abort") == "its worker died of SIGABRT")
+        #expect(reason(events, "exits") == "its worker exited with status 0 before the job finished")
+        #expect(reason(events, "loops-in-chunk").hasPrefix("still running at the hard deadline; its worker was killed "))
+        #expect(reason(events, "loops-in-expire").hasPrefix("still running at the hard deadline; its worker was killed "))
+        // The plugin's own output is tagged with its job, and stdout stays JSON Lines.
+        let printed = events.filter { $0.event == "log" && $0.job == "prints" }.compactMap(\.message)
+        #expect(printed == ["[stdout] {\"event\": not json", "[stderr] warning from the plugin", "[stdout] \"quote\" \\ and a partial line"])
+        #expect(!stdout.contains("\n{\"event\": not json"))
+    }
+
+    @Test func limitsEndTheJobThatHitsThem() throws {
+        let (status, events, _) = try run([
+            "--budget", "10s", "--memory", "256MiB", "--cpu-time", "1s", "--only", "allocates", "--only", "burns-cpu", "--only", "fine",
+        ])
+        #expect(status == 2)
+        #expect(outcomes(events) == ["fine": "completed", "allocates": "crashed", "burns-cpu": "crashed"])
+        #expect(reason(events, "allocates") == "its worker died of SIGABRT; it may have hit its memory limit (--memory 256MiB)")
+        #expect(reason(events, "burns-cpu") == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
+    }
+
+    @Test func theExamplesRunTheSameInWorkers() throws {
+        let result = try Fixtures.run(
+            Fixtures.curfewExecutable,
+            ["run", "--isolate", "job", "--budget", "800ms"] + Fixtures.examplePlugins + CurfewExecutableTests.exampleParameters)
+        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.hasSuffix("5 jobs: 4 completed, 1 expired\n"))
+    }
+
+    @Test func sigtermReachesJobsInWorkers() throws {
+        let fixture = try RunnerFixture()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+        process.arguments = ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var text = ""
+        while !text.contains("\"event\":\"started\"") {
+            let data = output.fileHandleForReading.availableData
+            if data.isEmpty { break }
+            text += String(decoding: data, as: UTF8.self)
+        }
+        kill(process.processIdentifier, SIGTERM)
+        text += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 143)
+        #expect(text.contains("\"outcome\":\"expired\",\"chunks\":"))
+        #expect(text.contains("\"reason\":\"host shutting down; cleanup ran\""))
+    }
+
+    @Test func limitsNeedIsolation() {
+        #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job", command: .run)) {
+            try ArgumentParser.parse(["run", "--memory", "1GiB"])
+        }
+        #expect(ArgumentParser.parseSize("256MiB") == 256 << 20)
+        #expect(ArgumentParser.parseSize("2G") == 2 << 30)
+        #expect(ArgumentParser.parseSize("4096") == 4096)
+        #expect(ArgumentParser.parseSize("lots") == nil)
+    }
+}
