@@ -102,4 +102,10 @@ extension JSONValue {
         if case .number(let text) = self { return Double(text) }
         return nil
     }
+
+    /// An integer, exactly (a `Double` loses precision past 2^53).
+    var integerValue: Int64? {
+        if case .number(let text) = self { return Int64(text) }
+        return nil
+    }
 }

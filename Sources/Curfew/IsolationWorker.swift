@@ -17,13 +17,17 @@ public enum IsolationWorker {
     public static func main() async -> Int32 {
         let channel = WorkerProtocol.channelDescriptor
         let messages = MessageReader(descriptor: channel)
-        guard let run = messages.next(), run["type"]?.stringValue == "run" else {
-            WorkerProtocol.send(#"{"type":"error","message":"the first message was not 'run'"}"#, to: channel)
+        guard let run = messages.next(), let type = run["type"]?.stringValue, type == "run" || type == "scan" else {
+            WorkerProtocol.send(#"{"type":"error","message":"the first message was neither 'run' nor 'scan'"}"#, to: channel)
             return 2
         }
         guard let version = run["protocol"]?.numberValue, Int64(version) == WorkerProtocol.version else {
             WorkerProtocol.send(#"{"type":"error","message":"protocol version mismatch"}"#, to: channel)
             return 2
+        }
+        if type == "scan" {
+            let status = SafeScanner.serve(run, channel: channel)
+            _exit(status)  // plugins' exit handlers are not this process's business
         }
         let limits = run["limits"]
         let limited = curfew_shim_limit_worker(

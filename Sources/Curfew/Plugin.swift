@@ -26,6 +26,10 @@ public struct PluginJob: Sendable, Identifiable {
     let hooks: JobHooks
     /// The manifest's functions, for a job called through libffi.
     let foreign: ForeignJob?
+    /// Whether the job does its work in chunks the host calls.
+    public let isChunked: Bool
+    /// For a job known from a scan in a worker: the library a manifest names.
+    private let scannedForeignLibrary: String?
 
     init(name: String, summary: String, pluginPath: String, isContinuous: Bool, hooks: JobHooks, foreign: ForeignJob? = nil) {
         self.name = name
@@ -34,16 +38,30 @@ public struct PluginJob: Sendable, Identifiable {
         self.isContinuous = isContinuous
         self.hooks = hooks
         self.foreign = foreign
+        self.isChunked = hooks.chunk != nil
+        self.scannedForeignLibrary = nil
     }
+
+    /// A job known from a scan in a worker process: this process has not
+    /// loaded its plugin, so it has no hooks and runs only in a worker.
+    init(scannedName name: String, summary: String, pluginPath: String, isContinuous: Bool, isChunked: Bool, foreignLibrary: String?) {
+        self.name = name
+        self.summary = summary
+        self.pluginPath = pluginPath
+        self.isContinuous = isContinuous
+        self.hooks = JobHooks(create: nil, chunk: nil, expire: nil, destroy: nil)
+        self.foreign = nil
+        self.isChunked = isChunked
+        self.scannedForeignLibrary = foreignLibrary
+    }
+
+    /// Whether this process has loaded the job's plugin (else it can run only in a worker).
+    public var isLoaded: Bool { hooks.chunk != nil || hooks.create != nil }
 
     public var id: String { name }
 
     /// For a job described by a manifest: the library whose functions it calls.
-    public var foreignLibrary: String? { foreign?.libraryPath }
-
-    /// Whether the job does its work in chunks the host calls (else it is
-    /// task-driven: it starts its own work in `create`, under tasks it begins).
-    public var isChunked: Bool { hooks.chunk != nil }
+    public var foreignLibrary: String? { foreign?.libraryPath ?? scannedForeignLibrary }
 }
 
 /// A plugin file that loaded and passed validation.

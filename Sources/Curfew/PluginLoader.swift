@@ -33,36 +33,47 @@ public struct PluginLoader: Sendable {
     /// twice (say, in a folder and by name) loads once. A job whose name an
     /// earlier plugin already declared gets its plugin rejected.
     public func scan(_ paths: [String]) -> PluginScan {
-        var scan = PluginScan()
-        var seenFiles = Set<String>()
-        var jobOwners: [String: String] = [:]
-        // Only several paths can name one file twice; one folder lists each file once.
-        let mayRepeat = paths.count > 1
-        for candidate in candidates(paths, rejected: &scan.rejected) {
-            if mayRepeat {
-                guard seenFiles.insert(Syscalls.realPath(candidate.path) ?? candidate.path).inserted else { continue }
-            }
+        var rejected: [RejectedPlugin] = []
+        let files = candidates(paths, rejected: &rejected)
+        let results = files.map { file -> (String, Result<LoadedPlugin, CurfewError>) in
             do throws(CurfewError) {
-                let plugin = try candidate.path.hasSuffix(ForeignManifestReader.suffix)
-                    ? ForeignManifestReader(path: candidate.path, parameters: parameters).load()
-                    : load(candidate.path, isRegularFile: candidate.isRegular)
-                if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
-                    throw CurfewError(
-                        .duplicateJobName,
-                        "Job name '\(clash.name)' is already declared by \(jobOwners[clash.name]!); job names must be unique."
-                    )
-                }
-                for job in plugin.jobs { jobOwners[job.name] = candidate.path }
-                scan.plugins.append(plugin)
+                let plugin = try file.path.hasSuffix(ForeignManifestReader.suffix)
+                    ? ForeignManifestReader(path: file.path, parameters: parameters).load()
+                    : load(file.path, isRegularFile: file.isRegular)
+                return (file.path, .success(plugin))
             } catch {
-                scan.rejected.append(RejectedPlugin(path: candidate.path, error: error))
+                return (file.path, .failure(error))
+            }
+        }
+        return Self.assemble(results, rejected: rejected)
+    }
+
+    /// The loaded plugins and rejections, in file order, with a plugin whose
+    /// job name an earlier plugin declared rejected.
+    static func assemble(_ results: [(String, Result<LoadedPlugin, CurfewError>)], rejected: [RejectedPlugin]) -> PluginScan {
+        var scan = PluginScan(rejected: rejected)
+        var jobOwners: [String: String] = [:]
+        for (path, result) in results {
+            switch result {
+            case .failure(let error):
+                scan.rejected.append(RejectedPlugin(path: path, error: error))
+            case .success(let plugin):
+                if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
+                    scan.rejected.append(RejectedPlugin(path: path, error: CurfewError(
+                        .duplicateJobName,
+                        "Job name '\(clash.name)' is already declared by \(jobOwners[clash.name]!); job names must be unique.")))
+                    continue
+                }
+                for job in plugin.jobs { jobOwners[job.name] = path }
+                scan.plugins.append(plugin)
             }
         }
         return scan
     }
 
-    /// The files to load, each with whether it is known to be a regular file.
-    private func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [(path: String, isRegular: Bool?)] {
+    /// The files to load, in order, each once, with whether it is known to be
+    /// a regular file; paths that cannot be read are rejected.
+    func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [(path: String, isRegular: Bool?)] {
         var files: [(path: String, isRegular: Bool?)] = []
         for path in paths {
             do throws(SystemError) {
@@ -82,6 +93,11 @@ public struct PluginLoader: Sendable {
                 let what = error.errno == ENOENT ? "No such file or folder." : "Cannot be read: \(error.message)."
                 rejected.append(RejectedPlugin(path: path, error: CurfewError(code, what, underlying: error.message)))
             }
+        }
+        // Only several paths can name one file twice; one folder lists each file once.
+        if paths.count > 1 {
+            var seen = Set<String>()
+            files = files.filter { seen.insert(Syscalls.realPath($0.path) ?? $0.path).inserted }
         }
         // A manifest's library is not a plugin of its own.
         let manifests = files.map(\.path).filter { $0.hasSuffix(ForeignManifestReader.suffix) }

@@ -61,6 +61,8 @@ public final class Runner: Sendable {
         var results: [JobResult?]
         var unfinished: Int
         var shutdown: ExpirationReason?
+        /// An expiration asked for through `expireRunning` before every job had started.
+        var expireOnStart: ExpirationReason?
         var continuation: CheckedContinuation<[JobResult], Never>?
         var started = false
     }
@@ -133,9 +135,15 @@ public final class Runner: Sendable {
         return runs.map { $0.status() }
     }
 
-    /// Expires every running job now with `reason`, leaving waiting jobs be.
+    /// Expires every running job now with `reason`; a job that has not
+    /// started yet gets the expiration as it starts (a worker's one job may
+    /// be told to expire before its runner has admitted it).
     func expireRunning(_ reason: ExpirationReason) {
-        state.withLock { Array($0.running.values) }.forEach { $0.expireNow(reason) }
+        let runs = state.withLock { state -> [any JobExecution] in
+            if state.expireOnStart == nil { state.expireOnStart = reason }
+            return Array(state.running.values)
+        }
+        runs.forEach { $0.expireNow(reason) }
     }
 
     private func stopAll(_ reason: ExpirationReason) {
@@ -182,7 +190,7 @@ public final class Runner: Sendable {
             if let run = next.run {
                 run.start()
                 // A stop that came while the job was being admitted reaches it here.
-                if let reason = state.withLock({ $0.shutdown }) { run.expireNow(reason) }
+                if let reason = state.withLock({ $0.shutdown ?? $0.expireOnStart }) { run.expireNow(reason) }
             } else {
                 refuse(next.index, reason: next.refusal!)
             }

@@ -18,6 +18,13 @@ enum Syscalls {
         return (type == S_IFDIR, type == S_IFREG, Int64(info.st_size))
     }
 
+    /// A file's size and modification time in nanoseconds.
+    static func sizeAndModification(_ path: String) throws(SystemError) -> (Int64, Int64) {
+        var info = Glibc.stat()
+        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
+        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+    }
+
     /// Up to `count` bytes from the start of a file.
     static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
         let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC) }

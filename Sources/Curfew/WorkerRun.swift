@@ -27,6 +27,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var killedAt: CurfewInstant?
         var stderrTail: [String] = []
         var timers: [any CurfewTimer] = []
+        /// Set once the run message is sent; expirations before wait in `unsent`.
+        var channelReady = false
+        var unsent: [ExpirationReason] = []
     }
 
     let job: PluginJob
@@ -97,6 +100,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
         channel = pipes.channel[0]
         send(runMessage(remaining: deadline.map { clock.now().duration(to: $0) }))
+        // Expirations asked for while the worker was starting follow the run message.
+        let unsent = control.withLock { c -> [ExpirationReason] in
+            c.channelReady = true
+            defer { c.unsent.removeAll() }
+            return c.unsent
+        }
+        for reason in unsent { send(#"{"type":"expire","reason":"\#(reason.rawValue)"}"#) }
         if let deadline {
             arm(at: deadline.advanced(by: .zero - policy.lead)) { [self] in expireNow(.timeout) }
             arm(at: deadline) { [self] in killAtDeadline() }
@@ -109,18 +119,19 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     }
 
     func expireNow(_ reason: ExpirationReason) {
-        let move = control.withLock { c -> CurfewInstant? in
-            guard c.started && !c.finished else { return nil }
+        let (move, ready) = control.withLock { c -> (CurfewInstant?, Bool) in
+            guard c.started && !c.finished else { return (nil, false) }
             if c.expiredBy == nil { c.expiredBy = reason }
-            guard reason != .timeout else { return nil }
+            if !c.channelReady { c.unsent.append(reason) }
+            guard reason != .timeout else { return (nil, c.channelReady) }
             // An early expiration gets at most one lead time from now.
             let lead = job.isContinuous ? policy.shutdownLead : policy.lead
             let early = clock.now().advanced(by: lead)
-            guard c.deadline.map({ early < $0 }) ?? true else { return nil }
+            guard c.deadline.map({ early < $0 }) ?? true else { return (nil, c.channelReady) }
             c.deadline = early
-            return early
+            return (early, c.channelReady)
         }
-        send(#"{"type":"expire","reason":"\#(reason.rawValue)"}"#)
+        if ready { send(#"{"type":"expire","reason":"\#(reason.rawValue)"}"#) }
         if let move { arm(at: move) { [self] in killAtDeadline() } }
     }
 

@@ -130,7 +130,8 @@ public enum CurfewMain {
 
     static func list(_ options: ListOptions) -> Int32 {
         let console = Console(json: options.json)
-        let scan = PluginLoader().scan(options.effectivePaths)
+        // Loaded in a scanner worker (and cached): a crashing plugin cannot take `list` down.
+        let scan = SafeScanner().scan(options.effectivePaths).scan
         if options.json {
             for plugin in scan.plugins {
                 for job in plugin.jobs {
@@ -178,7 +179,7 @@ public enum CurfewMain {
     static func run(_ options: RunOptions) async -> Int32 {
         let console = Console(json: options.json)
         let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
-        let scan = PluginLoader(parameters: options.parameters).scan(options.effectivePaths)
+        let scan = loadPlugins(options)
         reporter.scanned(scan)
 
         var jobs = scan.jobs
@@ -244,6 +245,19 @@ public enum CurfewMain {
             _exit(code)
         }
         return code
+    }
+
+    /// Scans in a scanner worker first, so a plugin that crashes or hangs
+    /// while loading is rejected, not fatal. In process (`--isolate none`),
+    /// then loads what the scanner vouched for.
+    static func loadPlugins(_ options: RunOptions) -> PluginScan {
+        let loader = PluginLoader(parameters: options.parameters)
+        let safe = SafeScanner().scan(options.effectivePaths, loader: loader).scan
+        guard options.isolation == .none else { return safe }
+        let vouched = safe.plugins.map(\.path)
+        var scan = vouched.isEmpty ? PluginScan() : loader.scan(vouched)
+        scan.rejected = safe.rejected + scan.rejected
+        return scan
     }
 
     private static func startLiveDisplay(
