@@ -15,6 +15,7 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let notFound = Code(rawValue: "not-found")
         public static let unreadable = Code(rawValue: "unreadable")
         // Plugin files.
+        public static let insecure = Code(rawValue: "insecure")
         public static let emptyFile = Code(rawValue: "empty-file")
         public static let notELF = Code(rawValue: "not-elf")
         public static let loadFailed = Code(rawValue: "load-failed")

@@ -19,9 +19,32 @@ public struct PluginLoader: Sendable {
 
     /// The `--param` values, which foreign-job manifests bind to arguments at load.
     public let parameters: [String: String]
+    /// Load plugin files and folders that others could have written (off by default).
+    public let allowsInsecurePlugins: Bool
 
-    public init(parameters: [String: String] = [:]) {
+    public init(parameters: [String: String] = [:], allowsInsecurePlugins: Bool = false) {
         self.parameters = parameters
+        self.allowsInsecurePlugins = allowsInsecurePlugins
+    }
+
+    /// Why loading code from `path` would be unsafe, or `nil`: writable by
+    /// group or others, or owned by a user who is neither this one nor root.
+    func insecurity(_ path: String, isFolder: Bool) -> CurfewError? {
+        guard !allowsInsecurePlugins, let (mode, owner) = try? Syscalls.ownership(path) else { return nil }
+        let what = isFolder ? "Folder" : "File"
+        if mode & 0o022 != 0 {
+            let who = mode & 0o002 != 0 ? "anyone" : "its group"
+            return CurfewError(
+                .insecure,
+                "\(what) is writable by \(who) (mode \(String(mode, radix: 8))), so anyone there could replace the code it runs; "
+                    + "chmod go-w it, or pass --allow-insecure-plugins.")
+        }
+        if owner != geteuid() && owner != 0 {
+            return CurfewError(
+                .insecure,
+                "\(what) is owned by uid \(owner), neither you nor root; chown it, or pass --allow-insecure-plugins.")
+        }
+        return nil
     }
 
     /// Loads the plugins at `paths`: each folder is scanned (not recursively)
@@ -78,6 +101,10 @@ public struct PluginLoader: Sendable {
         for path in paths {
             do throws(SystemError) {
                 let info = try Syscalls.fileInfo(path)
+                if let insecure = insecurity(path, isFolder: info.isDirectory) {
+                    rejected.append(RejectedPlugin(path: path, error: insecure))
+                    continue
+                }
                 guard info.isDirectory else {
                     files.append((path, info.isRegular))
                     continue
@@ -86,7 +113,12 @@ public struct PluginLoader: Sendable {
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
-                    files.append((path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name, entry.isRegular))
+                    let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
+                    if let insecure = insecurity(file, isFolder: false) {
+                        rejected.append(RejectedPlugin(path: file, error: insecure))
+                        continue
+                    }
+                    files.append((file, entry.isRegular))
                 }
             } catch {
                 let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable

@@ -18,6 +18,13 @@ enum Syscalls {
         return (type == S_IFDIR, type == S_IFREG, Int64(info.st_size))
     }
 
+    /// A file's permission bits and owner.
+    static func ownership(_ path: String) throws(SystemError) -> (mode: UInt32, owner: UInt32) {
+        var info = Glibc.stat()
+        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
+        return (UInt32(info.st_mode & 0o7777), info.st_uid)
+    }
+
     /// A file's size and modification time in nanoseconds.
     static func sizeAndModification(_ path: String) throws(SystemError) -> (Int64, Int64) {
         var info = Glibc.stat()

@@ -43,6 +43,7 @@ public struct RunOptions: Equatable, Sendable {
     public var verbose = false
     public var isolation: Isolation = .none
     public var limits = ResourceLimits()
+    public var allowInsecurePlugins = false
 
     public init() {}
 
@@ -54,6 +55,7 @@ public struct RunOptions: Equatable, Sendable {
 public struct ListOptions: Equatable, Sendable {
     public var paths: [String] = []
     public var json = false
+    public var allowInsecurePlugins = false
 
     public init() {}
 
@@ -144,6 +146,7 @@ public enum ArgumentParser {
             case "--param":
                 options.parameters.merge([try keyValue(value!, spec, command: .run)]) { $1 }
             case "--allow-continuous": options.allowContinuous = true
+            case "--allow-insecure-plugins": options.allowInsecurePlugins = true
             case "--json": options.json = true
             case "--verbose": options.verbose = true
             case "--isolate":
@@ -186,6 +189,7 @@ public enum ArgumentParser {
             }
             switch name {
             case "--json": options.json = true
+            case "--allow-insecure-plugins": options.allowInsecurePlugins = true
             default: fatalError("option \(name) is in the table but not handled")
             }
         }

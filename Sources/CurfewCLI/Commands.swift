@@ -131,7 +131,8 @@ public enum CurfewMain {
     static func list(_ options: ListOptions) -> Int32 {
         let console = Console(json: options.json)
         // Loaded in a scanner worker (and cached): a crashing plugin cannot take `list` down.
-        let scan = SafeScanner().scan(options.effectivePaths).scan
+        let loader = PluginLoader(allowsInsecurePlugins: options.allowInsecurePlugins)
+        let scan = SafeScanner().scan(options.effectivePaths, loader: loader).scan
         if options.json {
             for plugin in scan.plugins {
                 for job in plugin.jobs {
@@ -251,7 +252,7 @@ public enum CurfewMain {
     /// while loading is rejected, not fatal. In process (`--isolate none`),
     /// then loads what the scanner vouched for.
     static func loadPlugins(_ options: RunOptions) -> PluginScan {
-        let loader = PluginLoader(parameters: options.parameters)
+        let loader = PluginLoader(parameters: options.parameters, allowsInsecurePlugins: options.allowInsecurePlugins)
         let safe = SafeScanner().scan(options.effectivePaths, loader: loader).scan
         guard options.isolation == .none else { return safe }
         let vouched = safe.plugins.map(\.path)

@@ -17,6 +17,7 @@ public enum Help {
         OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more.", repeatable: true),
         OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more.", repeatable: true),
         OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
+        insecureOption,
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
         OptionSpec(
@@ -49,7 +50,12 @@ public enum Help {
 
     static let listOptions: [OptionSpec] = [
         OptionSpec(names: ["--json"], value: nil, help: "Print plugins and rejected files as JSON Lines."),
+        insecureOption,
     ]
+
+    static let insecureOption = OptionSpec(
+        names: ["--allow-insecure-plugins"], value: nil,
+        help: "Load plugin files and folders that are writable by group or others, or owned by another user.")
 
     static func options(for command: Command) -> [OptionSpec] {
         switch command {

@@ -40,7 +40,7 @@ import Testing
             SIGINT or SIGTERM expires every job at once and the host exits within
             the lead time.
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so) and .so files.
@@ -58,6 +58,9 @@ import Testing
                                       for more.
               --allow-continuous      Run continuous jobs, without a budget, until they
                                       finish or the host stops.
+              --allow-insecure-plugins
+                                      Load plugin files and folders that are writable by
+                                      group or others, or owned by another user.
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
@@ -85,7 +88,7 @@ import Testing
         #expect(Help.text(.list) == """
             OVERVIEW: List plugins, their jobs, and the files rejected with the reason.
 
-            USAGE: curfew list [<paths> ...] [--json]
+            USAGE: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so) and .so files.
@@ -93,6 +96,9 @@ import Testing
 
             OPTIONS:
               --json                  Print plugins and rejected files as JSON Lines.
+              --allow-insecure-plugins
+                                      Load plugin files and folders that are writable by
+                                      group or others, or owned by another user.
               -h, --help              Show help information.
 
             EXIT STATUS:
@@ -164,7 +170,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func usageErrors() {
         #expect(errorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
@@ -194,7 +200,7 @@ import Testing
                 == "Error: Unknown subcommand 'launch'\nUsage: curfew <subcommand>\n  See 'curfew --help' for more information.\n")
         #expect(
             errorText(["list", "--budget", "1s"])
-                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json]\n  See 'curfew list --help' for more information.\n")
+                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]\n  See 'curfew list --help' for more information.\n")
     }
 
     @Test func exitCodes() {
