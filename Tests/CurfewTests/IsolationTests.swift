@@ -13,6 +13,7 @@ import Testing
         let outcome: String?
         let reason: String?
         let message: String?
+        let plugin: String?
     }
 
     func run(_ arguments: [String]) throws -> (status: Int32, events: [Finished], stdout: String) {
@@ -98,5 +99,52 @@ import Testing
         #expect(ArgumentParser.parseSize("2G") == 2 << 30)
         #expect(ArgumentParser.parseSize("4096") == 4096)
         #expect(ArgumentParser.parseSize("lots") == nil)
+    }
+}
+
+/// The whole scenario: the examples and every misbehaving fixture in
+/// one folder, run with --isolate job.
+@Suite(.timeLimit(.minutes(1))) struct IsolationFolderTests {
+    @Test func everyValidJobCompletesAndEachBadOneGetsItsOutcome() throws {
+        let folder = Fixtures.temporaryFolder("isolated-folder")
+        for plugin in Fixtures.examplePlugins {
+            try FileManager.default.copyItem(atPath: plugin, toPath: folder + "/" + URL(fileURLWithPath: plugin).lastPathComponent)
+        }
+        try FileManager.default.copyItem(atPath: try Fixtures.compile("crashing_jobs.c"), toPath: folder + "/crashing.so")
+        for (variant, name) in [(1, "entry-segfaults"), (2, "constructor-aborts")] {
+            try FileManager.default.copyItem(
+                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: folder + "/\(name).so")
+        }
+        let result = try Fixtures.run(
+            Fixtures.curfewExecutable,
+            ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
+                + CurfewExecutableTests.exampleParameters)
+        #expect(result.status == 2)
+        let events = try result.stdout.split(separator: "\n").map {
+            try JSONDecoder().decode(IsolationTests.Finished.self, from: Data($0.utf8))
+        }
+        let outcomes = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
+        // With --cpu-time 1s an endless chunk meets its CPU limit, or, on a busy
+        // machine that gives it less than a core, the 2 s deadline first.
+        let endless = outcomes["loops-in-chunk"]
+        #expect(endless == "crashed" || endless == "terminated")
+        var expected = [
+            "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "swift-uploader": "completed",
+            "timer-counter": "expired",
+            "fine": "completed", "prints": "completed", "segfault": "crashed", "abort": "crashed", "exits": "crashed",
+            "allocates": "crashed", "burns-cpu": "crashed", "loops-in-expire": "terminated",
+        ]
+        expected["loops-in-chunk"] = endless
+        #expect(outcomes == expected)
+        let reasons = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.reason ?? "") })
+        if endless == "crashed" {
+            #expect(reasons["loops-in-chunk"] == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
+        } else {
+            #expect(reasons["loops-in-chunk"]?.hasPrefix("still running at the hard deadline") == true)
+        }
+        #expect(reasons["loops-in-expire"]?.hasPrefix("still running at the hard deadline") == true)
+        let rejected = events.filter { $0.event == "rejected" }
+        #expect(rejected.count == 2)
+        #expect(rejected.allSatisfy { ($0.reason ?? "").hasPrefix("Crashed while loading: the scanner worker died of SIG") })
     }
 }
