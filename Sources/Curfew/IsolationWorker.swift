@@ -17,7 +17,9 @@ public enum IsolationWorker {
     public static func main() async -> Int32 {
         let channel = WorkerProtocol.channelDescriptor
         let messages = MessageReader(descriptor: channel)
-        guard let run = messages.next(), let type = run["type"]?.stringValue, type == "run" || type == "scan" else {
+        // A worker the host started ahead of need and no longer needs: the socket just closes.
+        guard let run = messages.next() else { return 0 }
+        guard let type = run["type"]?.stringValue, type == "run" || type == "scan" else {
             WorkerProtocol.send(#"{"type":"error","message":"the first message was neither 'run' nor 'scan'"}"#, to: channel)
             return 2
         }

@@ -73,6 +73,8 @@ public final class Runner: Sendable {
     private let parameters: ParameterTable
     private let events: EventChannel
     private let state: Mutex<State>
+    /// Workers started ahead of need, with `--isolate job`.
+    private let pool: WorkerPool?
 
     /// - Parameters:
     ///   - jobs: The jobs to run, in the order they start.
@@ -90,6 +92,11 @@ public final class Runner: Sendable {
         self.manager = GrantManager(clock: clock, policy: configuration.policy)
         self.parameters = ParameterTable(configuration.parameters)
         self.events = EventChannel(handler: events)
+        self.pool = configuration.isolation == .job
+            ? WorkerPool(
+                executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
+                capacity: min(configuration.maxConcurrentJobs, jobs.count))
+            : nil
         self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
 
@@ -98,6 +105,7 @@ public final class Runner: Sendable {
     /// - Important: Call it once.
     public func run() async -> [JobResult] {
         await withCheckedContinuation { continuation in
+            pool?.refill()
             let done = state.withLock { state -> Bool in
                 precondition(!state.started, "Runner.run() called twice")
                 state.started = true
@@ -176,9 +184,7 @@ public final class Runner: Sendable {
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, onFinish: onFinish)
                         case .job:
-                            try WorkerRun(
-                                job: jobs[index], configuration: configuration, executable: configuration.workerExecutable,
-                                events: events, onFinish: onFinish)
+                            try WorkerRun(job: jobs[index], configuration: configuration, pool: pool!, events: events, onFinish: onFinish)
                         }
                     state.running[index] = run
                     return (index, run, nil)
@@ -221,6 +227,7 @@ public final class Runner: Sendable {
     }
 
     private func resume() {
+        pool?.close()
         let (continuation, results) = state.withLock { state in
             defer { state.continuation = nil }
             return (state.continuation, state.results.compactMap { $0 })

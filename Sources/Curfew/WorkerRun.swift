@@ -34,7 +34,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     let job: PluginJob
     private let configuration: RunConfiguration
-    private let executable: String
+    private let pool: WorkerPool
     private let clock = MonotonicClock()
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
@@ -44,7 +44,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     /// - Throws: The refusal of a continuous job the policy does not allow.
     init(
-        job: PluginJob, configuration: RunConfiguration, executable: String, events: EventChannel,
+        job: PluginJob, configuration: RunConfiguration, pool: WorkerPool, events: EventChannel,
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         if job.isContinuous && !configuration.policy.allowsContinuous {
@@ -54,12 +54,27 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
         self.job = job
         self.configuration = configuration
-        self.executable = executable
+        self.pool = pool
         self.events = events
         self.onFinish = onFinish
     }
 
     private var policy: GrantPolicy { configuration.policy }
+
+    /// The environment workers start with: this process's, with the Swift
+    /// backtracer off (it can hang a crashed worker and hold its pipes open)
+    /// and, under a memory limit, glibc's malloc arenas capped (each reserves
+    /// 64 MiB of address space, so a small --memory would stop the worker's
+    /// own threads, not the job).
+    static func environment(for configuration: RunConfiguration) -> [String] {
+        var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
+        environment.append("SWIFT_BACKTRACE=enable=no")
+        if configuration.limits.memoryBytes != nil {
+            environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
+            environment.append("MALLOC_ARENA_MAX=2")
+        }
+        return environment
+    }
 
     func start() {
         let now = clock.now()
@@ -70,35 +85,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.deadline = deadline
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
         }
-        let pipes: (channel: [Int32], out: [Int32], err: [Int32])
+        let worker: WorkerPool.Worker
         do throws(SystemError) {
-            pipes = (try Syscalls.socketPair(), try Syscalls.pipe(), try Syscalls.pipe())
+            worker = try pool.take()
         } catch {
-            return conclude(crashed: "cannot start a worker: \(error.message)")
+            return conclude(crashed: "cannot start a worker (\(pool.executable)): \(error.message)")
         }
-        let arguments = [executable, WorkerProtocol.workerArgument]
-        var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
-        // The backtracer can hang a crashed worker and hold its pipes open.
-        environment.append("SWIFT_BACKTRACE=enable=no")
-        if configuration.limits.memoryBytes != nil {
-            // glibc reserves 64 MiB of address space per malloc arena, one per
-            // thread: without a cap a small --memory stops the worker's own
-            // threads, not the job.
-            environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
-            environment.append("MALLOC_ARENA_MAX=2")
-        }
-        let spawned = Syscalls.spawnWorker(
-            executable, arguments: arguments, environment: environment, channel: pipes.channel[1], out: pipes.out[1],
-            err: pipes.err[1])
-        for descriptor in [pipes.channel[1], pipes.out[1], pipes.err[1]] { close(descriptor) }
-        switch spawned {
-        case .failure(let error):
-            [pipes.channel[0], pipes.out[0], pipes.err[0]].forEach { close($0) }
-            return conclude(crashed: "cannot start a worker (\(executable)): \(error.message)")
-        case .success(let child):
-            pid = child
-        }
-        channel = pipes.channel[0]
+        pid = worker.pid
+        channel = worker.channel
         send(runMessage(remaining: deadline.map { clock.now().duration(to: $0) }))
         // Expirations asked for while the worker was starting follow the run message.
         let unsent = control.withLock { c -> [ExpirationReason] in
@@ -111,8 +105,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             arm(at: deadline.advanced(by: .zero - policy.lead)) { [self] in expireNow(.timeout) }
             arm(at: deadline) { [self] in killAtDeadline() }
         }
-        let out = pipes.out[0]
-        let err = pipes.err[0]
+        let out = worker.out
+        let err = worker.err
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
         Thread.detach { self.supervise(out: out, err: err) }

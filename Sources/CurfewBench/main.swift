@@ -339,6 +339,57 @@ struct Bench {
         return row
     }
 
+    /// N no-op jobs, one at a time, each in a worker process, against a bare
+    /// posix_spawn + waitpid of /bin/true and against /bin/true under timeout.
+    func processPerJob() -> [Row] {
+        let count = size(200, tiny: 3)
+        var spawn = Row(
+            name: "process per job, \(count) jobs", measure: "ms per job", unit: "ms",
+            baselineName: "posix_spawn + waitpid of /bin/true", target: .atMost(2))
+        var timeout = Row(
+            name: "process per job, \(count) jobs", measure: "ms per job", unit: "ms",
+            baselineName: "each as a program under timeout", target: .atMost(1))
+        let job = benchJobs["bench-noop"]!
+        var configuration = RunConfiguration(
+            policy: GrantPolicy(budget: .seconds(60)), maxConcurrentJobs: 1, parameters: ["count": "1"])
+        configuration.isolation = .job
+        configuration.workerExecutable = buildFolder + "/curfew"
+        for _ in 0..<options.repetitions {
+            let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
+            let start = now()
+            let semaphore = DispatchSemaphore(value: 0)
+            let outcomes = Mutex<[Outcome]>([])
+            Task {
+                let results = await runner.run()
+                outcomes.withLock { $0 = results.map(\.outcome) }
+                semaphore.signal()
+            }
+            semaphore.wait()
+            let elapsed = Double(now() - start) / Double(count) / 1e6
+            precondition(outcomes.withLock { $0 }.allSatisfy { $0 == .completed }, "a worker job did not complete")
+            spawn.values.append(elapsed)
+            timeout.values.append(elapsed)
+            spawn.baseline.append(spawnLoop(["/bin/true"], count: count))
+            timeout.baseline.append(spawnLoop(["/usr/bin/timeout", "10", "/bin/true"], count: count))
+        }
+        spawn.note = "warm pool: a worker per --jobs slot is started ahead of need; each job's worker runs it and exits"
+        return [spawn, timeout]
+    }
+
+    /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row.
+    func spawnLoop(_ command: [String], count: Int) -> Double {
+        let argv = command.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let start = now()
+        for _ in 0..<count {
+            var pid: pid_t = 0
+            precondition(posix_spawn(&pid, command[0], nil, nil, argv, environ) == 0, "cannot spawn \(command[0])")
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        }
+        return Double(now() - start) / Double(count) / 1e6
+    }
+
     func ffiNoop() async throws -> [Row] {
         let count = size(5_000_000, tiny: 1000)
         var row = Row(
@@ -415,11 +466,7 @@ struct Bench {
         if selected(.expiration10k) { rows += expiration(count: size(10_000, tiny: 100), spread: options.tiny ? 0.05 : 3) }
         if selected(.scaling) { rows.append(await scaling()) }
         if selected(.pluginLoad) { rows.append(try pluginLoad()) }
-        if selected(.processPerJob) {
-            rows.append(Row(
-                name: "process per job", measure: "not built yet", unit: "", baselineName: "posix_spawn of /bin/true",
-                note: "isolation (--isolate job) is not built yet"))
-        }
+        if selected(.processPerJob) { rows += processPerJob() }
         if selected(.ffiNoop) { rows += try await ffiNoop() }
         return rows
     }
