@@ -4,6 +4,9 @@ import Glibc
 public enum Isolation: String, Sendable, CaseIterable {
     /// In the host process: fastest; a crashing plugin takes the host down.
     case none
+    /// In a worker process per plugin file, shared by that plugin's jobs: a
+    /// crash takes down that plugin's running jobs, no others.
+    case plugin
     /// In a worker process of its own: a crash, a hang or a limit takes down
     /// only that job, and the host kills it at its hard deadline.
     case job

@@ -3,12 +3,15 @@ import Glibc
 import Synchronization
 import _CurfewShims
 
-/// The worker role: `curfew __worker`, started by a host with `--isolate job`.
+/// The worker role: `curfew __worker`, started by a host with `--isolate job`
+/// or `--isolate plugin`, or to scan plugin files.
 ///
-/// It reads one `run` message from fd 3, applies its limits, loads the
-/// plugin, runs the one job with the in-process runner, and reports every
-/// event back on fd 3; an `expire` message expires the job. It prints nothing
-/// itself: its stdout and stderr belong to the plugin, and the host tags them.
+/// It reads messages from fd 3. A `run` starts a job with the in-process
+/// runner and reports its events back, tagged with the job; an `expire`
+/// expires one. The first `run` applies the worker's limits before any plugin
+/// is loaded. The worker exits when its last job ends: after the job whose
+/// `run` said `last`, or once the host has closed the socket and no job is
+/// left. It prints nothing itself: stdout and stderr belong to the plugins.
 public enum IsolationWorker {
     /// The hidden first argument that starts `curfew` as a worker.
     public static let argument = WorkerProtocol.workerArgument
@@ -18,112 +21,174 @@ public enum IsolationWorker {
         let channel = WorkerProtocol.channelDescriptor
         let messages = MessageReader(descriptor: channel)
         // A worker the host started ahead of need and no longer needs: the socket just closes.
-        guard let run = messages.next() else { return 0 }
-        guard let type = run["type"]?.stringValue, type == "run" || type == "scan" else {
+        guard let first = messages.next() else { return 0 }
+        guard let type = first["type"]?.stringValue, type == "run" || type == "scan" else {
             WorkerProtocol.send(#"{"type":"error","message":"the first message was neither 'run' nor 'scan'"}"#, to: channel)
             return 2
         }
-        guard let version = run["protocol"]?.numberValue, Int64(version) == WorkerProtocol.version else {
+        guard let version = first["protocol"]?.numberValue, Int64(version) == WorkerProtocol.version else {
             WorkerProtocol.send(#"{"type":"error","message":"protocol version mismatch"}"#, to: channel)
             return 2
         }
         if type == "scan" {
-            let status = SafeScanner.serve(run, channel: channel)
-            _exit(status)  // plugins' exit handlers are not this process's business
+            _exit(SafeScanner.serve(first, channel: channel))  // plugins' exit handlers are not ours to run
         }
-        let limits = run["limits"]
+        let limits = first["limits"]
         let limited = curfew_shim_limit_worker(
-            UInt64(limits?["memory"]?.numberValue ?? 0), UInt64(limits?["cpu"]?.numberValue ?? 0),
-            UInt64(limits?["files"]?.numberValue ?? 0))
-        guard limited == 0 else {
-            report(failed: "cannot apply its limits: \(String(cString: strerror(limited)))", to: channel)
-            return 1
+            UInt64(limits?["memory"]?.integerValue ?? 0), UInt64(limits?["cpu"]?.integerValue ?? 0),
+            UInt64(limits?["files"]?.integerValue ?? 0))
+        let host = WorkerHost(channel: channel)
+        if limited != 0 {
+            host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
+            _exit(1)
         }
-        var parameters: [String: String] = [:]
-        if case .object(let members)? = run["parameters"] {
-            for (key, value) in members { parameters[key] = value.stringValue }
-        }
-        let pluginPath = run["plugin"]?.stringValue ?? ""
-        let jobName = run["job"]?.stringValue ?? ""
-        // The host checked the file's ownership before it scheduled the job.
-        let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
-        if let rejected = scan.rejected.first {
-            report(failed: "the worker could not load the plugin: \(rejected.error.description)", to: channel)
-            return 1
-        }
-        guard let job = scan.jobs.first(where: { $0.name == jobName }) else {
-            report(failed: "the worker found no job '\(jobName)' in \(pluginPath)", to: channel)
-            return 1
-        }
-        let continuous = if case .bool(true)? = run["continuous"] { true } else { false }
-        let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
-        let budget = run["budget"]?.numberValue.map { Duration.seconds($0) } ?? GrantPolicy.defaultBudget
-        // The host owns the clock and expires the job itself; this grant is the same one, seen from here.
-        let policy = GrantPolicy(
-            budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
-        let runner = Runner(
-            jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
-        ) { event in
-            if let line = message(for: event) { WorkerProtocol.send(line, to: channel) }
-        }
-        // Expire messages from the host, until it closes the socket.
-        Thread.detach {
-            while let message = messages.next() {
-                guard message["type"]?.stringValue == "expire",
+        host.start(first)
+        while let message = messages.next() {
+            switch message["type"]?.stringValue {
+            case "run": host.start(message)
+            case "expire":
+                guard let job = message["job"]?.stringValue,
                     let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:))
                 else { continue }
-                runner.expireRunning(reason)
+                host.expire(job, reason)
+            default: continue
             }
         }
-        _ = await runner.run()
-        // A terminated job may still hold a thread: leave without exit handlers.
-        _exit(0)
-    }
-
-    private static func report(failed reason: String, to channel: Int32) {
-        var line = JSONLine("type", "finished")
-        line.add("outcome", Outcome.failed.rawValue)
-        line.add("reason", reason)
-        line.add("chunks", 0)
-        WorkerProtocol.send(line.text, to: channel)
+        host.closed()
+        // The jobs end on their own threads; the last one to end exits the process.
+        while true { pause() }
     }
 
     static func message(for event: RunEvent) -> String? {
         switch event {
         case .started:
             return nil
-        case .log(_, let level, let text):
+        case .log(let job, let level, let text):
             var line = JSONLine("type", "log")
+            line.add("job", job)
             line.add("level", level.description)
             line.add("message", text)
             return line.text
-        case .progress(_, let progress):
+        case .progress(let job, let progress):
             var line = JSONLine("type", "progress")
+            line.add("job", job)
             line.add("completed", progress.completed)
             line.add("total", progress.total)
             return line.text
-        case .expiring(_, let reason):
+        case .expiring(let job, let reason):
             var line = JSONLine("type", "expiring")
+            line.add("job", job)
             line.add("reason", reason.rawValue)
             return line.text
         case .finished(let result):
-            var line = JSONLine("type", "finished")
-            line.add("outcome", result.outcome.rawValue)
-            line.add("reason", result.reason)
-            line.add("chunks", Int64(clamping: result.chunks))
-            if let progress = result.progress {
-                line.add("completed", progress.completed)
-                line.add("total", progress.total)
-            }
-            return line.text
+            return finished(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
         }
+    }
+
+    static func finished(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> String {
+        var line = JSONLine("type", "finished")
+        line.add("job", job)
+        line.add("outcome", outcome.rawValue)
+        line.add("reason", reason)
+        line.add("chunks", Int64(clamping: chunks))
+        if let progress {
+            line.add("completed", progress.completed)
+            line.add("total", progress.total)
+        }
+        return line.text
+    }
+}
+
+/// The jobs one worker runs, each with a runner of its own.
+final class WorkerHost: Sendable {
+    private struct State {
+        var runners: [String: Runner] = [:]
+        var live = 0
+        var closed = false
+        var last = false
+    }
+
+    private let channel: Int32
+    private let state = Mutex(State())
+    private let sendLock = Mutex(())
+
+    init(channel: Int32) {
+        self.channel = channel
+    }
+
+    private func send(_ line: String) {
+        sendLock.withLock { _ in _ = WorkerProtocol.send(line, to: channel) }
+    }
+
+    func refuse(_ run: JSONValue, _ reason: String) {
+        send(IsolationWorker.finished(job: run["job"]?.stringValue ?? "", outcome: .failed, reason: reason, chunks: 0, progress: nil))
+    }
+
+    /// Loads the plugin and starts the job a `run` message names.
+    func start(_ run: JSONValue) {
+        var parameters: [String: String] = [:]
+        if case .object(let members)? = run["parameters"] {
+            for (key, value) in members { parameters[key] = value.stringValue }
+        }
+        let pluginPath = run["plugin"]?.stringValue ?? ""
+        let jobName = run["job"]?.stringValue ?? ""
+        let last = run["last"] == .bool(true)
+        // The host checked the file's ownership before it scheduled the job.
+        let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
+        guard let job = scan.jobs.first(where: { $0.name == jobName }) else {
+            let why = scan.rejected.first.map { "the worker could not load the plugin: \($0.error.description)" }
+                ?? "the worker found no job '\(jobName)' in \(pluginPath)"
+            refuse(run, why)
+            return ended(last: last, counted: false)
+        }
+        let continuous = run["continuous"] == .bool(true)
+        let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
+        let budget = run["budget"]?.numberValue.map { Duration.seconds($0) } ?? GrantPolicy.defaultBudget
+        // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
+        let policy = GrantPolicy(
+            budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
+        let runner = Runner(
+            jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
+        ) { [self] event in
+            if let line = IsolationWorker.message(for: event) { send(line) }
+        }
+        state.withLock {
+            $0.runners[jobName] = runner
+            $0.live += 1
+        }
+        Task {
+            _ = await runner.run()
+            self.ended(last: last, counted: true)
+        }
+    }
+
+    func expire(_ job: String, _ reason: ExpirationReason) {
+        state.withLock { $0.runners[job] }?.expireRunning(reason)
+    }
+
+    /// The host closed the socket: no more jobs will come.
+    func closed() {
+        let idle = state.withLock { state -> Bool in
+            state.closed = true
+            return state.live == 0
+        }
+        if idle { _exit(0) }
+    }
+
+    private func ended(last: Bool, counted: Bool) {
+        let exit = state.withLock { state -> Bool in
+            if counted { state.live -= 1 }
+            if last { state.last = true }
+            return state.live == 0 && (state.closed || state.last)
+        }
+        // A terminated job may still hold a thread: leave without exit handlers.
+        if exit { _exit(0) }
     }
 }
 
 /// Reads JSON Lines from a descriptor, blocking.
 final class MessageReader: @unchecked Sendable {
-    // Safe because only one thread reads at a time: main() reads the first
-    // message before it starts the thread that reads the rest.
+    // Safe because one thread reads: the worker's main.
     private let descriptor: Int32
     private var buffer = LineBuffer()
     private var ready: [String] = []

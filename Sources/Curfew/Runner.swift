@@ -73,8 +73,8 @@ public final class Runner: Sendable {
     private let parameters: ParameterTable
     private let events: EventChannel
     private let state: Mutex<State>
-    /// Workers started ahead of need, with `--isolate job`.
-    private let pool: WorkerPool?
+    /// Where isolated jobs get their workers.
+    private let workers: WorkerSource?
 
     /// - Parameters:
     ///   - jobs: The jobs to run, in the order they start.
@@ -92,11 +92,16 @@ public final class Runner: Sendable {
         self.manager = GrantManager(clock: clock, policy: configuration.policy)
         self.parameters = ParameterTable(configuration.parameters)
         self.events = EventChannel(handler: events)
-        self.pool = configuration.isolation == .job
-            ? WorkerPool(
+        switch configuration.isolation {
+        case .none:
+            workers = nil
+        case .job, .plugin:
+            let distinct = configuration.isolation == .job ? jobs.count : Set(jobs.map(\.pluginPath)).count
+            let pool = WorkerPool(
                 executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
-                capacity: min(configuration.maxConcurrentJobs, jobs.count))
-            : nil
+                capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
+            workers = WorkerSource(pool: pool, isolation: configuration.isolation)
+        }
         self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
 
@@ -105,7 +110,7 @@ public final class Runner: Sendable {
     /// - Important: Call it once.
     public func run() async -> [JobResult] {
         await withCheckedContinuation { continuation in
-            pool?.refill()
+            workers?.prepare()
             let done = state.withLock { state -> Bool in
                 precondition(!state.started, "Runner.run() called twice")
                 state.started = true
@@ -183,8 +188,9 @@ public final class Runner: Sendable {
                             try JobRun(
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, onFinish: onFinish)
-                        case .job:
-                            try WorkerRun(job: jobs[index], configuration: configuration, pool: pool!, events: events, onFinish: onFinish)
+                        case .job, .plugin:
+                            try WorkerRun(
+                                job: jobs[index], configuration: configuration, workers: workers!, events: events, onFinish: onFinish)
                         }
                     state.running[index] = run
                     return (index, run, nil)
@@ -227,7 +233,7 @@ public final class Runner: Sendable {
     }
 
     private func resume() {
-        pool?.close()
+        workers?.close()
         let (continuation, results) = state.withLock { state in
             defer { state.continuation = nil }
             return (state.continuation, state.results.compactMap { $0 })

@@ -3,17 +3,134 @@ import Glibc
 import Synchronization
 import _CurfewShims
 
-/// Runs one job in a worker process of its own: the host side.
+/// One worker process, from the host's side: its pid, socket and pipes, the
+/// jobs it hosts (one with `--isolate job`, a plugin's with `--isolate
+/// plugin`), and a thread that reads its messages, stdout and stderr until
+/// they close, routes them to the jobs, then reaps it and tells each job
+/// still running how it ended.
+final class WorkerProcess: @unchecked Sendable {
+    // Safe because the mutable state is the `state` Mutex; pid and the
+    // descriptors are set in init and only read after.
+    private struct State {
+        var jobs: [String: WorkerRun] = [:]
+        var exited = false
+        var killedFor: String?
+    }
+
+    let pid: pid_t
+    private let channel: Int32
+    private let state = Mutex(State())
+    private let sendLock = Mutex(())
+
+    init(_ worker: WorkerPool.Worker) {
+        pid = worker.pid
+        channel = worker.channel
+        let (out, err) = (worker.out, worker.err)
+        // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
+        // pool is only as wide as the machine has cores.
+        Thread.detach { self.supervise(out: out, err: err) }
+    }
+
+    /// Whether the process has exited (a new job needs a new worker).
+    var hasExited: Bool { state.withLock { $0.exited } }
+
+    /// Adds a job and sends its `run` message; false when the worker is gone.
+    func host(_ run: WorkerRun, message: String) -> Bool {
+        let added = state.withLock { state -> Bool in
+            guard !state.exited else { return false }
+            state.jobs[run.job.name] = run
+            return true
+        }
+        return added && send(message)
+    }
+
+    @discardableResult
+    func send(_ line: String) -> Bool {
+        sendLock.withLock { _ in WorkerProtocol.send(line, to: channel) }
+    }
+
+    /// Kills the whole process group because `job` overran its deadline.
+    func kill(for job: String) {
+        let first = state.withLock { state -> Bool in
+            guard state.killedFor == nil else { return false }
+            state.killedFor = job
+            return true
+        }
+        if first { Glibc.kill(-pid, SIGKILL) }
+    }
+
+    /// No more jobs: the worker reads the end of its socket and exits when its jobs are done.
+    func close() {
+        shutdown(channel, Int32(SHUT_WR))
+    }
+
+    private func supervise(out: Int32, err: Int32) {
+        var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
+        let descriptors = [channel, out, err]
+        var open = [true, true, true]
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while open.contains(true) {
+            var polls = descriptors.indices.filter { open[$0] }.map { pollfd(fd: descriptors[$0], events: Int16(POLLIN), revents: 0) }
+            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
+            if ready < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            for entry in polls where entry.revents != 0 {
+                let index = descriptors.firstIndex(of: entry.fd)!
+                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 {
+                    open[index] = false
+                    if let last = buffers[index].flush() { route(last, from: index) }
+                    continue
+                }
+                let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+                for line in lines { route(line, from: index) }
+            }
+        }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        // Whatever the worker left in its group goes with it.
+        Glibc.kill(-pid, SIGKILL)
+        descriptors.forEach { Glibc.close($0) }
+        let (jobs, killedFor) = state.withLock { state -> ([WorkerRun], String?) in
+            state.exited = true
+            defer { state.jobs.removeAll() }
+            return (Array(state.jobs.values), state.killedFor)
+        }
+        for run in jobs { run.workerExited(status: status, killedFor: killedFor) }
+    }
+
+    private func route(_ line: String, from stream: Int) {
+        let jobs = state.withLock { Array($0.jobs.values) }
+        switch stream {
+        case 0:
+            guard let message = try? JSONReader.parse(Array(line.utf8)) else {
+                return jobs.forEach { $0.output("unreadable message from the worker: \(line)", stream: "worker") }
+            }
+            let name = message["job"]?.stringValue
+            let run = state.withLock { state in name.flatMap { state.jobs[$0] } }
+            guard let run else { return }
+            if run.handle(message) {
+                // The job reported its end and leaves this worker (which may host others).
+                state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }
+            }
+        default:
+            // A worker hosting several jobs cannot tell whose line it is: each hears it.
+            for run in jobs { run.output(line, stream: stream == 1 ? "stdout" : "stderr") }
+        }
+    }
+}
+
+/// Runs one job in a worker process: the host side.
 ///
 /// The host owns the grant's clock. At the expiration point it tells the
 /// worker to expire the job (the cleanup hook runs there); at the hard
 /// deadline it kills the worker's process group if the job has not finished.
-/// One thread per worker reads its messages and its stdout and stderr until
-/// they close, then reaps it, so the outcome is decided once, from everything
-/// the worker said and how it ended.
 final class WorkerRun: JobExecution, @unchecked Sendable {
-    // Safe because the mutable state is the `control` Mutex; the descriptors
-    // and pid are written in start() before the supervising thread begins.
+    // Safe because the mutable state is the `control` Mutex; `process` is
+    // written in start() before any message for this job can arrive.
     struct Control {
         var started = false
         var finished = false
@@ -21,7 +138,6 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var expiredBy: ExpirationReason?
         var chunks: UInt64 = 0
         var progress: Progress?
-        var lastProgressEvent: CurfewInstant?
         var startedAt = CurfewInstant(nanoseconds: 0)
         var deadline: CurfewInstant?
         var killedAt: CurfewInstant?
@@ -34,17 +150,16 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     let job: PluginJob
     private let configuration: RunConfiguration
-    private let pool: WorkerPool
+    private let workers: WorkerSource
     private let clock = MonotonicClock()
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let control = Mutex(Control())
-    private var pid: pid_t = 0
-    private var channel: Int32 = -1
+    private var process: WorkerProcess?
 
     /// - Throws: The refusal of a continuous job the policy does not allow.
     init(
-        job: PluginJob, configuration: RunConfiguration, pool: WorkerPool, events: EventChannel,
+        job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         if job.isContinuous && !configuration.policy.allowsContinuous {
@@ -54,12 +169,15 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
         self.job = job
         self.configuration = configuration
-        self.pool = pool
+        self.workers = workers
         self.events = events
         self.onFinish = onFinish
     }
 
     private var policy: GrantPolicy { configuration.policy }
+    /// With one job per worker, the job ends when its worker does, so that
+    /// every line it printed is in; a shared worker outlives its jobs.
+    private var endsWithItsWorker: Bool { configuration.isolation == .job }
 
     /// The environment workers start with: this process's, with the Swift
     /// backtracer off (it can hang a crashed worker and hold its pipes open)
@@ -85,31 +203,27 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.deadline = deadline
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
         }
-        let worker: WorkerPool.Worker
+        let process: WorkerProcess
         do throws(SystemError) {
-            worker = try pool.take()
+            process = try workers.worker(for: job)
         } catch {
-            return conclude(crashed: "cannot start a worker (\(pool.executable)): \(error.message)")
+            return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
-        pid = worker.pid
-        channel = worker.channel
-        send(runMessage(remaining: deadline.map { clock.now().duration(to: $0) }))
+        self.process = process
+        guard process.host(self, message: runMessage(remaining: deadline.map { clock.now().duration(to: $0) })) else {
+            return conclude(.crashed, "its worker had already exited")
+        }
         // Expirations asked for while the worker was starting follow the run message.
         let unsent = control.withLock { c -> [ExpirationReason] in
             c.channelReady = true
             defer { c.unsent.removeAll() }
             return c.unsent
         }
-        for reason in unsent { send(#"{"type":"expire","reason":"\#(reason.rawValue)"}"#) }
+        for reason in unsent { send(expire: reason) }
         if let deadline {
             arm(at: deadline.advanced(by: .zero - policy.lead)) { [self] in expireNow(.timeout) }
             arm(at: deadline) { [self] in killAtDeadline() }
         }
-        let out = worker.out
-        let err = worker.err
-        // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
-        // pool is only as wide as the machine has cores.
-        Thread.detach { self.supervise(out: out, err: err) }
     }
 
     func expireNow(_ reason: ExpirationReason) {
@@ -125,7 +239,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.deadline = early
             return (early, c.channelReady)
         }
-        if ready { send(#"{"type":"expire","reason":"\#(reason.rawValue)"}"#) }
+        if ready { send(expire: reason) }
         if let move { arm(at: move) { [self] in killAtDeadline() } }
     }
 
@@ -138,7 +252,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
     }
 
-    // MARK: Supervising
+    // MARK: Messages
 
     private func runMessage(remaining: Duration?) -> String {
         var message = JSONLine("type", "run")
@@ -148,6 +262,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         message.add("budget", remaining.map { max($0, .milliseconds(1)).seconds })
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
         message.addRaw("continuous", job.isContinuous ? "true" : "false")
+        // With one job per worker, the worker exits when this job ends.
+        message.addRaw("last", endsWithItsWorker ? "true" : "false")
         message.addRaw(
             "parameters",
             "{" + configuration.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
@@ -159,9 +275,11 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         return message.text
     }
 
-    private func send(_ line: String) {
-        guard channel >= 0 else { return }
-        WorkerProtocol.send(line, to: channel)
+    private func send(expire reason: ExpirationReason) {
+        var message = JSONLine("type", "expire")
+        message.add("job", job.name)
+        message.add("reason", reason.rawValue)
+        process?.send(message.text)
     }
 
     private func arm(at instant: CurfewInstant, _ work: @escaping @Sendable () -> Void) {
@@ -182,72 +300,27 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.killedAt = clock.now()
             return true
         }
-        if kill { Glibc.kill(-pid, SIGKILL) }
-    }
-
-    /// Reads the worker's messages, stdout and stderr until all three close, then reaps it.
-    private func supervise(out: Int32, err: Int32) {
-        var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
-        var descriptors = [channel, out, err]
-        var open = [true, true, true]
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while open.contains(true) {
-            var polls = descriptors.indices.filter { open[$0] }.map { pollfd(fd: descriptors[$0], events: Int16(POLLIN), revents: 0) }
-            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
-            if ready < 0 {
-                if errno == EINTR { continue }
-                break
-            }
-            for entry in polls where entry.revents != 0 {
-                let index = descriptors.firstIndex(of: entry.fd)!
-                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                if count <= 0 {
-                    open[index] = false
-                    if let last = buffers[index].flush() { handle(last, from: index) }
-                    continue
-                }
-                let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-                for line in lines { handle(line, from: index) }
-            }
-        }
-        descriptors.forEach { close($0) }
-        descriptors.removeAll()
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        // Whatever the worker left in its group goes with it.
-        Glibc.kill(-pid, SIGKILL)
-        conclude(waitStatus: status)
-    }
-
-    private func handle(_ line: String, from stream: Int) {
-        switch stream {
-        case 0: handleMessage(line)
-        case 1: output(line, level: .info, stream: "stdout")
-        default:
-            control.withLock { c in
-                c.stderrTail.append(line)
-                if c.stderrTail.count > 5 { c.stderrTail.removeFirst() }
-            }
-            output(line, level: .warning, stream: "stderr")
-        }
+        if kill { process?.kill(for: job.name) }
     }
 
     /// A line the plugin printed, tagged with its job and stream.
-    private func output(_ line: String, level: LogLevel, stream: String) {
+    func output(_ line: String, stream: String) {
         control.withLock { c in
             guard !c.finished else { return }
-            events.post(.log(job: job.name, level: level, message: "[\(stream)] \(line)"))
+            if stream == "stderr" {
+                c.stderrTail.append(line)
+                if c.stderrTail.count > 5 { c.stderrTail.removeFirst() }
+            }
+            events.post(.log(job: job.name, level: stream == "stdout" ? .info : .warning, message: "[\(stream)] \(line)"))
         }
     }
 
-    private func handleMessage(_ line: String) {
-        guard let message = try? JSONReader.parse(Array(line.utf8)), let type = message["type"]?.stringValue else {
-            return output("unreadable message from the worker: \(line)", level: .warning, stream: "worker")
-        }
+    /// Handles one message for this job; true when the job has ended with it.
+    func handle(_ message: JSONValue) -> Bool {
+        var ended = false
         control.withLock { c in
             guard !c.finished else { return }
-            switch type {
+            switch message["type"]?.stringValue {
             case "log":
                 let level = message["level"]?.stringValue.flatMap { name in
                     [LogLevel.debug, .info, .warning, .error].first { $0.description == name }
@@ -255,7 +328,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 events.post(.log(job: job.name, level: level, message: message["message"]?.stringValue ?? ""))
             case "progress":
                 let progress = Progress(
-                    completed: Int64(message["completed"]?.numberValue ?? 0), total: Int64(message["total"]?.numberValue ?? 0))
+                    completed: message["completed"]?.integerValue ?? 0, total: message["total"]?.integerValue ?? 0)
                 c.progress = progress
                 events.post(.progress(job: job.name, progress))
             case "expiring":
@@ -263,52 +336,61 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 if c.expiredBy == nil { c.expiredBy = reason }
                 events.post(.expiring(job: job.name, reason: reason))
             case "finished":
-                c.chunks = UInt64(message["chunks"]?.numberValue ?? 0)
-                if let completed = message["completed"]?.numberValue, let total = message["total"]?.numberValue {
-                    c.progress = Progress(completed: Int64(completed), total: Int64(total))
+                c.chunks = UInt64(message["chunks"]?.integerValue ?? 0)
+                if let completed = message["completed"]?.integerValue, let total = message["total"]?.integerValue {
+                    c.progress = Progress(completed: completed, total: total)
                 }
                 let outcome = message["outcome"]?.stringValue.flatMap(Outcome.init(rawValue:)) ?? .failed
                 c.reported = (outcome, message["reason"]?.stringValue ?? "")
+                if !endsWithItsWorker {
+                    finishLocked(&c, outcome: outcome, reason: c.reported!.reason)
+                    ended = true
+                }
             default:
                 break
             }
         }
+        return ended
     }
 
-    private func conclude(waitStatus status: Int32) {
+    /// The worker exited (or was killed) while this job was on it.
+    func workerExited(status: Int32, killedFor: String?) {
         control.withLock { c in
             guard !c.finished else { return }
             let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
             let signal = status & 0x7F
             let code = (status >> 8) & 0xFF
             let outcome: Outcome
-            let reason: String
-            if let killedAt = c.killedAt, let deadline = c.deadline, c.reported == nil || signaled {
+            var reason: String
+            if let killedAt = c.killedAt, let deadline = c.deadline, killedFor == job.name, c.reported == nil || signaled {
                 outcome = .terminated
                 let late = deadline.duration(to: killedAt).seconds * 1000
                 reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it"
             } else if let reported = c.reported {
                 (outcome, reason) = reported
+            } else if let killedFor, killedFor != job.name {
+                outcome = .crashed
+                reason = "its worker, shared with '\(killedFor)', was killed when that job overran its hard deadline"
             } else if signaled {
                 outcome = .crashed
-                var why = "its worker died of \(WorkerProtocol.signalName(signal))"
-                if let limit = configuration.limits.explain(signal: signal) { why += "; \(limit)" }
-                if !c.stderrTail.isEmpty { why += "; stderr: " + c.stderrTail.joined(separator: " | ") }
-                reason = why
+                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+                reason = "\(whose) died of \(WorkerProtocol.signalName(signal))"
+                if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
+                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
             } else {
                 outcome = .crashed
-                var why = "its worker exited with status \(code) before the job finished"
-                if !c.stderrTail.isEmpty { why += "; stderr: " + c.stderrTail.joined(separator: " | ") }
-                reason = why
+                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+                reason = "\(whose) exited with status \(code) before the job finished"
+                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
             }
             finishLocked(&c, outcome: outcome, reason: reason)
         }
     }
 
-    private func conclude(crashed reason: String) {
+    private func conclude(_ outcome: Outcome, _ reason: String) {
         control.withLock { c in
             guard !c.finished else { return }
-            finishLocked(&c, outcome: .crashed, reason: reason)
+            finishLocked(&c, outcome: outcome, reason: reason)
         }
     }
 
@@ -320,6 +402,41 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: c.startedAt.duration(to: clock.now()), reason: reason, progress: c.progress)
         events.post(.finished(result)) { [onFinish] in onFinish(result) }
+    }
+}
+
+/// Where jobs get their workers: a new one from the pool per job, or one
+/// per plugin file, shared by its jobs.
+final class WorkerSource: Sendable {
+    private let pool: WorkerPool
+    private let isolation: Isolation
+    private let shared = Mutex<[String: WorkerProcess]>([:])
+
+    init(pool: WorkerPool, isolation: Isolation) {
+        self.pool = pool
+        self.isolation = isolation
+    }
+
+    func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
+        guard isolation == .plugin else { return WorkerProcess(try pool.take()) }
+        if let live = shared.withLock({ $0[job.pluginPath] }), !live.hasExited { return live }
+        let process = WorkerProcess(try pool.take())
+        shared.withLock { $0[job.pluginPath] = process }
+        return process
+    }
+
+    /// Starts workers ahead of need.
+    func prepare() {
+        pool.refill()
+    }
+
+    /// The run is over: idle workers exit, shared ones once their jobs end.
+    func close() {
+        pool.close()
+        shared.withLock { workers in
+            workers.values.forEach { $0.close() }
+            workers.removeAll()
+        }
     }
 }
 

@@ -150,7 +150,7 @@ public enum ArgumentParser {
             case "--json": options.json = true
             case "--verbose": options.verbose = true
             case "--isolate":
-                guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none or job", command: .run) }
+                guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none, plugin or job", command: .run) }
                 options.isolation = isolation
             case "--memory":
                 guard let bytes = parseSize(value!), bytes >= 16 << 20 else {
@@ -168,7 +168,7 @@ public enum ArgumentParser {
             }
         }
         if options.isolation == .none && options.limits != ResourceLimits() {
-            throw UsageError("--memory, --cpu-time and --open-files need --isolate job", command: .run)
+            throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)
         }
         if let grace {
             guard grace > .zero && grace < options.budget else {

@@ -22,10 +22,10 @@ public enum Help {
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
         OptionSpec(
             names: ["--isolate"], value: "mode",
-            help: "none: jobs run in this process; job: each job in a worker process of its own, so a crash, a hang or a limit ends only that job. (default: none)"),
-        OptionSpec(names: ["--memory"], value: "size", help: "With --isolate job: each worker's address space limit, e.g. 512MiB."),
-        OptionSpec(names: ["--cpu-time"], value: "duration", help: "With --isolate job: each worker's CPU time limit."),
-        OptionSpec(names: ["--open-files"], value: "n", help: "With --isolate job: each worker's limit on open files."),
+            help: "none: jobs run in this process; plugin: a worker process per plugin file; job: a worker process per job, so a crash, a hang or a limit ends only that job. (default: none)"),
+        OptionSpec(names: ["--memory"], value: "size", help: "With --isolate: each worker's address space limit, e.g. 512MiB."),
+        OptionSpec(names: ["--cpu-time"], value: "duration", help: "With --isolate: each worker's CPU time limit."),
+        OptionSpec(names: ["--open-files"], value: "n", help: "With --isolate: each worker's limit on open files."),
     ]
 
     static let testOptions: [OptionSpec] = [

@@ -64,13 +64,14 @@ import Testing
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
-              --isolate <mode>        none: jobs run in this process; job: each job in a
-                                      worker process of its own, so a crash, a hang or a
-                                      limit ends only that job. (default: none)
-              --memory <size>         With --isolate job: each worker's address space limit,
+              --isolate <mode>        none: jobs run in this process; plugin: a worker
+                                      process per plugin file; job: a worker process per
+                                      job, so a crash, a hang or a limit ends only that job.
+                                      (default: none)
+              --memory <size>         With --isolate: each worker's address space limit,
                                       e.g. 512MiB.
-              --cpu-time <duration>   With --isolate job: each worker's CPU time limit.
-              --open-files <n>        With --isolate job: each worker's limit on open files.
+              --cpu-time <duration>   With --isolate: each worker's CPU time limit.
+              --open-files <n>        With --isolate: each worker's limit on open files.
               -h, --help              Show help information.
 
             EXIT STATUS:

@@ -92,7 +92,7 @@ import Testing
     }
 
     @Test func limitsNeedIsolation() {
-        #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job", command: .run)) {
+        #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)) {
             try ArgumentParser.parse(["run", "--memory", "1GiB"])
         }
         #expect(ArgumentParser.parseSize("256MiB") == 256 << 20)
@@ -146,5 +146,35 @@ import Testing
         let rejected = events.filter { $0.event == "rejected" }
         #expect(rejected.count == 2)
         #expect(rejected.allSatisfy { ($0.reason ?? "").hasPrefix("Crashed while loading: the scanner worker died of SIG") })
+    }
+}
+
+/// `--isolate plugin`: a worker per plugin file, shared by its jobs.
+@Suite(.timeLimit(.minutes(1))) struct PluginIsolationTests {
+    @Test func aCrashTakesDownItsPluginsJobsAndNoOthers() throws {
+        let crashing = try Fixtures.compile("crashing_jobs.c")
+        let result = try Fixtures.run(
+            Fixtures.curfewExecutable,
+            ["run", crashing, Fixtures.examplePlugins[1], "--isolate", "plugin", "--json", "--jobs", "4", "--budget", "2s",
+             "--only", "segfault", "--only", "sum-squares"])
+        #expect(result.status == 2)
+        let events = try result.stdout.split(separator: "\n").map {
+            try JSONDecoder().decode(IsolationTests.Finished.self, from: Data($0.utf8))
+        }
+        let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
+        #expect(finished["sum-squares"]?.outcome == "completed")
+        #expect(finished["segfault"]?.outcome == "crashed")
+        #expect(finished["segfault"]?.reason
+            == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV; stderr: about to dereference NULL")
+    }
+
+    @Test func aPluginsJobsShareOneWorkerAndAllFinish() throws {
+        let fixture = try RunnerFixture()
+        let result = try Fixtures.run(
+            Fixtures.curfewExecutable,
+            ["run", fixture.path, "--isolate", "plugin", "--jobs", "4", "--budget", "600ms", "--only", "count", "--only", "spin",
+             "--only", "fail", "--only", "tick", "--param", "tick-ms=5"])
+        #expect(result.status == 2, "fail fails: \(result.stdout)\(result.stderr)")
+        #expect(result.stdout.hasSuffix("4 jobs: 1 completed, 1 failed, 2 expired\n"))
     }
 }
