@@ -115,6 +115,8 @@ public enum Help {
                 "",
                 "Each job gets a budget. Shortly before it runs out the job's expire hook",
                 "runs; a job still running at the end of the budget is terminated.",
+                "Plugins are first loaded in a scanner worker, so one that crashes or",
+                "hangs while loading is rejected, not fatal.",
                 "SIGINT or SIGTERM expires every job at once and the host exits within",
                 "the lead time.",
                 "",
@@ -122,7 +124,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<paths>", "Plugin folders (scanned for *.so) and .so files. (default: .)")])
+            lines += rows([("<paths>", "Plugin folders (scanned for *.so and *.curfew.json), .so files and manifests. (default: .)")])
             lines += ["", "OPTIONS:"]
             lines += rows((runOptions + [helpOption]).map { ($0.label, $0.help) })
             lines += [
@@ -143,7 +145,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<paths>", "Plugin folders (scanned for *.so) and .so files. (default: .)")])
+            lines += rows([("<paths>", "Plugin folders (scanned for *.so and *.curfew.json), .so files and manifests. (default: .)")])
             lines += ["", "OPTIONS:"]
             lines += rows((listOptions + [helpOption]).map { ($0.label, $0.help) })
             lines += [

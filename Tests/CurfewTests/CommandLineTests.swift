@@ -37,14 +37,16 @@ import Testing
 
             Each job gets a budget. Shortly before it runs out the job's expire hook
             runs; a job still running at the end of the budget is terminated.
+            Plugins are first loaded in a scanner worker, so one that crashes or
+            hangs while loading is rejected, not fatal.
             SIGINT or SIGTERM expires every job at once and the host exits within
             the lead time.
 
             USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
-              <paths>                 Plugin folders (scanned for *.so) and .so files.
-                                      (default: .)
+              <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
+                                      .so files and manifests. (default: .)
 
             OPTIONS:
               --budget <duration>     Time each job's grant lasts, from its start to its
@@ -92,8 +94,8 @@ import Testing
             USAGE: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]
 
             ARGUMENTS:
-              <paths>                 Plugin folders (scanned for *.so) and .so files.
-                                      (default: .)
+              <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
+                                      .so files and manifests. (default: .)
 
             OPTIONS:
               --json                  Print plugins and rejected files as JSON Lines.
