@@ -30,7 +30,8 @@ public struct ResourceLimits: Sendable, Equatable {
 
     /// Which limit a worker killed by `signal` most likely hit, in words.
     func explain(signal: Int32) -> String? {
-        if signal == SIGXCPU, let cpuSeconds { return "it used up its CPU time limit (--cpu-time \(cpuSeconds)s)" }
+        // SIGXCPU at the soft CPU limit, SIGKILL at the hard one a second later.
+        if let cpuSeconds, signal == SIGXCPU || signal == SIGKILL { return "it used up its CPU time limit (--cpu-time \(cpuSeconds)s)" }
         if let memoryBytes, [SIGSEGV, SIGABRT, SIGBUS, SIGKILL].contains(signal) {
             return "it may have hit its memory limit (--memory \(memoryBytes / (1024 * 1024))MiB)"
         }

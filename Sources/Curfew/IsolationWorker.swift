@@ -19,6 +19,8 @@ public enum IsolationWorker {
     /// Runs the worker and returns its exit status.
     public static func main() async -> Int32 {
         let channel = WorkerProtocol.channelDescriptor
+        // A process a plugin starts must not inherit the socket (it would keep it open).
+        _ = fcntl(channel, F_SETFD, FD_CLOEXEC)
         let messages = MessageReader(descriptor: channel)
         // A worker the host started ahead of need and no longer needs: the socket just closes.
         guard let first = messages.next() else { return 0 }
@@ -51,10 +53,14 @@ public enum IsolationWorker {
                     let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:))
                 else { continue }
                 host.expire(job, reason)
+            case "close":
+                host.closed()
             default: continue
             }
         }
-        host.closed()
+        // The socket ended without a close: the host is gone. Nobody will kill
+        // this worker at a deadline now, so expire its jobs and leave.
+        host.hostGone()
         // The jobs end on their own threads; the last one to end exits the process.
         while true { pause() }
     }
@@ -143,7 +149,9 @@ final class WorkerHost: Sendable {
         }
         let continuous = run["continuous"] == .bool(true)
         let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
-        let budget = run["budget"]?.numberValue.map { Duration.seconds($0) } ?? GrantPolicy.defaultBudget
+        // What is left of the host's grant, now that the plugin has loaded.
+        let deadline = run["deadline"]?.integerValue.map { CurfewInstant(nanoseconds: UInt64(max(0, $0))) }
+        let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) } ?? GrantPolicy.defaultBudget
         // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
         let policy = GrantPolicy(
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
@@ -166,7 +174,19 @@ final class WorkerHost: Sendable {
         state.withLock { $0.runners[job] }?.expireRunning(reason)
     }
 
-    /// The host closed the socket: no more jobs will come.
+    /// The host is gone: expire every job as a shutdown, and leave when they
+    /// have ended, or after the longest lead there is.
+    func hostGone() {
+        let runners = state.withLock { state -> [Runner] in
+            state.closed = true
+            return Array(state.runners.values)
+        }
+        runners.forEach { $0.expireRunning(.shutdown) }
+        closed()
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) { _exit(0) }
+    }
+
+    /// No more jobs will come: leave once the running ones have ended.
     func closed() {
         let idle = state.withLock { state -> Bool in
             state.closed = true
@@ -197,22 +217,27 @@ final class MessageReader: @unchecked Sendable {
         self.descriptor = descriptor
     }
 
-    /// The next message, or `nil` at the end of the stream.
+    /// The next message, or `nil` at the end of the stream; a line that is
+    /// not JSON is skipped.
     func next() -> JSONValue? {
         var chunk = [UInt8](repeating: 0, count: 4096)
-        while ready.isEmpty {
-            let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { return nil }
-            ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+        while true {
+            while ready.isEmpty {
+                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { return nil }
+                ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            }
+            if let message = try? JSONReader.parse(Array(ready.removeFirst().utf8)) { return message }
         }
-        return try? JSONReader.parse(Array(ready.removeFirst().utf8))
     }
 }
 
 /// A detached thread, for a blocking loop that must not hold a Dispatch worker.
 enum Thread {
-    static func detach(_ body: @escaping @Sendable () -> Void) {
+    /// Runs `body` on a new detached thread; false when none could be made.
+    @discardableResult
+    static func detach(_ body: @escaping @Sendable () -> Void) -> Bool {
         final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
         var thread = pthread_t()
         let box = Unmanaged.passRetained(Box(body)).toOpaque()
@@ -226,5 +251,6 @@ enum Thread {
         } else {
             Unmanaged<Box>.fromOpaque(box).release()
         }
+        return created == 0
     }
 }

@@ -1,4 +1,5 @@
 import Glibc
+import _CurfewShims
 
 /// Validates plugin files in a scanner worker process, so a plugin whose
 /// constructor or entry function crashes or hangs is rejected with a reason
@@ -53,7 +54,8 @@ public struct SafeScanner: Sendable {
         var misses: [String] = []
         var report = Report(scan: PluginScan())
         for file in files {
-            let key = ScanCache.key(for: file.path)
+            // A manifest's result depends on its library too, which the key does not cover.
+            let key = file.path.hasSuffix(ForeignManifestReader.suffix) ? nil : ScanCache.key(for: file.path)
             keys[file.path] = key
             if let key, let cached = cache.lookup(key) {
                 results[file.path] = cached
@@ -63,18 +65,23 @@ public struct SafeScanner: Sendable {
             }
         }
         var remaining = misses[...]
+        // Only what a file itself caused is remembered: its answer, or the crash
+        // it caused while loading; not a hang (a busy machine), nor a failure of the host's.
+        var cacheable = Set<String>()
         while !remaining.isEmpty {
             report.workersStarted += 1
             let (answered, stuck) = scanInWorker(Array(remaining))
             for (file, result) in answered {
                 results[file] = result
+                cacheable.insert(file)
                 report.scannedInWorker += 1
             }
             remaining = remaining.drop { results[$0] != nil }
-            if let (file, why) = stuck {
-                results[file] = .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: why)
+            if let stuck {
+                results[stuck.file] = .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: stuck.reason)
+                if stuck.crashed { cacheable.insert(stuck.file) }
                 report.scannedInWorker += 1
-                remaining = remaining.drop { $0 == file }
+                remaining = remaining.drop { $0 == stuck.file }
             } else if !remaining.isEmpty {
                 // The scanner stopped without a word about the next file: count it once, go on.
                 results[remaining.first!] = .rejected(
@@ -82,7 +89,7 @@ public struct SafeScanner: Sendable {
                 remaining = remaining.dropFirst()
             }
         }
-        for file in misses {
+        for file in misses where cacheable.contains(file) {
             if let key = keys[file] ?? nil, let result = results[file] { cache.store(key, result) }
         }
         cache.save()
@@ -93,8 +100,8 @@ public struct SafeScanner: Sendable {
 
     /// One scanner worker over `files`, in order: the answers it gave, and the
     /// file it was on when it crashed or hung, with why.
-    private func scanInWorker(_ files: [String]) -> ([(String, FileResult)], (String, String)?) {
-        guard let channel = try? Syscalls.socketPair() else { return ([], (files[0], "Cannot start a scanner worker.")) }
+    private func scanInWorker(_ files: [String]) -> ([(String, FileResult)], (file: String, reason: String, crashed: Bool)?) {
+        guard let channel = try? Syscalls.socketPair() else { return ([], (files[0], "Cannot start a scanner worker.", false)) }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         defer { if null >= 0 { close(null) } }
         var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
@@ -105,7 +112,7 @@ public struct SafeScanner: Sendable {
         close(channel[1])
         guard case .success(let pid) = spawned else {
             close(channel[0])
-            return ([], (files[0], "Cannot start a scanner worker (\(workerExecutable))."))
+            return ([], (files[0], "Cannot start a scanner worker (\(workerExecutable)).", false))
         }
         defer { close(channel[0]) }
         var message = JSONLine("type", "scan")
@@ -125,11 +132,13 @@ public struct SafeScanner: Sendable {
             if ready < 0 && errno == EINTR { continue }
             if ready == 0 {
                 // Nothing for a whole timeout: the file being loaded hangs.
-                kill(-pid, SIGKILL)
+                kill(-pid, SIGKILL)  // not reaped yet: the pid is still its own
                 var status: Int32 = 0
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
                 let seconds = Int(timeoutPerFile.seconds.rounded())
-                return (answers, current.map { ($0, "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned).") })
+                return (answers, current.map {
+                    ($0, "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned).", false)
+                })
             }
             let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
@@ -147,13 +156,15 @@ public struct SafeScanner: Sendable {
                 }
             }
         }
+        // Exited but not reaped: its pid is still its own while its group is killed.
+        curfew_shim_wait_exited(pid)
+        kill(-pid, SIGKILL)
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        kill(-pid, SIGKILL)
         guard !finished, let current else { return (answers, nil) }
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
         let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
-        return (answers, (current, "Crashed while loading: the scanner worker \(how) in its constructor or entry function."))
+        return (answers, (current, "Crashed while loading: the scanner worker \(how) in its constructor or entry function.", true))
     }
 
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).
@@ -261,10 +272,14 @@ enum FileResult: Sendable, Equatable {
 
 /// Scan results by (real path, size, mtime, host ABI), in one JSON file.
 struct ScanCache {
+    /// A file as it is now: replaced, rewritten or touched, it is another key.
     struct Key: Hashable {
         let path: String
         let size: Int64
         let mtime: Int64
+        let ctime: Int64
+        let device: UInt64
+        let inode: UInt64
     }
 
     let path: String?
@@ -278,16 +293,21 @@ struct ScanCache {
         else { return }
         for entry in list {
             guard let file = entry["path"]?.stringValue, let size = entry["size"]?.integerValue,
-                let mtime = entry["mtime"]?.integerValue, let result = entry["result"]
-            else { continue }
-            entries[Key(path: file, size: size, mtime: mtime)] = FileResult(message: result)
+                let mtime = entry["mtime"]?.integerValue, let ctime = entry["ctime"]?.integerValue,
+                let device = entry["device"]?.integerValue, let inode = entry["inode"]?.integerValue,
+                let result = entry["result"], let type = result["type"]?.stringValue, type == "scanned" || type == "rejected"
+            else { continue }  // an entry that does not read right is no entry
+            let key = Key(path: file, size: size, mtime: mtime, ctime: ctime, device: UInt64(bitPattern: device), inode: UInt64(bitPattern: inode))
+            entries[key] = FileResult(message: result)
         }
     }
 
     /// The key of a file as it is now, or `nil` when it cannot be read.
     static func key(for file: String) -> Key? {
-        guard let real = Syscalls.realPath(file), let (size, mtime) = try? Syscalls.sizeAndModification(real) else { return nil }
-        return Key(path: real, size: size, mtime: mtime)
+        guard let real = Syscalls.realPath(file), let identity = try? Syscalls.identity(real) else { return nil }
+        return Key(
+            path: real, size: identity.size, mtime: identity.mtime, ctime: identity.ctime, device: identity.device,
+            inode: identity.inode)
     }
 
     func lookup(_ key: Key) -> FileResult? { entries[key] }
@@ -310,7 +330,8 @@ struct ScanCache {
             mkdir(current, 0o700)
         }
         let lines = entries.sorted { $0.key.path < $1.key.path }.map { key, result in
-            "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"result\":\(result.message(file: key.path))}"
+            "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
+                + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
         }
         let text = "{\"version\":1,\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
         // Write a temporary file and rename it over the cache: readers never see half a cache.

@@ -25,11 +25,15 @@ enum Syscalls {
         return (UInt32(info.st_mode & 0o7777), info.st_uid)
     }
 
-    /// A file's size and modification time in nanoseconds.
-    static func sizeAndModification(_ path: String) throws(SystemError) -> (Int64, Int64) {
+    /// What tells one version of a file from another: size, modification
+    /// and change times in nanoseconds, device and inode.
+    static func identity(_ path: String) throws(SystemError) -> (size: Int64, mtime: Int64, ctime: Int64, device: UInt64, inode: UInt64) {
         var info = Glibc.stat()
         guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
-        return (Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
+        return (
+            Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+            Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec), UInt64(info.st_dev), UInt64(info.st_ino)
+        )
     }
 
     /// Up to `count` bytes from the start of a file.

@@ -51,7 +51,7 @@ final class WorkerPool: Sendable {
             return missing
         }
         for _ in 0..<count {
-            Thread.detach { [self] in
+            let started = Thread.detach { [self] in
                 let worker = try? start()
                 let retire = state.withLock { state -> Bool in
                     state.starting -= 1
@@ -61,6 +61,7 @@ final class WorkerPool: Sendable {
                 }
                 if retire, let worker { Self.retire(worker) }
             }
+            if !started { state.withLock { $0.starting -= 1 } }
         }
     }
 
@@ -84,8 +85,20 @@ final class WorkerPool: Sendable {
 
     private func start() throws(SystemError) -> Worker {
         let channel = try Syscalls.socketPair()
-        let out = try Syscalls.pipe()
-        let err = try Syscalls.pipe()
+        let out: [Int32]
+        let err: [Int32]
+        do throws(SystemError) {
+            out = try Syscalls.pipe()
+            do throws(SystemError) {
+                err = try Syscalls.pipe()
+            } catch {
+                (channel + out).forEach { Glibc.close($0) }
+                throw error
+            }
+        } catch {
+            channel.forEach { Glibc.close($0) }
+            throw error
+        }
         let spawned = Syscalls.spawnWorker(
             executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
             channel: channel[1], out: out[1], err: err[1])

@@ -5,14 +5,16 @@ import _CurfewShims
 
 /// One worker process, from the host's side: its pid, socket and pipes, the
 /// jobs it hosts (one with `--isolate job`, a plugin's with `--isolate
-/// plugin`), and a thread that reads its messages, stdout and stderr until
-/// they close, routes them to the jobs, then reaps it and tells each job
-/// still running how it ended.
+/// plugin`), and a thread that reads its messages, stdout and stderr, routes
+/// them to the jobs, and, when the worker exits, reaps it and tells each job
+/// still on it how it ended.
 final class WorkerProcess: @unchecked Sendable {
-    // Safe because the mutable state is the `state` Mutex; pid and the
-    // descriptors are set in init and only read after.
+    // Safe because the mutable state is the `state` Mutex, and the socket is
+    // written, shut and closed only under it; pid is set in init.
     private struct State {
         var jobs: [String: WorkerRun] = [:]
+        /// The worker has exited: no message, kill or job may reach it (its
+        /// descriptor numbers and, once reaped, its pid may belong to others).
         var exited = false
         var killedFor: String?
     }
@@ -20,7 +22,6 @@ final class WorkerProcess: @unchecked Sendable {
     let pid: pid_t
     private let channel: Int32
     private let state = Mutex(State())
-    private let sendLock = Mutex(())
 
     init(_ worker: WorkerPool.Worker) {
         pid = worker.pid
@@ -31,53 +32,64 @@ final class WorkerProcess: @unchecked Sendable {
         Thread.detach { self.supervise(out: out, err: err) }
     }
 
-    /// Whether the process has exited (a new job needs a new worker).
-    var hasExited: Bool { state.withLock { $0.exited } }
+    /// Whether a new job may join: not exited, not being killed.
+    var isUsable: Bool { state.withLock { !$0.exited && $0.killedFor == nil } }
 
-    /// Adds a job and sends its `run` message; false when the worker is gone.
+    /// Adds a job and sends its `run` message; false when the worker cannot take it.
     func host(_ run: WorkerRun, message: String) -> Bool {
-        let added = state.withLock { state -> Bool in
-            guard !state.exited else { return false }
+        state.withLock { state in
+            guard !state.exited && state.killedFor == nil else { return false }
             state.jobs[run.job.name] = run
-            return true
+            return WorkerProtocol.send(message, to: channel)
         }
-        return added && send(message)
     }
 
     @discardableResult
     func send(_ line: String) -> Bool {
-        sendLock.withLock { _ in WorkerProtocol.send(line, to: channel) }
+        state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
     }
 
     /// Kills the whole process group because `job` overran its deadline.
     func kill(for job: String) {
-        let first = state.withLock { state -> Bool in
-            guard state.killedFor == nil else { return false }
+        state.withLock { state in
+            guard !state.exited && state.killedFor == nil else { return }
             state.killedFor = job
-            return true
+            Glibc.kill(-pid, SIGKILL)
         }
-        if first { Glibc.kill(-pid, SIGKILL) }
     }
 
-    /// No more jobs: the worker reads the end of its socket and exits when its jobs are done.
+    /// No more jobs will come: the worker exits once its jobs have ended.
     func close() {
-        shutdown(channel, Int32(SHUT_WR))
+        send(#"{"type":"close"}"#)
     }
 
     private func supervise(out: Int32, err: Int32) {
+        // A pidfd tells when the worker exits even if a process it started
+        // still holds its pipes (then end-of-file would never come).
+        let exit = curfew_shim_pidfd_open(pid)
         var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
-        let descriptors = [channel, out, err]
+        let streams = [channel, out, err]
         var open = [true, true, true]
         var chunk = [UInt8](repeating: 0, count: 65536)
+        var drainUntil: CurfewInstant?
+        let clock = MonotonicClock()
         while open.contains(true) {
-            var polls = descriptors.indices.filter { open[$0] }.map { pollfd(fd: descriptors[$0], events: Int16(POLLIN), revents: 0) }
-            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), -1) }
+            var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
+            if exit >= 0 && drainUntil == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
+            let wait = drainUntil.map { Int32(max(0, clock.now().duration(to: $0).nanoseconds / 1_000_000)) } ?? -1
+            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), wait) }
             if ready < 0 {
                 if errno == EINTR { continue }
                 break
             }
+            if ready == 0 && drainUntil != nil { break }  // what it left behind had 100 ms to flush
             for entry in polls where entry.revents != 0 {
-                let index = descriptors.firstIndex(of: entry.fd)!
+                if entry.fd == exit {
+                    workerExited()
+                    drainUntil = clock.now().advanced(by: .milliseconds(100))
+                    continue
+                }
+                let index = streams.firstIndex(of: entry.fd)!
                 let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
                 if count < 0 && errno == EINTR { continue }
                 if count <= 0 {
@@ -89,17 +101,28 @@ final class WorkerProcess: @unchecked Sendable {
                 for line in lines { route(line, from: index) }
             }
         }
+        workerExited()
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        // Whatever the worker left in its group goes with it.
-        Glibc.kill(-pid, SIGKILL)
-        descriptors.forEach { Glibc.close($0) }
-        let (jobs, killedFor) = state.withLock { state -> ([WorkerRun], String?) in
-            state.exited = true
+        ([out, err] + (exit >= 0 ? [exit] : [])).forEach { Glibc.close($0) }
+        let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
-            return (Array(state.jobs.values), state.killedFor)
+            return Array(state.jobs.values)
         }
+        let killedFor = state.withLock { $0.killedFor }
         for run in jobs { run.workerExited(status: status, killedFor: killedFor) }
+    }
+
+    /// Once the worker has exited (not yet reaped, so its pid is still its
+    /// own): no more messages or kills, and whatever it left in its group goes.
+    private func workerExited() {
+        curfew_shim_wait_exited(pid)
+        state.withLock { state in
+            guard !state.exited else { return }
+            state.exited = true
+            Glibc.kill(-pid, SIGKILL)
+            Glibc.close(channel)
+        }
     }
 
     private func route(_ line: String, from stream: Int) {
@@ -109,9 +132,12 @@ final class WorkerProcess: @unchecked Sendable {
             guard let message = try? JSONReader.parse(Array(line.utf8)) else {
                 return jobs.forEach { $0.output("unreadable message from the worker: \(line)", stream: "worker") }
             }
-            let name = message["job"]?.stringValue
-            let run = state.withLock { state in name.flatMap { state.jobs[$0] } }
-            guard let run else { return }
+            guard let name = message["job"]?.stringValue else {
+                // A message for the whole worker (an error before any job): every job hears it.
+                let text = message["message"]?.stringValue ?? line
+                return jobs.forEach { $0.output(text, stream: "worker") }
+            }
+            guard let run = state.withLock({ $0.jobs[name] }) else { return }
             if run.handle(message) {
                 // The job reported its end and leaves this worker (which may host others).
                 state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }
@@ -210,7 +236,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        guard process.host(self, message: runMessage(remaining: deadline.map { clock.now().duration(to: $0) })) else {
+        guard process.host(self, message: runMessage(deadline: deadline)) else {
             return conclude(.crashed, "its worker had already exited")
         }
         // Expirations asked for while the worker was starting follow the run message.
@@ -228,10 +254,11 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     func expireNow(_ reason: ExpirationReason) {
         let (move, ready) = control.withLock { c -> (CurfewInstant?, Bool) in
-            guard c.started && !c.finished else { return (nil, false) }
+            guard !c.finished else { return (nil, false) }
             if c.expiredBy == nil { c.expiredBy = reason }
+            // Before the run message, it waits and follows it.
             if !c.channelReady { c.unsent.append(reason) }
-            guard reason != .timeout else { return (nil, c.channelReady) }
+            guard c.started, reason != .timeout else { return (nil, c.channelReady) }
             // An early expiration gets at most one lead time from now.
             let lead = job.isContinuous ? policy.shutdownLead : policy.lead
             let early = clock.now().advanced(by: lead)
@@ -254,12 +281,18 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     // MARK: Messages
 
-    private func runMessage(remaining: Duration?) -> String {
+    private func runMessage(deadline: CurfewInstant?) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.pluginPath)
         message.add("job", job.name)
-        message.add("budget", remaining.map { max($0, .milliseconds(1)).seconds })
+        // The deadline itself, on the clock both processes read: the worker's
+        // grant ends when the host's does, whenever the worker gets to start it.
+        if let deadline {
+            message.add("deadline", Int64(clamping: deadline.nanoseconds))
+        } else {
+            message.addRaw("deadline", "null")
+        }
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
         message.addRaw("continuous", job.isContinuous ? "true" : "false")
         // With one job per worker, the worker exits when this job ends.
@@ -292,15 +325,26 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         if !keep { timer.cancel() }
     }
 
-    private func killAtDeadline() {
+    /// How long a shared worker gets, past a job's deadline, to report the
+    /// job terminated itself before the host kills it (and the siblings with it).
+    static let sharedWorkerGrace: Duration = .milliseconds(100)
+
+    private func killAtDeadline(graceGiven: Bool = false) {
         let kill = control.withLock { c -> Bool in
             guard !c.finished, c.killedAt == nil, let deadline = c.deadline,
                 clock.now().advanced(by: .milliseconds(1)) >= deadline
             else { return false }
+            guard endsWithItsWorker || graceGiven else { return false }
             c.killedAt = clock.now()
             return true
         }
-        if kill { process?.kill(for: job.name) }
+        if kill {
+            process?.kill(for: job.name)
+        } else if !endsWithItsWorker && !graceGiven {
+            // A shared worker's runner gives up on a stuck job by itself, sparing its
+            // siblings: kill only if it has not said so shortly after the deadline.
+            arm(at: clock.now().advanced(by: Self.sharedWorkerGrace)) { [self] in killAtDeadline(graceGiven: true) }
+        }
     }
 
     /// A line the plugin printed, tagged with its job and stream.
@@ -362,7 +406,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             let code = (status >> 8) & 0xFF
             let outcome: Outcome
             var reason: String
-            if let killedAt = c.killedAt, let deadline = c.deadline, killedFor == job.name, c.reported == nil || signaled {
+            if let killedAt = c.killedAt, let deadline = c.deadline, killedFor == job.name, c.reported == nil {
                 outcome = .terminated
                 let late = deadline.duration(to: killedAt).seconds * 1000
                 reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it"
@@ -419,10 +463,13 @@ final class WorkerSource: Sendable {
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
         guard isolation == .plugin else { return WorkerProcess(try pool.take()) }
-        if let live = shared.withLock({ $0[job.pluginPath] }), !live.hasExited { return live }
-        let process = WorkerProcess(try pool.take())
-        shared.withLock { $0[job.pluginPath] = process }
-        return process
+        // Looked up and made under one lock: two admissions never make two workers for one plugin.
+        return try shared.withLock { workers throws(SystemError) -> WorkerProcess in
+            if let live = workers[job.pluginPath], live.isUsable { return live }
+            let process = WorkerProcess(try pool.take())
+            workers[job.pluginPath] = process
+            return process
+        }
     }
 
     /// Starts workers ahead of need.

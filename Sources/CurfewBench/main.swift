@@ -290,6 +290,47 @@ struct Bench {
         return row
     }
 
+    /// What `curfew run` does first: the scan in a scanner worker, cold and
+    /// then from the cache, against bare dlopen + dlsym of the same number of files.
+    func safeScan() throws -> [Row] {
+        let count = size(500, tiny: 5)
+        var cold = Row(
+            name: "plugin load, \(count) files", measure: "µs per file, scanner worker (cold cache)", unit: "µs",
+            baselineName: "bare dlopen + dlsym")
+        var cached = Row(
+            name: "plugin load, \(count) files", measure: "µs per file, cached rescan", unit: "µs",
+            baselineName: "bare dlopen + dlsym")
+        let bytes = try readAll(buildFolder + "/libExampleEarlyFinish.so")
+        for repetition in 0..<options.repetitions {
+            let bareFolder = "\(workFolder)/safe-bare-\(repetition)"
+            let scanFolder = "\(workFolder)/safe-scan-\(repetition)"
+            for folder in [bareFolder, scanFolder] {
+                mkdir(folder, 0o755)
+                for index in 0..<count { try writeAll("\(folder)/plugin-\(index).so", bytes) }
+            }
+            var start = now()
+            for index in 0..<count {
+                let handle = dlopen("\(bareFolder)/plugin-\(index).so", RTLD_NOW | RTLD_LOCAL | 0x01000)
+                precondition(handle != nil && dlsym(handle, "curfew_plugin_entry") != nil)
+            }
+            let bare = Double(now() - start) / Double(count) / 1000
+            let scanner = SafeScanner(
+                workerExecutable: buildFolder + "/curfew", cacheFile: "\(workFolder)/cache-\(repetition).json")
+            start = now()
+            let first = scanner.scan([scanFolder])
+            cold.values.append(Double(now() - start) / Double(count) / 1000)
+            precondition(first.scannedInWorker == count)
+            start = now()
+            let second = scanner.scan([scanFolder])
+            cached.values.append(Double(now() - start) / Double(count) / 1000)
+            precondition(second.fromCache == count && second.workersStarted == 0)
+            cold.baseline.append(bare)
+            cached.baseline.append(bare)
+        }
+        cold.note = "one scanner process loads every file and reports it; the host loads none"
+        return [cold, cached]
+    }
+
     func pluginLoad() throws -> Row {
         let count = size(500, tiny: 5)
         var row = Row(
@@ -465,7 +506,10 @@ struct Bench {
         if selected(.expiration1k) { rows += expiration(count: size(1000, tiny: 50), spread: options.tiny ? 0.05 : 2) }
         if selected(.expiration10k) { rows += expiration(count: size(10_000, tiny: 100), spread: options.tiny ? 0.05 : 3) }
         if selected(.scaling) { rows.append(await scaling()) }
-        if selected(.pluginLoad) { rows.append(try pluginLoad()) }
+        if selected(.pluginLoad) {
+            rows.append(try pluginLoad())
+            rows += try safeScan()
+        }
         if selected(.processPerJob) { rows += processPerJob() }
         if selected(.ffiNoop) { rows += try await ffiNoop() }
         return rows

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <string.h>
 #include <time.h>
@@ -97,4 +99,17 @@ int curfew_shim_limit_worker(uint64_t memory_bytes, uint64_t cpu_seconds, uint64
 
 int curfew_shim_pipe_cloexec(int fds[2]) {
     return pipe2(fds, O_CLOEXEC);
+}
+
+int curfew_shim_pidfd_open(int pid) {
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int curfew_shim_wait_exited(int pid) {
+    siginfo_t info;
+    int status;
+    do {
+        status = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT);
+    } while (status != 0 && errno == EINTR);
+    return status;
 }

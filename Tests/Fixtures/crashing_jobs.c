@@ -1,6 +1,6 @@
 /* Jobs that crash, hang, exit, print garbage or exceed limits, for
  * --isolate job. "fine" completes, to show the others do not take it down. */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include <curfew.h>
 
 #include <stdio.h>
@@ -67,6 +67,13 @@ static curfew_chunk_result prints(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_DONE;
 }
 
+/* Leaves a process behind that holds the worker's stdout and stderr. */
+static curfew_chunk_result spawns_helper(curfew_context *ctx, void *state) {
+    (void)ctx; (void)state;
+    if (system("sleep 30 &") != 0) return CURFEW_CHUNK_FAILED;
+    return CURFEW_CHUNK_DONE;
+}
+
 static curfew_chunk_result exits(curfew_context *ctx, void *state) {
     (void)ctx; (void)state;
     exit(0);
@@ -81,6 +88,8 @@ CURFEW_JOB(allocates_job, "allocates", "Allocates without end.", .chunk = alloca
 CURFEW_JOB(burns_job, "burns-cpu", "Never returns from chunk (for --cpu-time).", .chunk = loops, .expire = cleanup);
 CURFEW_JOB(prints_job, "prints", "Prints garbage to stdout and stderr.", .chunk = prints, .expire = cleanup);
 CURFEW_JOB(exits_job, "exits", "Calls exit(0) in chunk.", .chunk = exits, .expire = cleanup);
+CURFEW_JOB(helper_job, "spawns-helper", "Leaves a process holding its output.", .chunk = spawns_helper, .expire = cleanup);
+CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = keeps_going, .expire = cleanup);
 
 CURFEW_PLUGIN(host, &fine_job, &segfault_job, &abort_job, &loop_job, &loop_expire_job, &allocates_job, &burns_job,
-              &prints_job, &exits_job)
+              &prints_job, &exits_job, &helper_job, &ticks_job)

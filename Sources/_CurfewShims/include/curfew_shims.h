@@ -13,6 +13,14 @@ void *curfew_shim_dlopen_plugin(const char *path);
 /* The nanoseconds of CLOCK_MONOTONIC. */
 uint64_t curfew_shim_monotonic_nanoseconds(void);
 
+/* pidfd_open(pid, 0): a descriptor that becomes readable when the process
+ * exits, or -1 with errno set. */
+int curfew_shim_pidfd_open(int pid);
+
+/* Waits until `pid` has exited without reaping it (waitid with WNOWAIT), so
+ * its pid cannot be reused while its process group is signalled. */
+int curfew_shim_wait_exited(int pid);
+
 /* pipe2(fds, O_CLOEXEC): both ends close-on-exec from the start, so a worker
  * spawned by another thread at the same moment cannot inherit them. */
 int curfew_shim_pipe_cloexec(int fds[2]);
