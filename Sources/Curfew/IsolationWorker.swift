@@ -15,6 +15,16 @@ import _CurfewShims
 public enum IsolationWorker {
     /// The hidden first argument that starts `curfew` as a worker.
     public static let argument = WorkerProtocol.workerArgument
+    /// The hidden first argument that starts `curfew` as a fork server.
+    public static let forkServerArgument = "__forkserver"
+
+    /// Serves forks on fd 3 (see `curfew_shim_fork_server`). Returns true in a
+    /// forked child, which goes on as a worker (`main()`); in the server
+    /// itself it returns false when the host is done, or when the process is
+    /// not single-threaded and forking it would be unsafe.
+    public static func serveForks() -> Bool {
+        curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
+    }
 
     /// Runs the worker and returns its exit status.
     public static func main() async -> Int32 {

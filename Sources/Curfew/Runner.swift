@@ -19,6 +19,10 @@ public struct RunConfiguration: Sendable {
     public var limits = ResourceLimits()
     /// The executable started as a worker: `curfew` itself.
     public var workerExecutable = "/proc/self/exe"
+    /// Whether isolated workers are forked by a fork server (else each is
+    /// started with posix_spawn, from a pool); the spawn path is also the
+    /// fallback when the server cannot fork.
+    public var usesForkServer = true
 
     /// The number of processors the system has active.
     public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
@@ -100,7 +104,7 @@ public final class Runner: Sendable {
             let pool = WorkerPool(
                 executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
-            workers = WorkerSource(pool: pool, isolation: configuration.isolation)
+            workers = WorkerSource(pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer)
         }
         self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
@@ -110,7 +114,6 @@ public final class Runner: Sendable {
     /// - Important: Call it once.
     public func run() async -> [JobResult] {
         await withCheckedContinuation { continuation in
-            workers?.prepare()
             let done = state.withLock { state -> Bool in
                 precondition(!state.started, "Runner.run() called twice")
                 state.started = true

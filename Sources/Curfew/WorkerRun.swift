@@ -22,11 +22,26 @@ final class WorkerProcess: @unchecked Sendable {
     let pid: pid_t
     private let channel: Int32
     private let state = Mutex(State())
+    /// The fork server that forked this worker (and reaps it), or `nil` when
+    /// this process started it and reaps it itself.
+    private let server: ForkServer?
+    /// For a forked worker: written when the server reports its end.
+    private let exitPipe: [Int32]
+    private let exitStatus = Mutex<Int32?>(nil)
 
-    init(_ worker: WorkerPool.Worker) {
+    init(_ worker: WorkerPool.Worker, server: ForkServer? = nil) {
         pid = worker.pid
         channel = worker.channel
+        self.server = server
+        exitPipe = server != nil ? ((try? Syscalls.pipe()) ?? [-1, -1]) : [-1, -1]
         let (out, err) = (worker.out, worker.err)
+        if let server {
+            server.onExit(of: worker.pid) { [self] code in
+                exitStatus.withLock { $0 = code ?? -1 }
+                var byte: UInt8 = 1
+                _ = Glibc.write(exitPipe[1], &byte, 1)
+            }
+        }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
         Thread.detach { self.supervise(out: out, err: err) }
@@ -51,11 +66,15 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// Kills the whole process group because `job` overran its deadline.
     func kill(for job: String) {
-        state.withLock { state in
-            guard !state.exited && state.killedFor == nil else { return }
+        let ask = state.withLock { state -> Bool in
+            guard !state.exited && state.killedFor == nil else { return false }
             state.killedFor = job
-            Glibc.kill(-pid, SIGKILL)
+            // This process's own child: its pid cannot be reused before we reap it.
+            if server == nil { Glibc.kill(-pid, SIGKILL) }
+            return server != nil
         }
+        // A forked worker is the server's child: the server kills it if it has not reaped it.
+        if ask { server?.kill(pid) }
     }
 
     /// No more jobs will come: the worker exits once its jobs have ended.
@@ -64,9 +83,10 @@ final class WorkerProcess: @unchecked Sendable {
     }
 
     private func supervise(out: Int32, err: Int32) {
-        // A pidfd tells when the worker exits even if a process it started
-        // still holds its pipes (then end-of-file would never come).
-        let exit = curfew_shim_pidfd_open(pid)
+        // A pidfd (or, for a forked worker, the server's word) tells when the
+        // worker exits even if a process it started still holds its pipes
+        // (then end-of-file would never come).
+        let exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
         var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
         let streams = [channel, out, err]
         var open = [true, true, true]
@@ -103,8 +123,17 @@ final class WorkerProcess: @unchecked Sendable {
         }
         workerExited()
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        ([out, err] + (exit >= 0 ? [exit] : [])).forEach { Glibc.close($0) }
+        if server == nil {
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        } else {
+            // Its output closed before the server reported it: wait for the report.
+            if exitStatus.withLock({ $0 }) == nil {
+                var byte: UInt8 = 0
+                while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
+            }
+            status = exitStatus.withLock { $0 } ?? -1
+        }
+        ([out, err] + (exit >= 0 ? [exit] : []) + (server != nil && exitPipe[1] >= 0 ? [exitPipe[1]] : [])).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
             return Array(state.jobs.values)
@@ -116,11 +145,13 @@ final class WorkerProcess: @unchecked Sendable {
     /// Once the worker has exited (not yet reaped, so its pid is still its
     /// own): no more messages or kills, and whatever it left in its group goes.
     private func workerExited() {
-        curfew_shim_wait_exited(pid)
+        // This process's own child is not reaped yet here: its pid is still its
+        // own while its group is killed. (The server does the same for its children.)
+        if server == nil { curfew_shim_wait_exited(pid) }
         state.withLock { state in
             guard !state.exited else { return }
             state.exited = true
-            Glibc.kill(-pid, SIGKILL)
+            if server == nil { Glibc.kill(-pid, SIGKILL) }
             Glibc.close(channel)
         }
     }
@@ -401,6 +432,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     func workerExited(status: Int32, killedFor: String?) {
         control.withLock { c in
             guard !c.finished else { return }
+            if status == -1 && c.reported == nil {
+                // A forked worker whose fork server died: how it ended is not known.
+                return finishLocked(&c, outcome: .crashed, reason: "its worker ended, and how is not known: its fork server is gone")
+            }
             let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
             let signal = status & 0x7F
             let code = (status >> 8) & 0xFF
@@ -455,31 +490,65 @@ final class WorkerSource: Sendable {
     private let pool: WorkerPool
     private let isolation: Isolation
     private let shared = Mutex<[String: WorkerProcess]>([:])
+    /// The fork server, started on first need; when it cannot fork, the pool serves.
+    private let forks = Mutex<(server: ForkServer?, tried: Bool, works: Bool)>((nil, false, true))
 
-    init(pool: WorkerPool, isolation: Isolation) {
+    init(pool: WorkerPool, isolation: Isolation, forking: Bool) {
         self.pool = pool
         self.isolation = isolation
+        forks.withLock { $0.works = forking }
+    }
+
+    /// A new worker: forked by the fork server, or else from the pool.
+    private func newWorker() throws(SystemError) -> WorkerProcess {
+        let server = forks.withLock { forks -> ForkServer? in
+            if !forks.tried {
+                forks.tried = true
+                forks.server = ForkServer(executable: pool.executable, environment: pool.environment)
+            }
+            return forks.works ? forks.server : nil
+        }
+        if let server {
+            let channel = try Syscalls.socketPair()
+            let out: [Int32]
+            let err: [Int32]
+            do throws(SystemError) {
+                out = try Syscalls.pipe()
+                do throws(SystemError) { err = try Syscalls.pipe() } catch {
+                    (channel + out).forEach { Glibc.close($0) }
+                    throw error
+                }
+            } catch {
+                channel.forEach { Glibc.close($0) }
+                throw error
+            }
+            let pid = server.fork(channel: channel[1], out: out[1], err: err[1])
+            [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+            if let pid {
+                return WorkerProcess(WorkerPool.Worker(pid: pid, channel: channel[0], out: out[0], err: err[0]), server: server)
+            }
+            [channel[0], out[0], err[0]].forEach { Glibc.close($0) }
+            forks.withLock { $0.works = false }  // refused or gone: the pool from now on
+        }
+        return WorkerProcess(try pool.take())
     }
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
-        guard isolation == .plugin else { return WorkerProcess(try pool.take()) }
+        guard isolation == .plugin else { return try newWorker() }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
         return try shared.withLock { workers throws(SystemError) -> WorkerProcess in
             if let live = workers[job.pluginPath], live.isUsable { return live }
-            let process = WorkerProcess(try pool.take())
+            let process = try newWorker()
             workers[job.pluginPath] = process
             return process
         }
     }
 
-    /// Starts workers ahead of need.
-    func prepare() {
-        pool.refill()
-    }
-
-    /// The run is over: idle workers exit, shared ones once their jobs end.
+    /// The run is over: idle workers exit, shared ones once their jobs end,
+    /// the fork server once it reads the end of its socket.
     func close() {
         pool.close()
+        forks.withLock { $0.server }?.close()
         shared.withLock { workers in
             workers.values.forEach { $0.close() }
             workers.removeAll()

@@ -7,11 +7,16 @@
 #include <malloc.h>
 #include <signal.h>
 #include <spawn.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <string.h>
+#include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,4 +117,151 @@ int curfew_shim_wait_exited(int pid) {
         status = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT);
     } while (status != 0 && errno == EINTR);
     return status;
+}
+
+static int child_pipe[2] = {-1, -1};
+
+static void on_child(int number) {
+    (void)number;
+    int saved = errno;
+    char byte = 1;
+    ssize_t ignored = write(child_pipe[1], &byte, 1);
+    (void)ignored;
+    errno = saved;
+}
+
+static int thread_count(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == NULL) return -1;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL)
+        if (entry->d_name[0] != '.') count++;
+    closedir(tasks);
+    return count;
+}
+
+static void send_text(int sock, const char *text) {
+    ssize_t ignored = send(sock, text, strlen(text), MSG_NOSIGNAL);
+    (void)ignored;
+}
+
+int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
+    struct iovec io = {(void *)text, strlen(text)};
+    union {
+        char buffer[CMSG_SPACE(3 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(3 * sizeof(int));
+    memcpy(CMSG_DATA(header), fds, 3 * sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(sock, &message, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    return sent < 0 ? errno : 0;
+}
+
+int curfew_shim_fork_server(int control) {
+    if (thread_count() != 1) return -2;
+    if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_child;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &action, NULL);
+    for (;;) {
+        struct pollfd polls[2] = {{control, POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
+        if (poll(polls, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (polls[1].revents) {
+            char drain[64];
+            while (read(child_pipe[0], drain, sizeof drain) > 0) {
+            }
+            siginfo_t info;
+            for (;;) {
+                memset(&info, 0, sizeof info);
+                if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+                pid_t pid = info.si_pid;
+                kill(-pid, SIGKILL); /* what it left in its group; not reaped yet, so the pid is its own */
+                int status;
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+                }
+                char text[64];
+                snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
+                send_text(control, text);
+            }
+        }
+        if (!polls[0].revents) continue;
+        char text[64];
+        int fds[3] = {-1, -1, -1};
+        union {
+            char buffer[CMSG_SPACE(3 * sizeof(int))];
+            struct cmsghdr align;
+        } ancillary;
+        struct iovec io = {text, sizeof text - 1};
+        struct msghdr message = {0};
+        message.msg_iov = &io;
+        message.msg_iovlen = 1;
+        message.msg_control = ancillary.buffer;
+        message.msg_controllen = sizeof ancillary.buffer;
+        ssize_t count = recvmsg(control, &message, MSG_CMSG_CLOEXEC);
+        if (count < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (count == 0) return -1; /* the host is done */
+        text[count] = 0;
+        for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+            if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS &&
+                header->cmsg_len == CMSG_LEN(3 * sizeof(int)))
+                memcpy(fds, CMSG_DATA(header), 3 * sizeof(int));
+        }
+        if (strcmp(text, "fork") == 0 && fds[0] >= 0) {
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(control);
+                close(child_pipe[0]);
+                close(child_pipe[1]);
+                signal(SIGCHLD, SIG_DFL);
+                sigset_t none;
+                sigemptyset(&none);
+                sigprocmask(SIG_SETMASK, &none, NULL);
+                setpgid(0, 0);
+                dup2(fds[0], 3);
+                dup2(fds[1], 1);
+                dup2(fds[2], 2);
+                for (int i = 0; i < 3; i++)
+                    if (fds[i] > 3) close(fds[i]);
+                return 0;
+            }
+            for (int i = 0; i < 3; i++) close(fds[i]);
+            char reply[32];
+            snprintf(reply, sizeof reply, "pid %d", pid > 0 ? (int)pid : -1);
+            send_text(control, reply);
+        } else if (strncmp(text, "kill ", 5) == 0) {
+            for (int i = 0; i < 3; i++)
+                if (fds[i] >= 0) close(fds[i]);
+            pid_t pid = (pid_t)atoi(text + 5);
+            siginfo_t info;
+            memset(&info, 0, sizeof info);
+            /* Only a child not yet reaped: its pid is still its own. */
+            if (pid > 0 && waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
+                kill(-pid, SIGKILL);
+        } else {
+            for (int i = 0; i < 3; i++)
+                if (fds[i] >= 0) close(fds[i]);
+        }
+    }
 }

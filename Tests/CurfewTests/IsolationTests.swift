@@ -209,3 +209,28 @@ import Testing
         #expect(result.stdout.hasSuffix("4 jobs: 1 completed, 1 failed, 2 expired\n"))
     }
 }
+
+/// Workers come from a fork server; when it cannot fork, from posix_spawn.
+/// Both paths give the same outcomes.
+@Suite(.timeLimit(.minutes(1))) struct WorkerStartTests {
+    func run(forking: Bool) async throws -> [String: JobResult] {
+        let plugin = try Fixtures.compile("crashing_jobs.c")
+        let jobs = try PluginLoader().load(plugin).jobs.filter { ["fine", "segfault", "exits", "loops-in-chunk", "prints"].contains($0.name) }
+        var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
+        configuration.isolation = .job
+        configuration.workerExecutable = Fixtures.curfewExecutable
+        configuration.usesForkServer = forking
+        let results = await Runner(jobs: jobs, configuration: configuration).run()
+        return Dictionary(uniqueKeysWithValues: results.map { ($0.job, $0) })
+    }
+
+    @Test(arguments: [true, false])
+    func theSameOutcomesEitherWay(forking: Bool) async throws {
+        let results = try await run(forking: forking)
+        #expect(results.mapValues(\.outcome) == [
+            "fine": .completed, "prints": .completed, "segfault": .crashed, "exits": .crashed, "loops-in-chunk": .terminated,
+        ])
+        #expect(results["segfault"]?.reason == "its worker died of SIGSEGV; stderr: about to dereference NULL")
+        #expect(results["exits"]?.reason == "its worker exited with status 0 before the job finished")
+    }
+}

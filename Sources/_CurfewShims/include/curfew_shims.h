@@ -21,6 +21,22 @@ int curfew_shim_pidfd_open(int pid);
  * its pid cannot be reused while its process group is signalled. */
 int curfew_shim_wait_exited(int pid);
 
+/* The fork server: `curfew __forkserver` runs this loop, single-threaded,
+ * on the SOCK_SEQPACKET socket `control`. Messages are short texts:
+ *   host -> server  "fork" with three descriptors (SCM_RIGHTS): a worker's
+ *                   socket, stdout and stderr; "kill PID".
+ *   server -> host  "pid PID" for each fork, in order; "exit PID STATUS"
+ *                   when a child ends (its process group is killed before it
+ *                   is reaped, so no pid is reused under a signal).
+ * Returns 0 in a forked child, with the three descriptors on 3, 1 and 2, in
+ * a process group of its own, with default signals: it goes on as a
+ * worker. Returns -1 when the host closes the socket, -2 when the process is
+ * not single-threaded (forking it would be unsafe). */
+int curfew_shim_fork_server(int control);
+
+/* Sends `text` with three descriptors over a SOCK_SEQPACKET socket. */
+int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]);
+
 /* pipe2(fds, O_CLOEXEC): both ends close-on-exec from the start, so a worker
  * spawned by another thread at the same moment cannot inherit them. */
 int curfew_shim_pipe_cloexec(int fds[2]);

@@ -1,0 +1,135 @@
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// The host's side of the fork server (`curfew __forkserver`): one process
+/// per run, single-threaded, with the Swift runtime loaded, that forks a
+/// worker per request, so a worker costs a fork, not a process start. It is
+/// the parent of the workers: it reaps them, kills their groups before it
+/// does (no pid is reused under a signal), and reports how each ended.
+final class ForkServer: Sendable {
+    private struct State {
+        var waiting: [DispatchSemaphore] = []
+        var replies: [pid_t] = []
+        var exits: [pid_t: Int32] = [:]
+        var listeners: [pid_t: @Sendable (Int32?) -> Void] = [:]
+        var gone = false
+    }
+
+    private let pid: pid_t
+    private let control: Int32
+    private let state = Mutex(State())
+    /// One fork request at a time, so replies come back in order.
+    private let requests = Mutex(())
+
+    /// Starts a fork server, or `nil` when it cannot start.
+    init?(executable: String, environment: [String]) {
+        var pair: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        let spawned = Syscalls.spawnWorker(
+            executable, arguments: [executable, IsolationWorker.forkServerArgument], environment: environment, channel: pair[1],
+            out: null, err: null)
+        Glibc.close(pair[1])
+        Glibc.close(null)
+        guard case .success(let pid) = spawned else {
+            Glibc.close(pair[0])
+            return nil
+        }
+        self.pid = pid
+        control = pair[0]
+        Thread.detach { self.read() }
+    }
+
+    /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
+    /// `nil` when the server is gone (it may also refuse: not single-threaded).
+    func fork(channel: Int32, out: Int32, err: Int32) -> pid_t? {
+        requests.withLock { _ in
+            let reply = DispatchSemaphore(value: 0)
+            guard state.withLock({ state -> Bool in
+                guard !state.gone else { return false }
+                state.waiting.append(reply)
+                return true
+            }) else { return nil }
+            let descriptors: [Int32] = [channel, out, err]
+            guard curfew_shim_send_with_fds(control, "fork", descriptors) == 0 else {
+                _ = state.withLock { $0.waiting.removeLast() }
+                return nil
+            }
+            reply.wait()
+            return state.withLock { state -> pid_t? in
+                guard !state.replies.isEmpty else { return nil }
+                let pid = state.replies.removeFirst()
+                return pid > 0 ? pid : nil
+            }
+        }
+    }
+
+    /// Kills a worker's process group, if the server has not reaped it yet.
+    func kill(_ worker: pid_t) {
+        requests.withLock { _ in
+            guard !state.withLock({ $0.gone }) else { return }
+            _ = "kill \(worker)".withCString { Glibc.send(control, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        }
+    }
+
+    /// Calls `handler` once with the worker's wait status when it ends (`nil`:
+    /// the server is gone and cannot say).
+    func onExit(of worker: pid_t, _ handler: @escaping @Sendable (Int32?) -> Void) {
+        let now = state.withLock { state -> Int32?? in
+            if let status = state.exits.removeValue(forKey: worker) { return .some(status) }
+            if state.gone { return .some(nil) }
+            state.listeners[worker] = handler
+            return nil
+        }
+        if let now { handler(now) }
+    }
+
+    /// The run is over: the server leaves when it reads the end of its socket.
+    func close() {
+        requests.withLock { _ in
+            if !state.withLock({ $0.gone }) { shutdown(control, Int32(SHUT_WR)) }
+        }
+    }
+
+    private func read() {
+        var buffer = [UInt8](repeating: 0, count: 128)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(control, $0.baseAddress, $0.count, 0) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            let words = String(decoding: buffer[..<count], as: UTF8.self).split(separator: " ")
+            if words.first == "pid", words.count == 2 {
+                let reply = state.withLock { state -> DispatchSemaphore? in
+                    guard !state.waiting.isEmpty else { return nil }
+                    state.replies.append(pid_t(words[1]) ?? -1)
+                    return state.waiting.removeFirst()
+                }
+                reply?.signal()
+            } else if words.first == "exit", words.count == 3, let worker = pid_t(words[1]), let status = Int32(words[2]) {
+                let listener = state.withLock { state -> (@Sendable (Int32?) -> Void)? in
+                    if let listener = state.listeners.removeValue(forKey: worker) { return listener }
+                    state.exits[worker] = status
+                    return nil
+                }
+                listener?(status)
+            }
+        }
+        // Gone: no more forks; whoever waits for an exit hears that nobody can say.
+        let (waiting, listeners) = state.withLock { state in
+            state.gone = true
+            defer {
+                state.waiting.removeAll()
+                state.listeners.removeAll()
+            }
+            return (state.waiting, Array(state.listeners.values))
+        }
+        waiting.forEach { $0.signal() }
+        listeners.forEach { $0(nil) }
+        // Under the request lock: no fork or kill is sending on this number.
+        _ = requests.withLock { _ in Glibc.close(control) }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+}
