@@ -413,7 +413,7 @@ struct Bench {
             spawn.baseline.append(spawnLoop(["/bin/true"], count: count))
             timeout.baseline.append(spawnLoop(["/usr/bin/timeout", "10", "/bin/true"], count: count))
         }
-        spawn.note = "warm pool: a worker per --jobs slot is started ahead of need; each job's worker runs it and exits"
+        spawn.note = "a fork server forks a worker per job (posix_spawn from a warm pool is the fallback); each worker runs its job and exits"
         return [spawn, timeout]
     }
 
