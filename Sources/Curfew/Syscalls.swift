@@ -105,6 +105,24 @@ enum Syscalls {
         return ends
     }
 
+    /// A worker's descriptors: a socket pair and two pipes (stdout, stderr),
+    /// all close-on-exec; on failure, none is left open.
+    static func workerDescriptors() throws(SystemError) -> (channel: [Int32], out: [Int32], err: [Int32]) {
+        let channel = try socketPair()
+        do throws(SystemError) {
+            let out = try pipe()
+            do throws(SystemError) {
+                return (channel, out, try pipe())
+            } catch {
+                out.forEach { close($0) }
+                throw error
+            }
+        } catch {
+            channel.forEach { close($0) }
+            throw error
+        }
+    }
+
     /// This process's environment, as `NAME=value` strings.
     static func environment() -> [String] {
         var entries: [String] = []

@@ -84,21 +84,7 @@ final class WorkerPool: Sendable {
     }
 
     private func start() throws(SystemError) -> Worker {
-        let channel = try Syscalls.socketPair()
-        let out: [Int32]
-        let err: [Int32]
-        do throws(SystemError) {
-            out = try Syscalls.pipe()
-            do throws(SystemError) {
-                err = try Syscalls.pipe()
-            } catch {
-                (channel + out).forEach { Glibc.close($0) }
-                throw error
-            }
-        } catch {
-            channel.forEach { Glibc.close($0) }
-            throw error
-        }
+        let (channel, out, err) = try Syscalls.workerDescriptors()
         let spawned = Syscalls.spawnWorker(
             executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
             channel: channel[1], out: out[1], err: err[1])

@@ -509,19 +509,7 @@ final class WorkerSource: Sendable {
             return forks.works ? forks.server : nil
         }
         if let server {
-            let channel = try Syscalls.socketPair()
-            let out: [Int32]
-            let err: [Int32]
-            do throws(SystemError) {
-                out = try Syscalls.pipe()
-                do throws(SystemError) { err = try Syscalls.pipe() } catch {
-                    (channel + out).forEach { Glibc.close($0) }
-                    throw error
-                }
-            } catch {
-                channel.forEach { Glibc.close($0) }
-                throw error
-            }
+            let (channel, out, err) = try Syscalls.workerDescriptors()
             let pid = server.fork(channel: channel[1], out: out[1], err: err[1])
             [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
             if let pid {

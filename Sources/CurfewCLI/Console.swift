@@ -73,17 +73,22 @@ final class Console: Sendable {
     }
 
     private static func write(_ text: String, to descriptor: Int32) {
-        var bytes = Array(text.utf8)
+        _ = writeAll(Array(text.utf8), to: descriptor)
+    }
+
+    /// Writes all of `bytes`, retrying interrupted writes; the errno of a
+    /// failed write, or 0.
+    static func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { Glibc.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
+            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
             if written < 0 {
                 if errno == EINTR { continue }
-                return
+                return errno
             }
             offset += written
         }
-        bytes.removeAll()
+        return 0
     }
 }
 

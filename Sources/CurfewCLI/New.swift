@@ -319,16 +319,8 @@ enum Scaffold {
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard fd >= 0 else { throw ScaffoldError("Cannot create \(path): \(String(cString: strerror(errno))).") }
         defer { close(fd) }
-        let bytes = Array(contents.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                throw ScaffoldError("Cannot write \(path): \(String(cString: strerror(errno))).")
-            }
-            offset += written
-        }
+        let failure = Console.writeAll(Array(contents.utf8), to: fd)
+        guard failure == 0 else { throw ScaffoldError("Cannot write \(path): \(String(cString: strerror(failure))).") }
     }
 }
 
