@@ -11,7 +11,7 @@ import _CurfewShims
 final class ForkServer: Sendable {
     private struct State {
         var waiting: [DispatchSemaphore] = []
-        var replies: [pid_t] = []
+        var replies: [(pid: pid_t, sequence: UInt64)] = []
         var exits: [pid_t: Int32] = [:]
         var listeners: [pid_t: @Sendable (Int32?) -> Void] = [:]
         var gone = false
@@ -42,9 +42,16 @@ final class ForkServer: Sendable {
         Thread.detach { self.read() }
     }
 
+    /// A forked worker: its pid, and the number of the fork that made it
+    /// (a kill names both, so it never reaches a later worker with a reused pid).
+    struct Child: Sendable {
+        let pid: pid_t
+        let sequence: UInt64
+    }
+
     /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
-    /// `nil` when the server is gone (it may also refuse: not single-threaded).
-    func fork(channel: Int32, out: Int32, err: Int32) -> pid_t? {
+    /// `nil` when the server is gone or could not fork.
+    func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
         requests.withLock { _ in
             let reply = DispatchSemaphore(value: 0)
             guard state.withLock({ state -> Bool in
@@ -54,23 +61,26 @@ final class ForkServer: Sendable {
             }) else { return nil }
             let descriptors: [Int32] = [channel, out, err]
             guard curfew_shim_send_with_fds(control, "fork", descriptors) == 0 else {
-                _ = state.withLock { $0.waiting.removeLast() }
+                // Only this request's place: the reader may have emptied the queue already.
+                state.withLock { state in
+                    if let index = state.waiting.firstIndex(where: { $0 === reply }) { state.waiting.remove(at: index) }
+                }
                 return nil
             }
             reply.wait()
-            return state.withLock { state -> pid_t? in
+            return state.withLock { state -> Child? in
                 guard !state.replies.isEmpty else { return nil }
-                let pid = state.replies.removeFirst()
-                return pid > 0 ? pid : nil
+                let child = state.replies.removeFirst()
+                return child.pid > 0 ? Child(pid: child.pid, sequence: child.sequence) : nil
             }
         }
     }
 
     /// Kills a worker's process group, if the server has not reaped it yet.
-    func kill(_ worker: pid_t) {
+    func kill(_ worker: Child) {
         requests.withLock { _ in
             guard !state.withLock({ $0.gone }) else { return }
-            _ = "kill \(worker)".withCString { Glibc.send(control, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            _ = "kill \(worker.pid) \(worker.sequence)".withCString { Glibc.send(control, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
         }
     }
 
@@ -100,10 +110,10 @@ final class ForkServer: Sendable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             let words = String(decoding: buffer[..<count], as: UTF8.self).split(separator: " ")
-            if words.first == "pid", words.count == 2 {
+            if words.first == "pid", words.count == 3 {
                 let reply = state.withLock { state -> DispatchSemaphore? in
                     guard !state.waiting.isEmpty else { return nil }
-                    state.replies.append(pid_t(words[1]) ?? -1)
+                    state.replies.append((pid_t(words[1]) ?? -1, UInt64(words[2]) ?? 0))
                     return state.waiting.removeFirst()
                 }
                 reply?.signal()

@@ -145,6 +145,12 @@ public final class Runner: Sendable {
         return run != nil
     }
 
+    /// How many isolated workers were forked by the fork server, and how many
+    /// started with posix_spawn.
+    var workerStarts: (forked: Int, spawned: Int) {
+        workers?.starts.withLock { $0 } ?? (0, 0)
+    }
+
     /// The jobs running now, for a live display.
     public func status() -> [JobStatus] {
         let runs = state.withLock { state in state.running.sorted { $0.key < $1.key }.map(\.value) }

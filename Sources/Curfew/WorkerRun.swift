@@ -22,25 +22,36 @@ final class WorkerProcess: @unchecked Sendable {
     let pid: pid_t
     private let channel: Int32
     private let state = Mutex(State())
-    /// The fork server that forked this worker (and reaps it), or `nil` when
-    /// this process started it and reaps it itself.
+    /// The fork server that forked this worker (and reaps it), with the fork's
+    /// number, or `nil` when this process started it and reaps it itself.
     private let server: ForkServer?
-    /// For a forked worker: written when the server reports its end.
+    private let forked: ForkServer.Child?
+    /// For a forked worker: one byte is written when the server reports its end.
     private let exitPipe: [Int32]
     private let exitStatus = Mutex<Int32?>(nil)
 
-    init(_ worker: WorkerPool.Worker, server: ForkServer? = nil) {
+    /// A worker this process started (and reaps).
+    init(_ worker: WorkerPool.Worker) {
         pid = worker.pid
         channel = worker.channel
-        self.server = server
-        exitPipe = server != nil ? ((try? Syscalls.pipe()) ?? [-1, -1]) : [-1, -1]
+        server = nil
+        forked = nil
+        exitPipe = []
         let (out, err) = (worker.out, worker.err)
-        if let server {
-            server.onExit(of: worker.pid) { [self] code in
-                exitStatus.withLock { $0 = code ?? -1 }
-                var byte: UInt8 = 1
-                _ = Glibc.write(exitPipe[1], &byte, 1)
-            }
+        Thread.detach { self.supervise(out: out, err: err) }
+    }
+
+    /// A worker the fork server forked (and reaps); `exitPipe` is this one's own.
+    init(forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32]) {
+        pid = child.pid
+        self.channel = channel
+        self.server = server
+        forked = child
+        self.exitPipe = exitPipe
+        server.onExit(of: child.pid) { [self] code in
+            exitStatus.withLock { $0 = code ?? -1 }
+            var byte: UInt8 = 1
+            _ = Glibc.write(exitPipe[1], &byte, 1)
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
@@ -74,7 +85,7 @@ final class WorkerProcess: @unchecked Sendable {
             return server != nil
         }
         // A forked worker is the server's child: the server kills it if it has not reaped it.
-        if ask { server?.kill(pid) }
+        if ask, let server, let forked { server.kill(forked) }
     }
 
     /// No more jobs will come: the worker exits once its jobs have ended.
@@ -126,14 +137,13 @@ final class WorkerProcess: @unchecked Sendable {
         if server == nil {
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         } else {
-            // Its output closed before the server reported it: wait for the report.
-            if exitStatus.withLock({ $0 }) == nil {
-                var byte: UInt8 = 0
-                while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
-            }
+            // The server's report writes one byte, exactly once: always take it
+            // before closing, so the write never meets a closed (or reused) number.
+            var byte: UInt8 = 0
+            while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
             status = exitStatus.withLock { $0 } ?? -1
         }
-        ([out, err] + (exit >= 0 ? [exit] : []) + (server != nil && exitPipe[1] >= 0 ? [exitPipe[1]] : [])).forEach { Glibc.close($0) }
+        ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + exitPipe).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
             return Array(state.jobs.values)
@@ -492,6 +502,8 @@ final class WorkerSource: Sendable {
     private let shared = Mutex<[String: WorkerProcess]>([:])
     /// The fork server, started on first need; when it cannot fork, the pool serves.
     private let forks = Mutex<(server: ForkServer?, tried: Bool, works: Bool)>((nil, false, true))
+    /// How many workers were forked, and how many started with posix_spawn.
+    let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
     init(pool: WorkerPool, isolation: Isolation, forking: Bool) {
         self.pool = pool
@@ -510,14 +522,23 @@ final class WorkerSource: Sendable {
         }
         if let server {
             let (channel, out, err) = try Syscalls.workerDescriptors()
-            let pid = server.fork(channel: channel[1], out: out[1], err: err[1])
-            [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
-            if let pid {
-                return WorkerProcess(WorkerPool.Worker(pid: pid, channel: channel[0], out: out[0], err: err[0]), server: server)
+            let exitPipe: [Int32]
+            do throws(SystemError) {
+                exitPipe = try Syscalls.pipe()
+            } catch {
+                (channel + out + err).forEach { Glibc.close($0) }
+                throw error
             }
-            [channel[0], out[0], err[0]].forEach { Glibc.close($0) }
+            let child = server.fork(channel: channel[1], out: out[1], err: err[1])
+            [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+            if let child {
+                starts.withLock { $0.forked += 1 }
+                return WorkerProcess(forked: child, by: server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
+            }
+            ([channel[0], out[0], err[0]] + exitPipe).forEach { Glibc.close($0) }
             forks.withLock { $0.works = false }  // refused or gone: the pool from now on
         }
+        starts.withLock { $0.spawned += 1 }
         return WorkerProcess(try pool.take())
     }
 
@@ -535,12 +556,14 @@ final class WorkerSource: Sendable {
     /// The run is over: idle workers exit, shared ones once their jobs end,
     /// the fork server once it reads the end of its socket.
     func close() {
-        pool.close()
-        forks.withLock { $0.server }?.close()
+        // Shared workers first (they leave when their jobs are done), then the
+        // idle pool, then the fork server, which kills and reaps what is left.
         shared.withLock { workers in
             workers.values.forEach { $0.close() }
             workers.removeAll()
         }
+        pool.close()
+        forks.withLock { $0.server }?.close()
     }
 }
 

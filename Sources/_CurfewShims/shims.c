@@ -170,44 +170,67 @@ int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
     return sent < 0 ? errno : 0;
 }
 
+/* The server's children: pid and the sequence number of the fork that made it. */
+#define MAX_CHILDREN 4096
+static struct { pid_t pid; unsigned long sequence; } children[MAX_CHILDREN];
+static int child_count;
+
+static void forget_child(pid_t pid) {
+    for (int i = 0; i < child_count; i++)
+        if (children[i].pid == pid) {
+            children[i] = children[--child_count];
+            return;
+        }
+}
+
+/* Reaps every child that has exited: its group killed first, while its pid is
+ * still its own, then "exit PID STATUS" to the host. */
+static void reap_exited(int control) {
+    for (;;) {
+        siginfo_t info;
+        memset(&info, 0, sizeof info);
+        if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+        pid_t pid = info.si_pid;
+        kill(-pid, SIGKILL); /* what it left in its group */
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        forget_child(pid);
+        char text[64];
+        snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
+        send_text(control, text);
+    }
+}
+
 int curfew_shim_fork_server(int control) {
     if (thread_count() != 1) return -2;
     if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    pid_t server = getpid();
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_handler = on_child;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &action, NULL);
+    unsigned long sequence = 0;
     for (;;) {
         struct pollfd polls[2] = {{control, POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
         if (poll(polls, 2, -1) < 0) {
             if (errno == EINTR) continue;
-            return -1;
+            break;
         }
         if (polls[1].revents) {
             char drain[64];
             while (read(child_pipe[0], drain, sizeof drain) > 0) {
             }
-            siginfo_t info;
-            for (;;) {
-                memset(&info, 0, sizeof info);
-                if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
-                pid_t pid = info.si_pid;
-                kill(-pid, SIGKILL); /* what it left in its group; not reaped yet, so the pid is its own */
-                int status;
-                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-                }
-                char text[64];
-                snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
-                send_text(control, text);
-            }
+            reap_exited(control);
         }
         if (!polls[0].revents) continue;
         char text[64];
         int fds[3] = {-1, -1, -1};
+        int received = 0;
         union {
-            char buffer[CMSG_SPACE(3 * sizeof(int))];
+            char buffer[CMSG_SPACE(8 * sizeof(int))];
             struct cmsghdr align;
         } ancillary;
         struct iovec io = {text, sizeof text - 1};
@@ -217,19 +240,21 @@ int curfew_shim_fork_server(int control) {
         message.msg_control = ancillary.buffer;
         message.msg_controllen = sizeof ancillary.buffer;
         ssize_t count = recvmsg(control, &message, MSG_CMSG_CLOEXEC);
-        if (count < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (count == 0) return -1; /* the host is done */
+        if (count < 0 && errno == EINTR) continue;
+        if (count <= 0) break; /* the host is done */
         text[count] = 0;
         for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
-            if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_RIGHTS &&
-                header->cmsg_len == CMSG_LEN(3 * sizeof(int)))
-                memcpy(fds, CMSG_DATA(header), 3 * sizeof(int));
+            if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+            int n = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            int *data = (int *)CMSG_DATA(header);
+            for (int i = 0; i < n; i++) {
+                if (received < 3) fds[received] = data[i]; else close(data[i]);
+                received++;
+            }
         }
-        if (strcmp(text, "fork") == 0 && fds[0] >= 0) {
-            pid_t pid = fork();
+        int complete = received == 3 && !(message.msg_flags & MSG_CTRUNC);
+        if (strcmp(text, "fork") == 0) {
+            pid_t pid = complete && child_count < MAX_CHILDREN ? fork() : -1;
             if (pid == 0) {
                 close(control);
                 close(child_pipe[0]);
@@ -239,6 +264,9 @@ int curfew_shim_fork_server(int control) {
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 setpgid(0, 0);
+                /* If the server dies, so does the worker: nobody else would reap or kill it. */
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != server) _exit(1);
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);
                 dup2(fds[2], 2);
@@ -246,22 +274,41 @@ int curfew_shim_fork_server(int control) {
                     if (fds[i] > 3) close(fds[i]);
                 return 0;
             }
-            for (int i = 0; i < 3; i++) close(fds[i]);
-            char reply[32];
-            snprintf(reply, sizeof reply, "pid %d", pid > 0 ? (int)pid : -1);
+            if (pid > 0) {
+                setpgid(pid, pid); /* also here, so a kill right away finds the group */
+                children[child_count].pid = pid;
+                children[child_count].sequence = ++sequence;
+                child_count++;
+            }
+            for (int i = 0; i < 3; i++)
+                if (fds[i] >= 0) close(fds[i]);
+            char reply[48];
+            if (pid > 0) snprintf(reply, sizeof reply, "pid %d %lu", (int)pid, sequence);
+            else snprintf(reply, sizeof reply, "pid -1 0");
             send_text(control, reply);
-        } else if (strncmp(text, "kill ", 5) == 0) {
-            for (int i = 0; i < 3; i++)
-                if (fds[i] >= 0) close(fds[i]);
-            pid_t pid = (pid_t)atoi(text + 5);
-            siginfo_t info;
-            memset(&info, 0, sizeof info);
-            /* Only a child not yet reaped: its pid is still its own. */
-            if (pid > 0 && waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0)
-                kill(-pid, SIGKILL);
-        } else {
-            for (int i = 0; i < 3; i++)
-                if (fds[i] >= 0) close(fds[i]);
+            continue;
+        }
+        for (int i = 0; i < 3; i++)
+            if (fds[i] >= 0) close(fds[i]);
+        int pid = 0;
+        unsigned long wanted = 0;
+        if (sscanf(text, "kill %d %lu", &pid, &wanted) == 2) {
+            /* Only the child that fork made, not yet reaped: its pid is still its own. */
+            for (int i = 0; i < child_count; i++)
+                if (children[i].pid == pid && children[i].sequence == wanted) kill(-pid, SIGKILL);
         }
     }
+    /* The host is done (or gone): no more forks; what still runs is killed and reaped. */
+    for (int i = 0; i < child_count; i++) kill(-children[i].pid, SIGKILL);
+    while (child_count > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, 0);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0) break;
+        forget_child(pid);
+        char text[64];
+        snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
+        send_text(control, text);
+    }
+    return -1;
 }
