@@ -395,6 +395,9 @@ struct Bench {
             policy: GrantPolicy(budget: .seconds(60)), maxConcurrentJobs: 1, parameters: ["count": "1"])
         configuration.isolation = .job
         configuration.workerExecutable = buildFolder + "/curfew"
+        var swiftStart = Row(
+            name: "process per job, \(count) jobs", measure: "ms per start of a Swift program (curfew --version)", unit: "ms",
+            baselineName: "posix_spawn + waitpid of /bin/true")
         for _ in 0..<options.repetitions {
             let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
             let start = now()
@@ -410,21 +413,30 @@ struct Bench {
             precondition(outcomes.withLock { $0 }.allSatisfy { $0 == .completed }, "a worker job did not complete")
             spawn.values.append(elapsed)
             timeout.values.append(elapsed)
-            spawn.baseline.append(spawnLoop(["/bin/true"], count: count))
+            let bare = spawnLoop(["/bin/true"], count: count)
+            spawn.baseline.append(bare)
             timeout.baseline.append(spawnLoop(["/usr/bin/timeout", "10", "/bin/true"], count: count))
+            swiftStart.values.append(spawnLoop([buildFolder + "/curfew", "--version"], count: count))
+            swiftStart.baseline.append(bare)
         }
+        swiftStart.note = "why a process start per job cannot meet the target: a Swift program alone takes this long"
         spawn.note = "a fork server forks a worker per job (posix_spawn from a warm pool is the fallback); each worker runs its job and exits"
-        return [spawn, timeout]
+        return [spawn, timeout, swiftStart]
     }
 
-    /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row.
+    /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row
+    /// (its stdout to /dev/null).
     func spawnLoop(_ command: [String], count: Int) -> Double {
         let argv = command.map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        defer { posix_spawn_file_actions_destroy(&actions) }
         let start = now()
         for _ in 0..<count {
             var pid: pid_t = 0
-            precondition(posix_spawn(&pid, command[0], nil, nil, argv, environ) == 0, "cannot spawn \(command[0])")
+            precondition(posix_spawn(&pid, command[0], &actions, nil, argv, environ) == 0, "cannot spawn \(command[0])")
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         }
