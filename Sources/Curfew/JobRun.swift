@@ -445,8 +445,9 @@ public struct JobStatus: Sendable {
     /// `nil` for a job without a budget.
     public let timeRemaining: Duration?
     public let progress: Progress?
-    /// Chunks called so far (updated once per time slice).
-    public let chunks: UInt64
+    /// Chunks called so far (updated once per time slice); `nil` when the
+    /// host cannot know yet (a job in a worker reports its count at the end).
+    public let chunks: UInt64?
     public let isExpiring: Bool
 }
 

@@ -145,7 +145,7 @@ final class Reporter: Sendable {
             var text = "  ▸ \(name)  \(time)"
             if status.isExpiring { text += "  expiring" }
             if let progress = status.progress { text += "  " + Self.describe(progress) }
-            if status.isChunked { text += "  \(status.chunks) chunks" }
+            if status.isChunked, let chunks = status.chunks { text += "  \(chunks) chunks" }
             return console.paint(text, .dim)
         }
     }
