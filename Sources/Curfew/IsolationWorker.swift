@@ -23,7 +23,25 @@ public enum IsolationWorker {
     /// itself it returns false when the host is done, or when the process is
     /// not single-threaded and forking it would be unsafe.
     public static func serveForks() -> Bool {
-        curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
+        warmUp()
+        return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
+    }
+
+    /// Does once, in the server, the first-time work every child would do
+    /// (type metadata, protocol conformances, the JSON reader and writer, the
+    /// runner's types), so each fork inherits it. Starts no thread: the server
+    /// forks only while it has one.
+    static func warmUp() {
+        let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0}}"#
+        guard let run = try? JSONReader.parse(Array(sample.utf8)) else { return }
+        _ = run["limits"]?["memory"]?.integerValue
+        _ = run["lead"]?.numberValue
+        let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil)
+        let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
+        _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
+        _ = message(for: .log(job: "j", level: .info, message: "m"))
+        _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
+        _ = PluginLoader(parameters: [:], allowsInsecurePlugins: true)
     }
 
     /// Runs the worker and returns its exit status.
