@@ -35,7 +35,7 @@ struct ForeignManifestReader {
         guard let declared else { return String(path.dropLast(suffix.count)) + ".so" }
         if declared.hasPrefix("/") { return declared }
         let beside = folder + declared
-        if !declared.contains("/") && (try? Syscalls.fileInfo(beside)) == nil { return declared }
+        if !declared.contains("/") && (try? Syscalls.fileStatus(beside)) == nil { return declared }
         return beside
     }
 

@@ -63,6 +63,15 @@ public struct GrantPolicy: Sendable, Equatable {
         return min(Self.defaultGrace, budget / 4)
     }
 
+    /// Why a job may not run under this policy, or `nil`: a continuous job
+    /// (no budget) runs only where the policy allows it.
+    public func refusal(job name: String, continuous: Bool) -> CurfewError? {
+        guard continuous && !allowsContinuous else { return nil }
+        return CurfewError(
+            .continuousNotAllowed,
+            "Job '\(name)' is continuous (it runs without a budget, like an iOS background mode); run it with --allow-continuous.")
+    }
+
     /// The lead a continuous job gets to clean up when the host shuts down.
     public var shutdownLead: Duration {
         grace ?? Self.defaultGrace
@@ -90,12 +99,7 @@ public final class GrantManager: Sendable {
     /// - Throws: ``CurfewError/Code/continuousNotAllowed`` for a continuous
     ///   job when the policy does not allow those.
     public func makeGrant(name: String, continuous: Bool = false, handlerQueue: DispatchQueue) throws(CurfewError) -> Grant {
-        if continuous && !policy.allowsContinuous {
-            throw CurfewError(
-                .continuousNotAllowed,
-                "Job '\(name)' is continuous (it runs without a budget, like an iOS background mode); run it with --allow-continuous."
-            )
-        }
+        if let refusal = policy.refusal(job: name, continuous: continuous) { throw refusal }
         return Grant(
             name: name, manager: self, budget: continuous ? nil : policy.budget,
             lead: continuous ? policy.shutdownLead : policy.lead, handlerQueue: handlerQueue)

@@ -55,8 +55,6 @@ public struct PluginJob: Sendable, Identifiable {
         self.scannedForeignLibrary = foreignLibrary
     }
 
-    /// Whether this process has loaded the job's plugin (else it can run only in a worker).
-    public var isLoaded: Bool { hooks.chunk != nil || hooks.create != nil }
 
     public var id: String { name }
 

@@ -29,9 +29,10 @@ public struct PluginLoader: Sendable {
 
     /// Why loading code from `path` would be unsafe, or `nil`: writable by
     /// group or others, or owned by a user who is neither this one nor root.
-    func insecurity(_ path: String, isFolder: Bool) -> CurfewError? {
-        guard !allowsInsecurePlugins, let (mode, owner) = try? Syscalls.ownership(path) else { return nil }
-        let what = isFolder ? "Folder" : "File"
+    func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil) -> CurfewError? {
+        guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
+        let (mode, owner) = (status.mode, status.owner)
+        let what = status.isDirectory ? "Folder" : "File"
         if mode & 0o022 != 0 {
             let who = mode & 0o002 != 0 ? "anyone" : "its group"
             return CurfewError(
@@ -100,8 +101,8 @@ public struct PluginLoader: Sendable {
         var files: [(path: String, isRegular: Bool?)] = []
         for path in paths {
             do throws(SystemError) {
-                let info = try Syscalls.fileInfo(path)
-                if let insecure = insecurity(path, isFolder: info.isDirectory) {
+                let info = try Syscalls.fileStatus(path)
+                if let insecure = insecurity(path, status: info) {
                     rejected.append(RejectedPlugin(path: path, error: insecure))
                     continue
                 }
@@ -114,7 +115,7 @@ public struct PluginLoader: Sendable {
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
-                    if let insecure = insecurity(file, isFolder: false) {
+                    if let insecure = insecurity(file) {
                         rejected.append(RejectedPlugin(path: file, error: insecure))
                         continue
                     }
@@ -175,9 +176,9 @@ public struct PluginLoader: Sendable {
     }
 
     private func checkRegularFile(_ path: String) throws(CurfewError) {
-        let info: (isDirectory: Bool, isRegular: Bool, size: Int64)
+        let info: Syscalls.FileStatus
         do throws(SystemError) {
-            info = try Syscalls.fileInfo(path)
+            info = try Syscalls.fileStatus(path)
         } catch {
             if error.errno == ENOENT { throw CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
             throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
@@ -190,7 +191,7 @@ public struct PluginLoader: Sendable {
     /// Why dlopen refused a file, in words: checked only after it failed, so
     /// the success path costs nothing beyond dlopen itself.
     private func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
-        if let info = try? Syscalls.fileInfo(path), info.size == 0 {
+        if let info = try? Syscalls.fileStatus(path), info.size == 0 {
             return CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
         }
         if let prefix = try? Syscalls.readPrefix(path, count: 4), prefix != [0x7F, 0x45, 0x4C, 0x46] {

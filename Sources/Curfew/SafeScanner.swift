@@ -304,10 +304,10 @@ struct ScanCache {
 
     /// The key of a file as it is now, or `nil` when it cannot be read.
     static func key(for file: String) -> Key? {
-        guard let real = Syscalls.realPath(file), let identity = try? Syscalls.identity(real) else { return nil }
+        guard let real = Syscalls.realPath(file), let status = try? Syscalls.fileStatus(real) else { return nil }
         return Key(
-            path: real, size: identity.size, mtime: identity.mtime, ctime: identity.ctime, device: identity.device,
-            inode: identity.inode)
+            path: real, size: status.size, mtime: status.modified, ctime: status.changed, device: status.device,
+            inode: status.inode)
     }
 
     func lookup(_ key: Key) -> FileResult? { entries[key] }

@@ -10,30 +10,31 @@ struct SystemError: Error {
 }
 
 enum Syscalls {
-    /// The file's type and size, following symlinks.
-    static func fileInfo(_ path: String) throws(SystemError) -> (isDirectory: Bool, isRegular: Bool, size: Int64) {
+    /// What `stat` says of a file, following symlinks.
+    struct FileStatus {
+        var isDirectory: Bool
+        var isRegular: Bool
+        var size: Int64
+        /// Permission bits.
+        var mode: UInt32
+        var owner: UInt32
+        /// Modification and change times, in nanoseconds.
+        var modified: Int64
+        var changed: Int64
+        var device: UInt64
+        var inode: UInt64
+    }
+
+    static func fileStatus(_ path: String) throws(SystemError) -> FileStatus {
         var info = Glibc.stat()
         guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
         let type = info.st_mode & S_IFMT
-        return (type == S_IFDIR, type == S_IFREG, Int64(info.st_size))
-    }
-
-    /// A file's permission bits and owner.
-    static func ownership(_ path: String) throws(SystemError) -> (mode: UInt32, owner: UInt32) {
-        var info = Glibc.stat()
-        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
-        return (UInt32(info.st_mode & 0o7777), info.st_uid)
-    }
-
-    /// What tells one version of a file from another: size, modification
-    /// and change times in nanoseconds, device and inode.
-    static func identity(_ path: String) throws(SystemError) -> (size: Int64, mtime: Int64, ctime: Int64, device: UInt64, inode: UInt64) {
-        var info = Glibc.stat()
-        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
-        return (
-            Int64(info.st_size), Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
-            Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec), UInt64(info.st_dev), UInt64(info.st_ino)
-        )
+        return FileStatus(
+            isDirectory: type == S_IFDIR, isRegular: type == S_IFREG, size: Int64(info.st_size),
+            mode: UInt32(info.st_mode & 0o7777), owner: info.st_uid,
+            modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+            changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec),
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 
     /// Up to `count` bytes from the start of a file.
@@ -56,7 +57,7 @@ enum Syscalls {
 
     /// A whole file, up to `limit` bytes.
     static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
-        let info = try fileInfo(path)
+        let info = try fileStatus(path)
         guard info.isRegular else { throw SystemError(errno: EISDIR) }
         guard info.size <= limit else { throw SystemError(errno: EFBIG) }
         return try readPrefix(path, count: max(Int(info.size), 1))
@@ -64,7 +65,7 @@ enum Syscalls {
 
     /// The entries of a directory, without `.` and `..`, sorted bytewise by
     /// name, each with whether it is a regular file (`nil`: the directory
-    /// entry does not say, as for a symlink; ask `fileInfo`).
+    /// entry does not say, as for a symlink; ask `fileStatus`).
     static func directoryEntries(_ path: String) throws(SystemError) -> [(name: String, isRegular: Bool?)] {
         guard let dir = opendir(path) else { throw SystemError(errno: errno) }
         defer { closedir(dir) }

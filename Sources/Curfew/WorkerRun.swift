@@ -229,11 +229,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
-        if job.isContinuous && !configuration.policy.allowsContinuous {
-            throw CurfewError(
-                .continuousNotAllowed,
-                "Job '\(job.name)' is continuous (it runs without a budget, like an iOS background mode); run it with --allow-continuous.")
-        }
+        if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous) { throw refusal }
         self.job = job
         self.configuration = configuration
         self.workers = workers

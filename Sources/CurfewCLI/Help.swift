@@ -70,14 +70,13 @@ public enum Help {
     /// The usage line of a subcommand, or of the tool.
     public static func usage(_ command: Command?) -> String {
         guard let command else { return "curfew <subcommand>" }
+        let options = Self.options(for: command).map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
         switch command {
         case .run, .list:
-            let options = Self.options(for: command).map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
             return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
         case .new:
-            return "curfew new <language> <name> [<directory>] [--curfew-root <path>]"
+            return (["curfew new <language> <name> [<directory>]"] + options).joined(separator: " ")
         case .test:
-            let options = testOptions.map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }
             return (["curfew test <plugin>"] + options).joined(separator: " ")
         case .help:
             return "curfew help [<subcommand>]"
