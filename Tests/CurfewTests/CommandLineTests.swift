@@ -163,46 +163,37 @@ import Testing
         #expect(ArgumentParser.parseDuration(text) == nil)
     }
 
-    func errorText(_ arguments: [String]) -> String? {
-        do {
-            _ = try ArgumentParser.parse(arguments)
-            return nil
-        } catch {
-            return Help.errorText(error)
-        }
-    }
-
     static let runUsage =
         "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func usageErrors() {
-        #expect(errorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
-        #expect(errorText(["run", "--budget"]) == "Error: Missing value for '--budget <duration>'\n" + Self.runUsage)
+        #expect(usageErrorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
+        #expect(usageErrorText(["run", "--budget"]) == "Error: Missing value for '--budget <duration>'\n" + Self.runUsage)
         #expect(
-            errorText(["run", "--budget", "soon"])
+            usageErrorText(["run", "--budget", "soon"])
                 == "Error: The value 'soon' is invalid for '--budget <duration>': use a duration such as 180s, 500ms or 2m\n"
                 + Self.runUsage)
         #expect(
-            errorText(["run", "--budget", "0s"])
+            usageErrorText(["run", "--budget", "0s"])
                 == "Error: The value '0s' is invalid for '--budget <duration>': the budget must be positive\n" + Self.runUsage)
         #expect(
-            errorText(["run", "--jobs", "0"])
+            usageErrorText(["run", "--jobs", "0"])
                 == "Error: The value '0' is invalid for '--jobs <n>': use a whole number from 1 to 1024\n" + Self.runUsage)
         #expect(
-            errorText(["run", "--param", "novalue"])
+            usageErrorText(["run", "--param", "novalue"])
                 == "Error: The value 'novalue' is invalid for '--param <key=value>': use key=value\n" + Self.runUsage)
         #expect(
-            errorText(["run", "--budget", "4s", "--grace", "4s"])
+            usageErrorText(["run", "--budget", "4s", "--grace", "4s"])
                 == "Error: --grace 4s must be positive and shorter than --budget 4s\n" + Self.runUsage)
         #expect(
-            errorText(["run", "--grace", "0s"])
+            usageErrorText(["run", "--grace", "0s"])
                 == "Error: --grace 0s must be positive and shorter than --budget 180s\n" + Self.runUsage)
-        #expect(errorText(["run", "--json=yes"]) == "Error: The option '--json' takes no value\n" + Self.runUsage)
+        #expect(usageErrorText(["run", "--json=yes"]) == "Error: The option '--json' takes no value\n" + Self.runUsage)
         #expect(
-            errorText(["launch"])
+            usageErrorText(["launch"])
                 == "Error: Unknown subcommand 'launch'\nUsage: curfew <subcommand>\n  See 'curfew --help' for more information.\n")
         #expect(
-            errorText(["list", "--budget", "1s"])
+            usageErrorText(["list", "--budget", "1s"])
                 == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]\n  See 'curfew list --help' for more information.\n")
     }
 
@@ -292,26 +283,11 @@ import Testing
         #expect(lines.last == "5 jobs: 4 completed, 1 expired; 3 plugin files rejected")
     }
 
-    struct Event: Decodable {
-        let event: String
-        let job: String?
-        let plugin: String?
-        let outcome: String?
-        let reason: String?
-        let chunks: Int?
-        let elapsed: Double?
-        let code: String?
-    }
-
-    func events(_ text: String) throws -> [Event] {
-        try text.split(separator: "\n").map { try JSONDecoder().decode(Event.self, from: Data($0.utf8)) }
-    }
-
     @Test func theSameRunAsJSONLines() throws {
         let folder = try mixedFolder()
         let result = try curfew(["run", folder, "--budget", "800ms", "--json"] + Self.exampleParameters)
         #expect(result.status == 3)
-        let events = try events(result.stdout)
+        let events = try OutputEvent.all(in: result.stdout)
         #expect(events.filter { $0.event == "rejected" }.map(\.code) == ["empty-file", "not-elf", "missing-entry"])
         #expect(events.filter { $0.event == "loaded" }.count == 5)
         let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
@@ -352,7 +328,7 @@ import Testing
         // A bare file name means the file in the current folder, not a library search.
         let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", "hello.so", "--json"], in: folder)
         #expect(result.status == 0, "\(result.stderr)")
-        let finished = try events(result.stdout).filter { $0.event == "finished" }
+        let finished = try OutputEvent.all(in: result.stdout).filter { $0.event == "finished" }
         #expect(finished.map(\.outcome) == ["completed"])
         #expect(finished.map(\.chunks) == [5])
     }
@@ -397,7 +373,7 @@ import Testing
         #expect(process.terminationReason == .exit)
         #expect(process.terminationStatus == 143)
         #expect(took < .seconds(3), "exits within the lead time, not the budget")
-        let finished = try events(text).filter { $0.event == "finished" }
+        let finished = try OutputEvent.all(in: text).filter { $0.event == "finished" }
         #expect(finished.count == 2)
         #expect(finished.allSatisfy { $0.outcome == "expired" && $0.reason == "host shutting down; cleanup ran" })
         #expect(fixture.count("tick", "creates") == -1, "the fixture ran in the child, not here")

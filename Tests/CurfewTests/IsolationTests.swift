@@ -7,28 +7,18 @@ import Testing
 /// `--isolate job`: each job in a worker process; a crash, a hang, an exit or
 /// a limit ends only that job, and the host reports it and carries on.
 @Suite(.timeLimit(.minutes(1))) struct IsolationTests {
-    struct Finished: Decodable {
-        let event: String
-        let job: String?
-        let outcome: String?
-        let reason: String?
-        let message: String?
-        let plugin: String?
-        let elapsed: Double?
-    }
-
-    func run(_ arguments: [String]) throws -> (status: Int32, events: [Finished], stdout: String) {
+    func run(_ arguments: [String]) throws -> (status: Int32, events: [OutputEvent], stdout: String) {
         let plugin = try Fixtures.compile("crashing_jobs.c")
         let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--isolate", "job", "--json", "--jobs", "8"] + arguments)
-        let events = try result.stdout.split(separator: "\n").map { try JSONDecoder().decode(Finished.self, from: Data($0.utf8)) }
+        let events = try OutputEvent.all(in: result.stdout)
         return (result.status, events, result.stdout)
     }
 
-    func outcomes(_ events: [Finished]) -> [String: String] {
+    func outcomes(_ events: [OutputEvent]) -> [String: String] {
         Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
     }
 
-    func reason(_ events: [Finished], _ job: String) -> String {
+    func reason(_ events: [OutputEvent], _ job: String) -> String {
         events.first { $0.event == "finished" && $0.job == job }?.reason ?? ""
     }
 
@@ -133,9 +123,7 @@ import Testing
             ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
                 + CurfewExecutableTests.exampleParameters)
         #expect(result.status == 2)
-        let events = try result.stdout.split(separator: "\n").map {
-            try JSONDecoder().decode(IsolationTests.Finished.self, from: Data($0.utf8))
-        }
+        let events = try OutputEvent.all(in: result.stdout)
         let outcomes = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
         // With --cpu-time 1s an endless chunk meets its CPU limit, or, on a busy
         // machine that gives it less than a core, the 2 s deadline first.
@@ -173,9 +161,7 @@ import Testing
             ["run", crashing, Fixtures.examplePlugins[1], "--isolate", "plugin", "--json", "--jobs", "4", "--budget", "2s",
              "--only", "segfault", "--only", "sum-squares"])
         #expect(result.status == 2)
-        let events = try result.stdout.split(separator: "\n").map {
-            try JSONDecoder().decode(IsolationTests.Finished.self, from: Data($0.utf8))
-        }
+        let events = try OutputEvent.all(in: result.stdout)
         let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
         #expect(finished["sum-squares"]?.outcome == "completed")
         #expect(finished["segfault"]?.outcome == "crashed")
@@ -190,9 +176,7 @@ import Testing
         let result = try Fixtures.run(
             Fixtures.curfewExecutable,
             ["run", crashing, "--isolate", "plugin", "--json", "--jobs", "2", "--budget", "1s", "--only", "loops-in-chunk", "--only", "ticks"])
-        let events = try result.stdout.split(separator: "\n").map {
-            try JSONDecoder().decode(IsolationTests.Finished.self, from: Data($0.utf8))
-        }
+        let events = try OutputEvent.all(in: result.stdout)
         let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
         #expect(finished["ticks"]?.outcome == "expired")
         #expect(finished["loops-in-chunk"]?.outcome == "terminated")

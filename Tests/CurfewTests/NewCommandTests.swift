@@ -6,15 +6,6 @@ import Testing
 
 /// `curfew new`: parsing, and the projects it writes.
 @Suite struct NewCommandTests {
-    func errorText(_ arguments: [String]) -> String? {
-        do {
-            _ = try ArgumentParser.parse(arguments)
-            return nil
-        } catch {
-            return Help.errorText(error)
-        }
-    }
-
     static let usage = "Usage: curfew new <language> <name> [<directory>] [--curfew-root <path>]\n  See 'curfew new --help' for more information.\n"
 
     @Test func parsing() throws {
@@ -22,14 +13,14 @@ import Testing
         #expect(
             try ArgumentParser.parse(["new", "swift", "up.load_2", "jobs/up", "--curfew-root", "/src/curfew"])
                 == .new(NewOptions(language: .swift, name: "up.load_2", directory: "jobs/up", curfewRoot: "/src/curfew")))
-        #expect(errorText(["new"]) == "Error: Missing expected argument '<language>'\n" + Self.usage)
-        #expect(errorText(["new", "rust", "x"]) == "Error: The value 'rust' is invalid for '<language>': use c or swift\n" + Self.usage)
-        #expect(errorText(["new", "c"]) == "Error: Missing expected argument '<name>'\n" + Self.usage)
+        #expect(usageErrorText(["new"]) == "Error: Missing expected argument '<language>'\n" + Self.usage)
+        #expect(usageErrorText(["new", "rust", "x"]) == "Error: The value 'rust' is invalid for '<language>': use c or swift\n" + Self.usage)
+        #expect(usageErrorText(["new", "c"]) == "Error: Missing expected argument '<name>'\n" + Self.usage)
         #expect(
-            errorText(["new", "c", "Hello World"])
+            usageErrorText(["new", "c", "Hello World"])
                 == "Error: The value 'Hello World' is invalid for '<name>': a job name is 1 to 64 of [a-z0-9._-], starting with a letter or digit\n"
                 + Self.usage)
-        #expect(errorText(["new", "c", "a", "b", "c"]) == "Error: Unexpected argument 'c'\n" + Self.usage)
+        #expect(usageErrorText(["new", "c", "a", "b", "c"]) == "Error: Unexpected argument 'c'\n" + Self.usage)
     }
 
     @Test func help() {

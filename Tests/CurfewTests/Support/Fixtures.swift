@@ -3,6 +3,7 @@ import Glibc
 import Synchronization
 
 @testable import Curfew
+import CurfewCLI
 
 /// Paths of the package and its build products, and fixture plugins compiled
 /// with `cc` at test time.
@@ -160,5 +161,33 @@ final class EventLog: Sendable {
             if case .expiring(job, let reason) = event { return reason }
             return nil
         }
+    }
+}
+
+/// The text `curfew` prints for a usage error in `arguments`, or `nil` when they parse.
+func usageErrorText(_ arguments: [String]) -> String? {
+    do {
+        _ = try CurfewCLI.ArgumentParser.parse(arguments)
+        return nil
+    } catch {
+        return CurfewCLI.Help.errorText(error)
+    }
+}
+
+/// One line of `curfew run --json` output, with the fields tests look at.
+struct OutputEvent: Decodable {
+    let event: String
+    let job: String?
+    let plugin: String?
+    let outcome: String?
+    let reason: String?
+    let chunks: Int?
+    let elapsed: Double?
+    let code: String?
+    let message: String?
+
+    /// Every line of `text`, decoded.
+    static func all(in text: String) throws -> [OutputEvent] {
+        try text.split(separator: "\n").map { try JSONDecoder().decode(OutputEvent.self, from: Data($0.utf8)) }
     }
 }
