@@ -10,23 +10,7 @@
 static const curfew_host *host;
 static long steady_count;
 
-static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t release_cond = PTHREAD_COND_INITIALIZER;
-static int released;
-
-/* Unblocks a hook waiting in wait_for_release(). */
-CURFEW_EXPORT void fixture_release(void) {
-    pthread_mutex_lock(&release_lock);
-    released = 1;
-    pthread_cond_broadcast(&release_cond);
-    pthread_mutex_unlock(&release_lock);
-}
-
-static void wait_for_release(void) {
-    pthread_mutex_lock(&release_lock);
-    while (!released) pthread_cond_wait(&release_cond, &release_lock);
-    pthread_mutex_unlock(&release_lock);
-}
+#include "fixture_release.h"
 
 static void quiet_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
     (void)state; (void)reason;

@@ -27,23 +27,7 @@ static const char *const counter_names[C_COUNT] = {
 static const char *job_names[MAX_JOBS];
 static atomic_llong counters[MAX_JOBS][C_COUNT];
 
-static pthread_mutex_t release_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t release_cond = PTHREAD_COND_INITIALIZER;
-static int released;
-
-/* Unblocks every job waiting in wait_for_release(). */
-CURFEW_EXPORT void fixture_release(void) {
-    pthread_mutex_lock(&release_lock);
-    released = 1;
-    pthread_cond_broadcast(&release_cond);
-    pthread_mutex_unlock(&release_lock);
-}
-
-static void wait_for_release(void) {
-    pthread_mutex_lock(&release_lock);
-    while (!released) pthread_cond_wait(&release_cond, &release_lock);
-    pthread_mutex_unlock(&release_lock);
-}
+#include "fixture_release.h"
 
 /* The value of one counter of one job, or -1 for an unknown name. */
 CURFEW_EXPORT long long fixture_count(const char *job, const char *counter) {
