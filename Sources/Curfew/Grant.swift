@@ -172,7 +172,7 @@ public final class Grant: Sendable {
         var deadlineTimer: (any CurfewTimer)?
         /// An expiration asked for before the grant started.
         var earlyExpiration: ExpirationReason?
-        var start: CurfewInstant?
+        var startedAt: CurfewInstant?
     }
 
     /// The queue every grant's timers fire on. Its work is short and takes
@@ -212,7 +212,7 @@ public final class Grant: Sendable {
             precondition(state.phase == .idle, "Grant.start called twice")
             state.phase = .active
             state.observer = observer
-            state.start = now
+            state.startedAt = now
             if let budget {
                 let expirationPoint = now.advanced(by: budget - lead)
                 let deadline = now.advanced(by: budget)
@@ -234,8 +234,8 @@ public final class Grant: Sendable {
     public var isUnlimited: Bool { budget == nil }
 
     /// When the grant started, or `nil` before.
-    public var start: CurfewInstant? {
-        state.withLock { $0.start }
+    public var startedAt: CurfewInstant? {
+        state.withLock { $0.startedAt }
     }
 
     /// The instant the expiration is due, or `nil` without a budget or before the start.
