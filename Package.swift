@@ -40,12 +40,16 @@ let package = Package(
         // libffi, from Debian's libffi-dev, and accessors for its type globals.
         .systemLibrary(name: "CLibFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
-        // The host: grants, loader, runner, foreign jobs. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
+        // JSON: the reader every outside text goes through (worker messages,
+        // manifests, the scan cache) and the line writer. A target of its own
+        // so it depends on nothing of the host's and can be fuzzed alone.
+        .target(name: "CurfewJSON"),
+        // The host: grants, loader, runner, isolation, foreign jobs. Holds no printing.
+        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewJSON"]),
         // The Swift SDK for job authors: a protocol and an export helper.
         .target(name: "CurfewJob", dependencies: ["CCurfew"]),
         // The command line, as a library so its parsing and texts are testable.
-        .target(name: "CurfewCLI", dependencies: ["Curfew"]),
+        .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewJSON"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
@@ -57,7 +61,7 @@ let package = Package(
         .target(name: "ExampleSwiftJob", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftJob"),
         .target(name: "ExampleSwiftTasks", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftTasks"),
 
-        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CCurfew", "CurfewJob"]),
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CurfewJSON", "CCurfew", "CurfewJob"]),
     ],
     swiftLanguageModes: [.v6]
 )

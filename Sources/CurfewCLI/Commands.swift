@@ -1,4 +1,5 @@
 import Curfew
+import CurfewJSON
 import Dispatch
 import Glibc
 import Synchronization

@@ -1,0 +1,87 @@
+import CCurfew
+import Glibc
+import Synchronization
+
+/// The `curfew_host` table plugins call, and the bridge from a
+/// `curfew_context *` back to the ``JobRun`` it stands for.
+enum HostServices {
+    /// The process's one host table.
+    // Safe because it is written once, when first used, and only read after.
+    nonisolated(unsafe) static let table: UnsafePointer<curfew_host> = {
+        let table = UnsafeMutablePointer<curfew_host>.allocate(capacity: 1)
+        table.initialize(to: curfew_host(
+            abi_version: CURFEW_ABI_VERSION,
+            struct_size: UInt32(MemoryLayout<curfew_host>.size),
+            time_remaining: { context in
+                guard let run = HostContext.from(context) else { return 0 }
+                return run.timeRemainingSeconds
+            },
+            is_expiring: { context in
+                HostContext.from(context)?.isExpiring ?? true
+            },
+            begin_background_task: { context, name, handler, userData in
+                guard let run = HostContext.from(context) else { return CURFEW_TASK_INVALID_VALUE }
+                let label = name.map { String(cString: $0) } ?? "unnamed"
+                return run.beginTask(name: label, handler: handler, userData: userData).rawValue
+            },
+            end_background_task: { context, task in
+                HostContext.from(context)?.endTask(BackgroundTaskIdentifier(rawValue: task))
+            },
+            app_state: { _ in CURFEW_APP_STATE_BACKGROUND },
+            log: { context, level, message in
+                guard let message else { return }
+                let text = String(cString: message)
+                let level = LogLevel(rawValue: Int(level.rawValue)) ?? .info
+                if let run = HostContext.from(context) {
+                    run.log(level, text)
+                } else {
+                    HostServices.entryMessages.withLock { $0?.append(text) }
+                }
+            },
+            report_progress: { context, completed, total in
+                HostContext.from(context)?.reportProgress(Progress(completed: completed, total: total))
+            },
+            param: { context, key in
+                guard let key, let run = HostContext.from(context) else { return nil }
+                return run.parameter(String(cString: key))
+            },
+            job_user_data: { context in
+                HostContext.from(context)?.job.hooks.userData
+            }
+        ))
+        return UnsafePointer(table)
+    }()
+
+    /// Messages logged with a NULL context while an entry function runs.
+    static let entryMessages = Mutex<[String]?>(nil)
+    /// Serialises entry calls, so messages are attributed to the right plugin.
+    private static let entryLock = Mutex(())
+
+    /// Calls a plugin's entry function, collecting what it logs meanwhile.
+    static func callEntry(_ entry: curfew_plugin_entry_fn) -> (descriptor: UnsafeRawPointer?, messages: [String]) {
+        // The descriptor crosses the lock as an address: a pointer is not Sendable.
+        let (address, messages) = entryLock.withLock { _ -> (Int, [String]) in
+            entryMessages.withLock { $0 = [] }
+            let descriptor = entry(table)
+            let messages = entryMessages.withLock { messages in
+                defer { messages = nil }
+                return messages ?? []
+            }
+            return (Int(bitPattern: descriptor), messages)
+        }
+        return (UnsafeRawPointer(bitPattern: address), messages)
+    }
+}
+
+private let CURFEW_TASK_INVALID_VALUE: curfew_task_id = 0
+
+extension ExpirationReason {
+    /// The reason as the C ABI spells it.
+    var cValue: curfew_expire_reason {
+        switch self {
+        case .timeout: CURFEW_EXPIRE_TIMEOUT
+        case .shutdown: CURFEW_EXPIRE_SHUTDOWN
+        case .cancelled: CURFEW_EXPIRE_CANCELLED
+        }
+    }
+}

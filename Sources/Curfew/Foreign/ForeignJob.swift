@@ -1,0 +1,83 @@
+import CCurfew
+import CLibFFI
+import Glibc
+import _CurfewFFI
+
+/// One function of a foreign job, with its call interface prepared once, at load.
+final class ForeignFunction: @unchecked Sendable {
+    // Safe because every stored property is set in init and never changed,
+    // and the memory they point to is never freed (plugins are never unloaded).
+    let symbol: String
+    let address: @convention(c) () -> Void
+    let returnType: ForeignType
+    let argumentTypes: [ForeignType]
+    let sources: [ForeignArgumentSource]
+    let cif: UnsafeMutablePointer<ffi_cif>
+    private let ffiArgumentTypes: UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>
+
+    init?(symbol: String, address: UnsafeMutableRawPointer, returnType: ForeignType, arguments: [(ForeignType, ForeignArgumentSource)]) {
+        self.symbol = symbol
+        self.address = unsafeBitCast(address, to: (@convention(c) () -> Void).self)
+        self.returnType = returnType
+        self.argumentTypes = arguments.map(\.0)
+        self.sources = arguments.map(\.1)
+        cif = .allocate(capacity: 1)
+        ffiArgumentTypes = .allocate(capacity: max(arguments.count, 1))
+        for (index, type) in argumentTypes.enumerated() { ffiArgumentTypes[index] = type.ffiType }
+        let status = ffi_prep_cif(cif, curfew_ffi_default_abi(), UInt32(arguments.count), returnType.ffiType, ffiArgumentTypes)
+        guard status == FFI_OK else {
+            cif.deallocate()
+            ffiArgumentTypes.deallocate()
+            return nil
+        }
+    }
+}
+
+/// A job described by a manifest and called through libffi.
+final class ForeignJob: Sendable {
+    let libraryPath: String
+    let setup: ForeignFunction?
+    let chunk: ForeignFunction
+    let cleanup: ForeignFunction?
+    let teardown: ForeignFunction?
+    let resultRule: ForeignResultRule
+    /// Bytes of the zeroed state buffer the host owns for each run; 0 for none.
+    let stateSize: Int
+
+    init(libraryPath: String, setup: ForeignFunction?, chunk: ForeignFunction, cleanup: ForeignFunction?,
+         teardown: ForeignFunction?, resultRule: ForeignResultRule, stateSize: Int) {
+        self.libraryPath = libraryPath
+        self.setup = setup
+        self.chunk = chunk
+        self.cleanup = cleanup
+        self.teardown = teardown
+        self.resultRule = resultRule
+        self.stateSize = stateSize
+    }
+
+    /// The native hooks every foreign job runs through: the runner calls a
+    /// foreign job exactly as it calls a plugin's C job.
+    static let hooks = JobHooks(
+        create: { context, state in
+            guard let run = HostContext.from(context), let foreign = run.job.foreign, let state else { return CURFEW_ERROR }
+            let frames = ForeignRun(job: foreign, run: run)
+            if let failure = frames.setUp() {
+                run.log(.error, failure)
+                return CURFEW_ERROR
+            }
+            state.pointee = Unmanaged.passRetained(frames).toOpaque()
+            return CURFEW_OK
+        },
+        chunk: { _, state in
+            // The run owns its frames until destroy: no retain or release per chunk.
+            Unmanaged<ForeignRun>.fromOpaque(state!)._withUnsafeGuaranteedRef { $0.callChunk() }
+        },
+        expire: { _, state, _ in
+            Unmanaged<ForeignRun>.fromOpaque(state!)._withUnsafeGuaranteedRef { $0.callCleanup() }
+        },
+        destroy: { _, state in
+            let frames = Unmanaged<ForeignRun>.fromOpaque(state!)
+            frames.takeUnretainedValue().callTeardown()
+            frames.release()
+        })
+}

@@ -1,0 +1,296 @@
+import Dispatch
+import Synchronization
+
+/// Callbacks a grant makes to whoever runs the job under it.
+public struct GrantObserver: Sendable {
+    /// The grant started to expire; called once, on the grant's queue,
+    /// before the tasks' own expiration handlers.
+    public var expiring: @Sendable (ExpirationReason) -> Void
+    /// The last open task ended; called on the thread that ended it.
+    public var drained: @Sendable () -> Void
+    /// The hard deadline passed before the grant was closed; called on the
+    /// grant's queue with the names of the tasks still open.
+    public var deadline: @Sendable ([String]) -> Void
+
+    public init(
+        expiring: @escaping @Sendable (ExpirationReason) -> Void = { _ in },
+        drained: @escaping @Sendable () -> Void = {},
+        deadline: @escaping @Sendable ([String]) -> Void = { _ in }
+    ) {
+        self.expiring = expiring
+        self.drained = drained
+        self.deadline = deadline
+    }
+}
+
+/// One job's background time: a budget, an expiration point a lead time
+/// before its end, a hard deadline, and the background tasks that keep the
+/// job alive, each with its own expiration handler.
+///
+/// Time is read from the manager's clock. The timers fire on a host queue
+/// that runs no plugin code, so a blocked expiration handler cannot hold up
+/// the deadline; the handlers run on the grant's handler queue. With a
+/// ``ManualClock`` the timers fire inside `advance(by:)`.
+public final class Grant: Sendable {
+    enum Phase: Equatable {
+        case idle                        // made, not started
+        case active
+        case expiring(ExpirationReason)
+        case closed                      // no task can begin; the deadline still holds
+        case finished                    // timers disarmed
+    }
+
+    struct OpenTask {
+        let id: BackgroundTaskIdentifier
+        let name: String
+        let handler: (@Sendable (ExpirationReason) -> Void)?
+    }
+
+    struct State {
+        var phase: Phase = .idle
+        var observer = GrantObserver()
+        var tasks: [OpenTask] = []
+        var expirationTimer: (any CurfewTimer)?
+        var deadlineTimer: (any CurfewTimer)?
+        /// An expiration asked for before the grant started.
+        var earlyExpiration: ExpirationReason?
+        var startedAt: CurfewInstant?
+    }
+
+    /// The queue every grant's timers fire on. Its work is short and takes
+    /// no plugin code: state changes and enqueues.
+    static let timerQueue = DispatchQueue(label: "curfew.grant-timers", qos: .userInitiated)
+
+    /// The job's name.
+    public let name: String
+    /// The budget, or `nil` for a continuous job's grant.
+    public let budget: Duration?
+    /// The lead of the expiration point before the deadline (for a continuous
+    /// job: the time it gets to clean up after an early expiration).
+    public let lead: Duration
+    let handlerQueue: DispatchQueue
+    private let manager: GrantManager
+    private let state = Mutex(State())
+    // Read on every chunk and `timeRemaining`/`isExpiring` without the lock.
+    private let deadlineNanoseconds = Atomic<UInt64>(.max)
+    private let expirationNanoseconds = Atomic<UInt64>(.max)
+    private let expiringFlag = Atomic<Bool>(false)
+
+    init(name: String, manager: GrantManager, budget: Duration?, lead: Duration, handlerQueue: DispatchQueue) {
+        self.name = name
+        self.manager = manager
+        self.budget = budget
+        self.lead = lead
+        self.handlerQueue = handlerQueue
+    }
+
+    /// Starts the budget now and arms the timers.
+    ///
+    /// - Important: Call it once.
+    public func start(observer: GrantObserver) {
+        let clock = manager.clock
+        let now = clock.now()
+        let early = state.withLock { state -> ExpirationReason? in
+            precondition(state.phase == .idle, "Grant.start called twice")
+            state.phase = .active
+            state.observer = observer
+            state.startedAt = now
+            if let budget {
+                let expirationPoint = now.advanced(by: budget - lead)
+                let deadline = now.advanced(by: budget)
+                expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
+                deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
+                state.expirationTimer = clock.schedule(at: expirationPoint, on: Self.timerQueue) { [weak self] in
+                    self?.expire(.timeout)
+                }
+                state.deadlineTimer = clock.schedule(at: deadline, on: Self.timerQueue) { [weak self] in
+                    self?.reachDeadline()
+                }
+            }
+            return state.earlyExpiration
+        }
+        if let early { expireNow(early) }
+    }
+
+    /// Whether the grant has no budget (a continuous job's).
+    public var isUnlimited: Bool { budget == nil }
+
+    /// When the grant started, or `nil` before.
+    public var startedAt: CurfewInstant? {
+        state.withLock { $0.startedAt }
+    }
+
+    /// The instant the expiration is due, or `nil` without a budget or before the start.
+    public var expirationPoint: CurfewInstant? {
+        let value = expirationNanoseconds.load(ordering: .relaxed)
+        return value == .max ? nil : CurfewInstant(nanoseconds: value)
+    }
+
+    /// The expiration point in nanoseconds, `UInt64.max` for none: for the chunk loop.
+    var expirationPointNanoseconds: UInt64 {
+        expirationNanoseconds.load(ordering: .relaxed)
+    }
+
+    /// The hard deadline, or `nil` while there is none (an unlimited grant
+    /// gets one only when it is told to expire).
+    public var deadline: CurfewInstant? {
+        let value = deadlineNanoseconds.load(ordering: .relaxed)
+        return value == .max ? nil : CurfewInstant(nanoseconds: value)
+    }
+
+    /// The time left before the hard deadline, like `backgroundTimeRemaining`:
+    /// zero once it has passed, `nil` when there is no deadline.
+    public var timeRemaining: Duration? {
+        let deadline = deadlineNanoseconds.load(ordering: .relaxed)
+        if deadline == .max { return nil }
+        let now = manager.clock.now().nanoseconds
+        return now >= deadline ? .zero : .nanoseconds(Int64(clamping: deadline - now))
+    }
+
+    /// Whether the grant has started to expire, or is closed.
+    public var isExpiring: Bool {
+        expiringFlag.load(ordering: .relaxed)
+    }
+
+    /// The reason the grant is expiring, if it is.
+    public var expirationReason: ExpirationReason? {
+        state.withLock {
+            if case .expiring(let reason) = $0.phase { return reason }
+            return nil
+        }
+    }
+
+    /// The names of the tasks begun and not yet ended.
+    public var openTaskNames: [String] {
+        state.withLock { $0.tasks.map(\.name) }
+    }
+
+    /// Begins a background task that keeps the job alive until it ends, like
+    /// `beginBackgroundTask(withName:expirationHandler:)`.
+    ///
+    /// - Parameters:
+    ///   - name: A name for messages.
+    ///   - expirationHandler: Called once, on the handler queue, if the grant
+    ///     starts to expire while the task is open.
+    /// - Returns: The task's identifier, or ``BackgroundTaskIdentifier/invalid``
+    ///   unless the grant is active (started, not expiring, not closed).
+    public func beginTask(
+        name: String, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
+    ) -> BackgroundTaskIdentifier {
+        state.withLock { state in
+            guard state.phase == .active else { return .invalid }
+            let id = manager.nextTaskID()
+            state.tasks.append(OpenTask(id: id, name: name, handler: expirationHandler))
+            return id
+        }
+    }
+
+    /// Ends a task. Ending a task twice, or an invalid or unknown id, is harmless.
+    ///
+    /// - Returns: Whether a task was open under that id.
+    @discardableResult
+    public func endTask(_ id: BackgroundTaskIdentifier) -> Bool {
+        let (found, drained) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
+            guard let index = state.tasks.firstIndex(where: { $0.id == id }) else { return (false, nil) }
+            state.tasks.remove(at: index)
+            let live = state.phase != .idle && state.phase != .closed && state.phase != .finished
+            return (true, state.tasks.isEmpty && live ? state.observer.drained : nil)
+        }
+        drained?()
+        return found
+    }
+
+    /// Starts the expiration now, for a shutdown or a cancellation: the hard
+    /// deadline moves to at most one lead time from now. Before the start, the
+    /// expiration is kept and happens as the grant starts. Harmless once the
+    /// grant is expiring.
+    public func expireNow(_ reason: ExpirationReason) {
+        let started = state.withLock { state -> Bool in
+            guard state.phase == .idle else { return true }
+            if state.earlyExpiration == nil { state.earlyExpiration = reason }
+            return false
+        }
+        guard started else { return }
+        Self.timerQueue.async { self.expire(reason) }
+    }
+
+    /// Closes the grant if no task is open: no task can begin after, and the
+    /// expiration is off. The deadline still holds until ``finish()``.
+    ///
+    /// - Returns: Whether the grant is closed now.
+    public func closeIfDrained() -> Bool {
+        let timer = state.withLock { state -> (any CurfewTimer)?? in
+            guard state.tasks.isEmpty else { return nil }
+            if state.phase != .finished { state.phase = .closed }
+            expiringFlag.store(true, ordering: .relaxed)
+            defer { state.expirationTimer = nil }
+            return .some(state.expirationTimer)
+        }
+        guard let timer else { return false }
+        timer?.cancel()
+        return true
+    }
+
+    /// Ends the grant: whatever is open, no task can begin and no timer fires.
+    public func finish() {
+        let timers = state.withLock { state -> [any CurfewTimer] in
+            state.phase = .finished
+            expiringFlag.store(true, ordering: .relaxed)
+            defer {
+                state.expirationTimer = nil
+                state.deadlineTimer = nil
+            }
+            return [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
+        }
+        timers.forEach { $0.cancel() }
+    }
+
+    // On the timer queue (or inside ManualClock.advance).
+    private func expire(_ reason: ExpirationReason) {
+        let clock = manager.clock
+        let change = state.withLock { state -> (observer: GrantObserver, ids: [BackgroundTaskIdentifier], rearm: CurfewInstant?, old: [any CurfewTimer])? in
+            guard state.phase == .active else { return nil }
+            state.phase = .expiring(reason)
+            expiringFlag.store(true, ordering: .relaxed)
+            var old = [state.expirationTimer].compactMap { $0 }
+            state.expirationTimer = nil
+            var rearm: CurfewInstant?
+            if reason != .timeout {
+                // Early expiration: the job gets at most one lead time from now.
+                let newDeadline = clock.now().advanced(by: lead)
+                if newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) {
+                    deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
+                    old += [state.deadlineTimer].compactMap { $0 }
+                    state.deadlineTimer = clock.schedule(at: newDeadline, on: Self.timerQueue) { [weak self] in
+                        self?.reachDeadline()
+                    }
+                    rearm = newDeadline
+                }
+            }
+            return (state.observer, state.tasks.map(\.id), rearm, old)
+        }
+        guard let change else { return }
+        change.old.forEach { $0.cancel() }
+        change.observer.expiring(reason)
+        guard !change.ids.isEmpty else { return }
+        // Each open task's handler, in the order the tasks began, on the
+        // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
+        handlerQueue.async {
+            for id in change.ids {
+                let handler = self.state.withLock { state in state.tasks.first(where: { $0.id == id })?.handler }
+                handler?(reason)
+            }
+        }
+    }
+
+    // On the timer queue (or inside ManualClock.advance).
+    private func reachDeadline() {
+        let due = state.withLock { state -> (GrantObserver, [String])? in
+            guard state.phase != .finished && state.phase != .idle else { return nil }
+            state.deadlineTimer = nil
+            return (state.observer, state.tasks.map(\.name))
+        }
+        guard let (observer, open) = due else { return }
+        observer.deadline(open)
+    }
+}

@@ -1,0 +1,43 @@
+import Dispatch
+import Synchronization
+
+/// Issues grants under one policy and one clock, like `UIApplication` issues
+/// background tasks; task identifiers are unique across all its grants.
+public final class GrantManager: Sendable {
+    public let clock: any CurfewClock
+    public let policy: GrantPolicy
+    private let lastTaskID = Atomic<UInt64>(0)
+
+    public init(clock: any CurfewClock = MonotonicClock(), policy: GrantPolicy = GrantPolicy()) {
+        self.clock = clock
+        self.policy = policy
+    }
+
+    /// Makes a grant that has not started: its budget runs from ``Grant/start(observer:)``.
+    ///
+    /// - Parameters:
+    ///   - name: The job's name, for messages.
+    ///   - continuous: The job has a background mode and wants no budget.
+    ///   - handlerQueue: The serial queue the tasks' expiration handlers run on.
+    /// - Throws: ``CurfewError/Code/continuousNotAllowed`` for a continuous
+    ///   job when the policy does not allow those.
+    public func makeGrant(name: String, continuous: Bool = false, handlerQueue: DispatchQueue) throws(CurfewError) -> Grant {
+        if let refusal = policy.refusal(job: name, continuous: continuous) { throw refusal }
+        return Grant(
+            name: name, manager: self, budget: continuous ? nil : policy.budget,
+            lead: continuous ? policy.shutdownLead : policy.lead, handlerQueue: handlerQueue)
+    }
+
+    /// Makes a grant and starts it now.
+    public func beginGrant(
+        name: String, continuous: Bool = false, handlerQueue: DispatchQueue, observer: GrantObserver = GrantObserver()
+    ) throws(CurfewError) -> Grant {
+        let grant = try makeGrant(name: name, continuous: continuous, handlerQueue: handlerQueue)
+        grant.start(observer: observer)
+        return grant
+    }
+
+    func nextTaskID() -> BackgroundTaskIdentifier {
+        BackgroundTaskIdentifier(rawValue: lastTaskID.add(1, ordering: .relaxed).newValue)
+    }
+}

@@ -1,0 +1,192 @@
+import CurfewJSON
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// One worker process, from the host's side: its pid, socket and pipes, the
+/// jobs it hosts (one with `--isolate job`, a plugin's with `--isolate
+/// plugin`), and a thread that reads its messages, stdout and stderr, routes
+/// them to the jobs, and, when the worker exits, reaps it and tells each job
+/// still on it how it ended.
+final class WorkerProcess: @unchecked Sendable {
+    // Safe because the mutable state is the `state` Mutex, and the socket is
+    // written, shut and closed only under it; pid is set in init.
+    private struct State {
+        var jobs: [String: WorkerRun] = [:]
+        /// The worker has exited: no message, kill or job may reach it (its
+        /// descriptor numbers and, once reaped, its pid may belong to others).
+        var exited = false
+        var killedFor: String?
+    }
+
+    let pid: pid_t
+    private let channel: Int32
+    private let state = Mutex(State())
+    /// The fork server that forked this worker (and reaps it), with the fork's
+    /// number, or `nil` when this process started it and reaps it itself.
+    private let server: ForkServer?
+    private let forked: ForkServer.Child?
+    /// For a forked worker: one byte is written when the server reports its end.
+    private let exitPipe: [Int32]
+    private let exitStatus = Mutex<Int32?>(nil)
+
+    /// A worker this process started (and reaps).
+    init(_ worker: WorkerPool.Worker) {
+        pid = worker.pid
+        channel = worker.channel
+        server = nil
+        forked = nil
+        exitPipe = []
+        let (out, err) = (worker.out, worker.err)
+        Thread.detach { self.supervise(out: out, err: err) }
+    }
+
+    /// A worker the fork server forked (and reaps); `exitPipe` is this one's own.
+    init(forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32]) {
+        pid = child.pid
+        self.channel = channel
+        self.server = server
+        forked = child
+        self.exitPipe = exitPipe
+        server.onExit(of: child.pid) { [self] code in
+            exitStatus.withLock { $0 = code ?? -1 }
+            var byte: UInt8 = 1
+            _ = Glibc.write(exitPipe[1], &byte, 1)
+        }
+        // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
+        // pool is only as wide as the machine has cores.
+        Thread.detach { self.supervise(out: out, err: err) }
+    }
+
+    /// Whether a new job may join: not exited, not being killed.
+    var isUsable: Bool { state.withLock { !$0.exited && $0.killedFor == nil } }
+
+    /// Adds a job and sends its `run` message; false when the worker cannot take it.
+    func host(_ run: WorkerRun, message: String) -> Bool {
+        state.withLock { state in
+            guard !state.exited && state.killedFor == nil else { return false }
+            state.jobs[run.job.name] = run
+            return WorkerProtocol.send(message, to: channel)
+        }
+    }
+
+    @discardableResult
+    func send(_ line: String) -> Bool {
+        state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
+    }
+
+    /// Kills the whole process group because `job` overran its deadline.
+    func kill(for job: String) {
+        let ask = state.withLock { state -> Bool in
+            guard !state.exited && state.killedFor == nil else { return false }
+            state.killedFor = job
+            // This process's own child: its pid cannot be reused before we reap it.
+            if server == nil { Glibc.kill(-pid, SIGKILL) }
+            return server != nil
+        }
+        // A forked worker is the server's child: the server kills it if it has not reaped it.
+        if ask, let server, let forked { server.kill(forked) }
+    }
+
+    /// No more jobs will come: the worker exits once its jobs have ended.
+    func close() {
+        send(#"{"type":"close"}"#)
+    }
+
+    private func supervise(out: Int32, err: Int32) {
+        // A pidfd (or, for a forked worker, the server's word) tells when the
+        // worker exits even if a process it started still holds its pipes
+        // (then end-of-file would never come).
+        let exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
+        var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
+        let streams = [channel, out, err]
+        var open = [true, true, true]
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        var drainUntil: CurfewInstant?
+        let clock = MonotonicClock()
+        while open.contains(true) {
+            var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
+            if exit >= 0 && drainUntil == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
+            let wait = drainUntil.map { Int32(max(0, clock.now().duration(to: $0).nanoseconds / 1_000_000)) } ?? -1
+            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), wait) }
+            if ready < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            if ready == 0 && drainUntil != nil { break }  // what it left behind had 100 ms to flush
+            for entry in polls where entry.revents != 0 {
+                if entry.fd == exit {
+                    workerExited()
+                    drainUntil = clock.now().advanced(by: .milliseconds(100))
+                    continue
+                }
+                let index = streams.firstIndex(of: entry.fd)!
+                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 {
+                    open[index] = false
+                    if let last = buffers[index].flush() { route(last, from: index) }
+                    continue
+                }
+                let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+                for line in lines { route(line, from: index) }
+            }
+        }
+        workerExited()
+        var status: Int32 = 0
+        if server == nil {
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        } else {
+            // The server's report writes one byte, exactly once: always take it
+            // before closing, so the write never meets a closed (or reused) number.
+            var byte: UInt8 = 0
+            while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
+            status = exitStatus.withLock { $0 } ?? -1
+        }
+        ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + exitPipe).forEach { Glibc.close($0) }
+        let jobs = state.withLock { state -> [WorkerRun] in
+            defer { state.jobs.removeAll() }
+            return Array(state.jobs.values)
+        }
+        let killedFor = state.withLock { $0.killedFor }
+        for run in jobs { run.workerExited(status: status, killedFor: killedFor) }
+    }
+
+    /// Once the worker has exited (not yet reaped, so its pid is still its
+    /// own): no more messages or kills, and whatever it left in its group goes.
+    private func workerExited() {
+        // This process's own child is not reaped yet here: its pid is still its
+        // own while its group is killed. (The server does the same for its children.)
+        if server == nil { curfew_shim_wait_exited(pid) }
+        state.withLock { state in
+            guard !state.exited else { return }
+            state.exited = true
+            if server == nil { Glibc.kill(-pid, SIGKILL) }
+            Glibc.close(channel)
+        }
+    }
+
+    private func route(_ line: String, from stream: Int) {
+        let jobs = state.withLock { Array($0.jobs.values) }
+        switch stream {
+        case 0:
+            guard let message = try? JSONReader.parse(Array(line.utf8)) else {
+                return jobs.forEach { $0.output("unreadable message from the worker: \(line)", stream: "worker") }
+            }
+            guard let name = message["job"]?.stringValue else {
+                // A message for the whole worker (an error before any job): every job hears it.
+                let text = message["message"]?.stringValue ?? line
+                return jobs.forEach { $0.output(text, stream: "worker") }
+            }
+            guard let run = state.withLock({ $0.jobs[name] }) else { return }
+            if run.handle(message) {
+                // The job reported its end and leaves this worker (which may host others).
+                state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }
+            }
+        default:
+            // A worker hosting several jobs cannot tell whose line it is: each hears it.
+            for run in jobs { run.output(line, stream: stream == 1 ? "stdout" : "stderr") }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+import CurfewJSON
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// Runs one job in a worker process: the host side.
+///
+/// The host owns the grant's clock. At the expiration point it tells the
+/// worker to expire the job (the cleanup hook runs there); at the hard
+/// deadline it kills the worker's process group if the job has not finished.
+final class WorkerRun: JobExecution, @unchecked Sendable {
+    // Safe because the mutable state is the `control` Mutex; `process` is
+    // written in start() before any message for this job can arrive.
+    struct Control {
+        var started = false
+        var finished = false
+        var reported: (outcome: Outcome, reason: String)?
+        var expiredBy: ExpirationReason?
+        var chunks: UInt64 = 0
+        var progress: Progress?
+        var startedAt = CurfewInstant(nanoseconds: 0)
+        var deadline: CurfewInstant?
+        var killedAt: CurfewInstant?
+        var stderrTail: [String] = []
+        var timers: [any CurfewTimer] = []
+        /// Set once the run message is sent; expirations before wait in `unsent`.
+        var channelReady = false
+        var unsent: [ExpirationReason] = []
+    }
+
+    let job: PluginJob
+    private let configuration: RunConfiguration
+    private let workers: WorkerSource
+    private let clock = MonotonicClock()
+    private let events: EventChannel
+    private let onFinish: @Sendable (JobResult) -> Void
+    private let control = Mutex(Control())
+    private var process: WorkerProcess?
+
+    /// - Throws: The refusal of a continuous job the policy does not allow.
+    init(
+        job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
+        onFinish: @escaping @Sendable (JobResult) -> Void
+    ) throws(CurfewError) {
+        if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous) { throw refusal }
+        self.job = job
+        self.configuration = configuration
+        self.workers = workers
+        self.events = events
+        self.onFinish = onFinish
+    }
+
+    private var policy: GrantPolicy { configuration.policy }
+    /// With one job per worker, the job ends when its worker does, so that
+    /// every line it printed is in; a shared worker outlives its jobs.
+    private var endsWithItsWorker: Bool { configuration.isolation == .job }
+
+    /// The environment workers start with: this process's, with the Swift
+    /// backtracer off (it can hang a crashed worker and hold its pipes open)
+    /// and, under a memory limit, glibc's malloc arenas capped (each reserves
+    /// 64 MiB of address space, so a small --memory would stop the worker's
+    /// own threads, not the job).
+    static func environment(for configuration: RunConfiguration) -> [String] {
+        var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
+        environment.append("SWIFT_BACKTRACE=enable=no")
+        if configuration.limits.memoryBytes != nil {
+            environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
+            environment.append("MALLOC_ARENA_MAX=2")
+        }
+        return environment
+    }
+
+    func start() {
+        let now = clock.now()
+        let deadline = job.isContinuous ? nil : now.advanced(by: policy.budget)
+        control.withLock { c in
+            c.started = true
+            c.startedAt = now
+            c.deadline = deadline
+            events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
+        }
+        let process: WorkerProcess
+        do throws(SystemError) {
+            process = try workers.worker(for: job)
+        } catch {
+            return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
+        }
+        self.process = process
+        guard process.host(self, message: runMessage(deadline: deadline)) else {
+            return conclude(.crashed, "its worker had already exited")
+        }
+        // Expirations asked for while the worker was starting follow the run message.
+        let unsent = control.withLock { c -> [ExpirationReason] in
+            c.channelReady = true
+            defer { c.unsent.removeAll() }
+            return c.unsent
+        }
+        for reason in unsent { send(expire: reason) }
+        if let deadline {
+            arm(at: deadline.advanced(by: .zero - policy.lead)) { [self] in expireNow(.timeout) }
+            arm(at: deadline) { [self] in killAtDeadline() }
+        }
+    }
+
+    func expireNow(_ reason: ExpirationReason) {
+        let (move, ready) = control.withLock { c -> (CurfewInstant?, Bool) in
+            guard !c.finished else { return (nil, false) }
+            if c.expiredBy == nil { c.expiredBy = reason }
+            // Before the run message, it waits and follows it.
+            if !c.channelReady { c.unsent.append(reason) }
+            guard c.started, reason != .timeout else { return (nil, c.channelReady) }
+            // An early expiration gets at most one lead time from now.
+            let lead = job.isContinuous ? policy.shutdownLead : policy.lead
+            let early = clock.now().advanced(by: lead)
+            guard c.deadline.map({ early < $0 }) ?? true else { return (nil, c.channelReady) }
+            c.deadline = early
+            return (early, c.channelReady)
+        }
+        if ready { send(expire: reason) }
+        if let move { arm(at: move) { [self] in killAtDeadline() } }
+    }
+
+    func status() -> JobStatus {
+        control.withLock { c in
+            JobStatus(
+                job: job.name, isChunked: job.isChunked,
+                timeRemaining: c.deadline.map { max(.zero, clock.now().duration(to: $0)) },
+                progress: c.progress, chunks: nil, isExpiring: c.expiredBy != nil)
+        }
+    }
+
+    // MARK: Messages
+
+    private func runMessage(deadline: CurfewInstant?) -> String {
+        var message = JSONLine("type", "run")
+        message.add("protocol", WorkerProtocol.version)
+        message.add("plugin", job.pluginPath)
+        message.add("job", job.name)
+        // The deadline itself, on the clock both processes read: the worker's
+        // grant ends when the host's does, whenever the worker gets to start it.
+        if let deadline {
+            message.add("deadline", Int64(clamping: deadline.nanoseconds))
+        } else {
+            message.addRaw("deadline", "null")
+        }
+        message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
+        message.addRaw("continuous", job.isContinuous ? "true" : "false")
+        // With one job per worker, the worker exits when this job ends.
+        message.addRaw("last", endsWithItsWorker ? "true" : "false")
+        message.addRaw(
+            "parameters",
+            "{" + configuration.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
+                .joined(separator: ",") + "}")
+        let limits = configuration.limits
+        message.addRaw(
+            "limits",
+            "{\"memory\":\(limits.memoryBytes ?? 0),\"cpu\":\(limits.cpuSeconds ?? 0),\"files\":\(limits.openFiles ?? 0)}")
+        return message.text
+    }
+
+    private func send(expire reason: ExpirationReason) {
+        var message = JSONLine("type", "expire")
+        message.add("job", job.name)
+        message.add("reason", reason.rawValue)
+        process?.send(message.text)
+    }
+
+    private func arm(at instant: CurfewInstant, _ work: @escaping @Sendable () -> Void) {
+        let timer = clock.schedule(at: instant, on: Grant.timerQueue, work)
+        let keep = control.withLock { c -> Bool in
+            guard !c.finished else { return false }
+            c.timers.append(timer)
+            return true
+        }
+        if !keep { timer.cancel() }
+    }
+
+    /// How long a shared worker gets, past a job's deadline, to report the
+    /// job terminated itself before the host kills it (and the siblings with it).
+    static let sharedWorkerGrace: Duration = .milliseconds(100)
+
+    private func killAtDeadline(graceGiven: Bool = false) {
+        let kill = control.withLock { c -> Bool in
+            guard !c.finished, c.killedAt == nil, let deadline = c.deadline,
+                clock.now().advanced(by: .milliseconds(1)) >= deadline
+            else { return false }
+            guard endsWithItsWorker || graceGiven else { return false }
+            c.killedAt = clock.now()
+            return true
+        }
+        if kill {
+            process?.kill(for: job.name)
+        } else if !endsWithItsWorker && !graceGiven {
+            // A shared worker's runner gives up on a stuck job by itself, sparing its
+            // siblings: kill only if it has not said so shortly after the deadline.
+            arm(at: clock.now().advanced(by: Self.sharedWorkerGrace)) { [self] in killAtDeadline(graceGiven: true) }
+        }
+    }
+
+    /// A line the plugin printed, tagged with its job and stream.
+    func output(_ line: String, stream: String) {
+        control.withLock { c in
+            guard !c.finished else { return }
+            if stream == "stderr" {
+                c.stderrTail.append(line)
+                if c.stderrTail.count > 5 { c.stderrTail.removeFirst() }
+            }
+            events.post(.log(job: job.name, level: stream == "stdout" ? .info : .warning, message: "[\(stream)] \(line)"))
+        }
+    }
+
+    /// Handles one message for this job; true when the job has ended with it.
+    func handle(_ message: JSONValue) -> Bool {
+        var ended = false
+        control.withLock { c in
+            guard !c.finished else { return }
+            switch message["type"]?.stringValue {
+            case "log":
+                let level = message["level"]?.stringValue.flatMap { name in
+                    [LogLevel.debug, .info, .warning, .error].first { $0.description == name }
+                } ?? .info
+                events.post(.log(job: job.name, level: level, message: message["message"]?.stringValue ?? ""))
+            case "progress":
+                let progress = Progress(
+                    completed: message["completed"]?.integerValue ?? 0, total: message["total"]?.integerValue ?? 0)
+                c.progress = progress
+                events.post(.progress(job: job.name, progress))
+            case "expiring":
+                let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:)) ?? .timeout
+                if c.expiredBy == nil { c.expiredBy = reason }
+                events.post(.expiring(job: job.name, reason: reason))
+            case "finished":
+                c.chunks = UInt64(message["chunks"]?.integerValue ?? 0)
+                if let completed = message["completed"]?.integerValue, let total = message["total"]?.integerValue {
+                    c.progress = Progress(completed: completed, total: total)
+                }
+                let outcome = message["outcome"]?.stringValue.flatMap(Outcome.init(rawValue:)) ?? .failed
+                c.reported = (outcome, message["reason"]?.stringValue ?? "")
+                if !endsWithItsWorker {
+                    finishLocked(&c, outcome: outcome, reason: c.reported!.reason)
+                    ended = true
+                }
+            default:
+                break
+            }
+        }
+        return ended
+    }
+
+    /// The worker exited (or was killed) while this job was on it.
+    func workerExited(status: Int32, killedFor: String?) {
+        control.withLock { c in
+            guard !c.finished else { return }
+            if status == -1 && c.reported == nil {
+                // A forked worker whose fork server died: how it ended is not known.
+                return finishLocked(&c, outcome: .crashed, reason: "its worker ended, and how is not known: its fork server is gone")
+            }
+            let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
+            let signal = status & 0x7F
+            let code = (status >> 8) & 0xFF
+            let outcome: Outcome
+            var reason: String
+            if let killedAt = c.killedAt, let deadline = c.deadline, killedFor == job.name, c.reported == nil {
+                outcome = .terminated
+                let late = deadline.duration(to: killedAt).seconds * 1000
+                reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it"
+            } else if let reported = c.reported {
+                (outcome, reason) = reported
+            } else if let killedFor, killedFor != job.name {
+                outcome = .crashed
+                reason = "its worker, shared with '\(killedFor)', was killed when that job overran its hard deadline"
+            } else if signaled {
+                outcome = .crashed
+                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+                reason = "\(whose) died of \(WorkerProtocol.signalName(signal))"
+                if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
+                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
+            } else {
+                outcome = .crashed
+                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+                reason = "\(whose) exited with status \(code) before the job finished"
+                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
+            }
+            finishLocked(&c, outcome: outcome, reason: reason)
+        }
+    }
+
+    private func conclude(_ outcome: Outcome, _ reason: String) {
+        control.withLock { c in
+            guard !c.finished else { return }
+            finishLocked(&c, outcome: outcome, reason: reason)
+        }
+    }
+
+    private func finishLocked(_ c: inout Control, outcome: Outcome, reason: String) {
+        c.finished = true
+        c.timers.forEach { $0.cancel() }
+        c.timers.removeAll()
+        let result = JobResult(
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
+            elapsed: c.startedAt.duration(to: clock.now()), reason: reason, progress: c.progress)
+        events.post(.finished(result)) { [onFinish] in onFinish(result) }
+    }
+}
+
+private func formatMilliseconds(_ value: Double) -> String {
+    let tenths = Int64((value * 10).rounded())
+    return "\(tenths / 10).\(abs(tenths % 10))"
+}

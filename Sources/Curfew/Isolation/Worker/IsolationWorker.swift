@@ -1,0 +1,135 @@
+import CurfewJSON
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// The worker role: `curfew __worker`, started by a host with `--isolate job`
+/// or `--isolate plugin`, or to scan plugin files.
+///
+/// It reads messages from fd 3. A `run` starts a job with the in-process
+/// runner and reports its events back, tagged with the job; an `expire`
+/// expires one. The first `run` applies the worker's limits before any plugin
+/// is loaded. The worker exits when its last job ends: after the job whose
+/// `run` said `last`, or once the host has closed the socket and no job is
+/// left. It prints nothing itself: stdout and stderr belong to the plugins.
+public enum IsolationWorker {
+    /// The hidden first argument that starts `curfew` as a worker.
+    public static let argument = WorkerProtocol.workerArgument
+    /// The hidden first argument that starts `curfew` as a fork server.
+    public static let forkServerArgument = "__forkserver"
+
+    /// Serves forks on fd 3 (see `curfew_shim_fork_server`). Returns true in a
+    /// forked child, which goes on as a worker (`main()`); in the server
+    /// itself it returns false when the host is done, or when the process is
+    /// not single-threaded and forking it would be unsafe.
+    public static func serveForks() -> Bool {
+        warmUp()
+        return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
+    }
+
+    /// Does once, in the server, the first-time work every child would do
+    /// (type metadata, protocol conformances, the JSON reader and writer, the
+    /// runner's types), so each fork inherits it. Starts no thread: the server
+    /// forks only while it has one.
+    static func warmUp() {
+        let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0}}"#
+        guard let run = try? JSONReader.parse(Array(sample.utf8)) else { return }
+        _ = run["limits"]?["memory"]?.integerValue
+        _ = run["lead"]?.numberValue
+        let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil)
+        let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
+        _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
+        _ = message(for: .log(job: "j", level: .info, message: "m"))
+        _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
+        _ = PluginLoader(parameters: [:], allowsInsecurePlugins: true)
+    }
+
+    /// Runs the worker and returns its exit status.
+    public static func main() async -> Int32 {
+        let channel = WorkerProtocol.channelDescriptor
+        // A process a plugin starts must not inherit the socket (it would keep it open).
+        _ = fcntl(channel, F_SETFD, FD_CLOEXEC)
+        let messages = MessageReader(descriptor: channel)
+        // A worker the host started ahead of need and no longer needs: the socket just closes.
+        guard let first = messages.next() else { return 0 }
+        guard let type = first["type"]?.stringValue, type == "run" || type == "scan" else {
+            WorkerProtocol.send(#"{"type":"error","message":"the first message was neither 'run' nor 'scan'"}"#, to: channel)
+            return 2
+        }
+        guard let version = first["protocol"]?.numberValue, Int64(version) == WorkerProtocol.version else {
+            WorkerProtocol.send(#"{"type":"error","message":"protocol version mismatch"}"#, to: channel)
+            return 2
+        }
+        if type == "scan" {
+            _exit(SafeScanner.serve(first, channel: channel))  // plugins' exit handlers are not ours to run
+        }
+        let limits = first["limits"]
+        let limited = curfew_shim_limit_worker(
+            UInt64(limits?["memory"]?.integerValue ?? 0), UInt64(limits?["cpu"]?.integerValue ?? 0),
+            UInt64(limits?["files"]?.integerValue ?? 0))
+        let host = WorkerHost(channel: channel)
+        if limited != 0 {
+            host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
+            _exit(1)
+        }
+        host.start(first)
+        while let message = messages.next() {
+            switch message["type"]?.stringValue {
+            case "run": host.start(message)
+            case "expire":
+                guard let job = message["job"]?.stringValue,
+                    let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:))
+                else { continue }
+                host.expire(job, reason)
+            case "close":
+                host.closed()
+            default: continue
+            }
+        }
+        // The socket ended without a close: the host is gone. Nobody will kill
+        // this worker at a deadline now, so expire its jobs and leave.
+        host.hostGone()
+        // The jobs end on their own threads; the last one to end exits the process.
+        while true { pause() }
+    }
+
+    static func message(for event: RunEvent) -> String? {
+        switch event {
+        case .started:
+            return nil
+        case .log(let job, let level, let text):
+            var line = JSONLine("type", "log")
+            line.add("job", job)
+            line.add("level", level.description)
+            line.add("message", text)
+            return line.text
+        case .progress(let job, let progress):
+            var line = JSONLine("type", "progress")
+            line.add("job", job)
+            line.add("completed", progress.completed)
+            line.add("total", progress.total)
+            return line.text
+        case .expiring(let job, let reason):
+            var line = JSONLine("type", "expiring")
+            line.add("job", job)
+            line.add("reason", reason.rawValue)
+            return line.text
+        case .finished(let result):
+            return finished(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
+        }
+    }
+
+    static func finished(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> String {
+        var line = JSONLine("type", "finished")
+        line.add("job", job)
+        line.add("outcome", outcome.rawValue)
+        line.add("reason", reason)
+        line.add("chunks", Int64(clamping: chunks))
+        if let progress {
+            line.add("completed", progress.completed)
+            line.add("total", progress.total)
+        }
+        return line.text
+    }
+}

@@ -1,0 +1,133 @@
+import CurfewJSON
+import Dispatch
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// The jobs one worker runs, each with a runner of its own.
+final class WorkerHost: Sendable {
+    private struct State {
+        var runners: [String: Runner] = [:]
+        var live = 0
+        var closed = false
+        var last = false
+    }
+
+    private let channel: Int32
+    private let state = Mutex(State())
+    private let sendLock = Mutex(())
+
+    init(channel: Int32) {
+        self.channel = channel
+    }
+
+    private func send(_ line: String) {
+        sendLock.withLock { _ in _ = WorkerProtocol.send(line, to: channel) }
+    }
+
+    func refuse(_ run: JSONValue, _ reason: String) {
+        send(IsolationWorker.finished(job: run["job"]?.stringValue ?? "", outcome: .failed, reason: reason, chunks: 0, progress: nil))
+    }
+
+    /// Loads the plugin and starts the job a `run` message names.
+    func start(_ run: JSONValue) {
+        var parameters: [String: String] = [:]
+        if case .object(let members)? = run["parameters"] {
+            for (key, value) in members { parameters[key] = value.stringValue }
+        }
+        let pluginPath = run["plugin"]?.stringValue ?? ""
+        let jobName = run["job"]?.stringValue ?? ""
+        let last = run["last"] == .bool(true)
+        // The host checked the file's ownership before it scheduled the job.
+        let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
+        guard let job = scan.jobs.first(where: { $0.name == jobName }) else {
+            let why = scan.rejected.first.map { "the worker could not load the plugin: \($0.error.description)" }
+                ?? "the worker found no job '\(jobName)' in \(pluginPath)"
+            refuse(run, why)
+            return ended(last: last, counted: false)
+        }
+        let continuous = run["continuous"] == .bool(true)
+        let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
+        // What is left of the host's grant, now that the plugin has loaded.
+        let deadline = run["deadline"]?.integerValue.map { CurfewInstant(nanoseconds: UInt64(max(0, $0))) }
+        let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) } ?? GrantPolicy.defaultBudget
+        // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
+        let policy = GrantPolicy(
+            budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
+        let runner = Runner(
+            jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
+        ) { [self] event in
+            if let line = IsolationWorker.message(for: event) { send(line) }
+        }
+        state.withLock {
+            $0.runners[jobName] = runner
+            $0.live += 1
+        }
+        Task {
+            _ = await runner.run()
+            self.ended(last: last, counted: true)
+        }
+    }
+
+    func expire(_ job: String, _ reason: ExpirationReason) {
+        state.withLock { $0.runners[job] }?.expireRunning(reason)
+    }
+
+    /// The host is gone: expire every job as a shutdown, and leave when they
+    /// have ended, or after the longest lead there is.
+    func hostGone() {
+        let runners = state.withLock { state -> [Runner] in
+            state.closed = true
+            return Array(state.runners.values)
+        }
+        runners.forEach { $0.expireRunning(.shutdown) }
+        closed()
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) { _exit(0) }
+    }
+
+    /// No more jobs will come: leave once the running ones have ended.
+    func closed() {
+        let idle = state.withLock { state -> Bool in
+            state.closed = true
+            return state.live == 0
+        }
+        if idle { _exit(0) }
+    }
+
+    private func ended(last: Bool, counted: Bool) {
+        let exit = state.withLock { state -> Bool in
+            if counted { state.live -= 1 }
+            if last { state.last = true }
+            return state.live == 0 && (state.closed || state.last)
+        }
+        // A terminated job may still hold a thread: leave without exit handlers.
+        if exit { _exit(0) }
+    }
+}
+
+/// Reads JSON Lines from a descriptor, blocking.
+final class MessageReader: @unchecked Sendable {
+    // Safe because one thread reads: the worker's main.
+    private let descriptor: Int32
+    private var buffer = LineBuffer()
+    private var ready: [String] = []
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    /// The next message, or `nil` at the end of the stream; a line that is
+    /// not JSON is skipped.
+    func next() -> JSONValue? {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            while ready.isEmpty {
+                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { return nil }
+                ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            }
+            if let message = try? JSONReader.parse(Array(ready.removeFirst().utf8)) { return message }
+        }
+    }
+}

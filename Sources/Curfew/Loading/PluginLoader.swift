@@ -1,0 +1,203 @@
+import CCurfew
+import Glibc
+import Synchronization
+
+/// Finds plugin files, loads them with `dlopen`, and validates every field of
+/// their descriptors before trusting any of it.
+///
+/// A bad plugin is rejected with a one-sentence reason and the others still
+/// load. Plugins are never unloaded (see DESIGN.md: unloading a Swift-built
+/// plugin crashes the process later), so a loaded plugin's hooks stay valid
+/// for the life of the process.
+public struct PluginLoader: Sendable {
+    /// The file name suffix a folder scan picks up.
+    public static let pluginSuffix = ".so"
+    /// The ABI version this host speaks.
+    public static let abiVersion = UInt32(CURFEW_ABI_VERSION)
+    /// The most jobs one plugin or manifest may declare.
+    public static let maximumJobs = UInt32(CURFEW_MAX_JOBS)
+
+    /// The `--param` values, which foreign-job manifests bind to arguments at load.
+    public let parameters: [String: String]
+    /// Load plugin files and folders that others could have written (off by default).
+    public let allowsInsecurePlugins: Bool
+
+    public init(parameters: [String: String] = [:], allowsInsecurePlugins: Bool = false) {
+        self.parameters = parameters
+        self.allowsInsecurePlugins = allowsInsecurePlugins
+    }
+
+    /// Why loading code from `path` would be unsafe, or `nil`: writable by
+    /// group or others, or owned by a user who is neither this one nor root.
+    func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil) -> CurfewError? {
+        guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
+        let (mode, owner) = (status.mode, status.owner)
+        let what = status.isDirectory ? "Folder" : "File"
+        if mode & 0o022 != 0 {
+            let who = mode & 0o002 != 0 ? "anyone" : "its group"
+            return CurfewError(
+                .insecure,
+                "\(what) is writable by \(who) (mode \(String(mode, radix: 8))), so anyone there could replace the code it runs; "
+                    + "chmod go-w it, or pass --allow-insecure-plugins.")
+        }
+        if owner != geteuid() && owner != 0 {
+            return CurfewError(
+                .insecure,
+                "\(what) is owned by uid \(owner), neither you nor root; chown it, or pass --allow-insecure-plugins.")
+        }
+        return nil
+    }
+
+    /// Loads the plugins at `paths`: each folder is scanned (not recursively)
+    /// for `*.so` files and `*.curfew.json` foreign-job manifests, in name
+    /// order; each file is loaded as given. A library that a manifest in the
+    /// same scan names is loaded through the manifest, not as a plugin.
+    ///
+    /// A path that does not exist is rejected like a bad plugin. A file met
+    /// twice (say, in a folder and by name) loads once. A job whose name an
+    /// earlier plugin already declared gets its plugin rejected.
+    public func scan(_ paths: [String]) -> PluginScan {
+        var rejected: [RejectedPlugin] = []
+        let files = candidates(paths, rejected: &rejected)
+        let results = files.map { file -> (String, Result<LoadedPlugin, CurfewError>) in
+            do throws(CurfewError) {
+                let plugin = try file.path.hasSuffix(ForeignManifestReader.suffix)
+                    ? ForeignManifestReader(path: file.path, parameters: parameters).load()
+                    : load(file.path, isRegularFile: file.isRegular)
+                return (file.path, .success(plugin))
+            } catch {
+                return (file.path, .failure(error))
+            }
+        }
+        return Self.assemble(results, rejected: rejected)
+    }
+
+    /// The loaded plugins and rejections, in file order, with a plugin whose
+    /// job name an earlier plugin declared rejected.
+    static func assemble(_ results: [(String, Result<LoadedPlugin, CurfewError>)], rejected: [RejectedPlugin]) -> PluginScan {
+        var scan = PluginScan(rejected: rejected)
+        var jobOwners: [String: String] = [:]
+        for (path, result) in results {
+            switch result {
+            case .failure(let error):
+                scan.rejected.append(RejectedPlugin(path: path, error: error))
+            case .success(let plugin):
+                if let clash = plugin.jobs.first(where: { jobOwners[$0.name] != nil }) {
+                    scan.rejected.append(RejectedPlugin(path: path, error: CurfewError(
+                        .duplicateJobName,
+                        "Job name '\(clash.name)' is already declared by \(jobOwners[clash.name]!); job names must be unique.")))
+                    continue
+                }
+                for job in plugin.jobs { jobOwners[job.name] = path }
+                scan.plugins.append(plugin)
+            }
+        }
+        return scan
+    }
+
+    /// The files to load, in order, each once, with whether it is known to be
+    /// a regular file; paths that cannot be read are rejected.
+    func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [(path: String, isRegular: Bool?)] {
+        var files: [(path: String, isRegular: Bool?)] = []
+        for path in paths {
+            do throws(SystemError) {
+                let info = try Syscalls.fileStatus(path)
+                if let insecure = insecurity(path, status: info) {
+                    rejected.append(RejectedPlugin(path: path, error: insecure))
+                    continue
+                }
+                guard info.isDirectory else {
+                    files.append((path, info.isRegular))
+                    continue
+                }
+                for entry in try Syscalls.directoryEntries(path)
+                where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
+                    && !entry.name.hasPrefix(".") && entry.isRegular != false
+                {
+                    let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
+                    if let insecure = insecurity(file) {
+                        rejected.append(RejectedPlugin(path: file, error: insecure))
+                        continue
+                    }
+                    files.append((file, entry.isRegular))
+                }
+            } catch {
+                let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable
+                let what = error.errno == ENOENT ? "No such file or folder." : "Cannot be read: \(error.message)."
+                rejected.append(RejectedPlugin(path: path, error: CurfewError(code, what, underlying: error.message)))
+            }
+        }
+        // Only several paths can name one file twice; one folder lists each file once.
+        if paths.count > 1 {
+            var seen = Set<String>()
+            files = files.filter { seen.insert(Syscalls.realPath($0.path) ?? $0.path).inserted }
+        }
+        // A manifest's library is not a plugin of its own.
+        let manifests = files.map(\.path).filter { $0.hasSuffix(ForeignManifestReader.suffix) }
+        guard !manifests.isEmpty else { return files }
+        let libraries = Set(manifests.map {
+            let library = ForeignManifestReader.declaredLibrary(ofManifest: $0)
+            return Syscalls.realPath(library) ?? library
+        })
+        return files.filter {
+            $0.path.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0.path) ?? $0.path)
+        }
+    }
+
+    /// Loads and validates one plugin file.
+    ///
+    /// - Throws: A ``CurfewError`` saying why the file cannot be used.
+    public func load(_ path: String) throws(CurfewError) -> LoadedPlugin {
+        try load(path, isRegularFile: nil)
+    }
+
+    private func load(_ path: String, isRegularFile: Bool?) throws(CurfewError) -> LoadedPlugin {
+        // dlopen would block on a FIFO: only regular files go to it.
+        if isRegularFile != true { try checkRegularFile(path) }
+        // dlopen searches the library path for a name without a slash.
+        let handle: UnsafeMutableRawPointer
+        switch Syscalls.dlopenPlugin(path.contains("/") ? path : "./" + path) {
+        case .success(let opened): handle = opened
+        case .failure(let error): throw diagnose(path, error)
+        }
+        guard let symbol = Syscalls.dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL) else {
+            throw CurfewError(
+                .missingEntry,
+                "No '\(CURFEW_PLUGIN_ENTRY_SYMBOL)' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT)."
+            )
+        }
+        let entry = unsafeBitCast(symbol, to: curfew_plugin_entry_fn.self)
+        let (descriptor, messages) = HostServices.callEntry(entry)
+        guard let descriptor else {
+            let why = messages.isEmpty ? "" : ": \(messages.joined(separator: "; "))"
+            throw CurfewError(.entryDeclined, "The plugin declined to load (its entry returned NULL)\(why).")
+        }
+        return try DescriptorValidator(path: path).validate(UnsafeRawPointer(descriptor))
+    }
+
+    private func checkRegularFile(_ path: String) throws(CurfewError) {
+        let info: Syscalls.FileStatus
+        do throws(SystemError) {
+            info = try Syscalls.fileStatus(path)
+        } catch {
+            if error.errno == ENOENT { throw CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
+            throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
+        }
+        guard info.isRegular else {
+            throw CurfewError(.notELF, "Not a regular file, so not a shared object.")
+        }
+    }
+
+    /// Why dlopen refused a file, in words: checked only after it failed, so
+    /// the success path costs nothing beyond dlopen itself.
+    private func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
+        if let info = try? Syscalls.fileStatus(path), info.size == 0 {
+            return CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
+        }
+        if let prefix = try? Syscalls.readPrefix(path, count: 4), prefix != [0x7F, 0x45, 0x4C, 0x46] {
+            return CurfewError(
+                .notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).", underlying: error.message)
+        }
+        return CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
+    }
+}

@@ -1,0 +1,426 @@
+import CCurfew
+import Dispatch
+import Synchronization
+
+/// Runs one job under its grant: calls its hooks on the job's serial queue,
+/// drives its chunk loop, routes the grant's expiration to its `expire` hook
+/// without ever overlapping a chunk, and decides its outcome.
+///
+/// Its address is the job's `curfew_context *` (see ``HostContext``).
+final class JobRun: HostContext, JobExecution, @unchecked Sendable {
+    // Safe because its mutable state is the `control` Mutex, and `jobState`,
+    // which only the job's serial queue touches.
+    /// Where the job is in its life. Guarded by `control`.
+    enum Stage {
+        case pending      // not started
+        case creating     // `create` is enqueued or running
+        case queued       // a slice is enqueued on the job queue
+        case running      // a slice is calling chunks
+        case delayed      // waiting for a chunk's requested delay
+        case idle         // stopped at the expiration point; the grant's expiration is due
+        case expiring     // `expire` is enqueued or running
+        case waiting      // hooks done; waiting for the job's own tasks to end
+        case destroying   // `destroy` is enqueued or running
+        case finished
+        case terminated   // overran the hard deadline: never called again
+    }
+
+    struct Control {
+        var stage: Stage = .pending
+        var pendingExpire: ExpirationReason?
+        var expiredBy: ExpirationReason?
+        var expireCalled = false
+        var createFailed = false
+        var failure: String?
+        var delayTimer: (any CurfewTimer)?
+        var chunks: UInt64 = 0
+        var progress: Progress?
+        var lastProgressEvent: CurfewInstant?
+        var lastError: String?
+        var startedAt: CurfewInstant?
+
+        var isOver: Bool { stage == .finished || stage == .terminated }
+    }
+
+    /// What to do once the control lock is released.
+    private enum Next {
+        case nothing
+        case slice        // run a slice here (already on the job queue)
+        case enqueueSlice
+        case expire       // here
+        case enqueueExpire
+        case destroy      // here
+        case enqueueDestroy
+        case delay(nanoseconds: Int64)
+    }
+
+    let grant: Grant
+    private let clock: any CurfewClock
+    private let timeSliceNanoseconds: UInt64
+    private let queue: DispatchQueue
+    private let events: EventChannel
+    private let onFinish: @Sendable (JobResult) -> Void
+    private let control = Mutex(Control())
+
+    // Written by `create` and read by later hooks, all on the job's serial queue.
+    private var jobState: UnsafeMutableRawPointer?
+
+    /// - Throws: The grant's refusal (a continuous job the policy does not allow).
+    init(
+        job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
+        events: EventChannel, onFinish: @escaping @Sendable (JobResult) -> Void
+    ) throws(CurfewError) {
+        self.clock = manager.clock
+        self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
+        self.queue = DispatchQueue(label: "curfew.job.\(job.name)")
+        self.events = events
+        self.onFinish = onFinish
+        self.grant = try manager.makeGrant(
+            name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
+        super.init(job: job, parameters: parameters)
+    }
+
+    // MARK: Starting
+
+    /// Starts the job's grant and dispatches its `create`.
+    func start() {
+        control.withLock { c in
+            precondition(c.stage == .pending, "JobRun.start called twice")
+            c.stage = .creating
+            c.startedAt = clock.now()
+            events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
+        }
+        grant.start(observer: GrantObserver(
+            expiring: { [self] reason in requestExpire(reason) },
+            drained: { [self] in tasksDrained() },
+            deadline: { [self] open in reachDeadline(openTasks: open) }))
+        queue.async { self.runCreate() }
+    }
+
+    /// Expires the job now, for a shutdown or a cancellation (kept until the
+    /// grant starts, if it has not yet).
+    func expireNow(_ reason: ExpirationReason) {
+        grant.expireNow(reason)
+    }
+
+    // MARK: Hooks, on the job queue
+
+    private func runCreate() {
+        guard control.withLock({ $0.stage == .creating }) else { return }
+        var state: UnsafeMutableRawPointer?
+        let status = job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK
+        jobState = state
+        let next = control.withLock { c -> Next in
+            guard c.stage == .creating else { return .nothing }  // terminated meanwhile
+            if status != CURFEW_OK {
+                c.createFailed = true
+                c.failure = c.lastError.map { "create failed: \($0)" } ?? "create returned an error"
+                c.stage = .waiting
+                return finishIfDrained(&c, onQueue: true)
+            }
+            if c.pendingExpire != nil, job.isChunked || job.hooks.expire != nil {
+                c.stage = .expiring
+                c.expireCalled = true
+                return .expire
+            }
+            if job.isChunked {
+                c.stage = .queued
+                return .slice
+            }
+            c.stage = .waiting
+            return finishIfDrained(&c, onQueue: true)
+        }
+        perform(next)
+    }
+
+    /// Calls chunks back to back for up to one time slice, checking before
+    /// each that the grant is not expiring. No lock, allocation or dispatch
+    /// per chunk: one clock read and one relaxed atomic load.
+    private func runSlice() {
+        guard control.withLock({ c -> Bool in
+            guard c.stage == .queued else { return false }
+            c.stage = .running
+            return true
+        }) else { return }
+
+        let chunk = job.hooks.chunk!
+        let context = self.context
+        let state = jobState
+        let grant = self.grant
+        let expirationPoint = grant.expirationPointNanoseconds
+        var now = clock.now().nanoseconds
+        let sliceEnd = now &+ timeSliceNanoseconds
+        var count: UInt64 = 0
+        var result: curfew_chunk_result = 0
+        enum Stop { case expiring, sliceOver, result }
+        let stop: Stop
+        while true {
+            if now >= expirationPoint || grant.isExpiring { stop = .expiring; break }
+            if count > 0 && now >= sliceEnd { stop = .sliceOver; break }
+            result = chunk(context, state)
+            count &+= 1
+            if result != 0 { stop = .result; break }
+            now = clock.now().nanoseconds
+        }
+
+        let next = control.withLock { c -> Next in
+            c.chunks &+= count
+            guard c.stage == .running else { return .nothing }  // terminated meanwhile
+            if stop == .result && result < 0 {
+                if result == -1 {
+                    return workEnded(&c, failure: nil)
+                }
+                let why = result == -2 ? "chunk returned failed" : "chunk returned \(result), not a valid result"
+                return workEnded(&c, failure: c.lastError.map { "\(why): \($0)" } ?? why)
+            }
+            if c.pendingExpire != nil {
+                c.stage = .expiring
+                c.expireCalled = true
+                return .expire
+            }
+            switch stop {
+            case .expiring:
+                // The grant's expiration is due or under way; it calls `expire`.
+                c.stage = .idle
+                return .nothing
+            case .sliceOver:
+                c.stage = .queued
+                return .enqueueSlice
+            case .result:
+                c.stage = .delayed
+                return .delay(nanoseconds: result)
+            }
+        }
+        perform(next)
+    }
+
+    private func workEnded(_ c: inout Control, failure: String?) -> Next {
+        c.failure = failure
+        c.stage = .waiting
+        return finishIfDrained(&c, onQueue: true)
+    }
+
+    private func delayFired() {
+        let resume = control.withLock { c -> Bool in
+            guard c.stage == .delayed else { return false }
+            c.delayTimer = nil
+            c.stage = .queued
+            return true
+        }
+        if resume { runSlice() }
+    }
+
+    private func runExpire() {
+        guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
+            return
+        }
+        job.hooks.expire?(context, jobState, reason.cValue)
+        let next = control.withLock { c -> Next in
+            guard c.stage == .expiring else { return .nothing }
+            c.stage = .waiting
+            return finishIfDrained(&c, onQueue: true)
+        }
+        perform(next)
+    }
+
+    private func runDestroy() {
+        guard let skip = control.withLock({ c in c.stage == .destroying ? c.createFailed : nil }) else { return }
+        // A task's expiration handler may still be returning after it ended the
+        // last task: destroy waits for it, so the two never overlap.
+        grant.handlerQueue.sync {}
+        if !skip {
+            job.hooks.destroy?(context, jobState)
+        }
+        control.withLock { c in
+            guard c.stage == .destroying else { return }  // terminated meanwhile
+            c.stage = .finished
+            grant.finish()
+            let (outcome, reason) = outcomeAndReason(c)
+            finish(makeResult(c, outcome: outcome, reason: reason))
+        }
+    }
+
+    private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
+        if let failure = c.failure { return (.failed, failure) }
+        if let reason = c.expiredBy, c.expireCalled || !job.isChunked {
+            return (.expired, c.expireCalled ? "\(reason); cleanup ran" : "\(reason); tasks ended")
+        }
+        return (.completed, job.isChunked ? "work done" : "all tasks ended")
+    }
+
+    // MARK: Grant callbacks
+
+    /// The grant started to expire: call `expire` at once when no chunk is in
+    /// flight, else right after it returns.
+    private func requestExpire(_ reason: ExpirationReason) {
+        let next = control.withLock { c -> Next in
+            if c.isOver || c.stage == .destroying { return .nothing }
+            if c.expiredBy == nil { c.expiredBy = reason }
+            events.post(.expiring(job: job.name, reason: reason))
+            switch c.stage {
+            case .pending, .creating, .running:
+                c.pendingExpire = reason
+                return .nothing
+            case .queued, .delayed, .idle:
+                c.delayTimer?.cancel()
+                c.delayTimer = nil
+                c.pendingExpire = reason
+                c.stage = .expiring
+                c.expireCalled = true
+                return .enqueueExpire
+            case .waiting:
+                guard job.hooks.expire != nil && !c.expireCalled && !c.createFailed else { return .nothing }
+                c.pendingExpire = reason
+                c.stage = .expiring
+                c.expireCalled = true
+                return .enqueueExpire
+            case .expiring, .destroying, .finished, .terminated:
+                return .nothing
+            }
+        }
+        perform(next)
+    }
+
+    private func tasksDrained() {
+        let next = control.withLock { c -> Next in
+            finishIfDrained(&c, onQueue: false)
+        }
+        perform(next)
+    }
+
+    /// The hard deadline passed and the job is not over: stop waiting for it.
+    private func reachDeadline(openTasks: [String]) {
+        control.withLock { c in
+            let what: String
+            switch c.stage {
+            case .finished, .terminated: return
+            case .pending, .creating: what = "create was still running"
+            case .running: what = "chunk \(c.chunks + 1) was still running"
+            case .expiring: what = "expire was still running"
+            case .destroying: what = "destroy was still running"
+            case .waiting where !openTasks.isEmpty:
+                let names = openTasks.map { "'\($0)'" }.joined(separator: ", ")
+                what = openTasks.count == 1 ? "background task \(names) was never ended" : "background tasks \(names) were never ended"
+            case .queued, .delayed, .idle, .waiting: what = "did not stop"
+            }
+            c.delayTimer?.cancel()
+            c.delayTimer = nil
+            c.stage = .terminated
+            grant.finish()
+            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline"))
+        }
+    }
+
+    /// With the control lock held: if the hooks are done and no task is open,
+    /// closes the grant and moves on to `destroy`.
+    private func finishIfDrained(_ c: inout Control, onQueue: Bool) -> Next {
+        guard c.stage == .waiting, grant.closeIfDrained() else { return .nothing }
+        c.stage = .destroying
+        return onQueue ? .destroy : .enqueueDestroy
+    }
+
+    private func perform(_ next: Next) {
+        switch next {
+        case .nothing: break
+        case .slice: runSlice()
+        case .enqueueSlice: queue.async { self.runSlice() }
+        case .expire: runExpire()
+        case .enqueueExpire: queue.async { self.runExpire() }
+        case .destroy: runDestroy()
+        case .enqueueDestroy: queue.async { self.runDestroy() }
+        case .delay(let nanoseconds):
+            let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds)), on: queue) {
+                self.delayFired()
+            }
+            let armed = control.withLock { c -> Bool in
+                guard c.stage == .delayed else { return false }
+                c.delayTimer = timer
+                return true
+            }
+            if !armed { timer.cancel() }
+        }
+    }
+
+    private func makeResult(_ c: Control, outcome: Outcome, reason: String) -> JobResult {
+        let elapsed = c.startedAt.map { $0.duration(to: clock.now()) } ?? .zero
+        return JobResult(
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
+            elapsed: elapsed, reason: reason, progress: c.progress)
+    }
+
+    /// With the control lock held, the stage already final: the job's last event.
+    private func finish(_ result: JobResult) {
+        events.post(.finished(result)) { [onFinish] in onFinish(result) }
+    }
+
+    // MARK: Host services
+
+    override var timeRemainingSeconds: Double {
+        grant.timeRemaining.map(\.seconds) ?? Double.greatestFiniteMagnitude
+    }
+
+    override var isExpiring: Bool {
+        grant.isExpiring
+    }
+
+    override func beginTask(
+        name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?
+    ) -> BackgroundTaskIdentifier {
+        let callback = handler.map { handler in
+            let userData = UserData(pointer: userData)
+            return { @Sendable (reason: ExpirationReason) in handler(userData.pointer, reason.cValue) }
+        }
+        let id = grant.beginTask(name: name, expirationHandler: callback)
+        if id == .invalid {
+            log(.debug, "begin_background_task('\(name)') refused: the grant is expiring or over")
+        }
+        return id
+    }
+
+    override func endTask(_ id: BackgroundTaskIdentifier) {
+        if !grant.endTask(id) {
+            log(.debug, "end_background_task(\(id.rawValue)): no such open task (harmless)")
+        }
+    }
+
+    override func log(_ level: LogLevel, _ message: String) {
+        control.withLock { c in
+            guard !c.isOver else { return }
+            if level == .error { c.lastError = message }
+            events.post(.log(job: job.name, level: level, message: message))
+        }
+    }
+
+    /// The least time between two progress events of one job.
+    static let progressInterval: Duration = .milliseconds(100)
+
+    override func reportProgress(_ progress: Progress) {
+        let now = clock.now()
+        control.withLock { c in
+            guard !c.isOver else { return }
+            c.progress = progress
+            if let last = c.lastProgressEvent, last.duration(to: now) < Self.progressInterval,
+                progress.completed != progress.total
+            {
+                return
+            }
+            c.lastProgressEvent = now
+            events.post(.progress(job: job.name, progress))
+        }
+    }
+
+    /// A point-in-time view for live displays.
+    func status() -> JobStatus {
+        let (chunks, progress, expiring) = control.withLock { ($0.chunks, $0.progress, $0.expiredBy != nil) }
+        return JobStatus(
+            job: job.name, isChunked: job.isChunked, timeRemaining: grant.timeRemaining, progress: progress,
+            chunks: chunks, isExpiring: expiring)
+    }
+}
+
+/// A plugin's `user_data` pointer, passed back to it untouched.
+struct UserData: @unchecked Sendable {
+    // Safe because the host never dereferences it; it only hands it back to
+    // the plugin's own handler, which owns its thread safety.
+    let pointer: UnsafeMutableRawPointer?
+}

@@ -1,0 +1,40 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// How a ``Runner`` runs jobs.
+public struct RunConfiguration: Sendable {
+    /// Budget, lead time and whether continuous jobs may run.
+    public var policy: GrantPolicy
+    /// At most this many jobs hold a grant at once; the rest wait their turn.
+    public var maxConcurrentJobs: Int
+    /// The `--param key=value` pairs every job can read.
+    public var parameters: [String: String]
+    /// How long a worker calls one job's chunks back to back before it
+    /// hands the thread back.
+    public var timeSlice: Duration
+    /// Where each job's code runs.
+    public var isolation: Isolation = .none
+    /// Limits for each worker process (isolated modes only).
+    public var limits = ResourceLimits()
+    /// The executable started as a worker: `curfew` itself.
+    public var workerExecutable = "/proc/self/exe"
+    /// Whether isolated workers are forked by a fork server (else each is
+    /// started with posix_spawn, from a pool); the spawn path is also the
+    /// fallback when the server cannot fork.
+    public var usesForkServer = true
+
+    /// The number of processors the system has active.
+    public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+
+    public init(
+        policy: GrantPolicy = GrantPolicy(), maxConcurrentJobs: Int = RunConfiguration.activeProcessorCount,
+        parameters: [String: String] = [:], timeSlice: Duration = .milliseconds(2)
+    ) {
+        precondition(maxConcurrentJobs >= 1, "at least one job must be able to run")
+        self.policy = policy
+        self.maxConcurrentJobs = maxConcurrentJobs
+        self.parameters = parameters
+        self.timeSlice = timeSlice
+    }
+}

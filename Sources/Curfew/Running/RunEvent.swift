@@ -1,0 +1,95 @@
+/// How a job ended.
+public enum Outcome: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// The job's work finished before its grant expired.
+    case completed
+    /// The job said its work failed (a chunk returned failed, or create did).
+    case failed
+    /// The grant expired while the job ran, and its cleanup ran in time.
+    case expired
+    /// The job overran its hard deadline; the host stopped waiting for it
+    /// and never called into it again.
+    case terminated
+    /// The job was not run (a continuous job without permission, or the
+    /// host was shutting down before its turn).
+    case refused
+    /// The job's worker process died before the job ended: a signal (a
+    /// segfault, an abort, a resource limit) or an exit of its own. Only in
+    /// isolated modes; the host and the other jobs carry on.
+    case crashed
+
+    public var description: String { rawValue }
+
+    /// Whether the outcome is a clean end: completed, or expired with its cleanup done.
+    public var isClean: Bool { self == .completed || self == .expired }
+}
+
+/// A log level, as in `curfew_log_level`.
+public enum LogLevel: Int, Sendable, Comparable, CustomStringConvertible {
+    case debug = 0, info, warning, error
+
+    public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public var description: String {
+        switch self {
+        case .debug: "debug"
+        case .info: "info"
+        case .warning: "warning"
+        case .error: "error"
+        }
+    }
+}
+
+/// A job's progress as it last reported it.
+public struct Progress: Sendable, Equatable {
+    public var completed: Int64
+    /// Zero when the job does not know the total.
+    public var total: Int64
+
+    public init(completed: Int64, total: Int64) {
+        self.completed = completed
+        self.total = total
+    }
+}
+
+/// How a job ended, with what the host measured.
+public struct JobResult: Sendable {
+    public let job: String
+    public let pluginPath: String
+    /// Whether the job runs in chunks (else it is task-driven).
+    public let isChunked: Bool
+    public let outcome: Outcome
+    /// Chunks called.
+    public let chunks: UInt64
+    /// From the job's start to its end (zero for a refused job).
+    public let elapsed: Duration
+    /// Why it ended, in a few words: "work done", "time ran out; cleanup ran", …
+    public let reason: String
+    public let progress: Progress?
+}
+
+/// What happens to the jobs of a run, in order, per job.
+public enum RunEvent: Sendable {
+    /// The job's grant began and its `create` is about to run.
+    case started(job: String, pluginPath: String, budget: Duration?)
+    /// The job logged a message.
+    case log(job: String, level: LogLevel, message: String)
+    /// The job reported progress (rate-limited per job).
+    case progress(job: String, Progress)
+    /// The job's grant started to expire.
+    case expiring(job: String, reason: ExpirationReason)
+    /// The job ended. Its last event.
+    case finished(JobResult)
+}
+
+/// A running job as a live display shows it.
+public struct JobStatus: Sendable {
+    public let job: String
+    public let isChunked: Bool
+    /// `nil` for a job without a budget.
+    public let timeRemaining: Duration?
+    public let progress: Progress?
+    /// Chunks called so far (updated once per time slice); `nil` when the
+    /// host cannot know yet (a job in a worker reports its count at the end).
+    public let chunks: UInt64?
+    public let isExpiring: Bool
+}

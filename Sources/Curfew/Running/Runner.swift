@@ -1,0 +1,204 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// Runs jobs, each under its own grant, at most a given number at once,
+/// and reports what happens to them as ``RunEvent``s.
+///
+/// ```swift
+/// let scan = PluginLoader().scan(["plugins"])
+/// let runner = Runner(jobs: scan.jobs) { event in print(event) }
+/// let results = await runner.run()
+/// ```
+public final class Runner: Sendable {
+    private struct State {
+        var pending: [Int]
+        var running: [Int: any JobExecution] = [:]
+        var results: [JobResult?]
+        var unfinished: Int
+        var shutdown: ExpirationReason?
+        /// An expiration asked for through `expireRunning` before every job had started.
+        var expireOnStart: ExpirationReason?
+        var continuation: CheckedContinuation<[JobResult], Never>?
+        var started = false
+    }
+
+    public let jobs: [PluginJob]
+    public let configuration: RunConfiguration
+    private let manager: GrantManager
+    private let parameters: ParameterTable
+    private let events: EventChannel
+    private let state: Mutex<State>
+    /// Where isolated jobs get their workers.
+    private let workers: WorkerSource?
+
+    /// - Parameters:
+    ///   - jobs: The jobs to run, in the order they start.
+    ///   - configuration: Budgets and limits.
+    ///   - clock: Where time is read and timers are armed.
+    ///   - events: Called for every event, one at a time and in order, on a
+    ///     serial queue of the runner's; a job's `finished` is its last event,
+    ///     and ``run()`` returns after every event has been handled.
+    public init(
+        jobs: [PluginJob], configuration: RunConfiguration = RunConfiguration(),
+        clock: any CurfewClock = MonotonicClock(), events: @escaping @Sendable (RunEvent) -> Void = { _ in }
+    ) {
+        self.jobs = jobs
+        self.configuration = configuration
+        self.manager = GrantManager(clock: clock, policy: configuration.policy)
+        self.parameters = ParameterTable(configuration.parameters)
+        self.events = EventChannel(handler: events)
+        switch configuration.isolation {
+        case .none:
+            workers = nil
+        case .job, .plugin:
+            let distinct = configuration.isolation == .job ? jobs.count : Set(jobs.map(\.pluginPath)).count
+            let pool = WorkerPool(
+                executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
+                capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
+            workers = WorkerSource(pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer)
+        }
+        self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
+    }
+
+    /// Runs every job and returns their results, in the jobs' order.
+    ///
+    /// - Important: Call it once.
+    public func run() async -> [JobResult] {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                precondition(!state.started, "Runner.run() called twice")
+                state.started = true
+                state.continuation = continuation
+                return state.unfinished == 0
+            }
+            if done { resume() } else { admit() }
+        }
+    }
+
+    /// Expires every running job now with the shutdown reason, giving each at
+    /// most its lead time to clean up, and refuses the jobs not started yet.
+    public func shutdown() {
+        stopAll(.shutdown)
+    }
+
+    /// Cancels the run: like ``shutdown()`` with the cancelled reason.
+    public func cancel() {
+        stopAll(.cancelled)
+    }
+
+    /// Expires one running job now with the cancelled reason.
+    ///
+    /// - Returns: Whether a job of that name was running.
+    @discardableResult
+    public func cancel(job name: String) -> Bool {
+        let run = state.withLock { $0.running.values.first { $0.job.name == name } }
+        run?.expireNow(.cancelled)
+        return run != nil
+    }
+
+    /// How many isolated workers were forked by the fork server, and how many
+    /// started with posix_spawn.
+    var workerStarts: (forked: Int, spawned: Int) {
+        workers?.starts.withLock { $0 } ?? (0, 0)
+    }
+
+    /// The jobs running now, for a live display.
+    public func status() -> [JobStatus] {
+        let runs = state.withLock { state in state.running.sorted { $0.key < $1.key }.map(\.value) }
+        return runs.map { $0.status() }
+    }
+
+    /// Expires every running job now with `reason`; a job that has not
+    /// started yet gets the expiration as it starts (a worker's one job may
+    /// be told to expire before its runner has admitted it).
+    func expireRunning(_ reason: ExpirationReason) {
+        let runs = state.withLock { state -> [any JobExecution] in
+            if state.expireOnStart == nil { state.expireOnStart = reason }
+            return Array(state.running.values)
+        }
+        runs.forEach { $0.expireNow(reason) }
+    }
+
+    private func stopAll(_ reason: ExpirationReason) {
+        let runs = state.withLock { state -> [any JobExecution] in
+            if state.shutdown == nil { state.shutdown = reason }
+            return Array(state.running.values)
+        }
+        runs.forEach { $0.expireNow(reason) }
+        admit()
+    }
+
+    /// Starts waiting jobs while there is room; refuses them when stopping.
+    private func admit() {
+        while true {
+            let next = state.withLock { state -> (index: Int, run: (any JobExecution)?, refusal: String?)? in
+                guard state.started, !state.pending.isEmpty else { return nil }
+                if let reason = state.shutdown {
+                    let why = reason == .cancelled
+                        ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
+                    return (state.pending.removeFirst(), nil, why)
+                }
+                guard state.running.count < configuration.maxConcurrentJobs else { return nil }
+                let index = state.pending.removeFirst()
+                do throws(CurfewError) {
+                    let onFinish: @Sendable (JobResult) -> Void = { [self] result in finished(index, result) }
+                    let run: any JobExecution =
+                        switch configuration.isolation {
+                        case .none:
+                            try JobRun(
+                                job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
+                                events: events, onFinish: onFinish)
+                        case .job, .plugin:
+                            try WorkerRun(
+                                job: jobs[index], configuration: configuration, workers: workers!, events: events, onFinish: onFinish)
+                        }
+                    state.running[index] = run
+                    return (index, run, nil)
+                } catch {
+                    return (index, nil, error.description)
+                }
+            }
+            guard let next else { return }
+            if let run = next.run {
+                run.start()
+                // A stop that came while the job was being admitted reaches it here.
+                if let reason = state.withLock({ $0.shutdown ?? $0.expireOnStart }) { run.expireNow(reason) }
+            } else {
+                refuse(next.index, reason: next.refusal!)
+            }
+        }
+    }
+
+    private func refuse(_ index: Int, reason: String) {
+        let job = jobs[index]
+        let result = JobResult(
+            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
+            elapsed: .zero, reason: reason, progress: nil)
+        events.post(.finished(result)) { [self] in record(index, result) }
+    }
+
+    private func finished(_ index: Int, _ result: JobResult) {
+        state.withLock { _ = $0.running.removeValue(forKey: index) }
+        record(index, result)
+        admit()
+    }
+
+    private func record(_ index: Int, _ result: JobResult) {
+        let done = state.withLock { state -> Bool in
+            state.results[index] = result
+            state.unfinished -= 1
+            return state.unfinished == 0
+        }
+        if done { resume() }
+    }
+
+    private func resume() {
+        workers?.close()
+        let (continuation, results) = state.withLock { state in
+            defer { state.continuation = nil }
+            return (state.continuation, state.results.compactMap { $0 })
+        }
+        continuation?.resume(returning: results)
+    }
+}

@@ -1,0 +1,248 @@
+/// Where and why a text is not valid JSON.
+package struct JSONSyntaxError: Error, Equatable {
+    package let line: Int
+    package let column: Int
+    package let message: String
+
+    package init(line: Int, column: Int, message: String) {
+        self.line = line
+        self.column = column
+        self.message = message
+    }
+}
+
+/// Reads JSON (RFC 8259) and reports the line and column of the first error.
+package struct JSONReader {
+    private let bytes: [UInt8]
+    private var index = 0
+    private var depth = 0
+
+    package static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONValue {
+        var reader = JSONReader(bytes: bytes)
+        reader.skipWhitespace()
+        let value = try reader.value()
+        reader.skipWhitespace()
+        guard reader.index == bytes.count else { throw reader.error("unexpected text after the JSON value") }
+        return value
+    }
+
+    private init(bytes: [UInt8]) {
+        // A UTF-8 byte order mark is allowed and skipped.
+        self.bytes = bytes
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { index = 3 }
+    }
+
+    private func error(_ message: String, at position: Int? = nil) -> JSONSyntaxError {
+        let end = min(position ?? index, bytes.count)
+        var line = 1
+        var column = 1
+        var offset = 0
+        while offset < end {
+            if bytes[offset] == 0x0A {
+                line += 1
+                column = 1
+            } else if bytes[offset] & 0xC0 != 0x80 {
+                column += 1  // count characters, not UTF-8 continuation bytes
+            }
+            offset += 1
+        }
+        return JSONSyntaxError(line: line, column: column, message: message)
+    }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+    }
+
+    private mutating func value() throws(JSONSyntaxError) -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of the text: expected a value") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try object()
+        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "\""): return .string(try string())
+        case UInt8(ascii: "t"): return try literal("true", .bool(true))
+        case UInt8(ascii: "f"): return try literal("false", .bool(false))
+        case UInt8(ascii: "n"): return try literal("null", .null)
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
+        default: throw error("expected a value")
+        }
+    }
+
+    private mutating func nest() throws(JSONSyntaxError) {
+        depth += 1
+        if depth > 64 { throw error("nested more than 64 levels deep") }
+    }
+
+    private mutating func object() throws(JSONSyntaxError) -> JSONValue {
+        try nest()
+        defer { depth -= 1 }
+        index += 1
+        var members: [(key: String, value: JSONValue)] = []
+        skipWhitespace()
+        if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+                throw error("expected a quoted key")
+            }
+            let keyStart = index
+            let key = try string()
+            if members.contains(where: { $0.key == key }) {
+                throw error("duplicate key \"\(key)\"", at: keyStart)
+            }
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after the key") }
+            index += 1
+            skipWhitespace()
+            members.append((key, try value()))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of the text: expected ',' or '}'") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
+            index += 1
+            return .object(members)
+        }
+    }
+
+    private mutating func array() throws(JSONSyntaxError) -> JSONValue {
+        try nest()
+        defer { depth -= 1 }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count && bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try value())
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of the text: expected ',' or ']'") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
+            index += 1
+            return .array(elements)
+        }
+    }
+
+    private mutating func literal(_ word: String, _ value: JSONValue) throws(JSONSyntaxError) -> JSONValue {
+        let utf8 = Array(word.utf8)
+        guard bytes.count - index >= utf8.count, Array(bytes[index..<index + utf8.count]) == utf8 else {
+            throw error("expected a value")
+        }
+        index += utf8.count
+        return value
+    }
+
+    private mutating func number() throws(JSONSyntaxError) -> JSONValue {
+        let start = index
+        func digits(_ reader: inout JSONReader) -> Int {
+            let from = reader.index
+            while reader.index < reader.bytes.count, (0x30...0x39).contains(reader.bytes[reader.index]) { reader.index += 1 }
+            return reader.index - from
+        }
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        let integerStart = index
+        guard digits(&self) > 0 else { throw error("expected a digit") }
+        if bytes[integerStart] == UInt8(ascii: "0") && index - integerStart > 1 {
+            throw error("a number cannot start with 0", at: integerStart)
+        }
+        if index < bytes.count && bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits(&self) > 0 else { throw error("expected a digit after '.'") }
+        }
+        if index < bytes.count && (bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E")) {
+            index += 1
+            if index < bytes.count && (bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-")) { index += 1 }
+            guard digits(&self) > 0 else { throw error("expected a digit in the exponent") }
+        }
+        return .number(String(decoding: bytes[start..<index], as: UTF8.self))
+    }
+
+    private mutating func string() throws(JSONSyntaxError) -> String {
+        index += 1
+        var scalars = String.UnicodeScalarView()
+        var run = index
+        func flush(_ reader: JSONReader, _ scalars: inout String.UnicodeScalarView, upTo end: Int) throws(JSONSyntaxError) {
+            guard run < end else { return }
+            guard let text = String(validating: reader.bytes[run..<end], as: UTF8.self) else {
+                throw reader.error("invalid UTF-8 in a string", at: run)
+            }
+            scalars.append(contentsOf: text.unicodeScalars)
+        }
+        while true {
+            guard index < bytes.count else { throw error("unterminated string") }
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                try flush(self, &scalars, upTo: index)
+                index += 1
+                return String(scalars)
+            }
+            if byte < 0x20 { throw error("a control character must be escaped in a string") }
+            if byte != UInt8(ascii: "\\") {
+                index += 1
+                continue
+            }
+            try flush(self, &scalars, upTo: index)
+            index += 1
+            guard index < bytes.count else { throw error("unterminated string") }
+            let escape = bytes[index]
+            index += 1
+            switch escape {
+            case UInt8(ascii: "\""): scalars.append("\"")
+            case UInt8(ascii: "\\"): scalars.append("\\")
+            case UInt8(ascii: "/"): scalars.append("/")
+            case UInt8(ascii: "b"): scalars.append("\u{08}")
+            case UInt8(ascii: "f"): scalars.append("\u{0C}")
+            case UInt8(ascii: "n"): scalars.append("\n")
+            case UInt8(ascii: "r"): scalars.append("\r")
+            case UInt8(ascii: "t"): scalars.append("\t")
+            case UInt8(ascii: "u"):
+                var code = try hex4()
+                if (0xD800...0xDBFF).contains(code) {
+                    guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw error("a high surrogate must be followed by a low surrogate")
+                    }
+                    index += 2
+                    let low = try hex4()
+                    guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid low surrogate") }
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                }
+                guard let scalar = Unicode.Scalar(code) else { throw error("invalid Unicode escape") }
+                scalars.append(scalar)
+            default:
+                throw error("invalid escape '\\\(Character(Unicode.Scalar(escape)))'", at: index - 2)
+            }
+            run = index
+        }
+    }
+
+    private mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
+        guard bytes.count - index >= 4 else { throw error("expected four hex digits") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard let digit = Self.hexValue(bytes[index]) else { throw error("expected four hex digits") }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt32? {
+        switch byte {
+        case 0x30...0x39: UInt32(byte - 0x30)
+        case 0x41...0x46: UInt32(byte - 0x41 + 10)
+        case 0x61...0x66: UInt32(byte - 0x61 + 10)
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,220 @@
+import CurfewJSON
+import Foundation
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// Parsing, help and error texts, compared whole.
+@Suite struct ArgumentTests {
+    @Test func topLevelHelp() {
+        #expect(Help.text(nil) == """
+            OVERVIEW: Run background jobs from compiled plugins, each under an iOS-style background-task grant.
+
+            USAGE: curfew <subcommand>
+
+            OPTIONS:
+              --version               Show the version.
+              -h, --help              Show help information.
+
+            SUBCOMMANDS:
+              run                     Load plugins and run their jobs, each under a
+                                      background-task grant.
+              list                    List plugins, their jobs, and the files rejected with
+                                      the reason.
+              test                    Run one job against virtual time and check that it
+                                      keeps the contract.
+              new                     Write a ready-to-build job project in C or Swift.
+              help                    Show subcommand help information.
+
+              See 'curfew help <subcommand>' for detailed help.
+
+            """)
+    }
+
+    @Test func runHelp() {
+        #expect(Help.text(.run) == """
+            OVERVIEW: Load plugins and run their jobs, each under a background-task grant.
+
+            Each job gets a budget. Shortly before it runs out the job's expire hook
+            runs; a job still running at the end of the budget is terminated.
+            Plugins are first loaded in a scanner worker, so one that crashes or
+            hangs while loading is rejected, not fatal.
+            SIGINT or SIGTERM expires every job at once and the host exits within
+            the lead time.
+
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+
+            ARGUMENTS:
+              <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
+                                      .so files and manifests. (default: .)
+
+            OPTIONS:
+              --budget <duration>     Time each job's grant lasts, from its start to its
+                                      hard deadline, e.g. 180s, 500ms, 2m. (default: 180s)
+              --grace <duration>      Lead of the expiration handler before the deadline.
+                                      (default: 5s, at most a quarter of the budget)
+              --jobs <n>              Run at most n jobs at once. (default: the number of
+                                      active processors)
+              --only <name>           Run only the named job; repeat for more.
+              --param <key=value>     A parameter every job can read with param(); repeat
+                                      for more.
+              --allow-continuous      Run continuous jobs, without a budget, until they
+                                      finish or the host stops.
+              --allow-insecure-plugins
+                                      Load plugin files and folders that are writable by
+                                      group or others, or owned by another user.
+              --json                  Print events as JSON Lines on stdout; human messages
+                                      go to stderr.
+              --verbose               Also show jobs' debug messages.
+              --isolate <mode>        none: jobs run in this process; plugin: a worker
+                                      process per plugin file; job: a worker process per
+                                      job, so a crash, a hang or a limit ends only that job.
+                                      (default: none)
+              --memory <size>         With --isolate: each worker's address space limit,
+                                      e.g. 512MiB.
+              --cpu-time <duration>   With --isolate: each worker's CPU time limit.
+              --open-files <n>        With --isolate: each worker's limit on open files.
+              -h, --help              Show help information.
+
+            EXIT STATUS:
+              0    every job completed or expired cleanly, and no plugin was rejected
+              1    nothing to run, or the host itself failed
+              2    a job failed, was terminated, crashed or was refused
+              3    a plugin file was rejected (the other jobs ran cleanly)
+              64   usage error
+              130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up
+
+            """)
+    }
+
+    @Test func listHelp() {
+        #expect(Help.text(.list) == """
+            OVERVIEW: List plugins, their jobs, and the files rejected with the reason.
+
+            USAGE: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]
+
+            ARGUMENTS:
+              <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
+                                      .so files and manifests. (default: .)
+
+            OPTIONS:
+              --json                  Print plugins and rejected files as JSON Lines.
+              --allow-insecure-plugins
+                                      Load plugin files and folders that are writable by
+                                      group or others, or owned by another user.
+              -h, --help              Show help information.
+
+            EXIT STATUS:
+              0    every plugin file loaded
+              1    no plugin found
+              3    a plugin file was rejected
+              64   usage error
+
+            """)
+    }
+
+    @Test func helpRequests() throws {
+        #expect(try ArgumentParser.parse([]) == .help(nil))
+        #expect(try ArgumentParser.parse(["--help"]) == .help(nil))
+        #expect(try ArgumentParser.parse(["help", "run"]) == .help(.run))
+        #expect(try ArgumentParser.parse(["run", "plugins", "-h"]) == .help(.run))
+        #expect(try ArgumentParser.parse(["list", "--help"]) == .help(.list))
+        #expect(try ArgumentParser.parse(["--version"]) == .version)
+    }
+
+    @Test func runOptions() throws {
+        let invocation = try ArgumentParser.parse([
+            "run", "plugins", "--budget", "8s", "--grace=500ms", "--jobs", "3", "--only", "a", "--only", "b",
+            "--param", "k=v=w", "--param", "empty=", "--allow-continuous", "--json", "--", "--odd-name.so",
+        ])
+        var expected = RunOptions()
+        expected.paths = ["plugins", "--odd-name.so"]
+        expected.budget = .seconds(8)
+        expected.grace = .milliseconds(500)
+        expected.jobs = 3
+        expected.only = ["a", "b"]
+        expected.parameters = ["k": "v=w", "empty": ""]
+        expected.allowContinuous = true
+        expected.json = true
+        #expect(invocation == .run(expected))
+    }
+
+    @Test func defaults() throws {
+        guard case .run(let options) = try ArgumentParser.parse(["run"]) else {
+            Issue.record("not a run")
+            return
+        }
+        #expect(options.effectivePaths == ["."])
+        #expect(options.budget == .seconds(180))
+        #expect(options.grace == nil)
+        #expect(options.jobs == RunConfiguration.activeProcessorCount)
+    }
+
+    @Test(arguments: [
+        ("180s", Duration.seconds(180)), ("500ms", .milliseconds(500)), ("1.5s", .milliseconds(1500)),
+        ("2m", .seconds(120)), ("1h", .seconds(3600)), ("42", .seconds(42)), ("0.25", .milliseconds(250)),
+    ])
+    func durations(text: String, expected: Duration) {
+        #expect(ArgumentParser.parseDuration(text) == expected)
+    }
+
+    @Test(arguments: ["", "s", "-1s", "1.2.3s", "abc", "1 s", "5d", "1e3s", "nan"])
+    func badDurations(text: String) {
+        #expect(ArgumentParser.parseDuration(text) == nil)
+    }
+
+    static let runUsage =
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+
+    @Test func usageErrors() {
+        #expect(usageErrorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
+        #expect(usageErrorText(["run", "--budget"]) == "Error: Missing value for '--budget <duration>'\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--budget", "soon"])
+                == "Error: The value 'soon' is invalid for '--budget <duration>': use a duration such as 180s, 500ms or 2m\n"
+                + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--budget", "0s"])
+                == "Error: The value '0s' is invalid for '--budget <duration>': the budget must be positive\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--jobs", "0"])
+                == "Error: The value '0' is invalid for '--jobs <n>': use a whole number from 1 to 1024\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--param", "novalue"])
+                == "Error: The value 'novalue' is invalid for '--param <key=value>': use key=value\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--budget", "4s", "--grace", "4s"])
+                == "Error: --grace 4s must be positive and shorter than --budget 4s\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["run", "--grace", "0s"])
+                == "Error: --grace 0s must be positive and shorter than --budget 180s\n" + Self.runUsage)
+        #expect(usageErrorText(["run", "--json=yes"]) == "Error: The option '--json' takes no value\n" + Self.runUsage)
+        #expect(
+            usageErrorText(["launch"])
+                == "Error: Unknown subcommand 'launch'\nUsage: curfew <subcommand>\n  See 'curfew --help' for more information.\n")
+        #expect(
+            usageErrorText(["list", "--budget", "1s"])
+                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]\n  See 'curfew list --help' for more information.\n")
+    }
+
+    @Test func exitCodes() {
+        func result(_ outcome: Outcome) -> JobResult {
+            JobResult(job: "j", pluginPath: "p", isChunked: true, outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
+        }
+        #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, signal: nil) == 0)
+        #expect(ExitCode.forRun([result(.completed)], rejected: 1, signal: nil) == 3)
+        #expect(ExitCode.forRun([result(.failed)], rejected: 1, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.terminated)], rejected: 0, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.refused)], rejected: 0, signal: nil) == 2)
+        #expect(ExitCode.forRun([result(.expired)], rejected: 0, signal: 15) == 143)
+    }
+
+    @Test func jsonStringsAreEscaped() {
+        var line = JSONLine(event: "log")
+        line.add("message", "say \"hi\"\n\tback\\slash \u{1}")
+        line.add("elapsed", 1.5)
+        line.add("budget", nil as Double?)
+        #expect(line.text == #"{"event":"log","message":"say \"hi\"\n\tback\\slash \u0001","elapsed":1.5,"budget":null}"#)
+    }
+}

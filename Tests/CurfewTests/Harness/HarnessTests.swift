@@ -1,0 +1,134 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// `curfew test`: deterministic expiration on virtual time, and each
+/// contract violation caught with a fixture that commits it.
+@Suite(.timeLimit(.minutes(1))) struct HarnessTests {
+    let path: String
+    let jobs: [String: PluginJob]
+
+    init() throws {
+        path = try Fixtures.compile("harness_jobs.c")
+        jobs = Dictionary(uniqueKeysWithValues: try PluginLoader().load(path).jobs.map { ($0.name, $0) })
+    }
+
+    func release() {
+        let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL)
+        unsafeBitCast(dlsym(handle, "fixture_release")!, to: (@convention(c) () -> Void).self)()
+    }
+
+    @Test func theSameInputsGiveTheSameTrace() throws {
+        let timer = try PluginLoader().load(Fixtures.examplePlugins[0]).jobs[0]
+        let harness = JobHarness(job: timer, mode: .chunkCost(.seconds(2)))
+        let first = harness.run()
+        let second = harness.run()
+        #expect(first.trace == second.trace)
+        #expect(first.trace.count > 100, "a 180 s grant, a tick every 3 s of virtual time")
+        #expect(first.outcome == .expired)
+        #expect(first.violations.isEmpty)
+        // The chunk in flight across the expiration point (174 s to 176 s) returns, then expire runs.
+        let expiring = try #require(first.trace.first { $0.kind == "expiring" })
+        #expect(expiring.time == .seconds(176))
+        #expect(first.trace.last?.kind == "destroy")
+    }
+
+    @Test func expirationAtAChosenChunk() throws {
+        let report = JobHarness(job: jobs["steady"]!, mode: .expireAtChunk(3)).run()
+        #expect(report.outcome == .expired)
+        #expect(report.chunks == 2)
+        #expect(report.violations.isEmpty)
+        #expect(report.trace.map(\.description) == [
+            "    0.000s  create  ok",
+            "    0.000s  chunk 1  continue",
+            "    0.000s  log  info: step 1, 180.0 s left",
+            "    0.000s  progress  1 of 5",
+            "    0.000s  chunk 2  continue",
+            "    0.000s  log  info: step 2, 180.0 s left",
+            "    0.000s  progress  2 of 5",
+            "  175.000s  expiring  time ran out",
+            "  175.000s  expire",
+            "  175.000s  log  info: cleaning up",
+        ])
+    }
+
+    @Test func aJobThatKeepsTheContractHasNoViolations() throws {
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(10))).run()
+        #expect(report.outcome == .completed)
+        #expect(report.outcome == .completed)
+        #expect(report.chunks == 5)
+        #expect(report.violations.isEmpty)
+        #expect(report.trace.contains { $0.description == "   40.000s  log  info: step 5, 140.0 s left" })
+    }
+
+    @Test func aTaskNeverEnded() throws {
+        let report = JobHarness(job: jobs["never-ends"]!, hookTimeout: .milliseconds(200)).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.violations == ["Background task 'upload', begun at 0.000s, was never ended."])
+    }
+
+    @Test func anExpireThatNeverReturns() throws {
+        defer { release() }
+        let report = JobHarness(job: jobs["hangs-in-expire"]!, mode: .expireAtChunk(2), hookTimeout: .milliseconds(200)).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.violations == ["Expire did not return within 0.200s of wall-clock time; the harness abandoned it."])
+    }
+
+    @Test func hostCallsAfterDestroy() throws {
+        let report = JobHarness(job: jobs["talks-after-destroy"]!).run()
+        #expect(report.outcome == .completed)
+        #expect(report.violations == ["log was called 1 time after the job ended (after destroy returned)."])
+    }
+
+    @Test func negativeOrAbsurdProgress() throws {
+        let report = JobHarness(job: jobs["bad-progress"]!).run()
+        #expect(report.violations == [
+            "Progress in chunk 1 exceeds its total: 12 of 10.",
+            "Negative progress in chunk 2: -1 of 10.",
+        ])
+    }
+
+    @Test func aChunkThatRunsIntoTheDeadline() throws {
+        // Five 40 s chunks: the fifth runs from 160 s through the deadline at 180 s.
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(40))).run()
+        #expect(report.outcome == .terminated)
+        #expect(report.reason == "chunk 5 was still running at the hard deadline")
+        #expect(report.violations == [
+            "Chunk 5 ran from 160.000s to 200.000s, into the hard deadline at 180.000s: a chunk that long is terminated "
+                + "in a real run. Keep chunks shorter than the lead (5.000s), or watch time_remaining() inside them.",
+        ])
+        #expect(!report.trace.contains { $0.kind == "expire" || $0.kind == "destroy" }, "as in the runner: never called again")
+        // 6 s chunks against a 5 s lead: the one in flight at the expiration point ends at the deadline.
+        let sum = try PluginLoader().load(Fixtures.examplePlugins[1]).jobs[0]
+        let overrun = JobHarness(job: sum, mode: .chunkCost(.seconds(6)), parameters: ["count": "1000000000"]).run()
+        #expect(overrun.outcome == .terminated)
+        #expect(overrun.chunks == 30)
+    }
+
+    @Test func aTaskDrivenJobWithNoOpenTaskCompletes() throws {
+        let report = JobHarness(job: jobs["quick-task"]!).run()
+        #expect(report.outcome == .completed)
+        #expect(report.violations.isEmpty)
+        #expect(!report.trace.contains { $0.kind == "expiring" })
+    }
+
+    @Test func aContinuousJobRunsUntilAVirtualShutdown() throws {
+        let fixture = try RunnerFixture()
+        let continuous = try fixture.jobs("continuous")[0]
+        let report = JobHarness(
+            job: continuous, policy: GrantPolicy(budget: .seconds(10), allowsContinuous: true), mode: .chunkCost(.zero),
+            parameters: ["tick-ms": "1000"]
+        ).run()
+        #expect(report.outcome == .expired)
+        #expect(report.reason == "host shutting down; cleanup ran")
+        #expect(report.chunks == 10)
+        #expect(report.violations.isEmpty)
+        #expect(fixture.count("continuous", "expire-shutdown") == 1)
+        let expiring = try #require(report.trace.first { $0.kind == "expiring" })
+        #expect(expiring.time == .seconds(10))
+        #expect(expiring.detail == "host shutting down")
+    }
+}

@@ -1,0 +1,27 @@
+import Dispatch
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+@Suite struct ManualClockTests {
+    @Test func timersFireInDeadlineOrderWithTheClockAtTheirDeadline() {
+        let clock = ManualClock(start: CurfewInstant(nanoseconds: 0))
+        let fired = Mutex<[UInt64]>([])
+        let queue = DispatchQueue(label: "clock-tests")
+        for delay in [30, 10, 20] as [UInt64] {
+            _ = clock.schedule(at: CurfewInstant(nanoseconds: delay), on: queue) {
+                fired.withLock { $0.append(clock.now().nanoseconds) }
+            }
+        }
+        let cancelled = clock.schedule(at: CurfewInstant(nanoseconds: 15), on: queue) {
+            fired.withLock { $0.append(999) }
+        }
+        cancelled.cancel()
+        clock.advance(by: .nanoseconds(25))
+        #expect(fired.withLock { $0 } == [10, 20])
+        #expect(clock.now().nanoseconds == 25)
+        clock.advance(by: .nanoseconds(5))
+        #expect(fired.withLock { $0 } == [10, 20, 30])
+    }
+}
