@@ -3,6 +3,7 @@ import Glibc
 
 /// What `curfew new` was asked to write.
 public struct NewOptions: Equatable, Sendable {
+    /// The language of the project `curfew new` writes.
     public enum Language: String, Sendable, CaseIterable { case c, swift }
 
     public var language: Language

@@ -12,6 +12,11 @@ package struct JSONSyntaxError: Error, Equatable {
 }
 
 /// Reads JSON (RFC 8259) and reports the line and column of the first error.
+///
+/// Every text from outside the host goes through it: worker messages,
+/// manifests, the scan cache.
+///
+/// - Important: It never traps on its input; it nests at most 64 levels deep.
 package struct JSONReader {
     private let bytes: [UInt8]
     private var index = 0

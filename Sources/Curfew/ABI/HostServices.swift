@@ -4,6 +4,10 @@ import Synchronization
 
 /// The `curfew_host` table plugins call, and the bridge from a
 /// `curfew_context *` back to the ``JobRun`` it stands for.
+///
+/// - Important: Every entry is called by plugin code with values the host
+///   cannot trust: none may trap, block on a job's queue, or outlive a
+///   context (contexts are never freed, see ``HostContext``).
 enum HostServices {
     /// The process's one host table.
     // Safe because it is written once, when first used, and only read after.

@@ -34,6 +34,11 @@ final class ForeignFunction: @unchecked Sendable {
 }
 
 /// A job described by a manifest and called through libffi.
+///
+/// It owns the library's handle and the prepared calls, and adapts them to
+/// the C ABI's hooks, so the runner runs it like any plugin job.
+///
+/// - Important: It never calls a symbol the manifest did not declare.
 final class ForeignJob: Sendable {
     let libraryPath: String
     let setup: ForeignFunction?

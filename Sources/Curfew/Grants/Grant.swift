@@ -31,6 +31,9 @@ public struct GrantObserver: Sendable {
 /// that runs no plugin code, so a blocked expiration handler cannot hold up
 /// the deadline; the handlers run on the grant's handler queue. With a
 /// ``ManualClock`` the timers fire inside `advance(by:)`.
+///
+/// - Important: A grant never calls plugin code on its timer queue and
+///   expires at most once; after its deadline it never fires again.
 public final class Grant: Sendable {
     enum Phase: Equatable {
         case idle                        // made, not started

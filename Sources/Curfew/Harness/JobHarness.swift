@@ -10,6 +10,9 @@ import Synchronization
 /// expire just before a chosen chunk), so a 180 s grant is exercised in
 /// milliseconds and a chunked job gives the same trace every time. A hook
 /// that does not return within a wall-clock limit is reported and abandoned.
+///
+/// - Important: The grant's time is virtual: the harness never waits for a
+///   budget in real time.
 public struct JobHarness: Sendable {
     /// How virtual time moves.
     public enum Mode: Sendable, Equatable {

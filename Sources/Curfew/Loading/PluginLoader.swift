@@ -9,6 +9,10 @@ import Synchronization
 /// load. Plugins are never unloaded (see DESIGN.md: unloading a Swift-built
 /// plugin crashes the process later), so a loaded plugin's hooks stay valid
 /// for the life of the process.
+///
+/// - Important: It never calls `dlclose`, and never reads a descriptor field
+///   before ``DescriptorValidator`` has checked the version and size that
+///   cover it.
 public struct PluginLoader: Sendable {
     /// The file name suffix a folder scan picks up.
     public static let pluginSuffix = ".so"

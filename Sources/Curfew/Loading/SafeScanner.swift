@@ -10,6 +10,9 @@ import _CurfewShims
 /// Jobs found this way carry no hooks: they run in workers
 /// (`--isolate job`), or are loaded in process once the scan has vouched for
 /// their file.
+///
+/// - Important: It never loads a plugin into the calling process: that is
+///   the scanner worker's job.
 public struct SafeScanner: Sendable {
     /// The executable started as the scanner: `curfew` itself.
     public var workerExecutable: String

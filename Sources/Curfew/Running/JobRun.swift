@@ -7,6 +7,11 @@ import Synchronization
 /// without ever overlapping a chunk, and decides its outcome.
 ///
 /// Its address is the job's `curfew_context *` (see ``HostContext``).
+///
+/// - Important: Its hooks never overlap, no chunk starts once the grant is
+///   expiring, `expire` runs at most once, `destroy` runs last, and a job
+///   past its hard deadline is never called again. The chunk loop takes no
+///   lock, allocation or dispatch per call.
 final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // Safe because its mutable state is the `control` Mutex, and `jobState`,
     // which only the job's serial queue touches.

@@ -10,6 +10,9 @@ import Synchronization
 /// let runner = Runner(jobs: scan.jobs) { event in print(event) }
 /// let results = await runner.run()
 /// ```
+///
+/// - Important: The runner prints nothing and never calls plugin code
+///   itself: each job's ``JobExecution`` does, in process or in a worker.
 public final class Runner: Sendable {
     private struct State {
         var pending: [Int]

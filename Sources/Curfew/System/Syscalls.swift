@@ -9,6 +9,10 @@ struct SystemError: Error {
     var message: String { String(cString: strerror(errno)) }
 }
 
+/// The seam between the host and libc/libdl: thin wrappers that retry
+/// `EINTR` and turn `errno` into ``SystemError``.
+///
+/// - Important: Nothing here traps on a failed call; callers decide.
 enum Syscalls {
     /// What `stat` says of a file, following symlinks.
     struct FileStatus {

@@ -8,6 +8,9 @@ import _CurfewShims
 /// worker per request, so a worker costs a fork, not a process start. It is
 /// the parent of the workers: it reaps them, kills their groups before it
 /// does (no pid is reused under a signal), and reports how each ended.
+///
+/// - Important: The server never loads a plugin or runs plugin code; only
+///   its children, once forked, become workers.
 final class ForkServer: Sendable {
     private struct State {
         var waiting: [DispatchSemaphore] = []

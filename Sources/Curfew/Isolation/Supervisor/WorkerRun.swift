@@ -9,6 +9,10 @@ import _CurfewShims
 /// The host owns the grant's clock. At the expiration point it tells the
 /// worker to expire the job (the cleanup hook runs there); at the hard
 /// deadline it kills the worker's process group if the job has not finished.
+///
+/// - Important: It never runs plugin code in the host, and never leaves a
+///   job's worker running past its hard deadline (a shared worker gets
+///   ``sharedWorkerGrace`` to give the job up itself, sparing its siblings).
 final class WorkerRun: JobExecution, @unchecked Sendable {
     // Safe because the mutable state is the `control` Mutex; `process` is
     // written in start() before any message for this job can arrive.

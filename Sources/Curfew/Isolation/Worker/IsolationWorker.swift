@@ -13,6 +13,9 @@ import _CurfewShims
 /// is loaded. The worker exits when its last job ends: after the job whose
 /// `run` said `last`, or once the host has closed the socket and no job is
 /// left. It prints nothing itself: stdout and stderr belong to the plugins.
+///
+/// - Important: Plugin code runs in this process and can write on fd 3, so
+///   nothing the host reads from it is more than a claim.
 public enum IsolationWorker {
     /// The hidden first argument that starts `curfew` as a worker.
     public static let argument = WorkerProtocol.workerArgument
