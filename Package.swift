@@ -31,6 +31,8 @@ let package = Package(
         .library(name: "CurfewJob", targets: ["CurfewJob"]),
     ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) } + [
         .library(name: "CurfewBenchJobs", type: .dynamic, targets: ["BenchmarkJobs"]),
+        // A Swift test fixture that imports Foundation; C fixtures are compiled by the tests.
+        .library(name: "FixtureFoundationJob", type: .dynamic, targets: ["FixtureFoundationJob"]),
     ],
     targets: [
         // The C ABI, include/curfew.h, as a Swift module.
@@ -60,6 +62,8 @@ let package = Package(
         cExample("ExampleTaskDriven"),
         .target(name: "ExampleSwiftJob", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftJob"),
         .target(name: "ExampleSwiftTasks", dependencies: ["CurfewJob"], path: "Plugins/ExampleSwiftTasks"),
+
+        .target(name: "FixtureFoundationJob", dependencies: ["CurfewJob"], path: "Tests/Fixtures/FoundationJob"),
 
         .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CurfewJSON", "CCurfew", "CurfewJob"]),
     ],

@@ -63,7 +63,9 @@ enum Fixtures {
     }
 
     /// Runs a program to completion and returns its exit status and output.
-    static func run(_ executable: String, _ arguments: [String], in folder: String? = nil)
+    /// With a `timeout`, a program still running then is killed (SIGKILL, its
+    /// status 128 + 9) so a hang fails the test instead of stalling the suite.
+    static func run(_ executable: String, _ arguments: [String], in folder: String? = nil, timeout: Duration? = nil)
         throws -> (status: Int32, stdout: String, stderr: String)
     {
         let process = Process()
@@ -75,6 +77,13 @@ enum Fixtures {
         process.standardOutput = out
         process.standardError = err
         try process.run()
+        if let timeout {
+            let pid = process.processIdentifier
+            let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) {
+                if process.isRunning { kill(pid, SIGKILL) }
+            }
+        }
         // Read both pipes before waiting, so a chatty child cannot block on a full pipe.
         let group = DispatchGroup()
         let errData = Mutex(Data())
@@ -85,7 +94,8 @@ enum Fixtures {
         let outData = out.fileHandleForReading.readDataToEndOfFile()
         group.wait()
         process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: outData, as: UTF8.self),
+        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        return (status, String(decoding: outData, as: UTF8.self),
                 String(decoding: errData.withLock { $0 }, as: UTF8.self))
     }
 }
