@@ -54,7 +54,7 @@ public enum CurfewMain {
         let console = Console(json: options.json)
         let scan = PluginLoader(parameters: options.parameters).scan([options.plugin])
         if let rejected = scan.rejected.first {
-            console.error("Error: \(rejected.path): \(rejected.error.description)")
+            console.error("Error: \(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
             return ExitCode.failure
         }
         let jobs = scan.jobs
@@ -96,14 +96,14 @@ public enum CurfewMain {
             case .expireAtChunk(let chunk): mode = "the grant expires before chunk \(chunk)"
             }
             let grant = job.isContinuous ? "no budget (continuous)" : "budget \(format(policy.budget)), expires at \(format(policy.budget - policy.lead))"
-            console.human("Testing \(job.name) from \(job.pluginPath): \(grant); \(mode).")
-            for event in report.trace { console.human(event.description) }
-            console.human("Outcome: \(report.outcome) (\(report.reason)) after \(report.chunks) chunk\(report.chunks == 1 ? "" : "s").")
+            console.human("Testing \(job.name) from \(Untrusted.line(job.pluginPath)): \(grant); \(mode).")
+            for event in report.trace { console.human(Untrusted.line(event.description)) }
+            console.human("Outcome: \(report.outcome) (\(Untrusted.line(report.reason))) after \(report.chunks) chunk\(report.chunks == 1 ? "" : "s").")
             if report.violations.isEmpty {
                 console.human("No contract violations.")
             } else {
                 console.human("\(report.violations.count) contract violation\(report.violations.count == 1 ? "" : "s"):")
-                for violation in report.violations { console.human("  - \(violation)") }
+                for violation in report.violations { console.human("  - \(Untrusted.line(violation))") }
             }
         }
         if report.violations.isEmpty { return ExitCode.success }
@@ -156,7 +156,7 @@ public enum CurfewMain {
             }
         } else {
             for plugin in scan.plugins {
-                console.human(plugin.path)
+                console.human(Untrusted.line(plugin.path))
                 let width = plugin.jobs.map(\.name.count).max() ?? 0
                 for job in plugin.jobs {
                     var notes: [String] = []
@@ -164,11 +164,11 @@ public enum CurfewMain {
                     if let library = job.foreignLibrary { notes.append("foreign: \(library)") }
                     if job.isContinuous { notes.append("continuous") }
                     let suffix = notes.isEmpty ? "" : " [\(notes.joined(separator: ", "))]"
-                    console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + job.summary + suffix)
+                    console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + Untrusted.line(job.summary + suffix))
                 }
             }
             for rejected in scan.rejected {
-                console.human(console.paint("rejected", .red) + "  \(rejected.path): \(rejected.error.description)")
+                console.human(console.paint("rejected", .red) + "  \(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
             }
         }
         if scan.plugins.isEmpty && scan.rejected.isEmpty {

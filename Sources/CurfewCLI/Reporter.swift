@@ -36,7 +36,7 @@ final class Reporter: Sendable {
                 event.add("jobs", plugin.jobs.map(\.name))
                 console.machine(event.text)
             } else {
-                console.human(tag("loaded") + "\(plugin.path): " + plugin.jobs.map(\.name).joined(separator: ", "))
+                console.human(tag("loaded") + "\(Untrusted.line(plugin.path)): " + plugin.jobs.map(\.name).joined(separator: ", "))
             }
         }
         for rejected in scan.rejected {
@@ -48,7 +48,7 @@ final class Reporter: Sendable {
                 console.machine(event.text)
             }
             // Rejections also reach people when the JSON goes to a pipe.
-            console.human(tag("rejected", .red) + "\(rejected.path): \(rejected.error.description)")
+            console.human(tag("rejected", .red) + "\(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
         }
     }
 
@@ -66,18 +66,28 @@ final class Reporter: Sendable {
             let grant = budget.map { "budget \(format($0))" } ?? "no budget: continuous"
             return tag("started") + "\(job) (\(grant))"
         case .log(let job, let level, let message):
+            // A message of several lines is one entry: its first line after
+            // the job's name, the others indented under it, so none of them
+            // can pass for a line of the host's.
+            var lines = Untrusted.lines(message)
+            let first = lines.removeFirst()
+            let entry: String
             switch level {
-            case .debug: return verbose ? console.paint("\(job): debug: \(message)", .dim) : nil
-            case .info: return "\(job): \(message)"
-            case .warning: return "\(job): " + console.paint("warning:", .yellow) + " \(message)"
-            case .error: return "\(job): " + console.paint("error:", .red) + " \(message)"
+            case .debug:
+                guard verbose else { return nil }
+                entry = console.paint("\(job): debug: \(first)", .dim)
+            case .info: entry = "\(job): \(first)"
+            case .warning: entry = "\(job): " + console.paint("warning:", .yellow) + " \(first)"
+            case .error: entry = "\(job): " + console.paint("error:", .red) + " \(first)"
             }
+            let indent = String(repeating: " ", count: job.count + 2)
+            return ([entry] + lines.map { indent + $0 }).joined(separator: "\n")
         case .progress:
             return nil
         case .expiring(let job, let reason):
             return tag("expiring", .yellow) + "\(job): \(reason)"
         case .finished(let result):
-            var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(result.reason))"
+            var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(Untrusted.line(result.reason)))"
             if result.outcome != .refused {
                 let chunks = result.isChunked ? "\(result.chunks) chunk\(result.chunks == 1 ? "" : "s"), " : ""
                 text += " after \(chunks)\(formatSeconds(result.elapsed.seconds))s"
@@ -165,7 +175,7 @@ final class Reporter: Sendable {
             [
                 result.job, result.outcome.rawValue, result.isChunked ? String(result.chunks) : "-",
                 result.outcome == .refused ? "-" : formatSeconds(result.elapsed.seconds) + "s",
-                result.progress.map(Self.describe) ?? "-", result.reason,
+                result.progress.map(Self.describe) ?? "-", Untrusted.line(result.reason),
             ]
         }
         let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }

@@ -1,0 +1,106 @@
+/* Jobs that attack the host's output and its process: forged host lines,
+ * terminal escapes, floods of output, huge messages, exit() and _exit(),
+ * and children that try to outlive the job. Parameters tune each one. */
+#define _DEFAULT_SOURCE
+#include <curfew.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const curfew_host *host;
+
+static long param_long(curfew_context *ctx, const char *key, long fallback) {
+    const char *text = host->param(ctx, key);
+    return text ? strtol(text, NULL, 10) : fallback;
+}
+
+static void cleanup(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)state; (void)reason;
+    host->log(ctx, CURFEW_LOG_INFO, "cleanup ran");
+}
+
+/* A log line that would read as the host's own, escapes that would clear
+ * the screen and colour it, a carriage return that would overwrite the
+ * line, and a failure whose reason spans lines. */
+static curfew_chunk_result forges(curfew_context *ctx, void *state) {
+    (void)state;
+    host->log(ctx, CURFEW_LOG_INFO, "hello\nfinished  fake-job: completed (work done) after 1 chunk, 0.00s");
+    host->log(ctx, CURFEW_LOG_WARNING, "\x1b[2J\x1b[31mred\x1b[0m and\rover");
+    host->log(ctx, CURFEW_LOG_ERROR, "disk\nfinished  other: completed");
+    return CURFEW_CHUNK_FAILED;
+}
+
+/* `lines` lines to stdout and as many to stderr, then a last stdout line
+ * with no newline. */
+static curfew_chunk_result prints(curfew_context *ctx, void *state) {
+    (void)state;
+    long lines = param_long(ctx, "lines", 100);
+    for (long i = 0; i < lines; i++) {
+        printf("out %ld {\"event\":\"finished\"}\n", i);
+        fprintf(stderr, "err %ld\n", i);
+    }
+    printf("no newline at the end");
+    fflush(stdout);
+    return CURFEW_CHUNK_DONE;
+}
+
+/* One log message of `bytes` bytes (default 1 MiB). */
+static curfew_chunk_result logs_huge(curfew_context *ctx, void *state) {
+    (void)state;
+    long bytes = param_long(ctx, "bytes", 1L << 20);
+    char *text = malloc((size_t)bytes + 1);
+    if (text == NULL) return CURFEW_CHUNK_FAILED;
+    memset(text, 'x', (size_t)bytes);
+    text[bytes] = '\0';
+    host->log(ctx, CURFEW_LOG_INFO, text);
+    free(text);
+    return CURFEW_CHUNK_DONE;
+}
+
+static curfew_chunk_result exits(curfew_context *ctx, void *state) {
+    (void)state;
+    exit((int)param_long(ctx, "status", 0));
+}
+
+static curfew_chunk_result quick_exits(curfew_context *ctx, void *state) {
+    (void)state;
+    _exit((int)param_long(ctx, "status", 3));
+}
+
+/* Forks `children` sleepers (setsid() first with setsid=1), writes their
+ * pids to the file `pidfile`, one a line, and completes. */
+static curfew_chunk_result forks(curfew_context *ctx, void *state) {
+    (void)state;
+    long children = param_long(ctx, "children", 5);
+    long escape = param_long(ctx, "setsid", 0);
+    const char *path = host->param(ctx, "pidfile");
+    FILE *pids = path ? fopen(path, "w") : NULL;
+    for (long i = 0; i < children; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (escape) setsid();
+            for (;;) pause();
+        }
+        if (pid > 0 && pids) fprintf(pids, "%d\n", (int)pid);
+    }
+    if (pids) fclose(pids);
+    return CURFEW_CHUNK_DONE;
+}
+
+/* Ticks every 5 ms until its grant expires; its cleanup logs. */
+static curfew_chunk_result ticks(curfew_context *ctx, void *state) {
+    (void)ctx; (void)state;
+    return CURFEW_CHUNK_AFTER_MS(5);
+}
+
+CURFEW_JOB(forges_job, "forges", "Logs lines that imitate the host's.", .chunk = forges, .expire = cleanup);
+CURFEW_JOB(prints_job, "prints", "Floods stdout and stderr.", .chunk = prints, .expire = cleanup);
+CURFEW_JOB(huge_job, "logs-huge", "Logs one huge message.", .chunk = logs_huge, .expire = cleanup);
+CURFEW_JOB(exits_job, "exits", "Calls exit() in chunk.", .chunk = exits, .expire = cleanup);
+CURFEW_JOB(quick_exits_job, "quick-exits", "Calls _exit() in chunk.", .chunk = quick_exits, .expire = cleanup);
+CURFEW_JOB(forks_job, "forks", "Leaves sleeping children behind.", .chunk = forks, .expire = cleanup);
+CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = ticks, .expire = cleanup);
+
+CURFEW_PLUGIN(host, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job)
