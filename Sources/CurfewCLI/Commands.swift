@@ -11,10 +11,14 @@ public enum ExitCode {
     public static let jobNotClean: Int32 = 2
     public static let pluginRejected: Int32 = 3
     public static let usage: Int32 = 64
+    /// Stdout or stderr was closed by its reader (`| head`): the jobs were
+    /// expired and cleaned up. 128 + SIGPIPE, as the shell expects.
+    public static let outputClosed: Int32 = 141
 
-    /// The code for a finished run: a job's failure outranks a rejected file.
-    public static func forRun(_ results: [JobResult], rejected: Int, signal: Int32?) -> Int32 {
-        if let signal { return 128 + signal }
+    /// The code for a finished run: a stop (a signal's 128 + N, or
+    /// ``outputClosed``) outranks a job's failure, which outranks a rejected file.
+    public static func forRun(_ results: [JobResult], rejected: Int, stop: Int32?) -> Int32 {
+        if let stop { return stop }
         if results.contains(where: { !$0.outcome.isClean }) { return jobNotClean }
         if rejected > 0 { return pluginRejected }
         return success
@@ -25,6 +29,15 @@ public enum ExitCode {
 public enum CurfewMain {
     /// Runs the tool and returns its exit code.
     public static func main(_ arguments: [String]) async -> Int32 {
+        let status = await command(arguments)
+        return Console.outputWasClosed && status == ExitCode.success ? ExitCode.outputClosed : status
+    }
+
+    private static func command(_ arguments: [String]) async -> Int32 {
+        // A reader that goes away (`| head`) is an EPIPE the console handles,
+        // not a signal that ends the host before its jobs clean up. Workers
+        // are started with every signal at its default, so plugins see no change.
+        signal(SIGPIPE, SIG_IGN)
         let invocation: Invocation
         do throws(UsageError) {
             invocation = try ArgumentParser.parse(arguments)
@@ -181,7 +194,24 @@ public enum CurfewMain {
     static func run(_ options: RunOptions) async -> Int32 {
         let console = Console(json: options.json)
         let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
+        // Stop requests are caught before anything else happens, the scan
+        // included: a signal never finds the host without its handler.
+        let stop = StopRequest()
+        let signals: SignalMonitor
+        do throws(CurfewError) {
+            signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { number in
+                // A second signal: stop waiting for cleanups.
+                guard stop.request(status: 128 + number, reason: signalName(number)) else { _exit(128 + number) }
+            }
+        } catch {
+            console.error("Error: \(error.description)")
+            return ExitCode.failure
+        }
+        defer { signals.cancel() }
+        console.onOutputClosed { _ in stop.request(status: ExitCode.outputClosed, reason: "Output closed") }
+
         let scan = loadPlugins(options)
+        if let status = stop.status { return status }
         reporter.scanned(scan)
 
         var jobs = scan.jobs
@@ -211,42 +241,34 @@ public enum CurfewMain {
         let lead = configuration.policy.lead
         let runner = Runner(jobs: jobs, configuration: configuration) { event in reporter.event(event) }
 
-        let stopSignal = Mutex<Int32?>(nil)
-        let signals: SignalMonitor
-        do throws(CurfewError) {
-            signals = try SignalMonitor(signals: [SIGINT, SIGTERM]) { number in
-                let first = stopSignal.withLock { received -> Bool in
-                    defer { if received == nil { received = number } }
-                    return received == nil
-                }
-                guard first else {
-                    // A second signal: stop waiting for cleanups.
-                    _exit(128 + number)
-                }
-                let name = number == SIGINT ? "SIGINT" : "SIGTERM"
-                console.error(
-                    "\(name): expiring every job now; they have up to \(format(lead)) to clean up. Send it again to stop at once.")
-                runner.shutdown()
-            }
-        } catch {
-            console.error("Error: \(error.description)")
-            return ExitCode.failure
+        stop.onRequest { reason in
+            let again = reason.hasPrefix("SIG") ? " Send it again to stop at once." : ""
+            console.error("\(reason): expiring every job now; they have up to \(format(lead)) to clean up.\(again)")
+            runner.shutdown()
         }
 
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
         live?.cancel()
         console.setLive([])
-        signals.cancel()
 
         reporter.summary(results, rejected: scan.rejected.count)
-        let code = ExitCode.forRun(results, rejected: scan.rejected.count, signal: stopSignal.withLock { $0 })
+        let code = ExitCode.forRun(results, rejected: scan.rejected.count, stop: stop.status)
         if results.contains(where: { $0.outcome == .terminated }) {
             // A terminated job may still be running on a worker thread: do not
             // run exit handlers (the plugin's among them) under its feet.
             _exit(code)
         }
         return code
+    }
+
+    private static func signalName(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: "SIGINT"
+        case SIGTERM: "SIGTERM"
+        case SIGHUP: "SIGHUP"
+        default: "Signal \(number)"
+        }
     }
 
     /// Scans in a scanner worker first, so a plugin that crashes or hangs

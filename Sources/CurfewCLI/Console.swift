@@ -1,4 +1,5 @@
 import Curfew
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -16,12 +17,25 @@ final class Console: Sendable {
     /// Colours are used: a terminal, and NO_COLOR unset or empty.
     let usesColor: Bool
     private let live = Mutex(Live())
+    /// Called once, with the descriptor, when a reader goes away (EPIPE).
+    private let closedHandler = Mutex<(@Sendable (Int32) -> Void)?>(nil)
+    /// The descriptors whose reader has gone: nothing more is written to them.
+    private static let closedDescriptors = Mutex<Set<Int32>>([])
+
+    /// Whether a write to stdout or stderr found its reader gone (EPIPE),
+    /// in this process; the tool then exits with ``ExitCode/outputClosed``.
+    static var outputWasClosed: Bool { !closedDescriptors.withLock { $0.isEmpty } }
 
     init(json: Bool) {
         humanDescriptor = json ? STDERR_FILENO : STDOUT_FILENO
         humanIsTerminal = isatty(humanDescriptor) == 1
         let noColor = getenv("NO_COLOR").map { String(cString: $0) } ?? ""
         usesColor = humanIsTerminal && noColor.isEmpty
+    }
+
+    /// Calls `handler` once, when a write first finds its reader gone.
+    func onOutputClosed(_ handler: @escaping @Sendable (Int32) -> Void) {
+        closedHandler.withLock { $0 = handler }
     }
 
     /// Writes a line for people.
@@ -46,17 +60,17 @@ final class Console: Sendable {
             var text = clearing(live.lines.count)
             for line in lines { text += line + "\n" }
             live.lines = lines
-            Self.write(text, to: humanDescriptor)
+            write(text, to: humanDescriptor)
         }
     }
 
     private func emit(_ line: String, to descriptor: Int32) {
         live.withLock { live in
-            guard !live.lines.isEmpty else { return Self.write(line + "\n", to: descriptor) }
+            guard !live.lines.isEmpty else { return write(line + "\n", to: descriptor) }
             // A status block is drawn under the last line: lift it, write, put it back.
-            Self.write(clearing(live.lines.count), to: humanDescriptor)
-            Self.write(line + "\n", to: descriptor)
-            Self.write(live.lines.map { $0 + "\n" }.joined(), to: humanDescriptor)
+            write(clearing(live.lines.count), to: humanDescriptor)
+            write(line + "\n", to: descriptor)
+            write(live.lines.map { $0 + "\n" }.joined(), to: humanDescriptor)
         }
     }
 
@@ -72,8 +86,14 @@ final class Console: Sendable {
         case red = "31", green = "32", yellow = "33", magenta = "35", dim = "2", bold = "1"
     }
 
-    private static func write(_ text: String, to descriptor: Int32) {
-        _ = writeAll(Array(text.utf8), to: descriptor)
+    private func write(_ text: String, to descriptor: Int32) {
+        guard !Self.closedDescriptors.withLock({ $0.contains(descriptor) }) else { return }
+        guard Self.writeAll(Array(text.utf8), to: descriptor) == EPIPE else { return }
+        // The reader is gone (`| head`, a closed terminal): stop writing there
+        // and say so once; SIGPIPE is ignored, so the host lives to clean up.
+        let first = Self.closedDescriptors.withLock { $0.insert(descriptor).inserted }
+        // Called off this thread: it may hold the live lock, and the handler may write.
+        if first, let handler = closedHandler.withLock({ $0 }) { DispatchQueue.global().async { handler(descriptor) } }
     }
 
     /// Writes all of `bytes`, retrying interrupted writes; the errno of a

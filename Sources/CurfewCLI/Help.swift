@@ -116,8 +116,8 @@ public enum Help {
                 "runs; a job still running at the end of the budget is terminated.",
                 "Plugins are first loaded in a scanner worker, so one that crashes or",
                 "hangs while loading is rejected, not fatal.",
-                "SIGINT or SIGTERM expires every job at once and the host exits within",
-                "the lead time.",
+                "SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits",
+                "within the lead time; so does closing its output (| head).",
                 "",
                 "USAGE: \(usage(.run))",
                 "",
@@ -134,7 +134,8 @@ public enum Help {
                 "  2    a job failed, was terminated, crashed or was refused",
                 "  3    a plugin file was rejected (the other jobs ran cleanly)",
                 "  64   usage error",
-                "  130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up",
+                "  130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up",
+                "  141  its output was closed (| head); the jobs cleaned up",
             ]
         case .list?:
             lines += [

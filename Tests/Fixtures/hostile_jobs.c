@@ -16,9 +16,17 @@ static long param_long(curfew_context *ctx, const char *key, long fallback) {
     return text ? strtol(text, NULL, 10) : fallback;
 }
 
+/* Logs, and with the parameter `marker` appends a line to that file, so a
+ * test can see the cleanup ran even when the host's output is gone. */
 static void cleanup(curfew_context *ctx, void *state, curfew_expire_reason reason) {
-    (void)state; (void)reason;
+    (void)state;
     host->log(ctx, CURFEW_LOG_INFO, "cleanup ran");
+    const char *path = host->param(ctx, "marker");
+    FILE *marker = path ? fopen(path, "a") : NULL;
+    if (marker) {
+        fprintf(marker, "cleanup ran: %s\n", reason == CURFEW_EXPIRE_SHUTDOWN ? "shutdown" : "other");
+        fclose(marker);
+    }
 }
 
 /* A log line that would read as the host's own, escapes that would clear
@@ -89,9 +97,10 @@ static curfew_chunk_result forks(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_DONE;
 }
 
-/* Ticks every 5 ms until its grant expires; its cleanup logs. */
+/* Logs a tick every 5 ms until its grant expires; its cleanup logs. */
 static curfew_chunk_result ticks(curfew_context *ctx, void *state) {
-    (void)ctx; (void)state;
+    (void)state;
+    host->log(ctx, CURFEW_LOG_INFO, "tick");
     return CURFEW_CHUNK_AFTER_MS(5);
 }
 

@@ -40,8 +40,8 @@ import Testing
             runs; a job still running at the end of the budget is terminated.
             Plugins are first loaded in a scanner worker, so one that crashes or
             hangs while loading is rejected, not fatal.
-            SIGINT or SIGTERM expires every job at once and the host exits within
-            the lead time.
+            SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
+            within the lead time; so does closing its output (| head).
 
             USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
@@ -83,7 +83,8 @@ import Testing
               2    a job failed, was terminated, crashed or was refused
               3    a plugin file was rejected (the other jobs ran cleanly)
               64   usage error
-              130  stopped by SIGINT (143: SIGTERM) after the jobs cleaned up
+              130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up
+              141  its output was closed (| head); the jobs cleaned up
 
             """)
     }
@@ -202,12 +203,12 @@ import Testing
         func result(_ outcome: Outcome) -> JobResult {
             JobResult(job: "j", pluginPath: "p", isChunked: true, outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
         }
-        #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, signal: nil) == 0)
-        #expect(ExitCode.forRun([result(.completed)], rejected: 1, signal: nil) == 3)
-        #expect(ExitCode.forRun([result(.failed)], rejected: 1, signal: nil) == 2)
-        #expect(ExitCode.forRun([result(.terminated)], rejected: 0, signal: nil) == 2)
-        #expect(ExitCode.forRun([result(.refused)], rejected: 0, signal: nil) == 2)
-        #expect(ExitCode.forRun([result(.expired)], rejected: 0, signal: 15) == 143)
+        #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, stop: nil) == 0)
+        #expect(ExitCode.forRun([result(.completed)], rejected: 1, stop: nil) == 3)
+        #expect(ExitCode.forRun([result(.failed)], rejected: 1, stop: nil) == 2)
+        #expect(ExitCode.forRun([result(.terminated)], rejected: 0, stop: nil) == 2)
+        #expect(ExitCode.forRun([result(.refused)], rejected: 0, stop: nil) == 2)
+        #expect(ExitCode.forRun([result(.expired)], rejected: 0, stop: 143) == 143)
     }
 
     @Test func jsonStringsAreEscaped() {
