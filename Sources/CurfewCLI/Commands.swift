@@ -14,6 +14,8 @@ public enum ExitCode {
     /// Stdout or stderr was closed by its reader (`| head`): the jobs were
     /// expired and cleaned up. 128 + SIGPIPE, as the shell expects.
     public static let outputClosed: Int32 = 141
+    /// In process, plugin code called `exit()`: the run was cut short.
+    public static let jobEndedHost: Int32 = 4
 
     /// The code for a finished run: a stop (a signal's 128 + N, or
     /// ``outputClosed``) outranks a job's failure, which outranks a rejected file.
@@ -64,7 +66,35 @@ public enum CurfewMain {
     }
 
     static func test(_ options: TestOptions) -> Int32 {
-        let console = Console(json: options.json)
+        // The job runs in this process: what it prints is captured, as in
+        // `run --isolate none`, and shown tagged; a JSON trace stays JSON.
+        let lines = Mutex<(@Sendable (OutputCapture.Stream, String) -> Void)?>(nil)
+        let capture: OutputCapture
+        do throws(CurfewError) {
+            capture = try OutputCapture { stream, line in lines.withLock { $0 }?(stream, line) }
+        } catch {
+            Console(json: false).error("Error: \(error.description)")
+            return ExitCode.failure
+        }
+        let console = Console(json: options.json, output: capture.hostOutput, error: capture.hostError)
+        lines.withLock { sink in
+            sink = { stream, line in
+                if options.json {
+                    var event = JSONLine(event: "output")
+                    event.add("stream", stream.rawValue)
+                    event.add("line", line)
+                    console.machine(event.text)
+                } else {
+                    console.human("[\(stream.rawValue)] \(Untrusted.line(line))")
+                }
+            }
+        }
+        defer { capture.finish() }
+        ProcessExitWatch.arm { status, job in
+            capture.finish()
+            console.error("Error: \(job.map { "Job '\($0)'" } ?? "Plugin code") called exit(\(status)); the test ends here.")
+        }
+        defer { ProcessExitWatch.disarm() }
         let scan = PluginLoader(parameters: options.parameters).scan([options.plugin])
         if let rejected = scan.rejected.first {
             console.error("Error: \(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
@@ -87,6 +117,7 @@ public enum CurfewMain {
         }
         let policy = GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: true)
         let report = JobHarness(job: job, policy: policy, mode: options.mode, parameters: options.parameters).run()
+        capture.finish()
         if options.json {
             for event in report.trace {
                 var line = JSONLine(event: "trace")
@@ -192,8 +223,30 @@ public enum CurfewMain {
     }
 
     static func run(_ options: RunOptions) async -> Int32 {
-        let console = Console(json: options.json)
+        // In process, plugin code shares this process's stdout and stderr:
+        // take them over before any plugin is loaded, so what it prints
+        // becomes its jobs' log lines and the host's own output stays whole.
+        let router = OutputRouter()
+        var capture: OutputCapture?
+        if options.isolation == .none {
+            do throws(CurfewError) {
+                capture = try OutputCapture { stream, line in router.route(stream, line) }
+            } catch {
+                Console(json: false).error("Error: \(error.description)")
+                return ExitCode.failure
+            }
+        }
+        let console = Console(
+            json: options.json, output: capture?.hostOutput ?? STDOUT_FILENO, error: capture?.hostError ?? STDERR_FILENO)
         let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
+        router.start(reporting: reporter)
+        if let capture {
+            ProcessExitWatch.arm { status, job in
+                capture.finish()
+                reporter.hostExit(status: status, job: job ?? router.soleRunningJob())
+            }
+        }
+        defer { ProcessExitWatch.disarm() }
         // Stop requests are caught before anything else happens, the scan
         // included: a signal never finds the host without its handler.
         let stop = StopRequest()
@@ -239,7 +292,12 @@ public enum CurfewMain {
         configuration.isolation = options.isolation
         configuration.limits = options.limits
         let lead = configuration.policy.lead
-        let runner = Runner(jobs: jobs, configuration: configuration) { event in reporter.event(event) }
+        let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event in
+            // A job's last lines of output come before the line that says it ended.
+            if case .finished(let result) = event, let capture { router.jobFinishing(result.job, capture: capture) }
+            reporter.event(event)
+        }
+        router.attach(runner)
 
         stop.onRequest { reason in
             let again = reason.hasPrefix("SIG") ? " Send it again to stop at once." : ""
@@ -249,6 +307,8 @@ public enum CurfewMain {
 
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
+        ProcessExitWatch.disarm()
+        capture?.finish()
         live?.cancel()
         console.setLive([])
 

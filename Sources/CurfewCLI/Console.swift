@@ -26,8 +26,15 @@ final class Console: Sendable {
     /// in this process; the tool then exits with ``ExitCode/outputClosed``.
     static var outputWasClosed: Bool { !closedDescriptors.withLock { $0.isEmpty } }
 
-    init(json: Bool) {
-        humanDescriptor = json ? STDERR_FILENO : STDOUT_FILENO
+    /// Where machine output and errors go: stdout and stderr, or the
+    /// descriptors an ``OutputCapture`` kept for the host.
+    let outputDescriptor: Int32
+    let errorDescriptor: Int32
+
+    init(json: Bool, output: Int32 = STDOUT_FILENO, error: Int32 = STDERR_FILENO) {
+        outputDescriptor = output
+        errorDescriptor = error
+        humanDescriptor = json ? error : output
         humanIsTerminal = isatty(humanDescriptor) == 1
         let noColor = getenv("NO_COLOR").map { String(cString: $0) } ?? ""
         usesColor = humanIsTerminal && noColor.isEmpty
@@ -45,12 +52,12 @@ final class Console: Sendable {
 
     /// Writes a line of machine output to stdout.
     func machine(_ line: String) {
-        emit(line, to: STDOUT_FILENO)
+        emit(line, to: outputDescriptor)
     }
 
     /// Writes an error line to stderr.
     func error(_ line: String) {
-        emit(line, to: STDERR_FILENO)
+        emit(line, to: errorDescriptor)
     }
 
     /// Replaces the live status block (terminals only).

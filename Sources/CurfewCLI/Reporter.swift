@@ -60,6 +60,35 @@ final class Reporter: Sendable {
         }
     }
 
+    /// A line plugin code wrote to fds 1 or 2 in process that no single job
+    /// can be named for: its plugin file's, when known.
+    func output(plugin: String?, stream: OutputCapture.Stream, line: String) {
+        if json {
+            var event = self.line("output")
+            event.add("plugin", plugin)
+            event.add("stream", stream.rawValue)
+            event.add("line", line)
+            return console.machine(event.text)
+        }
+        let owner = plugin.map { "(\(Untrusted.line($0)))" } ?? "(plugins)"
+        console.human("\(owner) [\(stream.rawValue)] \(Untrusted.line(line))")
+    }
+
+    /// Plugin code called `exit(status)` in the host's process: the run ends
+    /// here, with no summary.
+    func hostExit(status: Int32, job: String?) {
+        if json {
+            var event = line("host-exit")
+            event.add("job", job)
+            event.add("status", Int64(status))
+            console.machine(event.text)
+        }
+        let who = job.map { "Job '\($0)'" } ?? "Plugin code"
+        console.error(
+            "Error: \(who) called exit(\(status)) in the host's process; the run ends here, with no summary "
+                + "(exit status \(ExitCode.jobEndedHost)). Run it with --isolate job to contain that.")
+    }
+
     private func humanText(_ event: RunEvent) -> String? {
         switch event {
         case .started(let job, _, let budget):

@@ -312,3 +312,11 @@ int curfew_shim_fork_server(int control) {
     }
     return -1;
 }
+
+void curfew_shim_stdout_line_buffered(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+void curfew_shim_flush_stdout(void) {
+    fflush(stdout);
+}

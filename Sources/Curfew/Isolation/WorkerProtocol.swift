@@ -35,20 +35,47 @@ enum WorkerProtocol {
     }
 }
 
-/// Splits a byte stream into lines.
+/// Splits a byte stream into lines, in time linear in the stream's length.
+///
+/// A line longer than `maximumLength` bytes comes out in pieces of that
+/// length, so memory stays bounded whatever the stream holds.
 struct LineBuffer {
     private var pending: [UInt8] = []
+    let maximumLength: Int
+
+    init(maximumLength: Int = .max) {
+        precondition(maximumLength > 0, "a line holds at least one byte")
+        self.maximumLength = maximumLength
+    }
 
     /// Appends bytes and returns the whole lines they complete.
     mutating func append(_ bytes: UnsafeRawBufferPointer) -> [String] {
-        pending.append(contentsOf: bytes)
         var lines: [String] = []
-        while let newline = pending.firstIndex(of: 0x0A) {
-            lines.append(String(decoding: pending[..<newline], as: UTF8.self))
-            pending.removeSubrange(...newline)
+        var start = 0
+        while let newline = bytes[start...].firstIndex(of: 0x0A) {
+            if pending.isEmpty {
+                lines.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<newline]), as: UTF8.self))
+            } else {
+                pending.append(contentsOf: bytes[start..<newline])
+                lines.append(String(decoding: pending, as: UTF8.self))
+                pending.removeAll(keepingCapacity: true)
+            }
+            start = newline + 1
+        }
+        pending.append(contentsOf: bytes[start...])
+        if pending.count >= maximumLength {
+            var offset = 0
+            while pending.count - offset >= maximumLength {
+                lines.append(String(decoding: pending[offset..<offset + maximumLength], as: UTF8.self))
+                offset += maximumLength
+            }
+            pending.removeFirst(offset)
         }
         return lines
     }
+
+    /// Whether no partial line is waiting for its newline.
+    var isEmpty: Bool { pending.isEmpty }
 
     /// What is left without a newline, as a last line.
     mutating func flush() -> String? {

@@ -113,7 +113,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func runCreate() {
         guard control.withLock({ $0.stage == .creating }) else { return }
         var state: UnsafeMutableRawPointer?
-        let status = job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK
+        let status = HookThread.running(self) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
         jobState = state
         let next = control.withLock { c -> Next in
             guard c.stage == .creating else { return .nothing }  // terminated meanwhile
@@ -158,14 +158,15 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var count: UInt64 = 0
         var result: curfew_chunk_result = 0
         enum Stop { case expiring, sliceOver, result }
-        let stop: Stop
-        while true {
-            if now >= expirationPoint || grant.isExpiring { stop = .expiring; break }
-            if count > 0 && now >= sliceEnd { stop = .sliceOver; break }
-            result = chunk(context, state)
-            count &+= 1
-            if result != 0 { stop = .result; break }
-            now = clock.now().nanoseconds
+        let stop: Stop = HookThread.running(self) {
+            while true {
+                if now >= expirationPoint || grant.isExpiring { return .expiring }
+                if count > 0 && now >= sliceEnd { return .sliceOver }
+                result = chunk(context, state)
+                count &+= 1
+                if result != 0 { return .result }
+                now = clock.now().nanoseconds
+            }
         }
 
         let next = control.withLock { c -> Next in
@@ -219,7 +220,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
             return
         }
-        job.hooks.expire?(context, jobState, reason.cValue)
+        HookThread.running(self) { job.hooks.expire?(context, jobState, reason.cValue) }
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
             c.stage = .waiting
@@ -234,7 +235,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // last task: destroy waits for it, so the two never overlap.
         grant.handlerQueue.sync {}
         if !skip {
-            job.hooks.destroy?(context, jobState)
+            HookThread.running(self) { job.hooks.destroy?(context, jobState) }
         }
         control.withLock { c in
             guard c.stage == .destroying else { return }  // terminated meanwhile

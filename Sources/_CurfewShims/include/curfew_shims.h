@@ -65,4 +65,9 @@ uint64_t curfew_shim_heap_bytes_in_use(void);
  * process; calling again adds signals to it. */
 int curfew_shim_signal_pipe(const int *signals, int count);
 
+/* stdout (the C library's FILE, which Swift 6 cannot name safely): make it
+ * line-buffered, or flush it. For plugins' output captured in process. */
+void curfew_shim_stdout_line_buffered(void);
+void curfew_shim_flush_stdout(void);
+
 #endif

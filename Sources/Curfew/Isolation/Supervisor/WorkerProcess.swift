@@ -105,6 +105,39 @@ final class WorkerProcess: @unchecked Sendable {
         var chunk = [UInt8](repeating: 0, count: 65536)
         var drainUntil: CurfewInstant?
         let clock = MonotonicClock()
+        /// Reads stream `index` once; false at its end.
+        func readOnce(_ index: Int) -> Bool {
+            let count = chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { return true }
+            if count <= 0 {
+                open[index] = false
+                if let last = buffers[index].flush() { route(last, from: index) }
+                return false
+            }
+            let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            if index == 0 {
+                for line in lines {
+                    // The worker wrote a job's output before any message about it:
+                    // take what is in the pipes first, so a job's last lines are
+                    // its own and come before its end.
+                    drainOutput()
+                    if !buffers[1].isEmpty || !buffers[2].isEmpty, endsJob(line), soleJob() {
+                        for index in 1...2 { if let last = buffers[index].flush() { route(last, from: index) } }
+                    }
+                    route(line, from: 0)
+                }
+            } else {
+                for line in lines { route(line, from: index) }
+            }
+            return true
+        }
+        /// Reads stdout and stderr until neither has more right now.
+        func drainOutput() {
+            for index in 1...2 where open[index] {
+                var poll = pollfd(fd: streams[index], events: Int16(POLLIN), revents: 0)
+                while open[index], Glibc.poll(&poll, 1, 0) > 0, readOnce(index) {}
+            }
+        }
         while open.contains(true) {
             var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
             if exit >= 0 && drainUntil == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
@@ -122,15 +155,7 @@ final class WorkerProcess: @unchecked Sendable {
                     continue
                 }
                 let index = streams.firstIndex(of: entry.fd)!
-                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                if count <= 0 {
-                    open[index] = false
-                    if let last = buffers[index].flush() { route(last, from: index) }
-                    continue
-                }
-                let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-                for line in lines { route(line, from: index) }
+                if open[index] { _ = readOnce(index) }
             }
         }
         workerExited()
@@ -165,6 +190,16 @@ final class WorkerProcess: @unchecked Sendable {
             if server == nil { Glibc.kill(-pid, SIGKILL) }
             Glibc.close(channel)
         }
+    }
+
+    /// Whether a channel line reports the end of a job (a cheap look, before parsing).
+    private func endsJob(_ line: String) -> Bool {
+        line.hasPrefix("{\"type\":\"finished\"")
+    }
+
+    /// Whether this worker hosts a single job: then a line without a newline is its.
+    private func soleJob() -> Bool {
+        state.withLock { $0.jobs.count == 1 }
     }
 
     private func route(_ line: String, from stream: Int) {

@@ -57,6 +57,9 @@ final class WorkerHost: Sendable {
         let runner = Runner(
             jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
         ) { [self] event in
+            // What the job printed reaches its pipe before the word that it ended:
+            // the host drains the pipes before it acts on a channel message.
+            if case .finished = event { curfew_shim_flush_stdout() }
             if let line = IsolationWorker.message(for: event) { send(line) }
         }
         state.withLock {

@@ -1,0 +1,31 @@
+import Glibc
+
+/// Which job's hook the calling thread is running, so that when plugin code
+/// ends the process in process (`exit()`), the host can say whose it was.
+///
+/// Set once per hook call or chunk slice, not per chunk: a thread-local
+/// store and a load, nothing more.
+public enum HookThread {
+    // Made once and never deleted; each thread reads and writes only its own slot.
+    private static let key: pthread_key_t = {
+        var key = pthread_key_t()
+        precondition(pthread_key_create(&key, nil) == 0, "cannot make a thread-local key")
+        return key
+    }()
+
+    /// The name of the job whose hook this thread is in, or `nil`.
+    public static var currentJob: String? {
+        guard let pointer = pthread_getspecific(key) else { return nil }
+        // Contexts are never freed (see HostContext), so the pointer stays valid.
+        return Unmanaged<HostContext>.fromOpaque(pointer).takeUnretainedValue().job.name
+    }
+
+    /// Runs `body` with `context` recorded as this thread's job.
+    @inline(__always)
+    static func running<T>(_ context: HostContext, _ body: () -> T) -> T {
+        let previous = pthread_getspecific(key)
+        pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
+        defer { pthread_setspecific(key, previous) }
+        return body()
+    }
+}
