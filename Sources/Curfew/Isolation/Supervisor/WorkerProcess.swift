@@ -59,6 +59,11 @@ final class WorkerProcess: @unchecked Sendable {
         Thread.detach { self.supervise(out: out, err: err) }
     }
 
+    /// After the worker exits, how long its streams may stay silent before
+    /// reading stops, and how long reading may go on at most.
+    static let drainQuiet: Duration = .milliseconds(100)
+    static let drainLimit: Duration = .seconds(2)
+
     /// Whether a new job may join: not exited, not being killed.
     var isUsable: Bool { state.withLock { !$0.exited && $0.killedFor == nil } }
 
@@ -138,20 +143,29 @@ final class WorkerProcess: @unchecked Sendable {
                 while open[index], Glibc.poll(&poll, 1, 0) > 0, readOnce(index) {}
             }
         }
+        // Once the worker has exited, everything it wrote is still read, to the
+        // end of each stream. Only a process it left behind holding a copy of
+        // the pipes can keep an end from coming: then reading stops after
+        // `drainQuiet` without a byte, or `drainLimit` after the exit.
+        var exitedAt: CurfewInstant?
         while open.contains(true) {
             var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
-            if exit >= 0 && drainUntil == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
+            if exit >= 0 && exitedAt == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
             let wait = drainUntil.map { Int32(max(0, clock.now().duration(to: $0).nanoseconds / 1_000_000)) } ?? -1
             let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), wait) }
             if ready < 0 {
                 if errno == EINTR { continue }
                 break
             }
-            if ready == 0 && drainUntil != nil { break }  // what it left behind had 100 ms to flush
+            if ready == 0 && drainUntil != nil { break }
+            if let exitedAt {
+                drainUntil = min(clock.now().advanced(by: Self.drainQuiet), exitedAt.advanced(by: Self.drainLimit))
+            }
             for entry in polls where entry.revents != 0 {
                 if entry.fd == exit {
                     workerExited()
-                    drainUntil = clock.now().advanced(by: .milliseconds(100))
+                    exitedAt = clock.now()
+                    drainUntil = clock.now().advanced(by: Self.drainQuiet)
                     continue
                 }
                 let index = streams.firstIndex(of: entry.fd)!
@@ -169,6 +183,10 @@ final class WorkerProcess: @unchecked Sendable {
             while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
             status = exitStatus.withLock { $0 } ?? -1
         }
+        // The channel is closed here, not when the worker exited: until now this
+        // thread was still polling it, and a number closed under a poll can be
+        // handed to the next worker.
+        state.withLock { _ in _ = Glibc.close(channel) }
         ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + exitPipe).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
@@ -188,7 +206,6 @@ final class WorkerProcess: @unchecked Sendable {
             guard !state.exited else { return }
             state.exited = true
             if server == nil { Glibc.kill(-pid, SIGKILL) }
-            Glibc.close(channel)
         }
     }
 
