@@ -44,6 +44,8 @@ public struct RunOptions: Equatable, Sendable {
     public var isolation: Isolation = .none
     public var limits = ResourceLimits()
     public var allowInsecurePlugins = false
+    /// Ignore the scan cache (its entries are replaced by the new answers).
+    public var rescan = false
 
     public init() {}
 
@@ -56,6 +58,8 @@ public struct ListOptions: Equatable, Sendable {
     public var paths: [String] = []
     public var json = false
     public var allowInsecurePlugins = false
+    /// Ignore the scan cache (its entries are replaced by the new answers).
+    public var rescan = false
 
     public init() {}
 
@@ -147,6 +151,7 @@ public enum ArgumentParser {
                 options.parameters.merge([try keyValue(value!, spec, command: .run)]) { $1 }
             case "--allow-continuous": options.allowContinuous = true
             case "--allow-insecure-plugins": options.allowInsecurePlugins = true
+            case "--rescan": options.rescan = true
             case "--json": options.json = true
             case "--verbose": options.verbose = true
             case "--isolate":
@@ -190,6 +195,7 @@ public enum ArgumentParser {
             switch name {
             case "--json": options.json = true
             case "--allow-insecure-plugins": options.allowInsecurePlugins = true
+            case "--rescan": options.rescan = true
             default: fatalError("option \(name) is in the table but not handled")
             }
         }

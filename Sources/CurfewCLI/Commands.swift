@@ -177,7 +177,9 @@ public enum CurfewMain {
         let console = Console(json: options.json)
         // Loaded in a scanner worker (and cached): a crashing plugin cannot take `list` down.
         let loader = PluginLoader(allowsInsecurePlugins: options.allowInsecurePlugins)
-        let scan = SafeScanner().scan(options.effectivePaths, loader: loader).scan
+        var scanner = SafeScanner()
+        scanner.rescan = options.rescan
+        let scan = scanner.scan(options.effectivePaths, loader: loader).scan
         if options.json {
             for plugin in scan.plugins {
                 for job in plugin.jobs {
@@ -263,7 +265,7 @@ public enum CurfewMain {
         defer { signals.cancel() }
         console.onOutputClosed { _ in stop.request(status: ExitCode.outputClosed, reason: "Output closed") }
 
-        let scan = loadPlugins(options)
+        let scan = loadPlugins(options, stop: stop)
         if let status = stop.status { return status }
         reporter.scanned(scan)
 
@@ -334,9 +336,14 @@ public enum CurfewMain {
     /// Scans in a scanner worker first, so a plugin that crashes or hangs
     /// while loading is rejected, not fatal. In process (`--isolate none`),
     /// then loads what the scanner vouched for.
-    static func loadPlugins(_ options: RunOptions) -> PluginScan {
+    static func loadPlugins(_ options: RunOptions, stop: StopRequest) -> PluginScan {
         let loader = PluginLoader(parameters: options.parameters, allowsInsecurePlugins: options.allowInsecurePlugins)
-        let safe = SafeScanner().scan(options.effectivePaths, loader: loader).scan
+        var scanner = SafeScanner()
+        scanner.rescan = options.rescan
+        // A stop during the scan kills the scanner: a plugin hanging in its
+        // constructor does not hold the host for the scan's whole timeout.
+        let safe = scanner.scan(options.effectivePaths, loader: loader) { stop.status != nil }.scan
+        if stop.status != nil { return safe }
         guard options.isolation == .none else { return safe }
         let vouched = safe.plugins.map(\.path)
         var scan = vouched.isEmpty ? PluginScan() : loader.scan(vouched)

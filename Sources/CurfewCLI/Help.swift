@@ -18,6 +18,7 @@ public enum Help {
         OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more.", repeatable: true),
         OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
         insecureOption,
+        rescanOption,
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
         OptionSpec(
@@ -51,7 +52,12 @@ public enum Help {
     static let listOptions: [OptionSpec] = [
         OptionSpec(names: ["--json"], value: nil, help: "Print plugins and rejected files as JSON Lines."),
         insecureOption,
+        rescanOption,
     ]
+
+    static let rescanOption = OptionSpec(
+        names: ["--rescan"], value: nil,
+        help: "Load every plugin file again in a scanner worker, whatever the scan cache remembers.")
 
     static let insecureOption = OptionSpec(
         names: ["--allow-insecure-plugins"], value: nil,
@@ -155,6 +161,7 @@ public enum Help {
                 "  1    no plugin found",
                 "  3    a plugin file was rejected",
                 "  64   usage error",
+                "  141  its output was closed (| head)",
             ]
         case .test?:
             lines += [

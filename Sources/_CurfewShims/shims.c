@@ -320,3 +320,9 @@ void curfew_shim_stdout_line_buffered(void) {
 void curfew_shim_flush_stdout(void) {
     fflush(stdout);
 }
+
+int curfew_shim_die_with_parent(int parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return -1;
+    /* The parent may have died before the call: then no signal will come. */
+    return getppid() == (pid_t)parent ? 0 : -1;
+}

@@ -1,8 +1,12 @@
 /* Plugins that fail while they load, chosen with -DVARIANT=N:
  * 1 the entry function segfaults, 2 a library constructor aborts,
- * 3 the entry function never returns. */
+ * 3 the entry function never returns, 4 the entry function writes its
+ * process id to the file $CURFEW_FIXTURE_PIDFILE names, then never returns. */
+#define _DEFAULT_SOURCE
 #include <curfew.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #if VARIANT == 2
 __attribute__((constructor)) static void explode_on_load(void) {
@@ -18,6 +22,14 @@ CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host) 
 #elif VARIANT == 3
     for (volatile unsigned long spin = 0;; spin++) {
     }
+#elif VARIANT == 4
+    const char *path = getenv("CURFEW_FIXTURE_PIDFILE");
+    FILE *file = path ? fopen(path, "w") : NULL;
+    if (file) {
+        fprintf(file, "%d\n", (int)getpid());
+        fclose(file);
+    }
+    for (;;) pause();
 #endif
     return NULL;
 }

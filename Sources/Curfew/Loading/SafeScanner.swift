@@ -20,6 +20,8 @@ public struct SafeScanner: Sendable {
     public var cacheFile: String?
     /// How long loading one file may take before it counts as hanging.
     public var timeoutPerFile: Duration
+    /// Load every file again, whatever the cache says (the new answers are cached).
+    public var rescan = false
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFile: String? = SafeScanner.defaultCacheFile,
                 timeoutPerFile: Duration = .seconds(10)) {
@@ -49,7 +51,13 @@ public struct SafeScanner: Sendable {
     }
 
     /// Scans `paths` as ``PluginLoader/scan(_:)`` does, loading nothing in this process.
-    public func scan(_ paths: [String], loader: PluginLoader = PluginLoader()) -> Report {
+    ///
+    /// - Parameter shouldStop: Asked between reads (every 100 ms at the
+    ///   most); once it says yes, the scanner worker is killed and the files
+    ///   not answered yet are left out of the report.
+    public func scan(
+        _ paths: [String], loader: PluginLoader = PluginLoader(), shouldStop: @escaping @Sendable () -> Bool = { false }
+    ) -> Report {
         var rejected: [RejectedPlugin] = []
         let files = loader.candidates(paths, rejected: &rejected)
         var cache = ScanCache(path: cacheFile)
@@ -61,7 +69,7 @@ public struct SafeScanner: Sendable {
             // A manifest's result depends on its library too, which the key does not cover.
             let key = file.path.hasSuffix(ForeignManifestReader.suffix) ? nil : ScanCache.key(for: file.path)
             keys[file.path] = key
-            if let key, let cached = cache.lookup(key) {
+            if !rescan, let key, let cached = cache.lookup(key) {
                 results[file.path] = cached
                 report.fromCache += 1
             } else {
@@ -70,11 +78,13 @@ public struct SafeScanner: Sendable {
         }
         var remaining = misses[...]
         // Only what a file itself caused is remembered: its answer, or the crash
-        // it caused while loading; not a hang (a busy machine), nor a failure of the host's.
+        // or hang it caused while loading (until the file changes: a hang costs
+        // the whole timeout on every run otherwise; `rescan` asks again), not a
+        // failure of the host's.
         var cacheable = Set<String>()
-        while !remaining.isEmpty {
+        while !remaining.isEmpty && !shouldStop() {
             report.workersStarted += 1
-            let (answered, stuck) = scanInWorker(Array(remaining))
+            let (answered, stuck) = scanInWorker(Array(remaining), shouldStop: shouldStop)
             for (file, result) in answered {
                 results[file] = result
                 cacheable.insert(file)
@@ -83,10 +93,10 @@ public struct SafeScanner: Sendable {
             remaining = remaining.drop { results[$0] != nil }
             if let stuck {
                 results[stuck.file] = .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: stuck.reason)
-                if stuck.crashed { cacheable.insert(stuck.file) }
+                if stuck.causedByFile { cacheable.insert(stuck.file) }
                 report.scannedInWorker += 1
                 remaining = remaining.drop { $0 == stuck.file }
-            } else if !remaining.isEmpty {
+            } else if !remaining.isEmpty && !shouldStop() {
                 // The scanner stopped without a word about the next file: count it once, go on.
                 results[remaining.first!] = .rejected(
                     code: CurfewError.Code.loadFailed.rawValue, reason: "The scanner worker stopped before loading it.")
@@ -98,13 +108,16 @@ public struct SafeScanner: Sendable {
         }
         cache.save()
         report.scan = PluginLoader.assemble(
-            files.map { file in (file.path, results[file.path]!.outcome(path: file.path)) }, rejected: rejected)
+            files.compactMap { file in results[file.path].map { (file.path, $0.outcome(path: file.path)) } }, rejected: rejected)
         return report
     }
 
     /// One scanner worker over `files`, in order: the answers it gave, and the
-    /// file it was on when it crashed or hung, with why.
-    private func scanInWorker(_ files: [String]) -> ([(String, FileResult)], (file: String, reason: String, crashed: Bool)?) {
+    /// file it was on when it crashed or hung, with why and whether the file
+    /// caused it (not the host: a worker it could not start, a stop it asked for).
+    private func scanInWorker(
+        _ files: [String], shouldStop: @Sendable () -> Bool
+    ) -> ([(String, FileResult)], (file: String, reason: String, causedByFile: Bool)?) {
         guard let channel = try? Syscalls.socketPair() else { return ([], (files[0], "Cannot start a scanner worker.", false)) }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         defer { if null >= 0 { close(null) } }
@@ -122,18 +135,30 @@ public struct SafeScanner: Sendable {
         var message = JSONLine("type", "scan")
         message.add("protocol", WorkerProtocol.version)
         message.add("files", files)
+        // The scanner dies with this process (it may be stuck in a constructor,
+        // deaf to its channel), and checks that this process is still its parent.
+        message.add("parent", Int64(getpid()))
         WorkerProtocol.send(message.text, to: channel[0])
 
         var answers: [(String, FileResult)] = []
         var current: String?
         var buffer = LineBuffer()
         var bytes = [UInt8](repeating: 0, count: 65536)
-        let limit = Int32(clamping: timeoutPerFile.nanoseconds / 1_000_000)
+        let clock = MonotonicClock()
+        var silentSince = clock.now()
         var finished = false
         while !finished {
+            if shouldStop() {
+                kill(-pid, SIGKILL)  // not reaped yet: the pid is still its own
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                return (answers, nil)
+            }
             var entry = pollfd(fd: channel[0], events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, limit)
+            let ready = poll(&entry, 1, 100)
             if ready < 0 && errno == EINTR { continue }
+            if ready == 0 && silentSince.duration(to: clock.now()) < timeoutPerFile { continue }
+            silentSince = clock.now()
             if ready == 0 {
                 // Nothing for a whole timeout: the file being loaded hangs.
                 kill(-pid, SIGKILL)  // not reaped yet: the pid is still its own
@@ -141,7 +166,7 @@ public struct SafeScanner: Sendable {
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
                 let seconds = Int(timeoutPerFile.seconds.rounded())
                 return (answers, current.map {
-                    ($0, "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned).", false)
+                    ($0, "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned).", true)
                 })
             }
             let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
@@ -174,6 +199,11 @@ public struct SafeScanner: Sendable {
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).
     static func serve(_ message: JSONValue, channel: Int32) -> Int32 {
         guard case .array(let values)? = message["files"] else { return 2 }
+        // Set before any file is loaded, then checked: a host that died in
+        // between has no signal to send, and this scanner would be left alone.
+        if let parent = message["parent"]?.integerValue.flatMap(Int32.init(exactly:)) {
+            guard curfew_shim_die_with_parent(parent) == 0 else { return 1 }
+        }
         for value in values {
             guard let file = value.stringValue else { continue }
             var scanning = JSONLine("type", "scanning")

@@ -70,4 +70,10 @@ int curfew_shim_signal_pipe(const int *signals, int count);
 void curfew_shim_stdout_line_buffered(void);
 void curfew_shim_flush_stdout(void);
 
+/* Asks for SIGKILL when the parent dies (PR_SET_PDEATHSIG), then checks
+ * that `parent` is still the parent: 0, or -1 when it is gone already (or
+ * prctl failed). The signal comes when the thread that started this process
+ * ends, so only a helper whose starter waits for it may use it. */
+int curfew_shim_die_with_parent(int parent);
+
 #endif

@@ -43,7 +43,7 @@ import Testing
             SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
             within the lead time; so does closing its output (| head).
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -64,6 +64,8 @@ import Testing
               --allow-insecure-plugins
                                       Load plugin files and folders that are writable by
                                       group or others, or owned by another user.
+              --rescan                Load every plugin file again in a scanner worker,
+                                      whatever the scan cache remembers.
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
@@ -93,7 +95,7 @@ import Testing
         #expect(Help.text(.list) == """
             OVERVIEW: List plugins, their jobs, and the files rejected with the reason.
 
-            USAGE: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]
+            USAGE: curfew list [<paths> ...] [--json] [--allow-insecure-plugins] [--rescan]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -104,6 +106,8 @@ import Testing
               --allow-insecure-plugins
                                       Load plugin files and folders that are writable by
                                       group or others, or owned by another user.
+              --rescan                Load every plugin file again in a scanner worker,
+                                      whatever the scan cache remembers.
               -h, --help              Show help information.
 
             EXIT STATUS:
@@ -111,6 +115,7 @@ import Testing
               1    no plugin found
               3    a plugin file was rejected
               64   usage error
+              141  its output was closed (| head)
 
             """)
     }
@@ -166,7 +171,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func usageErrors() {
         #expect(usageErrorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
@@ -196,7 +201,7 @@ import Testing
                 == "Error: Unknown subcommand 'launch'\nUsage: curfew <subcommand>\n  See 'curfew --help' for more information.\n")
         #expect(
             usageErrorText(["list", "--budget", "1s"])
-                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json] [--allow-insecure-plugins]\n  See 'curfew list --help' for more information.\n")
+                == "Error: Unknown option '--budget'\nUsage: curfew list [<paths> ...] [--json] [--allow-insecure-plugins] [--rescan]\n  See 'curfew list --help' for more information.\n")
     }
 
     @Test func exitCodes() {

@@ -67,6 +67,82 @@ import Testing
         #expect(third.fromCache == 1 && third.scannedInWorker == 1)
     }
 
+    @Test func aHangIsRememberedUntilTheFileChanges() throws {
+        let plugins = try plugins(3)
+        let first = scanner().scan([plugins])
+        let second = scanner().scan([plugins])
+        #expect(second.fromCache == 2 && second.workersStarted == 0, "no second wait for the timeout")
+        #expect(second.scan.rejected.first?.error.description == first.scan.rejected.first?.error.description)
+    }
+
+    @Test func aRescanLoadsEveryFileAgain() throws {
+        let plugins = try plugins(1)
+        _ = scanner().scan([plugins])
+        var again = scanner()
+        again.rescan = true
+        let report = again.scan([plugins])
+        #expect(report.fromCache == 0 && report.scannedInWorker == 2)
+    }
+
+    /// `curfew ARGUMENTS` on a folder whose plugin hangs in its entry function
+    /// after writing its scanner's pid; returns the host and that pid.
+    func hostStuckInAScan(_ arguments: [String]) throws -> (Process, pid_t) {
+        let plugins = folder + "/stuck"
+        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=4"]), toPath: plugins + "/stuck.so")
+        let pidFile = folder + "/scanner.pid"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+        process.arguments = arguments + [plugins]
+        var environment = ProcessInfo.processInfo.environment
+        environment["XDG_CACHE_HOME"] = folder + "/cache"
+        environment["CURFEW_FIXTURE_PIDFILE"] = pidFile
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Handshake: the scanner is inside the plugin's entry function.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline {
+            if let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                return (process, pid)
+            }
+            usleep(10_000)
+        }
+        process.terminate()
+        throw FixtureError.missingSymbol("scanner pid file")
+    }
+
+    /// Whether `pid` is gone (a zombie counts as gone: it runs nothing), within two seconds.
+    func isGone(_ pid: pid_t) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < deadline {
+            let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: " ").dropFirst(2).first
+            if state == nil || state == "Z" { return true }
+            usleep(10_000)
+        }
+        return false
+    }
+
+    @Test func sigtermDuringAHungScanEndsTheScannerAndTheHostAtOnce() throws {
+        let (host, scanner) = try hostStuckInAScan(["run"])
+        let signalled = ContinuousClock.now
+        kill(host.processIdentifier, SIGTERM)
+        host.waitUntilExit()
+        #expect(host.terminationReason == .exit)
+        #expect(host.terminationStatus == 143)
+        #expect(ContinuousClock.now - signalled < .seconds(3), "not after the scan's 10 s timeout")
+        #expect(isGone(scanner))
+    }
+
+    @Test func aScannerDiesWithItsHost() throws {
+        let (host, scanner) = try hostStuckInAScan(["list"])
+        kill(host.processIdentifier, SIGKILL)
+        host.waitUntilExit()
+        #expect(isGone(scanner))
+        kill(scanner, SIGKILL)  // tidy up should the test fail
+    }
+
     @Test func runSurvivesAPluginThatCrashesWhileLoading() throws {
         let plugins = try plugins(1)
         let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", plugins])
