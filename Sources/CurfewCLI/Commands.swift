@@ -265,6 +265,9 @@ public enum CurfewMain {
         defer { signals.cancel() }
         console.onOutputClosed { _ in stop.request(status: ExitCode.outputClosed, reason: "Output closed") }
 
+        // Processes jobs start come back here if their parent dies, so none
+        // outlives its job by calling setsid() or forking twice.
+        ChildProcesses.adoptOrphans()
         let scan = loadPlugins(options, stop: stop)
         if let status = stop.status { return status }
         reporter.scanned(scan)
@@ -294,9 +297,15 @@ public enum CurfewMain {
         configuration.isolation = options.isolation
         configuration.limits = options.limits
         let lead = configuration.policy.lead
+        let inProcess = options.isolation == .none
         let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event in
-            // A job's last lines of output come before the line that says it ended.
-            if case .finished(let result) = event, let capture { router.jobFinishing(result.job, capture: capture) }
+            if case .finished(let result) = event {
+                // A job's last lines of output come before the line that says it ended.
+                if let capture { router.jobFinishing(result.job, capture: capture) }
+                // In process, the processes a job left are this process's children:
+                // with no other job running, they can only be the ended job's.
+                if inProcess && router.noJobRuns(besides: result.job) { ChildProcesses.endAll() }
+            }
             reporter.event(event)
         }
         router.attach(runner)
@@ -310,6 +319,8 @@ public enum CurfewMain {
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
         ProcessExitWatch.disarm()
+        // Every job has ended: so does every process they started, and every helper.
+        ChildProcesses.endAll()
         capture?.finish()
         live?.cancel()
         console.setLive([])

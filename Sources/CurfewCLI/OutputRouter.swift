@@ -29,6 +29,11 @@ final class OutputRouter: Sendable {
         }
     }
 
+    /// Whether no job but `job` is running.
+    func noJobRuns(besides job: String) -> Bool {
+        (state.withLock { $0.runner }?.status().map(\.job) ?? []).allSatisfy { $0 == job }
+    }
+
     /// The job a line or an `exit` is most likely from: the only one running.
     func soleRunningJob() -> String? {
         let running = state.withLock { $0.runner }?.status().map(\.job) ?? []

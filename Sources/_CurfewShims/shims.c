@@ -175,12 +175,22 @@ int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
 static struct { pid_t pid; unsigned long sequence; } children[MAX_CHILDREN];
 static int child_count;
 
-static void forget_child(pid_t pid) {
+/* Removes `pid` from the table; 0 when it was not there. */
+static int forget_child(pid_t pid) {
     for (int i = 0; i < child_count; i++)
         if (children[i].pid == pid) {
             children[i] = children[--child_count];
-            return;
+            return 1;
         }
+    return 0;
+}
+
+/* Kills the processes the workers left behind (they come to this server, a
+ * subreaper), keeping the workers themselves. */
+static void kill_orphans(void) {
+    int keep[MAX_CHILDREN];
+    for (int i = 0; i < child_count; i++) keep[i] = children[i].pid;
+    curfew_shim_kill_children(keep, child_count, 64);
 }
 
 /* Reaps every child that has exited: its group killed first, while its pid is
@@ -195,7 +205,10 @@ static void reap_exited(int control) {
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
         }
-        forget_child(pid);
+        /* An orphan a worker left (this server is a subreaper) is no worker:
+         * the host must never hear of it, or a later worker given the same
+         * pid would seem to have exited. */
+        if (!forget_child(pid)) continue;
         char text[64];
         snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
         send_text(control, text);
@@ -205,6 +218,8 @@ static void reap_exited(int control) {
 int curfew_shim_fork_server(int control) {
     if (thread_count() != 1) return -2;
     if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    /* What a worker's job started and left behind comes here when the worker dies. */
+    curfew_shim_become_subreaper();
     pid_t server = getpid();
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -224,6 +239,7 @@ int curfew_shim_fork_server(int control) {
             while (read(child_pipe[0], drain, sizeof drain) > 0) {
             }
             reap_exited(control);
+            kill_orphans();
         }
         if (!polls[0].revents) continue;
         char text[64];
@@ -325,4 +341,60 @@ int curfew_shim_die_with_parent(int parent) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return -1;
     /* The parent may have died before the call: then no signal will come. */
     return getppid() == (pid_t)parent ? 0 : -1;
+}
+
+int curfew_shim_become_subreaper(void) {
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : errno;
+}
+
+/* Appends this process's children to `pids` (at most `capacity`), from
+ * /proc/self/task/TID/children for every thread; -1 when that file is not
+ * there (a kernel without CONFIG_PROC_CHILDREN), else how many were found. */
+static int list_children(pid_t *pids, int capacity) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == NULL) return -1;
+    int count = 0;
+    int found_file = 0;
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL) {
+        if (entry->d_name[0] == '.') continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%s/children", entry->d_name);
+        FILE *file = fopen(path, "re");
+        if (file == NULL) continue;
+        found_file = 1;
+        int pid;
+        while (count < capacity && fscanf(file, "%d", &pid) == 1) pids[count++] = pid;
+        fclose(file);
+    }
+    closedir(tasks);
+    return found_file ? count : -1;
+}
+
+int curfew_shim_kill_children(const int *keep, int keep_count, int rounds) {
+    int killed = 0;
+    pid_t pids[1024];
+    for (int round = 0; round < rounds; round++) {
+        int count = list_children(pids, 1024);
+        if (count < 0) return -1;
+        int acted = 0;
+        for (int i = 0; i < count; i++) {
+            int kept = 0;
+            for (int k = 0; k < keep_count; k++)
+                if (keep[k] == pids[i]) kept = 1;
+            if (kept) continue;
+            /* A child of this process, not reaped: its pid is still its own. */
+            kill(-pids[i], SIGKILL); /* its group, if it leads one */
+            kill(pids[i], SIGKILL);
+            int status;
+            while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
+            }
+            killed++;
+            acted = 1;
+        }
+        /* Killed children's own children come to this process (a subreaper):
+         * another round finds them. Done when a round finds none. */
+        if (!acted) break;
+    }
+    return killed;
 }

@@ -76,4 +76,14 @@ void curfew_shim_flush_stdout(void);
  * ends, so only a helper whose starter waits for it may use it. */
 int curfew_shim_die_with_parent(int parent);
 
+/* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
+ * of its descendants come to it, not to init. 0, or errno. */
+int curfew_shim_become_subreaper(void);
+
+/* SIGKILLs (with its process group) and reaps every child of this process
+ * whose pid is not in `keep`, round after round as the orphans of the killed
+ * arrive (in a subreaper), for at most `rounds` rounds. How many were
+ * killed, or -1 when the kernel cannot list children. */
+int curfew_shim_kill_children(const int *keep, int keep_count, int rounds);
+
 #endif

@@ -113,17 +113,6 @@ import Testing
         throw FixtureError.missingSymbol("scanner pid file")
     }
 
-    /// Whether `pid` is gone (a zombie counts as gone: it runs nothing), within two seconds.
-    func isGone(_ pid: pid_t) -> Bool {
-        let deadline = ContinuousClock.now + .seconds(2)
-        while ContinuousClock.now < deadline {
-            let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: " ").dropFirst(2).first
-            if state == nil || state == "Z" { return true }
-            usleep(10_000)
-        }
-        return false
-    }
-
     @Test func sigtermDuringAHungScanEndsTheScannerAndTheHostAtOnce() throws {
         let (host, scanner) = try hostStuckInAScan(["run"])
         let signalled = ContinuousClock.now
@@ -132,14 +121,14 @@ import Testing
         #expect(host.terminationReason == .exit)
         #expect(host.terminationStatus == 143)
         #expect(ContinuousClock.now - signalled < .seconds(3), "not after the scan's 10 s timeout")
-        #expect(isGone(scanner))
+        #expect(Fixtures.isGone(scanner))
     }
 
     @Test func aScannerDiesWithItsHost() throws {
         let (host, scanner) = try hostStuckInAScan(["list"])
         kill(host.processIdentifier, SIGKILL)
         host.waitUntilExit()
-        #expect(isGone(scanner))
+        #expect(Fixtures.isGone(scanner))
         kill(scanner, SIGKILL)  // tidy up should the test fail
     }
 

@@ -100,6 +100,20 @@ enum Fixtures {
     }
 }
 
+extension Fixtures {
+    /// Whether process `pid` is gone within two seconds (a zombie counts as
+    /// gone: it runs nothing).
+    static func isGone(_ pid: pid_t) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < deadline {
+            let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: " ").dropFirst(2).first
+            if state == nil || state == "Z" { return true }
+            usleep(10_000)
+        }
+        return false
+    }
+}
+
 enum FixtureError: Error, CustomStringConvertible {
     case compileFailed(source: String, output: String)
     case missingSymbol(String)

@@ -71,6 +71,8 @@ public enum IsolationWorker {
         let limited = curfew_shim_limit_worker(
             UInt64(limits?["memory"]?.integerValue ?? 0), UInt64(limits?["cpu"]?.integerValue ?? 0),
             UInt64(limits?["files"]?.integerValue ?? 0))
+        // What a job starts is this worker's to end, even if it calls setsid().
+        ChildProcesses.adoptOrphans()
         let host = WorkerHost(channel: channel)
         if limited != 0 {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")

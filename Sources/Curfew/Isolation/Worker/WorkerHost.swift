@@ -85,7 +85,16 @@ final class WorkerHost: Sendable {
         }
         runners.forEach { $0.expireRunning(.shutdown) }
         closed()
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) { _exit(0) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) {
+            Self.leave()
+        }
+    }
+
+    /// Ends the process, and every process its jobs started before it.
+    /// Without exit handlers: a terminated job may still hold a thread.
+    static func leave() -> Never {
+        ChildProcesses.endAll()
+        _exit(0)
     }
 
     /// No more jobs will come: leave once the running ones have ended.
@@ -94,17 +103,19 @@ final class WorkerHost: Sendable {
             state.closed = true
             return state.live == 0
         }
-        if idle { _exit(0) }
+        if idle { Self.leave() }
     }
 
     private func ended(last: Bool, counted: Bool) {
         let exit = state.withLock { state -> Bool in
             if counted { state.live -= 1 }
             if last { state.last = true }
+            // No job runs here now: whatever processes are left, a job that
+            // ended left them. Under the lock, so no new job starts meanwhile.
+            if state.live == 0 { ChildProcesses.endAll() }
             return state.live == 0 && (state.closed || state.last)
         }
-        // A terminated job may still hold a thread: leave without exit handlers.
-        if exit { _exit(0) }
+        if exit { Self.leave() }
     }
 }
 
