@@ -4,64 +4,56 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// A run stopped from outside — its output closed, its terminal hung up —
-/// still expires every job, lets the cleanup hooks run, and exits with a
-/// status that says why.
-@Suite(.timeLimit(.minutes(1))) struct StopTests {
-    /// Starts `curfew` with stdout on a pipe and reads until `lines` lines came.
-    func start(_ arguments: [String], lines: Int) throws -> (Process, Pipe, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var text = ""
-        while text.split(separator: "\n").count < lines {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
+extension ProcessTests {
+    /// A run stopped from outside — its output closed, its terminal hung up —
+    /// still expires every job, lets the cleanup hooks run, and exits with a
+    /// status that says why.
+    @Suite(.timeLimit(.minutes(1))) struct StopTests {
+        /// Starts `curfew` with stdout on a pipe and reads until `lines` lines came.
+        func start(_ arguments: [String], lines: Int) async throws -> (Process, Pipe, String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.arguments = arguments
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let text = await Fixtures.read(output.fileHandleForReading) { $0.split(separator: "\n").count >= lines }
+            return (process, output, text)
         }
-        return (process, output, text)
-    }
 
-    @Test(arguments: Isolation.allCases)
-    func closingTheOutputExpiresTheJobsAndExits141(isolation: Isolation) throws {
-        let plugin = try Fixtures.compile("hostile_jobs.c")
-        let marker = Fixtures.temporaryFolder("stop") + "/marker"
-        let (process, output, text) = try start(
-            ["run", plugin, "--only", "ticks", "--isolate", isolation.rawValue, "--budget", "30s", "--grace", "500ms",
-             "--param", "marker=\(marker)"], lines: 4)
-        #expect(text.contains("ticks: tick"), "\(text)")
-        // As `| head -4` does: the reader goes away while the job is running.
-        try output.fileHandleForReading.close()
-        let signalled = ContinuousClock.now
-        process.waitUntilExit()
-        #expect(process.terminationReason == .exit, "not killed by SIGPIPE")
-        #expect(process.terminationStatus == ExitCode.outputClosed)
-        #expect(ContinuousClock.now - signalled < .seconds(10), "within the lead, not the budget")
-        let cleanup = (try? String(contentsOfFile: marker, encoding: .utf8)) ?? ""
-        #expect(cleanup == "cleanup ran: shutdown\n")
-    }
-
-    @Test func sighupExpiresEveryJobLikeSigterm() throws {
-        let plugin = try Fixtures.compile("hostile_jobs.c")
-        let (process, output, startText) = try start(
-            ["run", plugin, "--only", "ticks", "--budget", "30s", "--grace", "400ms", "--json"], lines: 2)
-        var text = startText
-        while !text.contains("\"event\":\"started\"") {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
+        @Test(arguments: Isolation.allCases)
+        func closingTheOutputExpiresTheJobsAndExits141(isolation: Isolation) async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let marker = Fixtures.temporaryFolder("stop") + "/marker"
+            let (process, output, text) = try await start(
+                ["run", plugin, "--only", "ticks", "--isolate", isolation.rawValue, "--budget", "30s", "--grace", "500ms",
+                 "--param", "marker=\(marker)"], lines: 4)
+            #expect(text.contains("ticks: tick"), "\(text)")
+            // As `| head -4` does: the reader goes away while the job is running.
+            try output.fileHandleForReading.close()
+            let signalled = ContinuousClock.now
+            await Fixtures.wait(for: process)
+            #expect(process.terminationReason == .exit, "not killed by SIGPIPE")
+            #expect(process.terminationStatus == ExitCode.outputClosed)
+            #expect(ContinuousClock.now - signalled < .seconds(10), "within the lead, not the budget")
+            let cleanup = (try? String(contentsOfFile: marker, encoding: .utf8)) ?? ""
+            #expect(cleanup == "cleanup ran: shutdown\n")
         }
-        kill(process.processIdentifier, SIGHUP)
-        text += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationReason == .exit)
-        #expect(process.terminationStatus == 128 + SIGHUP)
-        let finished = try OutputEvent.all(in: text).filter { $0.event == "finished" }
-        #expect(finished.count == 1)
-        #expect(finished.first?.reason == "host shutting down; cleanup ran")
+
+        @Test func sighupExpiresEveryJobLikeSigterm() async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let (process, output, startText) = try await start(
+                ["run", plugin, "--only", "ticks", "--budget", "30s", "--grace", "400ms", "--json"], lines: 2)
+            var text = await Fixtures.read(output.fileHandleForReading, startingWith: startText) { $0.contains("\"event\":\"started\"") }
+            kill(process.processIdentifier, SIGHUP)
+            text += await Fixtures.readToEnd(output.fileHandleForReading)
+            await Fixtures.wait(for: process)
+            #expect(process.terminationReason == .exit)
+            #expect(process.terminationStatus == 128 + SIGHUP)
+            let finished = try OutputEvent.all(in: text).filter { $0.event == "finished" }
+            #expect(finished.count == 1)
+            #expect(finished.first?.reason == "host shutting down; cleanup ran")
+        }
     }
 }

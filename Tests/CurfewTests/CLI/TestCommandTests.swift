@@ -5,71 +5,73 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// `curfew test` as a user runs it.
-@Suite(.timeLimit(.minutes(1))) struct TestCommandTests {
-    @Test func aViolationMakesTheStatusTwo() throws {
-        let path = try Fixtures.compile("harness_jobs.c")
-        let result = try Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "never-ends"])
-        #expect(result.status == 2)
-        #expect(result.stdout.hasSuffix("1 contract violation:\n  - Background task 'upload', begun at 0.000s, was never ended.\n"))
-        let clean = try Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "steady", "--expire-at-chunk", "2", "--json"])
-        #expect(clean.status == 0)
-        let last = try #require(clean.stdout.split(separator: "\n").last)
-        #expect(last == #"{"event":"result","job":"steady","outcome":"expired","reason":"time ran out; cleanup ran","chunks":1,"violations":[]}"#)
-    }
+extension ProcessTests {
+    /// `curfew test` as a user runs it.
+    @Suite(.timeLimit(.minutes(1))) struct TestCommandTests {
+        @Test func aViolationMakesTheStatusTwo() async throws {
+            let path = try Fixtures.compile("harness_jobs.c")
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "never-ends"])
+            #expect(result.status == 2)
+            #expect(result.stdout.hasSuffix("1 contract violation:\n  - Background task 'upload', begun at 0.000s, was never ended.\n"))
+            let clean = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "steady", "--expire-at-chunk", "2", "--json"])
+            #expect(clean.status == 0)
+            let last = try #require(clean.stdout.split(separator: "\n").last)
+            #expect(last == #"{"event":"result","job":"steady","outcome":"expired","reason":"time ran out; cleanup ran","chunks":1,"violations":[]}"#)
+        }
 
-    @Test func choosingTheJob() throws {
-        let path = try Fixtures.compile("harness_jobs.c")
-        let result = try Fixtures.run(Fixtures.curfewExecutable, ["test", path])
-        #expect(result.status == 1)
-        #expect(result.stderr == "Error: \(path) has 6 jobs; choose one with --job (steady, never-ends, hangs-in-expire, talks-after-destroy, bad-progress, quick-task).\n")
-    }
+        @Test func choosingTheJob() async throws {
+            let path = try Fixtures.compile("harness_jobs.c")
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path])
+            #expect(result.status == 1)
+            #expect(result.stderr == "Error: \(path) has 6 jobs; choose one with --job (steady, never-ends, hangs-in-expire, talks-after-destroy, bad-progress, quick-task).\n")
+        }
 
-    @Test func help() {
-        #expect(Help.text(.test) == """
-            OVERVIEW: Run one job against virtual time and check that it keeps the contract.
+        @Test func help() {
+            #expect(Help.text(.test) == """
+                OVERVIEW: Run one job against virtual time and check that it keeps the contract.
 
-            Each chunk advances a virtual clock by --chunk-cost, or the grant expires
-            just before chunk --expire-at-chunk, so a 180 s grant takes milliseconds
-            and a chunked job gives the same trace every time. A task-driven job
-            expires right after create. Checked: tasks begun and never ended, hooks
-            that do not return (5 s of wall-clock time), host calls after destroy,
-            chunks that run into the hard deadline, negative or absurd progress.
+                Each chunk advances a virtual clock by --chunk-cost, or the grant expires
+                just before chunk --expire-at-chunk, so a 180 s grant takes milliseconds
+                and a chunked job gives the same trace every time. A task-driven job
+                expires right after create. Checked: tasks begun and never ended, hooks
+                that do not return (5 s of wall-clock time), host calls after destroy,
+                chunks that run into the hard deadline, negative or absurd progress.
 
-            USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
+                USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
 
-            ARGUMENTS:
-              <plugin>                A plugin (.so) or a foreign-job manifest
-                                      (.curfew.json).
+                ARGUMENTS:
+                  <plugin>                A plugin (.so) or a foreign-job manifest
+                                          (.curfew.json).
 
-            OPTIONS:
-              --job <name>            The job to test. (default: the plugin's only job)
-              --budget <duration>     The grant's budget, in virtual time. (default: 180s)
-              --grace <duration>      Lead of the expiration before the deadline. (default:
-                                      5s, at most a quarter of the budget)
-              --chunk-cost <duration>
-                                      Virtual time each chunk takes. (default: 1s)
-              --expire-at-chunk <n>   Chunks take no time and the grant expires just before
-                                      chunk n (from 1).
-              --param <key=value>     A parameter the job reads with param(); repeat for
-                                      more.
-              --json                  Print the trace and the result as JSON Lines.
-              -h, --help              Show help information.
+                OPTIONS:
+                  --job <name>            The job to test. (default: the plugin's only job)
+                  --budget <duration>     The grant's budget, in virtual time. (default: 180s)
+                  --grace <duration>      Lead of the expiration before the deadline. (default:
+                                          5s, at most a quarter of the budget)
+                  --chunk-cost <duration>
+                                          Virtual time each chunk takes. (default: 1s)
+                  --expire-at-chunk <n>   Chunks take no time and the grant expires just before
+                                          chunk n (from 1).
+                  --param <key=value>     A parameter the job reads with param(); repeat for
+                                          more.
+                  --json                  Print the trace and the result as JSON Lines.
+                  -h, --help              Show help information.
 
-            EXIT STATUS:
-              0    the job kept the contract
-              1    the plugin or the job could not be loaded
-              2    the job broke the contract (each violation is listed)
-              64   usage error
+                EXIT STATUS:
+                  0    the job kept the contract
+                  1    the plugin or the job could not be loaded
+                  2    the job broke the contract (each violation is listed)
+                  64   usage error
 
-            """)
-    }
+                """)
+        }
 
-    @Test func usageErrors() {
-        let usage = "Usage: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]\n  See 'curfew test --help' for more information.\n"
-        #expect(usageErrorText(["test"]) == "Error: Missing expected argument '<plugin>'\n" + usage)
-        #expect(usageErrorText(["test", "a.so", "--chunk-cost", "1s", "--expire-at-chunk", "2"]) == "Error: --chunk-cost and --expire-at-chunk cannot be used together\n" + usage)
-        #expect(usageErrorText(["test", "a.so", "--expire-at-chunk", "0"]) == "Error: The value '0' is invalid for '--expire-at-chunk <n>': use a chunk number from 1\n" + usage)
-        #expect(throws: Never.self) { try ArgumentParser.parse(["test", "a.so", "--expire-at-chunk", "4", "--budget", "10s"]) }
+        @Test func usageErrors() {
+            let usage = "Usage: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]\n  See 'curfew test --help' for more information.\n"
+            #expect(usageErrorText(["test"]) == "Error: Missing expected argument '<plugin>'\n" + usage)
+            #expect(usageErrorText(["test", "a.so", "--chunk-cost", "1s", "--expire-at-chunk", "2"]) == "Error: --chunk-cost and --expire-at-chunk cannot be used together\n" + usage)
+            #expect(usageErrorText(["test", "a.so", "--expire-at-chunk", "0"]) == "Error: The value '0' is invalid for '--expire-at-chunk <n>': use a chunk number from 1\n" + usage)
+            #expect(throws: Never.self) { try ArgumentParser.parse(["test", "a.so", "--expire-at-chunk", "4", "--budget", "10s"]) }
+        }
     }
 }

@@ -288,7 +288,7 @@ import Testing
         let text = String(repeating: "background work in chunks\n", count: 400)
         let input = folder + "/input.txt"
         try text.write(toFile: input, atomically: true, encoding: .utf8)
-        #expect(try Fixtures.run("/usr/bin/env", ["gzip", "-k", input]).status == 0)
+        #expect(try await Fixtures.run("/usr/bin/env", ["gzip", "-k", input]).status == 0)
         try manifest("""
             {"name": "gunzip-bytes", "summary": "Decompresses a file a byte per chunk.",
              "setup": {"symbol": "gzopen", "returns": "pointer",

@@ -4,150 +4,147 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// `--isolate job`: each job in a worker process; a crash, a hang, an exit or
-/// a limit ends only that job, and the host reports it and carries on.
-@Suite(.timeLimit(.minutes(1))) struct IsolationTests {
-    func run(_ arguments: [String]) throws -> (status: Int32, events: [OutputEvent], stdout: String) {
-        let plugin = try Fixtures.compile("crashing_jobs.c")
-        let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--isolate", "job", "--json", "--jobs", "8"] + arguments)
-        let events = try OutputEvent.all(in: result.stdout)
-        return (result.status, events, result.stdout)
-    }
-
-    func outcomes(_ events: [OutputEvent]) -> [String: String] {
-        Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
-    }
-
-    func reason(_ events: [OutputEvent], _ job: String) -> String {
-        events.first { $0.event == "finished" && $0.job == job }?.reason ?? ""
-    }
-
-    @Test func crashesHangsAndExitsEndOnlyTheirJob() throws {
-        let jobs = ["fine", "segfault", "abort", "loops-in-chunk", "loops-in-expire", "prints", "exits"]
-        let (status, events, stdout) = try run(["--budget", "1s"] + jobs.flatMap { ["--only", $0] })
-        #expect(status == 2)
-        #expect(outcomes(events) == [
-            "fine": "completed", "segfault": "crashed", "abort": "crashed", "loops-in-chunk": "terminated",
-            "loops-in-expire": "terminated", "prints": "completed", "exits": "crashed",
-        ])
-        #expect(reason(events, "segfault") == "its worker died of SIGSEGV; stderr: about to dereference NULL")
-        #expect(reason(events, "abort") == "its worker died of SIGABRT")
-        #expect(reason(events, "exits") == "its worker exited with status 0 before the job finished")
-        // The worker's grant ends when the host's does: either the worker's runner says
-        // what was still running, or the host's kill comes first and says how late it was.
-        for job in ["loops-in-chunk", "loops-in-expire"] {
-            #expect(reason(events, job).contains("at the hard deadline"), "\(reason(events, job))")
+extension ProcessTests {
+    /// `--isolate job`: each job in a worker process; a crash, a hang, an exit or
+    /// a limit ends only that job, and the host reports it and carries on.
+    @Suite(.timeLimit(.minutes(1))) struct IsolationTests {
+        func run(_ arguments: [String]) async throws -> (status: Int32, events: [OutputEvent], stdout: String) {
+            let plugin = try Fixtures.compile("crashing_jobs.c")
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--isolate", "job", "--json", "--jobs", "8"] + arguments)
+            let events = try OutputEvent.all(in: result.stdout)
+            return (result.status, events, result.stdout)
         }
-        // The plugin's own output is tagged with its job, and stdout stays JSON Lines.
-        let printed = events.filter { $0.event == "log" && $0.job == "prints" }.compactMap(\.message)
-        #expect(printed == ["[stdout] {\"event\": not json", "[stderr] warning from the plugin", "[stdout] \"quote\" \\ and a partial line"])
-        #expect(!stdout.contains("\n{\"event\": not json"))
-    }
 
-    @Test func aProcessLeftHoldingTheWorkersOutputDoesNotHoldUpTheJob() throws {
-        let (status, events, _) = try run(["--budget", "20s", "--only", "spawns-helper"])
-        #expect(status == 0)
-        let finished = try #require(events.first { $0.event == "finished" })
-        #expect(finished.outcome == "completed")
-        // Finished when its worker exited, not when the helper's sleep or the budget ran out.
-        #expect(finished.elapsed ?? 99 < 5)
-    }
-
-    @Test func limitsEndTheJobThatHitsThem() throws {
-        let (status, events, _) = try run([
-            "--budget", "10s", "--memory", "256MiB", "--cpu-time", "1s", "--only", "allocates", "--only", "burns-cpu", "--only", "fine",
-        ])
-        #expect(status == 2)
-        #expect(outcomes(events) == ["fine": "completed", "allocates": "crashed", "burns-cpu": "crashed"])
-        #expect(reason(events, "allocates") == "its worker died of SIGABRT; it may have hit its memory limit (--memory 256MiB)")
-        #expect(reason(events, "burns-cpu") == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
-    }
-
-    @Test func theExamplesRunTheSameInWorkers() throws {
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable,
-            ["run", "--isolate", "job", "--budget", "800ms"] + Fixtures.examplePlugins + CurfewExecutableTests.exampleParameters)
-        #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
-        #expect(result.stdout.hasSuffix("5 jobs: 4 completed, 1 expired\n"))
-    }
-
-    @Test func sigtermReachesJobsInWorkers() throws {
-        let fixture = try RunnerFixture()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-        process.arguments = ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var text = ""
-        while !text.contains("\"event\":\"started\"") {
-            let data = output.fileHandleForReading.availableData
-            if data.isEmpty { break }
-            text += String(decoding: data, as: UTF8.self)
+        func outcomes(_ events: [OutputEvent]) -> [String: String] {
+            Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
         }
-        kill(process.processIdentifier, SIGTERM)
-        text += String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 143)
-        #expect(text.contains("\"outcome\":\"expired\",\"chunks\":"))
-        #expect(text.contains("\"reason\":\"host shutting down; cleanup ran\""))
-    }
 
-    @Test func limitsNeedIsolation() {
-        #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)) {
-            try ArgumentParser.parse(["run", "--memory", "1GiB"])
+        func reason(_ events: [OutputEvent], _ job: String) -> String {
+            events.first { $0.event == "finished" && $0.job == job }?.reason ?? ""
         }
-        #expect(ArgumentParser.parseSize("256MiB") == 256 << 20)
-        #expect(ArgumentParser.parseSize("2G") == 2 << 30)
-        #expect(ArgumentParser.parseSize("4096") == 4096)
-        #expect(ArgumentParser.parseSize("lots") == nil)
-    }
-}
 
-/// The whole scenario: the examples and every misbehaving fixture in
-/// one folder, run with --isolate job.
-@Suite(.timeLimit(.minutes(1))) struct IsolationFolderTests {
-    @Test func everyValidJobCompletesAndEachBadOneGetsItsOutcome() throws {
-        let folder = Fixtures.temporaryFolder("isolated-folder")
-        for plugin in Fixtures.examplePlugins {
-            try FileManager.default.copyItem(atPath: plugin, toPath: folder + "/" + URL(fileURLWithPath: plugin).lastPathComponent)
-        }
-        try FileManager.default.copyItem(atPath: try Fixtures.compile("crashing_jobs.c"), toPath: folder + "/crashing.so")
-        for (variant, name) in [(1, "entry-segfaults"), (2, "constructor-aborts")] {
-            try FileManager.default.copyItem(
-                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: folder + "/\(name).so")
-        }
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable,
-            ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
-                + CurfewExecutableTests.exampleParameters)
-        #expect(result.status == 2)
-        let events = try OutputEvent.all(in: result.stdout)
-        let outcomes = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
-        // With --cpu-time 1s an endless chunk meets its CPU limit, or, on a busy
-        // machine that gives it less than a core, the 2 s deadline first.
-        var expected = [
-            "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "swift-uploader": "completed",
-            "timer-counter": "expired",
-            "fine": "completed", "prints": "completed", "segfault": "crashed", "abort": "crashed", "exits": "crashed",
-            "allocates": "crashed", "loops-in-expire": "terminated", "spawns-helper": "completed", "ticks": "expired",
-        ]
-        let reasons = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.reason ?? "") })
-        for endless in ["loops-in-chunk", "burns-cpu"] {
-            let outcome = outcomes[endless]
-            #expect(outcome == "crashed" || outcome == "terminated")
-            expected[endless] = outcome
-            if outcome == "crashed" {
-                #expect(reasons[endless] == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
-            } else {
-                #expect(reasons[endless]?.contains("at the hard deadline") == true)
+        @Test func crashesHangsAndExitsEndOnlyTheirJob() async throws {
+            let jobs = ["fine", "segfault", "abort", "loops-in-chunk", "loops-in-expire", "prints", "exits"]
+            let (status, events, stdout) = try await run(["--budget", "1s"] + jobs.flatMap { ["--only", $0] })
+            #expect(status == 2)
+            #expect(outcomes(events) == [
+                "fine": "completed", "segfault": "crashed", "abort": "crashed", "loops-in-chunk": "terminated",
+                "loops-in-expire": "terminated", "prints": "completed", "exits": "crashed",
+            ])
+            #expect(reason(events, "segfault") == "its worker died of SIGSEGV; stderr: about to dereference NULL")
+            #expect(reason(events, "abort") == "its worker died of SIGABRT")
+            #expect(reason(events, "exits") == "its worker exited with status 0 before the job finished")
+            // The worker's grant ends when the host's does: either the worker's runner says
+            // what was still running, or the host's kill comes first and says how late it was.
+            for job in ["loops-in-chunk", "loops-in-expire"] {
+                #expect(reason(events, job).contains("at the hard deadline"), "\(reason(events, job))")
             }
+            // The plugin's own output is tagged with its job, and stdout stays JSON Lines.
+            let printed = events.filter { $0.event == "log" && $0.job == "prints" }.compactMap(\.message)
+            #expect(printed == ["[stdout] {\"event\": not json", "[stderr] warning from the plugin", "[stdout] \"quote\" \\ and a partial line"])
+            #expect(!stdout.contains("\n{\"event\": not json"))
         }
-        #expect(outcomes == expected)
-        #expect(reasons["loops-in-expire"]?.contains("at the hard deadline") == true)
-        let rejected = events.filter { $0.event == "rejected" }
-        #expect(rejected.count == 2)
-        #expect(rejected.allSatisfy { ($0.reason ?? "").hasPrefix("Crashed while loading: the scanner worker died of SIG") })
+
+        @Test func aProcessLeftHoldingTheWorkersOutputDoesNotHoldUpTheJob() async throws {
+            let (status, events, _) = try await run(["--budget", "20s", "--only", "spawns-helper"])
+            #expect(status == 0)
+            let finished = try #require(events.first { $0.event == "finished" })
+            #expect(finished.outcome == "completed")
+            // Finished when its worker exited, not when the helper's sleep or the budget ran out.
+            #expect(finished.elapsed ?? 99 < 5)
+        }
+
+        @Test func limitsEndTheJobThatHitsThem() async throws {
+            let (status, events, _) = try await run([
+                "--budget", "10s", "--memory", "256MiB", "--cpu-time", "1s", "--only", "allocates", "--only", "burns-cpu", "--only", "fine",
+            ])
+            #expect(status == 2)
+            #expect(outcomes(events) == ["fine": "completed", "allocates": "crashed", "burns-cpu": "crashed"])
+            #expect(reason(events, "allocates") == "its worker died of SIGABRT; it may have hit its memory limit (--memory 256MiB)")
+            #expect(reason(events, "burns-cpu") == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
+        }
+
+        @Test func theExamplesRunTheSameInWorkers() async throws {
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", "--isolate", "job", "--budget", "800ms"] + Fixtures.examplePlugins + CurfewExecutableTests.exampleParameters)
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            #expect(result.stdout.hasSuffix("5 jobs: 4 completed, 1 expired\n"))
+        }
+
+        @Test func sigtermReachesJobsInWorkers() async throws {
+            let fixture = try RunnerFixture()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.arguments = ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            var text = await Fixtures.read(output.fileHandleForReading) { $0.contains("\"event\":\"started\"") }
+            kill(process.processIdentifier, SIGTERM)
+            text += await Fixtures.readToEnd(output.fileHandleForReading)
+            await Fixtures.wait(for: process)
+            #expect(process.terminationStatus == 143)
+            #expect(text.contains("\"outcome\":\"expired\",\"chunks\":"))
+            #expect(text.contains("\"reason\":\"host shutting down; cleanup ran\""))
+        }
+
+        @Test func limitsNeedIsolation() {
+            #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)) {
+                try ArgumentParser.parse(["run", "--memory", "1GiB"])
+            }
+            #expect(ArgumentParser.parseSize("256MiB") == 256 << 20)
+            #expect(ArgumentParser.parseSize("2G") == 2 << 30)
+            #expect(ArgumentParser.parseSize("4096") == 4096)
+            #expect(ArgumentParser.parseSize("lots") == nil)
+        }
+    }
+
+    /// The whole scenario: the examples and every misbehaving fixture in
+    /// one folder, run with --isolate job.
+    @Suite(.timeLimit(.minutes(1))) struct IsolationFolderTests {
+        @Test func everyValidJobCompletesAndEachBadOneGetsItsOutcome() async throws {
+            let folder = Fixtures.temporaryFolder("isolated-folder")
+            for plugin in Fixtures.examplePlugins {
+                try FileManager.default.copyItem(atPath: plugin, toPath: folder + "/" + URL(fileURLWithPath: plugin).lastPathComponent)
+            }
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("crashing_jobs.c"), toPath: folder + "/crashing.so")
+            for (variant, name) in [(1, "entry-segfaults"), (2, "constructor-aborts")] {
+                try FileManager.default.copyItem(
+                    atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: folder + "/\(name).so")
+            }
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
+                    + CurfewExecutableTests.exampleParameters)
+            #expect(result.status == 2)
+            let events = try OutputEvent.all(in: result.stdout)
+            let outcomes = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })
+            // With --cpu-time 1s an endless chunk meets its CPU limit, or, on a busy
+            // machine that gives it less than a core, the 2 s deadline first.
+            var expected = [
+                "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "swift-uploader": "completed",
+                "timer-counter": "expired",
+                "fine": "completed", "prints": "completed", "segfault": "crashed", "abort": "crashed", "exits": "crashed",
+                "allocates": "crashed", "loops-in-expire": "terminated", "spawns-helper": "completed", "ticks": "expired",
+            ]
+            let reasons = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.reason ?? "") })
+            for endless in ["loops-in-chunk", "burns-cpu"] {
+                let outcome = outcomes[endless]
+                #expect(outcome == "crashed" || outcome == "terminated")
+                expected[endless] = outcome
+                if outcome == "crashed" {
+                    #expect(reasons[endless] == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
+                } else {
+                    #expect(reasons[endless]?.contains("at the hard deadline") == true)
+                }
+            }
+            #expect(outcomes == expected)
+            #expect(reasons["loops-in-expire"]?.contains("at the hard deadline") == true)
+            let rejected = events.filter { $0.event == "rejected" }
+            #expect(rejected.count == 2)
+            #expect(rejected.allSatisfy { ($0.reason ?? "").hasPrefix("Crashed while loading: the scanner worker died of SIG") })
+        }
     }
 }

@@ -4,44 +4,46 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// `--isolate plugin`: a worker per plugin file, shared by its jobs.
-@Suite(.timeLimit(.minutes(1))) struct PluginIsolationTests {
-    @Test func aCrashTakesDownItsPluginsJobsAndNoOthers() throws {
-        let crashing = try Fixtures.compile("crashing_jobs.c")
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable,
-            ["run", crashing, Fixtures.examplePlugins[1], "--isolate", "plugin", "--json", "--jobs", "4", "--budget", "2s",
-             "--only", "segfault", "--only", "sum-squares"])
-        #expect(result.status == 2)
-        let events = try OutputEvent.all(in: result.stdout)
-        let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
-        #expect(finished["sum-squares"]?.outcome == "completed")
-        #expect(finished["segfault"]?.outcome == "crashed")
-        #expect(finished["segfault"]?.reason
-            == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV; stderr: about to dereference NULL")
-    }
+extension ProcessTests {
+    /// `--isolate plugin`: a worker per plugin file, shared by its jobs.
+    @Suite(.timeLimit(.minutes(1))) struct PluginIsolationTests {
+        @Test func aCrashTakesDownItsPluginsJobsAndNoOthers() async throws {
+            let crashing = try Fixtures.compile("crashing_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", crashing, Fixtures.examplePlugins[1], "--isolate", "plugin", "--json", "--jobs", "4", "--budget", "2s",
+                 "--only", "segfault", "--only", "sum-squares"])
+            #expect(result.status == 2)
+            let events = try OutputEvent.all(in: result.stdout)
+            let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
+            #expect(finished["sum-squares"]?.outcome == "completed")
+            #expect(finished["segfault"]?.outcome == "crashed")
+            #expect(finished["segfault"]?.reason
+                == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV; stderr: about to dereference NULL")
+        }
 
-    @Test func aStuckJobDoesNotTakeItsSiblingsDown() throws {
-        // One job's chunk never returns; its worker's own runner gives up on it at the
-        // deadline, as in process, and the sibling on the same worker expires cleanly.
-        let crashing = try Fixtures.compile("crashing_jobs.c")
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable,
-            ["run", crashing, "--isolate", "plugin", "--json", "--jobs", "2", "--budget", "1s", "--only", "loops-in-chunk", "--only", "ticks"])
-        let events = try OutputEvent.all(in: result.stdout)
-        let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
-        #expect(finished["ticks"]?.outcome == "expired")
-        #expect(finished["loops-in-chunk"]?.outcome == "terminated")
-        #expect(finished["loops-in-chunk"]?.reason == "chunk 1 was still running at the hard deadline")
-    }
+        @Test func aStuckJobDoesNotTakeItsSiblingsDown() async throws {
+            // One job's chunk never returns; its worker's own runner gives up on it at the
+            // deadline, as in process, and the sibling on the same worker expires cleanly.
+            let crashing = try Fixtures.compile("crashing_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", crashing, "--isolate", "plugin", "--json", "--jobs", "2", "--budget", "1s", "--only", "loops-in-chunk", "--only", "ticks"])
+            let events = try OutputEvent.all(in: result.stdout)
+            let finished = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0) })
+            #expect(finished["ticks"]?.outcome == "expired")
+            #expect(finished["loops-in-chunk"]?.outcome == "terminated")
+            #expect(finished["loops-in-chunk"]?.reason == "chunk 1 was still running at the hard deadline")
+        }
 
-    @Test func aPluginsJobsShareOneWorkerAndAllFinish() throws {
-        let fixture = try RunnerFixture()
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable,
-            ["run", fixture.path, "--isolate", "plugin", "--jobs", "4", "--budget", "600ms", "--only", "count", "--only", "spin",
-             "--only", "fail", "--only", "tick", "--param", "tick-ms=5"])
-        #expect(result.status == 2, "fail fails: \(result.stdout)\(result.stderr)")
-        #expect(result.stdout.hasSuffix("4 jobs: 1 completed, 1 failed, 2 expired\n"))
+        @Test func aPluginsJobsShareOneWorkerAndAllFinish() async throws {
+            let fixture = try RunnerFixture()
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", fixture.path, "--isolate", "plugin", "--jobs", "4", "--budget", "600ms", "--only", "count", "--only", "spin",
+                 "--only", "fail", "--only", "tick", "--param", "tick-ms=5"])
+            #expect(result.status == 2, "fail fails: \(result.stdout)\(result.stderr)")
+            #expect(result.stdout.hasSuffix("4 jobs: 1 completed, 1 failed, 2 expired\n"))
+        }
     }
 }

@@ -4,44 +4,46 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// Everything a worker says and prints reaches the host whole, under load
-/// and at the end of a job, and each job ends exactly once.
-@Suite(.timeLimit(.minutes(2))) struct WorkerOutputTests {
-    func finished(_ stdout: String) throws -> [OutputEvent] {
-        try OutputEvent.all(in: stdout).filter { $0.event == "finished" }
-    }
-
-    @Test(arguments: [Isolation.job, .plugin])
-    func aHugeLogMessageArrivesWhole(isolation: Isolation) throws {
-        let plugin = try Fixtures.compile("hostile_jobs.c")
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable, ["run", plugin, "--json", "--isolate", isolation.rawValue, "--only", "logs-huge"],
-            timeout: .seconds(30))
-        #expect(result.status == 0, "\(result.stderr.prefix(500))")
-        let events = try OutputEvent.all(in: result.stdout)
-        let huge = events.filter { $0.event == "log" && $0.job == "logs-huge" && ($0.message?.count ?? 0) > 1000 }
-        #expect(huge.count == 1)
-        #expect(huge.first?.message == String(repeating: "x", count: 1 << 20))
-        #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
-    }
-
-    @Test func thousandsOfJobsInWorkersEachEndOnceWithTheirOwnOutcome() throws {
-        // Twelve files of 250 jobs: a plugin declares at most 256.
-        let count = 3000
-        let plugins = try (0..<12).map { file in
-            try Fixtures.compile("many_jobs.c", defines: ["JOB_COUNT=250", "JOB_PREFIX=\"p\(file)\""])
+extension ProcessTests {
+    /// Everything a worker says and prints reaches the host whole, under load
+    /// and at the end of a job, and each job ends exactly once.
+    @Suite(.timeLimit(.minutes(2))) struct WorkerOutputTests {
+        func finished(_ stdout: String) throws -> [OutputEvent] {
+            try OutputEvent.all(in: stdout).filter { $0.event == "finished" }
         }
-        let result = try Fixtures.run(
-            Fixtures.curfewExecutable, ["run"] + plugins + ["--json", "--isolate", "job", "--jobs", "32"], timeout: .seconds(100))
-        #expect(result.status == 0, "\(result.stderr.prefix(500))")
-        let events = try OutputEvent.all(in: result.stdout)
-        let ends = try finished(result.stdout)
-        let perJob = Dictionary(grouping: ends, by: { $0.job ?? "" })
-        #expect(ends.count == count)
-        #expect(perJob.count == count, "every job ended, each once")
-        let notCompleted = ends.filter { $0.outcome != "completed" }
-        #expect(notCompleted.isEmpty, "\(notCompleted.prefix(3).map { "\($0.job ?? ""): \($0.reason ?? "")" })")
-        let logs = events.filter { $0.event == "log" && $0.message == "done" }
-        #expect(Set(logs.compactMap(\.job)).count == count, "every job's own log line arrived")
+
+        @Test(arguments: [Isolation.job, .plugin])
+        func aHugeLogMessageArrivesWhole(isolation: Isolation) async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", plugin, "--json", "--isolate", isolation.rawValue, "--only", "logs-huge"],
+                timeout: .seconds(30))
+            #expect(result.status == 0, "\(result.stderr.prefix(500))")
+            let events = try OutputEvent.all(in: result.stdout)
+            let huge = events.filter { $0.event == "log" && $0.job == "logs-huge" && ($0.message?.count ?? 0) > 1000 }
+            #expect(huge.count == 1)
+            #expect(huge.first?.message == String(repeating: "x", count: 1 << 20))
+            #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
+        }
+
+        @Test func thousandsOfJobsInWorkersEachEndOnceWithTheirOwnOutcome() async throws {
+            // Eight files of 250 jobs: a plugin declares at most 256.
+            let count = 2000
+            let plugins = try (0..<8).map { file in
+                try Fixtures.compile("many_jobs.c", defines: ["JOB_COUNT=250", "JOB_PREFIX=\"p\(file)\""])
+            }
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run"] + plugins + ["--json", "--isolate", "job", "--jobs", "32"], timeout: .seconds(100))
+            #expect(result.status == 0, "\(result.stderr.prefix(500))")
+            let events = try OutputEvent.all(in: result.stdout)
+            let ends = try finished(result.stdout)
+            let perJob = Dictionary(grouping: ends, by: { $0.job ?? "" })
+            #expect(ends.count == count)
+            #expect(perJob.count == count, "every job ended, each once")
+            let notCompleted = ends.filter { $0.outcome != "completed" }
+            #expect(notCompleted.isEmpty, "\(notCompleted.prefix(3).map { "\($0.job ?? ""): \($0.reason ?? "")" })")
+            let logs = events.filter { $0.event == "log" && $0.message == "done" }
+            #expect(Set(logs.compactMap(\.job)).count == count, "every job's own log line arrived")
+        }
     }
 }

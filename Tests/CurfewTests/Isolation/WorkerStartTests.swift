@@ -4,30 +4,32 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-/// Workers come from a fork server; when it cannot fork, from posix_spawn.
-/// Both paths give the same outcomes.
-@Suite(.timeLimit(.minutes(1))) struct WorkerStartTests {
-    func run(forking: Bool) async throws -> ([String: JobResult], (forked: Int, spawned: Int)) {
-        let plugin = try Fixtures.compile("crashing_jobs.c")
-        let jobs = try PluginLoader().load(plugin).jobs.filter { ["fine", "segfault", "exits", "loops-in-chunk", "prints"].contains($0.name) }
-        var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
-        configuration.isolation = .job
-        configuration.workerExecutable = Fixtures.curfewExecutable
-        configuration.usesForkServer = forking
-        let runner = Runner(jobs: jobs, configuration: configuration)
-        let results = await runner.run()
-        return (Dictionary(uniqueKeysWithValues: results.map { ($0.job, $0) }), runner.workerStarts)
-    }
+extension ProcessTests {
+    /// Workers come from a fork server; when it cannot fork, from posix_spawn.
+    /// Both paths give the same outcomes.
+    @Suite(.timeLimit(.minutes(1))) struct WorkerStartTests {
+        func run(forking: Bool) async throws -> ([String: JobResult], (forked: Int, spawned: Int)) {
+            let plugin = try Fixtures.compile("crashing_jobs.c")
+            let jobs = try PluginLoader().load(plugin).jobs.filter { ["fine", "segfault", "exits", "loops-in-chunk", "prints"].contains($0.name) }
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
+            configuration.isolation = .job
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            configuration.usesForkServer = forking
+            let runner = Runner(jobs: jobs, configuration: configuration)
+            let results = await runner.run()
+            return (Dictionary(uniqueKeysWithValues: results.map { ($0.job, $0) }), runner.workerStarts)
+        }
 
-    @Test(arguments: [true, false])
-    func theSameOutcomesEitherWay(forking: Bool) async throws {
-        let (results, starts) = try await run(forking: forking)
-        // Each path really ran: five workers forked, or five spawned.
-        #expect(forking ? (starts.forked == 5 && starts.spawned == 0) : (starts.forked == 0 && starts.spawned == 5))
-        #expect(results.mapValues(\.outcome) == [
-            "fine": .completed, "prints": .completed, "segfault": .crashed, "exits": .crashed, "loops-in-chunk": .terminated,
-        ])
-        #expect(results["segfault"]?.reason == "its worker died of SIGSEGV; stderr: about to dereference NULL")
-        #expect(results["exits"]?.reason == "its worker exited with status 0 before the job finished")
+        @Test(arguments: [true, false])
+        func theSameOutcomesEitherWay(forking: Bool) async throws {
+            let (results, starts) = try await run(forking: forking)
+            // Each path really ran: five workers forked, or five spawned.
+            #expect(forking ? (starts.forked == 5 && starts.spawned == 0) : (starts.forked == 0 && starts.spawned == 5))
+            #expect(results.mapValues(\.outcome) == [
+                "fine": .completed, "prints": .completed, "segfault": .crashed, "exits": .crashed, "loops-in-chunk": .terminated,
+            ])
+            #expect(results["segfault"]?.reason == "its worker died of SIGSEGV; stderr: about to dereference NULL")
+            #expect(results["exits"]?.reason == "its worker exited with status 0 before the job finished")
+        }
     }
 }

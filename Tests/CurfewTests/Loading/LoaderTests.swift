@@ -58,10 +58,10 @@ import Testing
                 "a folder scan skips what is not a regular file")
     }
 
-    @Test func anELFFileThatIsNotALoadableLibrary() throws {
+    @Test func anELFFileThatIsNotALoadableLibrary() async throws {
         // An object file: ELF magic, but dlopen refuses it.
         let object = Fixtures.temporaryFolder() + "/object.so"
-        let result = try Fixtures.run("/usr/bin/env", ["cc", "-c", "-x", "c", "/dev/null", "-o", object])
+        let result = try await Fixtures.run("/usr/bin/env", ["cc", "-c", "-x", "c", "/dev/null", "-o", object])
         #expect(result.status == 0)
         let error = try #require(PluginLoader().scan([object]).rejected.first?.error)
         #expect(error.code == .loadFailed)
@@ -69,12 +69,12 @@ import Testing
         #expect(error.underlying != nil)
     }
 
-    @Test func missingEntry() throws {
+    @Test func missingEntry() async throws {
         let folder = Fixtures.temporaryFolder()
         let source = folder + "/plain.c"
         try "int add(int a, int b) { return a + b; }\n".write(toFile: source, atomically: true, encoding: .utf8)
         let library = folder + "/plain.so"
-        #expect(try Fixtures.run("/usr/bin/env", ["cc", "-shared", "-fPIC", source, "-o", library]).status == 0)
+        #expect(try await Fixtures.run("/usr/bin/env", ["cc", "-shared", "-fPIC", source, "-o", library]).status == 0)
         let error = try #require(PluginLoader().scan([library]).rejected.first?.error)
         #expect(error.code == .missingEntry)
         #expect(error.description == "No 'curfew_plugin_entry' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT).")

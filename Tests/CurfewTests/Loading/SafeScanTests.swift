@@ -4,139 +4,147 @@ import Testing
 
 @testable import Curfew
 
-/// Scanning in a scanner worker: plugins that crash or hang while loading
-/// are rejected, not fatal; results are cached until a file changes.
-@Suite(.timeLimit(.minutes(1))) struct SafeScanTests {
-    let folder = Fixtures.temporaryFolder("safe-scan")
-    var cache: String { folder + "/cache/scan-v1.json" }
+extension ProcessTests {
+    /// Scanning in a scanner worker: plugins that crash or hang while loading
+    /// are rejected, not fatal; results are cached until a file changes.
+    @Suite(.timeLimit(.minutes(1))) struct SafeScanTests {
+        let folder = Fixtures.temporaryFolder("safe-scan")
+        var cache: String { folder + "/cache/scan-v1.json" }
 
-    func scanner() -> SafeScanner {
-        SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFile: cache, timeoutPerFile: .seconds(1))
-    }
-
-    /// A folder with a good plugin and a bad one of `variant`.
-    func plugins(_ variant: Int) throws -> String {
-        let plugins = folder + "/plugins"
-        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: plugins + "/a-bad.so")
-        try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugins + "/b-good.so")
-        return plugins
-    }
-
-    @Test func anEntryThatSegfaultsIsRejectedAndTheRestLoads() throws {
-        let plugins = try plugins(1)
-        let report = scanner().scan([plugins])
-        #expect(report.scan.plugins.map(\.path) == [plugins + "/b-good.so"])
-        #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
-        #expect(report.scan.rejected.map(\.path) == [plugins + "/a-bad.so"])
-        #expect(report.scan.rejected.first?.error.description
-            == "Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function.")
-        #expect(report.workersStarted == 2, "a new scanner for the files after the crash")
-    }
-
-    @Test func aConstructorThatAbortsIsRejected() throws {
-        let report = scanner().scan([try plugins(2)])
-        #expect(report.scan.rejected.first?.error.description
-            == "Crashed while loading: the scanner worker died of SIGABRT in its constructor or entry function.")
-        #expect(report.scan.jobs.count == 1)
-    }
-
-    @Test func anEntryThatHangsIsRejected() throws {
-        let report = scanner().scan([try plugins(3)])
-        #expect(report.scan.rejected.first?.error.description
-            == "Hung while loading: no answer within 1 s (its constructor or entry function never returned).")
-        #expect(report.scan.jobs.count == 1)
-    }
-
-    @Test func anUnchangedFolderIsAnsweredFromTheCacheUntilAFileChanges() throws {
-        let plugins = try plugins(1)
-        let first = scanner().scan([plugins])
-        #expect(first.fromCache == 0 && first.scannedInWorker == 2)
-
-        let second = scanner().scan([plugins])
-        #expect(second.fromCache == 2)
-        #expect(second.scannedInWorker == 0 && second.workersStarted == 0, "nothing loaded, no worker started")
-        #expect(second.scan.rejected.first?.error.description == first.scan.rejected.first?.error.description,
-                "a crasher stays rejected")
-        #expect(second.scan.jobs.map(\.name) == ["sum-squares"])
-
-        // A changed file is scanned again; the other still comes from the cache.
-        var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
-        #expect(utimensat(AT_FDCWD, plugins + "/a-bad.so", &times, 0) == 0)
-        let third = scanner().scan([plugins])
-        #expect(third.fromCache == 1 && third.scannedInWorker == 1)
-    }
-
-    @Test func aHangIsRememberedUntilTheFileChanges() throws {
-        let plugins = try plugins(3)
-        let first = scanner().scan([plugins])
-        let second = scanner().scan([plugins])
-        #expect(second.fromCache == 2 && second.workersStarted == 0, "no second wait for the timeout")
-        #expect(second.scan.rejected.first?.error.description == first.scan.rejected.first?.error.description)
-    }
-
-    @Test func aRescanLoadsEveryFileAgain() throws {
-        let plugins = try plugins(1)
-        _ = scanner().scan([plugins])
-        var again = scanner()
-        again.rescan = true
-        let report = again.scan([plugins])
-        #expect(report.fromCache == 0 && report.scannedInWorker == 2)
-    }
-
-    /// `curfew ARGUMENTS` on a folder whose plugin hangs in its entry function
-    /// after writing its scanner's pid; returns the host and that pid.
-    func hostStuckInAScan(_ arguments: [String]) throws -> (Process, pid_t) {
-        let plugins = folder + "/stuck"
-        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=4"]), toPath: plugins + "/stuck.so")
-        let pidFile = folder + "/scanner.pid"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-        process.arguments = arguments + [plugins]
-        var environment = ProcessInfo.processInfo.environment
-        environment["XDG_CACHE_HOME"] = folder + "/cache"
-        environment["CURFEW_FIXTURE_PIDFILE"] = pidFile
-        process.environment = environment
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // Handshake: the scanner is inside the plugin's entry function.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while ContinuousClock.now < deadline {
-            if let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
-                return (process, pid)
-            }
-            usleep(10_000)
+        /// Scans `paths` with `scanner`, off the pool (the scan waits for its worker).
+        func scan(_ paths: [String], with scanner: SafeScanner? = nil) async throws -> SafeScanner.Report {
+            let scanner = scanner ?? self.scanner()
+            return try await Fixtures.offPool { scanner.scan(paths) }
         }
-        process.terminate()
-        throw FixtureError.missingSymbol("scanner pid file")
-    }
 
-    @Test func sigtermDuringAHungScanEndsTheScannerAndTheHostAtOnce() throws {
-        let (host, scanner) = try hostStuckInAScan(["run"])
-        let signalled = ContinuousClock.now
-        kill(host.processIdentifier, SIGTERM)
-        host.waitUntilExit()
-        #expect(host.terminationReason == .exit)
-        #expect(host.terminationStatus == 143)
-        #expect(ContinuousClock.now - signalled < .seconds(3), "not after the scan's 10 s timeout")
-        #expect(Fixtures.isGone(scanner))
-    }
+        func scanner() -> SafeScanner {
+            SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFile: cache, timeoutPerFile: .seconds(1))
+        }
 
-    @Test func aScannerDiesWithItsHost() throws {
-        let (host, scanner) = try hostStuckInAScan(["list"])
-        kill(host.processIdentifier, SIGKILL)
-        host.waitUntilExit()
-        #expect(Fixtures.isGone(scanner))
-        kill(scanner, SIGKILL)  // tidy up should the test fail
-    }
+        /// A folder with a good plugin and a bad one of `variant`.
+        func plugins(_ variant: Int) throws -> String {
+            let plugins = folder + "/plugins"
+            try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: plugins + "/a-bad.so")
+            try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugins + "/b-good.so")
+            return plugins
+        }
 
-    @Test func runSurvivesAPluginThatCrashesWhileLoading() throws {
-        let plugins = try plugins(1)
-        let result = try Fixtures.run(Fixtures.curfewExecutable, ["run", plugins])
-        #expect(result.status == 3, "\(result.stdout)\(result.stderr)")
-        #expect(result.stdout.contains("rejected  \(plugins)/a-bad.so: Crashed while loading: the scanner worker died of SIGSEGV"))
-        #expect(result.stdout.hasSuffix("1 job: 1 completed; 1 plugin file rejected\n"))
+        @Test func anEntryThatSegfaultsIsRejectedAndTheRestLoads() async throws {
+            let plugins = try plugins(1)
+            let report = try await scan([plugins])
+            #expect(report.scan.plugins.map(\.path) == [plugins + "/b-good.so"])
+            #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+            #expect(report.scan.rejected.map(\.path) == [plugins + "/a-bad.so"])
+            #expect(report.scan.rejected.first?.error.description
+                == "Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function.")
+            #expect(report.workersStarted == 2, "a new scanner for the files after the crash")
+        }
+
+        @Test func aConstructorThatAbortsIsRejected() async throws {
+            let report = try await scan([try plugins(2)])
+            #expect(report.scan.rejected.first?.error.description
+                == "Crashed while loading: the scanner worker died of SIGABRT in its constructor or entry function.")
+            #expect(report.scan.jobs.count == 1)
+        }
+
+        @Test func anEntryThatHangsIsRejected() async throws {
+            let report = try await scan([try plugins(3)])
+            #expect(report.scan.rejected.first?.error.description
+                == "Hung while loading: no answer within 1 s (its constructor or entry function never returned).")
+            #expect(report.scan.jobs.count == 1)
+        }
+
+        @Test func anUnchangedFolderIsAnsweredFromTheCacheUntilAFileChanges() async throws {
+            let plugins = try plugins(1)
+            let first = try await scan([plugins])
+            #expect(first.fromCache == 0 && first.scannedInWorker == 2)
+
+            let second = try await scan([plugins])
+            #expect(second.fromCache == 2)
+            #expect(second.scannedInWorker == 0 && second.workersStarted == 0, "nothing loaded, no worker started")
+            #expect(second.scan.rejected.first?.error.description == first.scan.rejected.first?.error.description,
+                    "a crasher stays rejected")
+            #expect(second.scan.jobs.map(\.name) == ["sum-squares"])
+
+            // A changed file is scanned again; the other still comes from the cache.
+            var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, plugins + "/a-bad.so", &times, 0) == 0)
+            let third = try await scan([plugins])
+            #expect(third.fromCache == 1 && third.scannedInWorker == 1)
+        }
+
+        @Test func aHangIsRememberedUntilTheFileChanges() async throws {
+            let plugins = try plugins(3)
+            let first = try await scan([plugins])
+            let second = try await scan([plugins])
+            #expect(second.fromCache == 2 && second.workersStarted == 0, "no second wait for the timeout")
+            #expect(second.scan.rejected.first?.error.description == first.scan.rejected.first?.error.description)
+        }
+
+        @Test func aRescanLoadsEveryFileAgain() async throws {
+            let plugins = try plugins(1)
+            _ = try await scan([plugins])
+            var again = scanner()
+            again.rescan = true
+            let report = try await scan([plugins], with: again)
+            #expect(report.fromCache == 0 && report.scannedInWorker == 2)
+        }
+
+        /// `curfew ARGUMENTS` on a folder whose plugin hangs in its entry function
+        /// after writing its scanner's pid; returns the host and that pid.
+        func hostStuckInAScan(_ arguments: [String]) async throws -> (Process, pid_t) {
+            let plugins = folder + "/stuck"
+            try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=4"]), toPath: plugins + "/stuck.so")
+            let pidFile = folder + "/scanner.pid"
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.arguments = arguments + [plugins]
+            var environment = ProcessInfo.processInfo.environment
+            environment["XDG_CACHE_HOME"] = folder + "/cache"
+            environment["CURFEW_FIXTURE_PIDFILE"] = pidFile
+            process.environment = environment
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            // Handshake: the scanner is inside the plugin's entry function.
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                if let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                    return (process, pid)
+                }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            process.terminate()
+            throw FixtureError.missingSymbol("scanner pid file")
+        }
+
+        @Test func sigtermDuringAHungScanEndsTheScannerAndTheHostAtOnce() async throws {
+            let (host, scanner) = try await hostStuckInAScan(["run"])
+            let signalled = ContinuousClock.now
+            kill(host.processIdentifier, SIGTERM)
+            await Fixtures.wait(for: host)
+            #expect(host.terminationReason == .exit)
+            #expect(host.terminationStatus == 143)
+            #expect(ContinuousClock.now - signalled < .seconds(3), "not after the scan's 10 s timeout")
+            #expect(await Fixtures.isGone(scanner))
+        }
+
+        @Test func aScannerDiesWithItsHost() async throws {
+            let (host, scanner) = try await hostStuckInAScan(["list"])
+            kill(host.processIdentifier, SIGKILL)
+            await Fixtures.wait(for: host)
+            #expect(await Fixtures.isGone(scanner))
+            kill(scanner, SIGKILL)  // tidy up should the test fail
+        }
+
+        @Test func runSurvivesAPluginThatCrashesWhileLoading() async throws {
+            let plugins = try plugins(1)
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", plugins])
+            #expect(result.status == 3, "\(result.stdout)\(result.stderr)")
+            #expect(result.stdout.contains("rejected  \(plugins)/a-bad.so: Crashed while loading: the scanner worker died of SIGSEGV"))
+            #expect(result.stdout.hasSuffix("1 job: 1 completed; 1 plugin file rejected\n"))
+        }
     }
 }

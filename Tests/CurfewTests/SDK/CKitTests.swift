@@ -7,16 +7,16 @@ import Testing
 /// The C kit: the header under strict compilers, its helper macros, and the
 /// pkg-config install that lets a plugin build outside this package.
 @Suite struct CKitTests {
-    @Test func theHeaderBuildsAsStrictC11() throws {
+    @Test func theHeaderBuildsAsStrictC11() async throws {
         let folder = Fixtures.temporaryFolder("ckit")
         try "#include <curfew.h>\nint main(void) { return 0; }\n".write(toFile: folder + "/main.c", atomically: true, encoding: .utf8)
-        let result = try Fixtures.run("/usr/bin/env", [
+        let result = try await Fixtures.run("/usr/bin/env", [
             "cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only", "-I", Fixtures.includeFolder, folder + "/main.c",
         ])
         #expect(result.status == 0, "\(result.stderr)")
     }
 
-    @Test func theHeaderBuildsAsCPlusPlusWithCLinkage() throws {
+    @Test func theHeaderBuildsAsCPlusPlusWithCLinkage() async throws {
         let folder = Fixtures.temporaryFolder("ckit")
         let source = """
             #include <curfew.h>
@@ -25,7 +25,7 @@ import Testing
             """
         try source.write(toFile: folder + "/entry.cpp", atomically: true, encoding: .utf8)
         let library = folder + "/entry.so"
-        let result = try Fixtures.run("/usr/bin/env", [
+        let result = try await Fixtures.run("/usr/bin/env", [
             "c++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-shared", "-fPIC", "-fvisibility=hidden",
             "-I", Fixtures.includeFolder, folder + "/entry.cpp", "-o", library,
         ])
@@ -58,7 +58,7 @@ import Testing
     @Test func theHelperMacrosDeclareAWholePlugin() async throws {
         let folder = Fixtures.temporaryFolder("ckit")
         try Self.macroJob.write(toFile: folder + "/macros.c", atomically: true, encoding: .utf8)
-        let build = try Fixtures.run("/usr/bin/env", [
+        let build = try await Fixtures.run("/usr/bin/env", [
             "cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-shared", "-fPIC", "-fvisibility=hidden",
             "-I", Fixtures.includeFolder, folder + "/macros.c", "-o", folder + "/macros.so",
         ])
@@ -69,16 +69,16 @@ import Testing
         #expect(results.map(\.outcome) == [.completed, .completed])
     }
 
-    @Test func pkgConfigBuildsAPluginOutsideThePackage() throws {
+    @Test func pkgConfigBuildsAPluginOutsideThePackage() async throws {
         let prefix = Fixtures.temporaryFolder("prefix")
-        let install = try Fixtures.run(Fixtures.packageRoot.appendingPathComponent("Scripts/install-c-kit").path, [prefix])
+        let install = try await Fixtures.run(Fixtures.packageRoot.appendingPathComponent("Scripts/install-c-kit").path, [prefix])
         #expect(install.status == 0, "\(install.stderr)")
         let pc = try String(contentsOfFile: prefix + "/lib/pkgconfig/curfew.pc", encoding: .utf8)
         #expect(pc.contains("Version: \(Help.version)\n"), "the pkg-config version follows the tool's")
         // The issue's command, through a shell, with only the installed prefix to go on.
         let folder = Fixtures.temporaryFolder("outside")
         try Self.macroJob.write(toFile: folder + "/job.c", atomically: true, encoding: .utf8)
-        let build = try Fixtures.run("/bin/sh", [
+        let build = try await Fixtures.run("/bin/sh", [
             "-c", "PKG_CONFIG_PATH='\(prefix)/lib/pkgconfig' && export PKG_CONFIG_PATH && cd '\(folder)' && "
                 + "cc -shared -fPIC $(pkg-config --cflags curfew) job.c -o job.so",
         ])
@@ -86,8 +86,8 @@ import Testing
         #expect(try PluginLoader().load(folder + "/job.so").jobs.count == 2)
     }
 
-    @Test func theInstallScriptWantsAPrefix() throws {
-        let result = try Fixtures.run(Fixtures.packageRoot.appendingPathComponent("Scripts/install-c-kit").path, [])
+    @Test func theInstallScriptWantsAPrefix() async throws {
+        let result = try await Fixtures.run(Fixtures.packageRoot.appendingPathComponent("Scripts/install-c-kit").path, [])
         #expect(result.status == 64)
         #expect(result.stderr == "Usage: Scripts/install-c-kit PREFIX\n")
     }

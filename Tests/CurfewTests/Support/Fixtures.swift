@@ -55,7 +55,7 @@ enum Fixtures {
         let arguments = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
                          "-I", includeFolder] + defines.map { "-D\($0)" } + extraFlags
             + ["\(sourceFolder)/\(source)", "-o", output, "-lpthread"]
-        let result = try run("/usr/bin/env", ["cc"] + arguments)
+        let result = try runBlocking("/usr/bin/env", ["cc"] + arguments, in: nil, timeout: nil)
         guard result.status == 0 else {
             throw FixtureError.compileFailed(source: source, output: result.stderr)
         }
@@ -65,7 +65,16 @@ enum Fixtures {
     /// Runs a program to completion and returns its exit status and output.
     /// With a `timeout`, a program still running then is killed (SIGKILL, its
     /// status 128 + 9) so a hang fails the test instead of stalling the suite.
+    ///
+    /// The wait happens on a thread of its own: a test waiting for a program
+    /// must not hold one of the few threads every other test runs on.
     static func run(_ executable: String, _ arguments: [String], in folder: String? = nil, timeout: Duration? = nil)
+        async throws -> (status: Int32, stdout: String, stderr: String)
+    {
+        try await offPool { try runBlocking(executable, arguments, in: folder, timeout: timeout) }
+    }
+
+    private static func runBlocking(_ executable: String, _ arguments: [String], in folder: String?, timeout: Duration?)
         throws -> (status: Int32, stdout: String, stderr: String)
     {
         let process = Process()
@@ -103,14 +112,47 @@ enum Fixtures {
 extension Fixtures {
     /// Whether process `pid` is gone within two seconds (a zombie counts as
     /// gone: it runs nothing).
-    static func isGone(_ pid: pid_t) -> Bool {
+    static func isGone(_ pid: pid_t) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(2)
         while ContinuousClock.now < deadline {
             let state = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?.split(separator: " ").dropFirst(2).first
             if state == nil || state == "Z" { return true }
-            usleep(10_000)
+            try? await Task.sleep(for: .milliseconds(10))
         }
         return false
+    }
+
+    /// Runs blocking work (a wait for a process, a read of its output, a scan
+    /// that waits for its worker) on a thread of its own: the tests share a
+    /// pool as wide as the machine has cores, and a test blocking one of them
+    /// starves the others. Expectations stay outside `body`, on the test.
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Foundation.Thread { continuation.resume(with: Result { try body() }) }.start()
+        }
+    }
+
+    /// Reads `handle`, off the pool, until `done` says so of what came, or its end.
+    static func read(_ handle: FileHandle, startingWith text: String = "", until done: @escaping @Sendable (String) -> Bool) async -> String {
+        (try? await offPool {
+            var text = text
+            while !done(text) {
+                let data = handle.availableData
+                if data.isEmpty { break }
+                text += String(decoding: data, as: UTF8.self)
+            }
+            return text
+        }) ?? text
+    }
+
+    /// Reads `handle` to its end, off the pool.
+    static func readToEnd(_ handle: FileHandle) async -> String {
+        await read(handle) { _ in false }
+    }
+
+    /// Waits for `process` to exit, off the pool.
+    static func wait(for process: Process) async {
+        _ = try? await offPool { process.waitUntilExit() }
     }
 }
 

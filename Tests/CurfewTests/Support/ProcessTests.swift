@@ -1,0 +1,10 @@
+import Testing
+
+/// The suites whose tests start `curfew` (or a scanner, a compiler, a build)
+/// as processes of their own, nested here so that they run one at a time.
+///
+/// In parallel on two cores they starve each other and the in-process tests
+/// of time, and a pipe one test made can leak into a process another test
+/// starts at that moment (Foundation's pipes are not close-on-exec), so a
+/// reader the test closed stays open. In-process tests still run beside them.
+@Suite(.serialized) enum ProcessTests {}
