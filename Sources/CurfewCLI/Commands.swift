@@ -298,7 +298,7 @@ public enum CurfewMain {
         configuration.limits = options.limits
         let lead = configuration.policy.lead
         let inProcess = options.isolation == .none
-        let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event in
+        let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event, time in
             if case .finished(let result) = event {
                 // A job's last lines of output come before the line that says it ended.
                 if let capture { router.jobFinishing(result.job, capture: capture) }
@@ -306,7 +306,7 @@ public enum CurfewMain {
                 // with no other job running, they can only be the ended job's.
                 if inProcess && router.noJobRuns(besides: result.job) { ChildProcesses.endAll() }
             }
-            reporter.event(event)
+            reporter.event(event, at: time)
         }
         router.attach(runner)
 

@@ -14,11 +14,11 @@ final class Reporter: Sendable {
         self.verbose = verbose
     }
 
-    private var elapsed: Double { start.duration(to: MonotonicClock().now()).seconds }
-
-    private func line(_ event: String) -> JSONLine {
+    /// A JSON event whose `time` is `at` (else now), in seconds since the
+    /// reporter started: when the event happened, not when it is written.
+    private func line(_ event: String, at time: CurfewInstant? = nil) -> JSONLine {
         var line = JSONLine(event: event)
-        line.add("time", elapsed)
+        line.add("time", start.duration(to: time ?? MonotonicClock().now()).seconds)
         return line
     }
 
@@ -52,9 +52,10 @@ final class Reporter: Sendable {
         }
     }
 
-    func event(_ event: RunEvent) {
+    /// Reports `event`, which happened `at` (else now) on the monotonic clock.
+    func event(_ event: RunEvent, at time: CurfewInstant? = nil) {
         if json {
-            console.machine(jsonText(event))
+            console.machine(jsonText(event, at: time))
         } else if let text = humanText(event) {
             console.human(text)
         }
@@ -125,7 +126,8 @@ final class Reporter: Sendable {
         }
     }
 
-    private func jsonText(_ event: RunEvent) -> String {
+    private func jsonText(_ event: RunEvent, at time: CurfewInstant?) -> String {
+        let line = { (name: String) in self.line(name, at: time) }
         switch event {
         case .started(let job, let plugin, let budget):
             var line = line("started")

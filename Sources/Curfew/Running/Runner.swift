@@ -42,15 +42,25 @@ public final class Runner: Sendable {
     ///   - events: Called for every event, one at a time and in order, on a
     ///     serial queue of the runner's; a job's `finished` is its last event,
     ///     and ``run()`` returns after every event has been handled.
-    public init(
+    public convenience init(
         jobs: [PluginJob], configuration: RunConfiguration = RunConfiguration(),
         clock: any CurfewClock = MonotonicClock(), events: @escaping @Sendable (RunEvent) -> Void = { _ in }
+    ) {
+        self.init(jobs: jobs, configuration: configuration, clock: clock, timedEvents: { event, _ in events(event) })
+    }
+
+    /// - Parameters:
+    ///   - timedEvents: As `events`, with the instant on `clock` at which each
+    ///     event happened (for a job in a worker, read by the worker).
+    public init(
+        jobs: [PluginJob], configuration: RunConfiguration = RunConfiguration(),
+        clock: any CurfewClock = MonotonicClock(), timedEvents: @escaping @Sendable (RunEvent, CurfewInstant) -> Void
     ) {
         self.jobs = jobs
         self.configuration = configuration
         self.manager = GrantManager(clock: clock, policy: configuration.policy)
         self.parameters = ParameterTable(configuration.parameters)
-        self.events = EventChannel(handler: events)
+        self.events = EventChannel(clock: clock, handler: timedEvents)
         switch configuration.isolation {
         case .none:
             workers = nil

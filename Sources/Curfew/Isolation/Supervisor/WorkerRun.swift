@@ -219,30 +219,32 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var ended = false
         control.withLock { c in
             guard !c.finished else { return }
+            let time = reportedTime(message, c)
             switch message["type"]?.stringValue {
             case "log":
                 let level = message["level"]?.stringValue.flatMap { name in
                     [LogLevel.debug, .info, .warning, .error].first { $0.description == name }
                 } ?? .info
-                events.post(.log(job: job.name, level: level, message: message["message"]?.stringValue ?? ""))
+                events.post(.log(job: job.name, level: level, message: message["message"]?.stringValue ?? ""), at: time)
             case "progress":
                 let progress = Progress(
                     completed: message["completed"]?.integerValue ?? 0, total: message["total"]?.integerValue ?? 0)
                 c.progress = progress
-                events.post(.progress(job: job.name, progress))
+                events.post(.progress(job: job.name, progress), at: time)
             case "expiring":
                 let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:)) ?? .timeout
                 if c.expiredBy == nil { c.expiredBy = reason }
-                events.post(.expiring(job: job.name, reason: reason))
+                events.post(.expiring(job: job.name, reason: reason), at: time)
             case "finished":
-                c.chunks = UInt64(message["chunks"]?.integerValue ?? 0)
+                // Never a trap on the worker's word (a negative count is no count).
+                c.chunks = message["chunks"]?.integerValue.flatMap { UInt64(exactly: $0) } ?? 0
                 if let completed = message["completed"]?.integerValue, let total = message["total"]?.integerValue {
                     c.progress = Progress(completed: completed, total: total)
                 }
                 let outcome = message["outcome"]?.stringValue.flatMap(Outcome.init(rawValue:)) ?? .failed
                 c.reported = (outcome, message["reason"]?.stringValue ?? "")
                 if !endsWithItsWorker {
-                    finishLocked(&c, outcome: outcome, reason: c.reported!.reason)
+                    finishLocked(&c, outcome: outcome, reason: c.reported!.reason, at: time)
                     ended = true
                 }
             default:
@@ -297,14 +299,24 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
     }
 
-    private func finishLocked(_ c: inout Control, outcome: Outcome, reason: String) {
+    private func finishLocked(_ c: inout Control, outcome: Outcome, reason: String, at time: CurfewInstant? = nil) {
         c.finished = true
         c.timers.forEach { $0.cancel() }
         c.timers.removeAll()
+        let end = time ?? clock.now()
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: c.startedAt.duration(to: clock.now()), reason: reason, progress: c.progress)
-        events.post(.finished(result)) { [onFinish] in onFinish(result) }
+            elapsed: c.startedAt.duration(to: end), reason: reason, progress: c.progress)
+        events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }
+    }
+
+    /// When a message says its event happened (`t`, the worker's reading of
+    /// the shared monotonic clock), kept between this job's start and now:
+    /// a worker's word cannot move an event outside what the host saw.
+    private func reportedTime(_ message: JSONValue, _ c: Control) -> CurfewInstant {
+        let now = clock.now()
+        guard let t = message["t"]?.integerValue, t >= 0 else { return now }
+        return min(max(CurfewInstant(nanoseconds: UInt64(t)), c.startedAt), now)
     }
 }
 

@@ -43,7 +43,7 @@ public enum IsolationWorker {
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil)
         let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
         _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
-        _ = message(for: .log(job: "j", level: .info, message: "m"))
+        _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))
         _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
         _ = PluginLoader(parameters: [:], allowsInsecurePlugins: true)
     }
@@ -99,33 +99,39 @@ public enum IsolationWorker {
         while true { pause() }
     }
 
-    static func message(for event: RunEvent) -> String? {
+    /// The message for an event, with `t`: the instant it happened on the
+    /// system's monotonic clock, which the host reads too.
+    static func message(for event: RunEvent, at time: CurfewInstant) -> String? {
+        var line: JSONLine
         switch event {
         case .started:
             return nil
         case .log(let job, let level, let text):
-            var line = JSONLine("type", "log")
+            line = JSONLine("type", "log")
             line.add("job", job)
             line.add("level", level.description)
             line.add("message", text)
-            return line.text
         case .progress(let job, let progress):
-            var line = JSONLine("type", "progress")
+            line = JSONLine("type", "progress")
             line.add("job", job)
             line.add("completed", progress.completed)
             line.add("total", progress.total)
-            return line.text
         case .expiring(let job, let reason):
-            var line = JSONLine("type", "expiring")
+            line = JSONLine("type", "expiring")
             line.add("job", job)
             line.add("reason", reason.rawValue)
-            return line.text
         case .finished(let result):
-            return finished(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
+            line = finishedLine(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
         }
+        line.add("t", Int64(clamping: time.nanoseconds))
+        return line.text
     }
 
     static func finished(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> String {
+        finishedLine(job: job, outcome: outcome, reason: reason, chunks: chunks, progress: progress).text
+    }
+
+    private static func finishedLine(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> JSONLine {
         var line = JSONLine("type", "finished")
         line.add("job", job)
         line.add("outcome", outcome.rawValue)
@@ -135,6 +141,6 @@ public enum IsolationWorker {
             line.add("completed", progress.completed)
             line.add("total", progress.total)
         }
-        return line.text
+        return line
     }
 }

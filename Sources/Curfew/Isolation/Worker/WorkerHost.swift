@@ -56,11 +56,11 @@ final class WorkerHost: Sendable {
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
         let runner = Runner(
             jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
-        ) { [self] event in
+        ) { [self] event, time in
             // What the job printed reaches its pipe before the word that it ended:
             // the host drains the pipes before it acts on a channel message.
             if case .finished = event { curfew_shim_flush_stdout() }
-            if let line = IsolationWorker.message(for: event) { send(line) }
+            if let line = IsolationWorker.message(for: event, at: time) { send(line) }
         }
         state.withLock {
             $0.runners[jobName] = runner
