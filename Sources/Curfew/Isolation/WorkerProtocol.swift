@@ -6,6 +6,26 @@ enum WorkerProtocol {
     static let version: Int64 = 1
     /// The hidden first argument that starts `curfew` as a worker.
     public static let workerArgument = "__worker"
+    /// The longest message either side sends, newline excluded: 16 MiB and
+    /// some room for the fields around a log message's text. A worker cuts
+    /// a longer log message (see ``truncatedLogMessage(_:)``); the host drops a
+    /// longer line whole, with a note, and never reads a piece of it.
+    static let maximumMessageBytes = 16 * 1024 * 1024 + 64 * 1024
+    /// The longest log message text a worker sends whole.
+    static let maximumLogMessageBytes = 16 * 1024 * 1024
+
+    /// `text`, cut at a character boundary to at most
+    /// ``maximumLogMessageBytes`` with a note of how much was cut.
+    static func truncatedLogMessage(_ text: String) -> String {
+        let utf8 = text.utf8
+        guard utf8.count > maximumLogMessageBytes else { return text }
+        let note = " … [truncated: \(utf8.count) bytes, more than the 16 MiB a message from a worker may hold]"
+        var end = utf8.index(utf8.startIndex, offsetBy: maximumLogMessageBytes - note.utf8.count)
+        // Back to the start of a character: never inside a UTF-8 sequence.
+        while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
+        return String(decoding: utf8[..<end], as: UTF8.self) + note
+    }
+
     /// The worker's end of the socket.
     static let channelDescriptor: Int32 = 3
 
@@ -38,14 +58,22 @@ enum WorkerProtocol {
 /// Splits a byte stream into lines, in time linear in the stream's length.
 ///
 /// A line longer than `maximumLength` bytes comes out in pieces of that
-/// length, so memory stays bounded whatever the stream holds.
+/// length, or, for a stream of messages that must arrive whole, is dropped
+/// and counted in ``droppedLines``: memory stays bounded whatever the
+/// stream holds, and no piece of a message is ever read as a message.
 struct LineBuffer {
     private var pending: [UInt8] = []
     let maximumLength: Int
+    let dropsOverlongLines: Bool
+    /// Inside a line being dropped: its bytes are skipped up to its newline.
+    private var dropping = false
+    /// How many overlong lines were dropped so far.
+    private(set) var droppedLines = 0
 
-    init(maximumLength: Int = .max) {
+    init(maximumLength: Int = .max, dropsOverlongLines: Bool = false) {
         precondition(maximumLength > 0, "a line holds at least one byte")
         self.maximumLength = maximumLength
+        self.dropsOverlongLines = dropsOverlongLines
     }
 
     /// Appends bytes and returns the whole lines they complete.
@@ -53,25 +81,43 @@ struct LineBuffer {
         var lines: [String] = []
         var start = 0
         while let newline = bytes[start...].firstIndex(of: 0x0A) {
-            if pending.isEmpty {
+            if dropping {
+                dropping = false
+            } else if pending.isEmpty && newline - start <= maximumLength {
                 lines.append(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<newline]), as: UTF8.self))
             } else {
                 pending.append(contentsOf: bytes[start..<newline])
-                lines.append(String(decoding: pending, as: UTF8.self))
-                pending.removeAll(keepingCapacity: true)
+                take(&lines, all: true)
             }
             start = newline + 1
         }
-        pending.append(contentsOf: bytes[start...])
-        if pending.count >= maximumLength {
-            var offset = 0
-            while pending.count - offset >= maximumLength {
-                lines.append(String(decoding: pending[offset..<offset + maximumLength], as: UTF8.self))
-                offset += maximumLength
-            }
-            pending.removeFirst(offset)
+        if !dropping {
+            pending.append(contentsOf: bytes[start...])
+            take(&lines, all: false)
         }
         return lines
+    }
+
+    /// Moves what `pending` holds into `lines`: a complete line (`all`), or
+    /// the whole pieces of an overlong one; an overlong message is dropped.
+    private mutating func take(_ lines: inout [String], all: Bool) {
+        if pending.count > maximumLength && dropsOverlongLines {
+            pending.removeAll()
+            droppedLines += 1
+            dropping = !all  // the rest of it, up to its newline, is skipped
+            return
+        }
+        var offset = 0
+        while pending.count - offset > maximumLength || (!dropsOverlongLines && pending.count - offset == maximumLength && !all) {
+            lines.append(String(decoding: pending[offset..<offset + maximumLength], as: UTF8.self))
+            offset += maximumLength
+        }
+        if all {
+            lines.append(String(decoding: pending[offset...], as: UTF8.self))
+            pending.removeAll(keepingCapacity: true)
+        } else if offset > 0 {
+            pending.removeFirst(offset)
+        }
     }
 
     /// Whether no partial line is waiting for its newline.

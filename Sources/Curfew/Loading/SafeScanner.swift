@@ -142,7 +142,7 @@ public struct SafeScanner: Sendable {
 
         var answers: [(String, FileResult)] = []
         var current: String?
-        var buffer = LineBuffer()
+        var buffer = LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true)
         var bytes = [UInt8](repeating: 0, count: 65536)
         let clock = MonotonicClock()
         var silentSince = clock.now()

@@ -26,6 +26,35 @@ extension ProcessTests {
             #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
         }
 
+        @Test func aLogMessageOverTheLimitIsCutWithANote() async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let bytes = 17 << 20
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--json", "--isolate", "job", "--only", "logs-huge", "--param", "bytes=\(bytes)"],
+                timeout: .seconds(30))
+            #expect(result.status == 0, "\(result.stderr.prefix(500))")
+            let events = try OutputEvent.all(in: result.stdout)
+            let huge = try #require(events.first { $0.event == "log" && ($0.message?.count ?? 0) > 1000 }?.message)
+            #expect(huge.utf8.count <= WorkerProtocol.maximumLogMessageBytes)
+            #expect(huge.hasSuffix(" … [truncated: \(bytes) bytes, more than the 16 MiB a message from a worker may hold]"))
+            #expect(huge.hasPrefix(String(repeating: "x", count: 1000)))
+            #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
+        }
+
+        @Test func aMessageLineOverTheLimitIsDroppedWholeNeverReadInPieces() {
+            var buffer = LineBuffer(maximumLength: 8, dropsOverlongLines: true)
+            let feed = { (text: String, buffer: inout LineBuffer) -> [String] in
+                Array(text.utf8).withUnsafeBytes { buffer.append($0) }
+            }
+            #expect(feed("{\"a\":1}\n{\"too\":", &buffer) == ["{\"a\":1}"])
+            #expect(feed("\"long\"}", &buffer) == [])
+            #expect(buffer.droppedLines == 1)
+            #expect(feed("}\n{\"b\":2}\n", &buffer) == ["{\"b\":2}"], "the rest of the long line is skipped, the next arrives")
+            var pieces = LineBuffer(maximumLength: 4)
+            #expect(feed("abcdefghij\n", &pieces) == ["abcd", "efgh", "ij"], "output lines come in pieces")
+        }
+
         @Test func thousandsOfJobsInWorkersEachEndOnceWithTheirOwnOutcome() async throws {
             // Eight files of 250 jobs: a plugin declares at most 256.
             let count = 2000

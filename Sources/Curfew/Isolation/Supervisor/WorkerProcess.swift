@@ -104,7 +104,12 @@ final class WorkerProcess: @unchecked Sendable {
         // worker exits even if a process it started still holds its pipes
         // (then end-of-file would never come).
         let exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
-        var buffers = [LineBuffer(), LineBuffer(), LineBuffer()]
+        // Messages arrive whole or not at all; a line of output longer than
+        // 64 KiB comes in pieces: either way the host's memory stays bounded.
+        var buffers = [
+            LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true),
+            LineBuffer(maximumLength: OutputCapture.maximumLineLength), LineBuffer(maximumLength: OutputCapture.maximumLineLength),
+        ]
         let streams = [channel, out, err]
         var open = [true, true, true]
         var chunk = [UInt8](repeating: 0, count: 65536)
@@ -119,7 +124,12 @@ final class WorkerProcess: @unchecked Sendable {
                 if let last = buffers[index].flush() { route(last, from: index) }
                 return false
             }
+            let dropped = buffers[index].droppedLines
             let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            if buffers[index].droppedLines > dropped {
+                let limit = WorkerProtocol.maximumMessageBytes >> 20
+                route(#"{"type":"note","message":"the worker sent a message of more than \#(limit) MiB; it was dropped"}"#, from: 0)
+            }
             if index == 0 {
                 for line in lines {
                     // The worker wrote a job's output before any message about it:

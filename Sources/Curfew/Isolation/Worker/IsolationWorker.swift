@@ -110,7 +110,7 @@ public enum IsolationWorker {
             line = JSONLine("type", "log")
             line.add("job", job)
             line.add("level", level.description)
-            line.add("message", text)
+            line.add("message", WorkerProtocol.truncatedLogMessage(text))
         case .progress(let job, let progress):
             line = JSONLine("type", "progress")
             line.add("job", job)
