@@ -64,6 +64,6 @@ final class OutputRouter: Sendable {
             return reporter.event(.log(job: running[0], level: level, message: "[\(stream.rawValue)] \(line)"))
         }
         let files = Set(running.compactMap { plugins[$0] })
-        reporter.output(plugin: files.count == 1 ? files.first : nil, stream: stream, line: line)
+        reporter.event(.output(pluginPath: files.count == 1 ? files.first : nil, stream: stream.rawValue, line: line))
     }
 }

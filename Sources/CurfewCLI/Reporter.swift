@@ -61,20 +61,6 @@ final class Reporter: Sendable {
         }
     }
 
-    /// A line plugin code wrote to fds 1 or 2 in process that no single job
-    /// can be named for: its plugin file's, when known.
-    func output(plugin: String?, stream: OutputCapture.Stream, line: String) {
-        if json {
-            var event = self.line("output")
-            event.add("plugin", plugin)
-            event.add("stream", stream.rawValue)
-            event.add("line", line)
-            return console.machine(event.text)
-        }
-        let owner = plugin.map { "(\(Untrusted.line($0)))" } ?? "(plugins)"
-        console.human("\(owner) [\(stream.rawValue)] \(Untrusted.line(line))")
-    }
-
     /// Plugin code called `exit(status)` in the host's process: the run ends
     /// here, with no summary.
     func hostExit(status: Int32, job: String?) {
@@ -114,6 +100,9 @@ final class Reporter: Sendable {
             return ([entry] + lines.map { indent + $0 }).joined(separator: "\n")
         case .progress:
             return nil
+        case .output(let plugin, let stream, let line):
+            let owner = plugin.map { "(\(Untrusted.line($0)))" } ?? "(plugins)"
+            return "\(owner) [\(stream)] \(Untrusted.line(line))"
         case .expiring(let job, let reason):
             return tag("expiring", .yellow) + "\(job): \(reason)"
         case .finished(let result):
@@ -151,6 +140,12 @@ final class Reporter: Sendable {
             var line = line("expiring")
             line.add("job", job)
             line.add("reason", reason.rawValue)
+            return line.text
+        case .output(let plugin, let stream, let text):
+            var line = line("output")
+            line.add("plugin", plugin)
+            line.add("stream", stream)
+            line.add("line", text)
             return line.text
         case .finished(let result):
             var line = line("finished")

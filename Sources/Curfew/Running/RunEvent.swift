@@ -79,6 +79,11 @@ public enum RunEvent: Sendable {
     case expiring(job: String, reason: ExpirationReason)
     /// The job ended. Its last event.
     case finished(JobResult)
+    /// A line plugin code wrote to stdout or stderr (`stream`) that no single
+    /// job can be named for: several jobs were running where it was written
+    /// (the worker a plugin's jobs share, or the host in process). The
+    /// plugin's path when that much is known.
+    case output(pluginPath: String?, stream: String, line: String)
 }
 
 /// A running job as a live display shows it.

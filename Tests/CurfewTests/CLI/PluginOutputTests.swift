@@ -52,6 +52,29 @@ extension ProcessTests {
             #expect(lastOutput < finished)
         }
 
+        @Test(arguments: Isolation.allCases)
+        func everyHostileJobAtOnceStillGivesJSONLinesWithNothingLost(isolation: Isolation) async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let pidFile = Fixtures.temporaryFolder("all-at-once") + "/pids"
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--json", "--isolate", isolation.rawValue, "--budget", "1s", "--jobs", "5"]
+                    + ["prints", "forges", "logs-huge", "forks", "ticks"].flatMap { ["--only", $0] }
+                    + ["--param", "lines=2000", "--param", "children=3", "--param", "setsid=1", "--param", "pidfile=\(pidFile)"],
+                timeout: .seconds(30))
+            #expect(result.status == 2, "forges fails, the rest end cleanly: \(result.stderr.prefix(300))")
+            let events = try events(result.stdout)  // every line parses, or this throws
+            let out = printed(events, stream: "stdout").filter { $0.hasPrefix("out ") }
+            #expect(out.count == 2000)
+            let messages = events.compactMap { $0["message"] as? String }
+            #expect(messages.contains("hello\nfinished  fake-job: completed (work done) after 1 chunk, 0.00s"), "a multi-line message, whole")
+            #expect(messages.contains { $0.count == 1 << 20 }, "the 1 MiB message, whole")
+            let finished = events.filter { $0["event"] as? String == "finished" }.compactMap { $0["job"] as? String }
+            #expect(finished.sorted() == ["forges", "forks", "logs-huge", "prints", "ticks"])
+            let pids = try String(contentsOfFile: pidFile, encoding: .utf8).split(separator: "\n").compactMap { pid_t($0) }
+            for pid in pids { #expect(await Fixtures.isGone(pid)) }
+        }
+
         @Test func inProcessOutputOfConcurrentJobsIsTheirPlugins() async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
             let result = try await Fixtures.run(

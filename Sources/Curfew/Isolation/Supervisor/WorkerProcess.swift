@@ -115,10 +115,15 @@ final class WorkerProcess: @unchecked Sendable {
         var chunk = [UInt8](repeating: 0, count: 65536)
         var drainUntil: CurfewInstant?
         let clock = MonotonicClock()
+        // stdout and stderr are non-blocking: poll may have found one ready that
+        // drainOutput() has emptied since; a read then finds nothing instead of
+        // waiting. (Not the channel: the host also sends on it, and only this
+        // loop reads it.)
+        for stream in [out, err] { _ = fcntl(stream, F_SETFL, fcntl(stream, F_GETFL) | O_NONBLOCK) }
         /// Reads stream `index` once; false at its end.
         func readOnce(_ index: Int) -> Bool {
             let count = chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { return true }
+            if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
             if count <= 0 {
                 open[index] = false
                 if let last = buffers[index].flush() { route(last, from: index) }
@@ -247,8 +252,11 @@ final class WorkerProcess: @unchecked Sendable {
                 state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }
             }
         default:
-            // A worker hosting several jobs cannot tell whose line it is: each hears it.
-            for run in jobs { run.output(line, stream: stream == 1 ? "stdout" : "stderr") }
+            // A worker hosting several jobs cannot tell whose line it is: it is
+            // the plugin's then, reported once (each job keeps it for a crash report).
+            let name = stream == 1 ? "stdout" : "stderr"
+            for run in jobs { run.output(line, stream: name, alone: jobs.count == 1) }
+            if jobs.count > 1 { jobs[0].pluginOutput(line, stream: name) }
         }
     }
 }

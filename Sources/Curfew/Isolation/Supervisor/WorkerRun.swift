@@ -203,15 +203,23 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     }
 
     /// A line the plugin printed, tagged with its job and stream.
-    func output(_ line: String, stream: String) {
+    /// With `alone` false, the line is recorded (a crash's reason quotes
+    /// the stderr tail) but reported once, by the caller, as the plugin's.
+    func output(_ line: String, stream: String, alone: Bool = true) {
         control.withLock { c in
             guard !c.finished else { return }
             if stream == "stderr" {
                 c.stderrTail.append(line)
                 if c.stderrTail.count > 5 { c.stderrTail.removeFirst() }
             }
+            guard alone else { return }
             events.post(.log(job: job.name, level: stream == "stdout" ? .info : .warning, message: "[\(stream)] \(line)"))
         }
+    }
+
+    /// A line of the worker's output that belongs to the plugin, not to one of its jobs.
+    func pluginOutput(_ line: String, stream: String) {
+        events.post(.output(pluginPath: job.pluginPath, stream: stream, line: line))
     }
 
     /// Handles one message for this job; true when the job has ended with it.

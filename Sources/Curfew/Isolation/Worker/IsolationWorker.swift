@@ -104,7 +104,7 @@ public enum IsolationWorker {
     static func message(for event: RunEvent, at time: CurfewInstant) -> String? {
         var line: JSONLine
         switch event {
-        case .started:
+        case .started, .output:
             return nil
         case .log(let job, let level, let text):
             line = JSONLine("type", "log")
