@@ -84,6 +84,7 @@ import Testing
               1    nothing to run, or the host itself failed
               2    a job failed, was terminated, crashed or was refused
               3    a plugin file was rejected (the other jobs ran cleanly)
+              4    in process, plugin code called exit(); the host names the job
               64   usage error
               130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up
               141  its output was closed (| head); the jobs cleaned up
