@@ -8,6 +8,11 @@ import Glibc
 // nobody runs, and the host would never get back to exit. `exitAfter` runs
 // the tool on the cooperative pool and keeps the main thread out of it.
 let arguments = Array(CommandLine.arguments.dropFirst())
+if [IsolationWorker.forkServerArgument, IsolationWorker.argument].contains(arguments.first) {
+    // A helper dies with the host that started it (a scanner may be stuck in
+    // a plugin's constructor, deaf to its channel). Before any other work.
+    guard IsolationWorker.bindToHost() else { exit(1) }
+}
 if arguments.first == IsolationWorker.forkServerArgument {
     // The fork server, started by a host running isolated: each child it
     // forks goes on as a worker; the server itself leaves when the host is done.

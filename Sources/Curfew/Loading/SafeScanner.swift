@@ -135,9 +135,7 @@ public struct SafeScanner: Sendable {
         var message = JSONLine("type", "scan")
         message.add("protocol", WorkerProtocol.version)
         message.add("files", files)
-        // The scanner dies with this process (it may be stuck in a constructor,
-        // deaf to its channel), and checks that this process is still its parent.
-        message.add("parent", Int64(getpid()))
+
         WorkerProtocol.send(message.text, to: channel[0])
 
         var answers: [(String, FileResult)] = []
@@ -199,11 +197,6 @@ public struct SafeScanner: Sendable {
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).
     static func serve(_ message: JSONValue, channel: Int32) -> Int32 {
         guard case .array(let values)? = message["files"] else { return 2 }
-        // Set before any file is loaded, then checked: a host that died in
-        // between has no signal to send, and this scanner would be left alone.
-        if let parent = message["parent"]?.integerValue.flatMap(Int32.init(exactly:)) {
-            guard curfew_shim_die_with_parent(parent) == 0 else { return 1 }
-        }
         for value in values {
             guard let file = value.stringValue else { continue }
             var scanning = JSONLine("type", "scanning")

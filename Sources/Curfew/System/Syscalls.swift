@@ -139,17 +139,25 @@ enum Syscalls {
         return entries
     }
 
-    /// Starts a worker process (see `curfew_shim_spawn_worker`).
+    /// The environment variable that tells a helper which process started
+    /// it, so it can ask to die with that process and check it still lives.
+    static let parentVariable = "CURFEW_PARENT_PID"
+
+    /// Starts a worker process (see `curfew_shim_spawn_worker`), from the
+    /// ``Spawner`` thread, with ``parentVariable`` set to this process.
     static func spawnWorker(
         _ path: String, arguments: [String], environment: [String], channel: Int32, out: Int32, err: Int32
     ) -> Result<pid_t, SystemError> {
-        func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
-        let argv = cStrings(arguments)
-        let envp = cStrings(environment)
-        defer { (argv + envp).forEach { free($0) } }
-        var pid: Int32 = 0
-        let status = curfew_shim_spawn_worker(path, argv, envp, channel, out, err, &pid)
-        return status == 0 ? .success(pid) : .failure(SystemError(errno: status))
+        let environment = environment.filter { !$0.hasPrefix(parentVariable + "=") } + ["\(parentVariable)=\(getpid())"]
+        return Spawner.run {
+            func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
+            let argv = cStrings(arguments)
+            let envp = cStrings(environment)
+            defer { (argv + envp).forEach { free($0) } }
+            var pid: Int32 = 0
+            let status = curfew_shim_spawn_worker(path, argv, envp, channel, out, err, &pid)
+            return status == 0 ? .success(pid) : .failure(SystemError(errno: status))
+        }
     }
 
     /// `dlopen` with the plugin flags (`RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`).

@@ -26,6 +26,19 @@ public enum IsolationWorker {
     /// forked child, which goes on as a worker (`main()`); in the server
     /// itself it returns false when the host is done, or when the process is
     /// not single-threaded and forking it would be unsafe.
+    /// For a helper the host started (a worker, the fork server, a
+    /// scanner): asks for SIGKILL when the host dies, then checks that the
+    /// host, named in the environment, is still its parent — it may have
+    /// died before the request, and then no signal would come.
+    ///
+    /// - Returns: `false` when the host is gone: leave at once.
+    public static func bindToHost() -> Bool {
+        guard let text = getenv(Syscalls.parentVariable).map({ String(cString: $0) }), let host = Int32(text) else {
+            return true  // not started by a host (by hand, or by an older one)
+        }
+        return curfew_shim_die_with_parent(host) == 0
+    }
+
     public static func serveForks() -> Bool {
         warmUp()
         return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
