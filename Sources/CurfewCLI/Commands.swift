@@ -3,6 +3,7 @@ import CurfewJSON
 import Dispatch
 import Glibc
 import Synchronization
+import _CurfewShims
 
 /// Exit codes, as `curfew run --help` documents them.
 public enum ExitCode {
@@ -37,9 +38,11 @@ public enum CurfewMain {
 
     private static func command(_ arguments: [String]) async -> Int32 {
         // A reader that goes away (`| head`) is an EPIPE the console handles,
-        // not a signal that ends the host before its jobs clean up. Workers
-        // are started with every signal at its default, so plugins see no change.
-        signal(SIGPIPE, SIG_IGN)
+        // not a signal that ends the host before its jobs clean up. Caught by a
+        // handler that does nothing, not ignored: exec resets a handler, so a
+        // program an in-process plugin runs gets SIGPIPE as usual (workers
+        // start with every signal at its default anyway).
+        curfew_shim_catch_sigpipe()
         let invocation: Invocation
         do throws(UsageError) {
             invocation = try ArgumentParser.parse(arguments)
@@ -246,6 +249,7 @@ public enum CurfewMain {
             ProcessExitWatch.arm { status, job in
                 capture.finish()
                 reporter.hostExit(status: status, job: job ?? router.soleRunningJob())
+                ChildProcesses.endAll()
             }
         }
         defer { ProcessExitWatch.disarm() }
@@ -254,9 +258,11 @@ public enum CurfewMain {
         let stop = StopRequest()
         let signals: SignalMonitor
         do throws(CurfewError) {
+            let signalled = Atomic<Bool>(false)
             signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { number in
-                // A second signal: stop waiting for cleanups.
-                guard stop.request(status: 128 + number, reason: signalName(number)) else { _exit(128 + number) }
+                // A second signal stops waiting for cleanups (a closed output before it does not count).
+                if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
+                stop.request(status: 128 + number, reason: signalName(number))
             }
         } catch {
             console.error("Error: \(error.description)")
@@ -319,8 +325,10 @@ public enum CurfewMain {
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
         ProcessExitWatch.disarm()
-        // Every job has ended: so does every process they started, and every helper.
-        ChildProcesses.endAll()
+        // In process, every job has ended: so does every process they started.
+        // (A worker ends its own jobs' processes, the fork server a dead
+        // worker's; here supervising threads may still reap workers.)
+        if inProcess { ChildProcesses.endAll() }
         capture?.finish()
         live?.cancel()
         console.setLive([])

@@ -13,6 +13,9 @@ enum ProcessExitWatch {
     private struct State {
         var installed = false
         var report: (@Sendable (_ status: Int32, _ job: String?) -> Void)?
+        /// The process that armed it: a child a plugin forks inherits the
+        /// handler, and its own exit() is none of the host's business.
+        var process: pid_t = 0
     }
 
     private static let state = Mutex(State())
@@ -22,13 +25,15 @@ enum ProcessExitWatch {
     static func arm(_ report: @escaping @Sendable (_ status: Int32, _ job: String?) -> Void) {
         let install = state.withLock { state -> Bool in
             state.report = report
+            state.process = getpid()
             defer { state.installed = true }
             return !state.installed
         }
         if install {
             on_exit({ status, _ in
                 // Taken out under the lock, so it runs once even if two threads exit.
-                guard let report = ProcessExitWatch.state.withLock({ state in
+                guard let report = ProcessExitWatch.state.withLock({ state -> (@Sendable (Int32, String?) -> Void)? in
+                    guard state.process == getpid() else { return nil }
                     defer { state.report = nil }
                     return state.report
                 }) else { return }

@@ -326,6 +326,8 @@ int curfew_shim_fork_server(int control) {
         snprintf(text, sizeof text, "exit %d %d", (int)pid, status);
         send_text(control, text);
     }
+    /* What dead workers left behind came here (a subreaper): it goes too. */
+    curfew_shim_kill_children(NULL, 0, 64);
     return -1;
 }
 
@@ -397,4 +399,17 @@ int curfew_shim_kill_children(const int *keep, int keep_count, int rounds) {
         if (!acted) break;
     }
     return killed;
+}
+
+static void ignore_signal(int number) {
+    (void)number;
+}
+
+void curfew_shim_catch_sigpipe(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = ignore_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGPIPE, &action, NULL);
 }

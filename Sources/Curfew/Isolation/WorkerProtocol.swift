@@ -14,13 +14,30 @@ enum WorkerProtocol {
     /// The longest log message text a worker sends whole.
     static let maximumLogMessageBytes = 16 * 1024 * 1024
 
-    /// `text`, cut at a character boundary to at most
-    /// ``maximumLogMessageBytes`` with a note of how much was cut.
+    /// `text`, cut at a character boundary so that it takes at most
+    /// ``maximumLogMessageBytes`` once escaped as a JSON string (a quote or
+    /// a line break takes two bytes there, another control character six),
+    /// with a note of how long it was. One pass over its bytes.
     static func truncatedLogMessage(_ text: String) -> String {
         let utf8 = text.utf8
-        guard utf8.count > maximumLogMessageBytes else { return text }
+        func encodedSize(_ byte: UInt8) -> Int {
+            switch byte {
+            case 0x22, 0x5C, 0x0A, 0x0D, 0x09: 2
+            case 0x00..<0x20, 0x7F: 6
+            default: 1
+            }
+        }
+        guard utf8.count * 6 > maximumLogMessageBytes else { return text }  // fits however it escapes
         let note = " … [truncated: \(utf8.count) bytes, more than the 16 MiB a message from a worker may hold]"
-        var end = utf8.index(utf8.startIndex, offsetBy: maximumLogMessageBytes - note.utf8.count)
+        let room = maximumLogMessageBytes - note.utf8.count
+        var size = 0
+        var cut: String.UTF8View.Index?
+        for index in utf8.indices {
+            size += encodedSize(utf8[index])
+            if cut == nil && size > room { cut = index }
+            if size > maximumLogMessageBytes { break }
+        }
+        guard size > maximumLogMessageBytes, var end = cut else { return text }
         // Back to the start of a character: never inside a UTF-8 sequence.
         while end > utf8.startIndex && utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
         return String(decoding: utf8[..<end], as: UTF8.self) + note
@@ -108,7 +125,7 @@ struct LineBuffer {
             return
         }
         var offset = 0
-        while pending.count - offset > maximumLength || (!dropsOverlongLines && pending.count - offset == maximumLength && !all) {
+        while pending.count - offset > maximumLength {
             lines.append(String(decoding: pending[offset..<offset + maximumLength], as: UTF8.self))
             offset += maximumLength
         }

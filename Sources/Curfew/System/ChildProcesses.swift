@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import _CurfewShims
 
 /// The processes plugin code starts, seen from the process that hosts it:
@@ -24,9 +25,13 @@ public enum ChildProcesses {
     ///   children (no `CONFIG_PROC_CHILDREN`).
     @discardableResult
     public static func endAll(keeping: [pid_t] = []) -> Int? {
-        let killed = keeping.withUnsafeBufferPointer {
-            curfew_shim_kill_children($0.baseAddress, Int32($0.count), 64)
+        // One at a time: two passes at once would each reap what the other
+        // listed, and the kernel's list of children is not whole while it changes.
+        let killed = lock.withLock { _ in
+            keeping.withUnsafeBufferPointer { curfew_shim_kill_children($0.baseAddress, Int32($0.count), 64) }
         }
         return killed < 0 ? nil : Int(killed)
     }
+
+    private static let lock = Mutex(())
 }

@@ -96,10 +96,10 @@ public final class OutputCapture: Sendable {
     }
 
     /// Delivers what was still in the pipes (a last line without a newline
-    /// too) and stops the reader. Fds 1 and 2 stay on the pipes: plugin code
-    /// still running (a terminated job's thread) cannot reach the host's
-    /// streams, and what it writes from now on is not read. A process a
-    /// plugin left holding a copy of the pipes cannot hold this up.
+    /// too) and stops the reader. Fds 1 and 2 then point at `/dev/null`:
+    /// plugin code still running (a terminated job's thread) cannot reach the
+    /// host's streams, nor block on a pipe nobody reads. A process a plugin
+    /// left holding a copy of the pipes cannot hold this up.
     public func finish() {
         // Flushed while the reader still runs: a full pipe cannot block it.
         curfew_shim_flush_stdout()
@@ -109,6 +109,14 @@ public final class OutputCapture: Sendable {
             flushPartialLines(&reader)
             reader.open = [false, false]
         }
+        // Plugin code still running writes to nowhere now, not to a pipe that
+        // fills and blocks it (and the host's own exit behind it).
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        if null >= 0 {
+            dup2(null, STDOUT_FILENO)
+            dup2(null, STDERR_FILENO)
+            Glibc.close(null)
+        }
     }
 
     private func readUntilFinished() {
@@ -116,7 +124,11 @@ public final class OutputCapture: Sendable {
             // drain() also reads, so a wake-up may find nothing: that is fine.
             // Never stdio here: a plugin thread may hold stdout's lock while it
             // waits for this thread to empty the pipe.
-            var polls = pipes.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            // A pipe whose writers are all gone (a plugin closed fd 1) is left
+            // out: poll would report it at once, for ever.
+            let open = reader.withLock { $0.open }
+            var polls = pipes.indices.filter { open[$0] }.map { pollfd(fd: pipes[$0], events: Int16(POLLIN), revents: 0) }
+            if polls.isEmpty { break }
             // A timeout, so the thread notices finish() without a wake-up descriptor.
             let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), 100) }
             if ready < 0 && errno != EINTR { break }
@@ -131,7 +143,12 @@ public final class OutputCapture: Sendable {
             while true {
                 let count = chunk.withUnsafeMutableBytes { Glibc.read(pipes[index], $0.baseAddress, $0.count) }
                 if count < 0 && errno == EINTR { continue }
-                if count <= 0 { break }  // would block (or end of file: no writer is left)
+                if count == 0 {  // end of file: no writer is left
+                    reader.open[index] = false
+                    if let last = reader.buffers[index].flush() { deliver(last, from: index) }
+                    break
+                }
+                if count < 0 { break }  // would block
                 let lines = chunk.withUnsafeBytes { reader.buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
                 for line in lines { deliver(line, from: index) }
             }

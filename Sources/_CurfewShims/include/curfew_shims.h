@@ -86,4 +86,9 @@ int curfew_shim_become_subreaper(void);
  * killed, or -1 when the kernel cannot list children. */
 int curfew_shim_kill_children(const int *keep, int keep_count, int rounds);
 
+/* SIGPIPE caught by a handler that does nothing: a write to a pipe whose
+ * reader is gone fails with EPIPE instead of ending the process, and, unlike
+ * SIG_IGN, exec resets it, so programs started from here are unaffected. */
+void curfew_shim_catch_sigpipe(void);
+
 #endif

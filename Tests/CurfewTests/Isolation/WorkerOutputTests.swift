@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import CurfewJSON
 
 @testable import Curfew
 @testable import CurfewCLI
@@ -42,6 +43,20 @@ extension ProcessTests {
             #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
         }
 
+        @Test func aLogMessageIsCutByItsEscapedSize() {
+            let limit = WorkerProtocol.maximumLogMessageBytes
+            let escapedSize = { (text: String) in JSONLine.quote(text).utf8.count - 2 }
+            let controls = String(repeating: "\u{01}", count: limit / 4)  // 6 bytes each once escaped
+            let cut = WorkerProtocol.truncatedLogMessage(controls)
+            #expect(escapedSize(cut) <= limit)
+            #expect(cut.hasSuffix("[truncated: \(limit / 4) bytes, more than the 16 MiB a message from a worker may hold]"))
+            let breaks = String(repeating: "\n", count: limit / 4)  // 2 bytes each: fits
+            #expect(WorkerProtocol.truncatedLogMessage(breaks) == breaks)
+            let wide = String(repeating: "é", count: limit / 2 + 1)  // 2 bytes each, one too many
+            let wideCut = WorkerProtocol.truncatedLogMessage(wide)
+            #expect(wideCut.utf8.count <= limit && wideCut.hasPrefix("éé") && !wideCut.contains("\u{FFFD}"), "cut between characters")
+        }
+
         @Test func aMessageLineOverTheLimitIsDroppedWholeNeverReadInPieces() {
             var buffer = LineBuffer(maximumLength: 8, dropsOverlongLines: true)
             let feed = { (text: String, buffer: inout LineBuffer) -> [String] in
@@ -53,6 +68,7 @@ extension ProcessTests {
             #expect(feed("}\n{\"b\":2}\n", &buffer) == ["{\"b\":2}"], "the rest of the long line is skipped, the next arrives")
             var pieces = LineBuffer(maximumLength: 4)
             #expect(feed("abcdefghij\n", &pieces) == ["abcd", "efgh", "ij"], "output lines come in pieces")
+            #expect(feed("wxyz", &pieces) == [] && feed("\n", &pieces) == ["wxyz"], "a line of exactly the limit, once")
         }
 
         @Test func thousandsOfJobsInWorkersEachEndOnceWithTheirOwnOutcome() async throws {

@@ -25,6 +25,8 @@ final class ForkServer: Sendable {
     private let state = Mutex(State())
     /// One fork request at a time, so replies come back in order.
     private let requests = Mutex(())
+    /// Signalled once the server has exited and been reaped.
+    private let ended = DispatchSemaphore(value: 0)
 
     /// Starts a fork server, or `nil` when it cannot start.
     init?(executable: String, environment: [String]) {
@@ -99,11 +101,15 @@ final class ForkServer: Sendable {
         if let now { handler(now) }
     }
 
-    /// The run is over: the server leaves when it reads the end of its socket.
+    /// The run is over: the server leaves when it reads the end of its socket,
+    /// after it has killed and reaped what is left. Waits for that, two
+    /// seconds at most: the server dies with this process, and must not die
+    /// in the middle of it.
     func close() {
         requests.withLock { _ in
             if !state.withLock({ $0.gone }) { shutdown(control, Int32(SHUT_WR)) }
         }
+        _ = ended.wait(timeout: .now() + .seconds(2))
     }
 
     private func read() {
@@ -144,5 +150,6 @@ final class ForkServer: Sendable {
         _ = requests.withLock { _ in Glibc.close(control) }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        ended.signal()
     }
 }

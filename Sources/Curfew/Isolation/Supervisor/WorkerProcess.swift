@@ -151,11 +151,13 @@ final class WorkerProcess: @unchecked Sendable {
             }
             return true
         }
-        /// Reads stdout and stderr until neither has more right now.
+        /// Reads stdout and stderr until neither has more right now, or 1 MiB
+        /// each: a flood must not keep the channel and the exit from being read.
         func drainOutput() {
             for index in 1...2 where open[index] {
                 var poll = pollfd(fd: streams[index], events: Int16(POLLIN), revents: 0)
-                while open[index], Glibc.poll(&poll, 1, 0) > 0, readOnce(index) {}
+                var reads = 0
+                while reads < 16, open[index], Glibc.poll(&poll, 1, 0) > 0, readOnce(index) { reads += 1 }
             }
         }
         // Once the worker has exited, everything it wrote is still read, to the

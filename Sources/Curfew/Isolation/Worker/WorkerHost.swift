@@ -111,7 +111,9 @@ final class WorkerHost: Sendable {
             if counted { state.live -= 1 }
             if last { state.last = true }
             // No job runs here now: whatever processes are left, a job that
-            // ended left them. Under the lock, so no new job starts meanwhile.
+            // ended left them. Under the lock, so no new job's runner starts
+            // meanwhile (a plugin constructor run while loading one could still
+            // race this; its process would be ended with the rest).
             if state.live == 0 { ChildProcesses.endAll() }
             return state.live == 0 && (state.closed || state.last)
         }
