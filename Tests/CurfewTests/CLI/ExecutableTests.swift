@@ -137,6 +137,7 @@ extension ProcessTests {
             let fixture = try RunnerFixture()
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.environment = Fixtures.environment
             process.arguments = [
                 "run", fixture.path, "--only", "tick", "--only", "spin", "--budget", "60s", "--grace", "400ms",
                 "--param", "tick-ms=5", "--json",

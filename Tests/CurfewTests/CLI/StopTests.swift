@@ -13,6 +13,7 @@ extension ProcessTests {
         func start(_ arguments: [String], lines: Int) async throws -> (Process, Pipe, String) {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.environment = Fixtures.environment
             process.arguments = arguments
             let output = Pipe()
             process.standardOutput = output

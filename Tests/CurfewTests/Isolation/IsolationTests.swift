@@ -76,6 +76,7 @@ extension ProcessTests {
             let fixture = try RunnerFixture()
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
+            process.environment = Fixtures.environment
             process.arguments = ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"]
             let output = Pipe()
             process.standardOutput = output

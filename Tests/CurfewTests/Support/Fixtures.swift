@@ -22,6 +22,15 @@ enum Fixtures {
         return URL(fileURLWithPath: executable).deletingLastPathComponent().path
     }()
 
+    /// The environment for a `curfew` the tests start: this one, with a scan
+    /// cache of the test run's own, so the tests neither read nor grow the
+    /// user's (thousands of fixture files would make every scan slow).
+    static let environment: [String: String] = {
+        var environment = ProcessInfo.processInfo.environment
+        environment["XDG_CACHE_HOME"] = workRoot + "/cache"
+        return environment
+    }()
+
     /// The `curfew` executable built with the tests.
     static var curfewExecutable: String { buildFolder + "/curfew" }
 
@@ -80,6 +89,7 @@ enum Fixtures {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        process.environment = environment
         if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder) }
         let out = Pipe()
         let err = Pipe()
@@ -102,9 +112,24 @@ enum Fixtures {
         }
         let outData = out.fileHandleForReading.readDataToEndOfFile()
         group.wait()
-        process.waitUntilExit()
-        let status = process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
-        return (status, String(decoding: outData, as: UTF8.self),
+        // Foundation reaps its children from a signal source; seen once here to
+        // leave one a zombie for ever. Reap it here if it has not.
+        var status: Int32 = 0
+        var reaped = false
+        while process.isRunning {
+            if waitpid(process.processIdentifier, &status, WNOHANG) == process.processIdentifier {
+                reaped = true
+                break
+            }
+            usleep(2_000)
+        }
+        let code: Int32 =
+            if reaped {
+                status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+            } else {
+                process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+            }
+        return (code, String(decoding: outData, as: UTF8.self),
                 String(decoding: errData.withLock { $0 }, as: UTF8.self))
     }
 }
