@@ -187,10 +187,13 @@ final class Reporter: Sendable {
         }
     }
 
+    /// The numbers come from the job: any pair of Int64 is shown, none traps
+    /// (a percentage past 100 is shown as over 100).
     static func describe(_ progress: Progress) -> String {
         guard progress.total > 0 else { return "\(progress.completed)" }
         let percent = Double(progress.completed) * 100 / Double(progress.total)
-        return "\(progress.completed)/\(progress.total) (\(Int(percent.rounded(.down)))%)"
+        let shown = percent > 100 ? ">100" : percent < 0 ? "<0" : String(Int(percent.rounded(.down)))
+        return "\(progress.completed)/\(progress.total) (\(shown)%)"
     }
 
     /// The table printed when the run ends.

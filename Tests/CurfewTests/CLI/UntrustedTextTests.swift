@@ -17,6 +17,13 @@ extension ProcessTests {
             #expect(Untrusted.line("é ✓ 日本") == "é ✓ 日本", "printable text outside ASCII stays as it is")
         }
 
+        @Test func anyProgressAJobReportsIsShownWithoutATrap() {
+            #expect(Reporter.describe(Progress(completed: 3, total: 4)) == "3/4 (75%)")
+            #expect(Reporter.describe(Progress(completed: .max, total: 1)) == "9223372036854775807/1 (>100%)")
+            #expect(Reporter.describe(Progress(completed: .min, total: 1)) == "-9223372036854775808/1 (<0%)")
+            #expect(Reporter.describe(Progress(completed: 5, total: 0)) == "5")
+        }
+
         @Test func linesSplitAtLineBreaksAndEscapeTheRest() {
             #expect(Untrusted.lines("one") == ["one"])
             #expect(Untrusted.lines("one\ntwo\r\nthree\rfour") == ["one", "two", "three\\rfour"])
