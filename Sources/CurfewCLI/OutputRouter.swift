@@ -29,14 +29,19 @@ final class OutputRouter: Sendable {
         }
     }
 
+    /// The names of the jobs running now.
+    private func runningJobs() -> [String] {
+        state.withLock { $0.runner }?.status().map(\.job) ?? []
+    }
+
     /// Whether no job but `job` is running.
     func noJobRuns(besides job: String) -> Bool {
-        (state.withLock { $0.runner }?.status().map(\.job) ?? []).allSatisfy { $0 == job }
+        runningJobs().allSatisfy { $0 == job }
     }
 
     /// The job a line or an `exit` is most likely from: the only one running.
     func soleRunningJob() -> String? {
-        let running = state.withLock { $0.runner }?.status().map(\.job) ?? []
+        let running = runningJobs()
         return running.count == 1 ? running[0] : nil
     }
 
@@ -44,19 +49,15 @@ final class OutputRouter: Sendable {
     /// reported, so its last lines come first; with no other job left
     /// running, a last line without a newline is its too.
     func jobFinishing(_ job: String, capture: OutputCapture) {
-        let runner = state.withLock { state in
-            state.finishing = job
-            return state.runner
-        }
-        let others = (runner?.status().map(\.job) ?? []).filter { $0 != job }
-        capture.drain(includingPartialLines: others.isEmpty)
+        state.withLock { $0.finishing = job }
+        capture.drain(includingPartialLines: noJobRuns(besides: job))
         state.withLock { $0.finishing = nil }
     }
 
     func route(_ stream: OutputCapture.Stream, _ line: String) {
-        let (reporter, runner, plugins, finishing) = state.withLock { ($0.reporter, $0.runner, $0.pluginOfJob, $0.finishing) }
+        let (reporter, plugins, finishing) = state.withLock { ($0.reporter, $0.pluginOfJob, $0.finishing) }
         guard let reporter else { return }
-        var running = runner?.status().map(\.job) ?? []
+        var running = runningJobs()
         if let finishing, !running.contains(finishing) { running.append(finishing) }
         if running.count == 1 {
             // The same event a worker's output becomes, so every mode reads alike.

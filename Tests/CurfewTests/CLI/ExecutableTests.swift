@@ -135,17 +135,10 @@ extension ProcessTests {
 
         @Test func sigtermExpiresEveryJobAndExitsWithinTheLead() async throws {
             let fixture = try RunnerFixture()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-            process.environment = Fixtures.environment
-            process.arguments = [
+            let (process, output) = try Fixtures.startCurfew([
                 "run", fixture.path, "--only", "tick", "--only", "spin", "--budget", "60s", "--grace", "400ms",
                 "--param", "tick-ms=5", "--json",
-            ]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            ])
             // Handshake: wait until both jobs have started.
             var text = await Fixtures.read(output.fileHandleForReading) { $0.components(separatedBy: "\"event\":\"started\"").count >= 3 }
             let signalled = ContinuousClock.now

@@ -11,14 +11,7 @@ extension ProcessTests {
     @Suite(.timeLimit(.minutes(1))) struct StopTests {
         /// Starts `curfew` with stdout on a pipe and reads until `lines` lines came.
         func start(_ arguments: [String], lines: Int) async throws -> (Process, Pipe, String) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-            process.environment = Fixtures.environment
-            process.arguments = arguments
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let (process, output) = try Fixtures.startCurfew(arguments)
             let text = await Fixtures.read(output.fileHandleForReading) { $0.split(separator: "\n").count >= lines }
             return (process, output, text)
         }

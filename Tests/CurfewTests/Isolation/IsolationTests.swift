@@ -74,14 +74,8 @@ extension ProcessTests {
 
         @Test func sigtermReachesJobsInWorkers() async throws {
             let fixture = try RunnerFixture()
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: Fixtures.curfewExecutable)
-            process.environment = Fixtures.environment
-            process.arguments = ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let (process, output) = try Fixtures.startCurfew(
+                ["run", fixture.path, "--isolate", "job", "--only", "tick", "--budget", "60s", "--grace", "400ms", "--param", "tick-ms=5", "--json"])
             var text = await Fixtures.read(output.fileHandleForReading) { $0.contains("\"event\":\"started\"") }
             kill(process.processIdentifier, SIGTERM)
             text += await Fixtures.readToEnd(output.fileHandleForReading)

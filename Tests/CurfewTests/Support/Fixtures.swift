@@ -175,6 +175,20 @@ extension Fixtures {
         await read(handle) { _ in false }
     }
 
+    /// Starts `curfew` with `arguments`, its stdout on a pipe (returned) and
+    /// its stderr discarded, for a test that talks to it while it runs.
+    static func startCurfew(_ arguments: [String]) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: curfewExecutable)
+        process.environment = environment
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        return (process, output)
+    }
+
     /// Waits for `process` to exit, off the pool.
     static func wait(for process: Process) async {
         _ = try? await offPool { process.waitUntilExit() }

@@ -4,7 +4,7 @@ import Testing
 /// as processes of their own, nested here so that they run one at a time.
 ///
 /// In parallel on two cores they starve each other and the in-process tests
-/// of time, and a pipe one test made can leak into a process another test
-/// starts at that moment (Foundation's pipes are not close-on-exec), so a
-/// reader the test closed stays open. In-process tests still run beside them.
+/// of time, and a pipe one test made was seen to stay open in a process
+/// another test started at that moment, so a reader the test closed did not
+/// go away. In-process tests still run beside them.
 @Suite(.serialized) enum ProcessTests {}
