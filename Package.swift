@@ -42,16 +42,16 @@ let package = Package(
         // libffi, from Debian's libffi-dev, and accessors for its type globals.
         .systemLibrary(name: "CLibFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
-        // JSON: the reader every outside text goes through (worker messages,
-        // manifests, the scan cache) and the line writer. A target of its own
-        // so it depends on nothing of the host's and can be fuzzed alone.
-        .target(name: "CurfewJSON"),
+        // Formats: the readers every outside text goes through (JSON, worker
+        // messages, manifests, sizes and durations) and the line writer: pure,
+        // depending on nothing of the host's, so each can be fuzzed alone.
+        .target(name: "CurfewFormats"),
         // The host: grants, loader, runner, isolation, foreign jobs. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewJSON"]),
+        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats"]),
         // The Swift SDK for job authors: a protocol and an export helper.
         .target(name: "CurfewJob", dependencies: ["CCurfew"]),
         // The command line, as a library so its parsing and texts are testable.
-        .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewJSON"]),
+        .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
@@ -65,7 +65,7 @@ let package = Package(
 
         .target(name: "FixtureFoundationJob", dependencies: ["CurfewJob"], path: "Tests/Fixtures/FoundationJob"),
 
-        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CurfewJSON", "CCurfew", "CurfewJob"]),
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CurfewFormats", "CCurfew", "CurfewJob"]),
     ],
     swiftLanguageModes: [.v6]
 )

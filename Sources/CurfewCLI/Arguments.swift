@@ -1,4 +1,5 @@
 import Curfew
+import CurfewFormats
 
 /// A command-line mistake: printed as `Error: …`, the usage line and a
 /// pointer to help, with exit code 64 (EX_USAGE).
@@ -158,8 +159,12 @@ public enum ArgumentParser {
                 guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none, plugin or job", command: .run) }
                 options.isolation = isolation
             case "--memory":
-                guard let bytes = parseSize(value!), bytes >= 16 << 20 else {
-                    throw invalid(value!, spec, "use a size of at least 16MiB, such as 256MiB or 2GiB", command: .run)
+                guard let bytes = parseSize(value!), bytes >= ResourceLimits.minimumMemoryBytes else {
+                    let floor = ResourceLimits.minimumMemoryBytes >> 20
+                    throw invalid(
+                        value!, spec,
+                        "use a size of at least \(floor)MiB (a worker needs that much address space to load any plugin), such as 256MiB or 2GiB",
+                        command: .run)
                 }
                 options.limits.memoryBytes = bytes
             case "--cpu-time":
@@ -167,7 +172,11 @@ public enum ArgumentParser {
                 guard cpu >= .seconds(1) else { throw invalid(value!, spec, "use at least 1s", command: .run) }
                 options.limits.cpuSeconds = UInt64(cpu.seconds.rounded(.up))
             case "--open-files":
-                guard let count = UInt64(value!), count >= 16 else { throw invalid(value!, spec, "use a whole number of at least 16", command: .run) }
+                let ceiling = ResourceLimits.maximumOpenFiles
+                guard value!.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let count = UInt64(value!), count >= 16, count <= ceiling else {
+                    throw invalid(
+                        value!, spec, "use a whole number from 16 to \(ceiling) (the most this user may open here)", command: .run)
+                }
                 options.limits.openFiles = count
             default: fatalError("option \(name) is in the table but not handled")
             }
@@ -341,33 +350,10 @@ public enum ArgumentParser {
     }
 
     /// Parses `256MiB`, `2GiB`, `512KiB`, `64M`, `1G`, or a bare number of bytes.
-    public static func parseSize(_ text: String) -> UInt64? {
-        let units: [(String, UInt64)] = [
-            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
-        ]
-        for (suffix, factor) in units where text.hasSuffix(suffix) {
-            guard let number = UInt64(text.dropLast(suffix.count)) else { return nil }
-            let (bytes, overflow) = number.multipliedReportingOverflow(by: factor)
-            return overflow ? nil : bytes
-        }
-        return UInt64(text)
-    }
+    public static func parseSize(_ text: String) -> UInt64? { Quantities.size(text) }
 
     /// Parses `500ms`, `1.5s`, `2m`, `1h`, or a bare number of seconds.
-    public static func parseDuration(_ text: String) -> Duration? {
-        let units: [(String, Double)] = [("ms", 1e-3), ("s", 1), ("m", 60), ("h", 3600)]
-        var number = Substring(text)
-        var scale = 1.0
-        for (suffix, factor) in units where text.hasSuffix(suffix) {
-            number = text.dropLast(suffix.count)
-            scale = factor
-            break
-        }
-        guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
-            let value = Double(number), value.isFinite, value >= 0, value * scale < 1e9
-        else { return nil }
-        return .nanoseconds(Int64((value * scale * 1e9).rounded()))
-    }
+    public static func parseDuration(_ text: String) -> Duration? { Quantities.duration(text) }
 }
 
 /// A duration as people write it: `180s`, `500ms`, `2.5s`.

@@ -1,5 +1,5 @@
 import Curfew
-import CurfewJSON
+import CurfewFormats
 import Dispatch
 import Glibc
 import Synchronization

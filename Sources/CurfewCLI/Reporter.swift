@@ -1,5 +1,5 @@
 import Curfew
-import CurfewJSON
+import CurfewFormats
 
 /// Turns scan results and run events into human lines or JSON Lines.
 final class Reporter: Sendable {

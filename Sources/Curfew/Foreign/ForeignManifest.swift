@@ -1,4 +1,4 @@
-import CurfewJSON
+import CurfewFormats
 import Glibc
 
 /// Reads a foreign-job manifest (`NAME.curfew.json`) and prepares its jobs:
@@ -302,7 +302,10 @@ struct ForeignManifestReader {
         case (.string(let text), .string): return .pointer(Self.immortalCString(text))
         case (.null, .pointer), (.null, .string): return .pointer(0)
         case (.number(let text), _) where type.isInteger:
-            guard let integer = Int128(text), type.integerRange!.contains(integer) else {
+            guard let integer = Int128(text) else {
+                throw CurfewError(.invalidManifest, "\(what): value \(text) is not an integer, as \(type.rawValue) needs.")
+            }
+            guard type.integerRange!.contains(integer) else {
                 throw CurfewError(.invalidManifest, "\(what): value \(text) does not fit \(type.rawValue).")
             }
             return .integer(integer)
@@ -317,8 +320,11 @@ struct ForeignManifestReader {
     private func parameterConstant(_ text: String, key: String, type: ForeignType, what: String) throws(CurfewError) -> ForeignConstant {
         if type == .string { return .pointer(Self.immortalCString(text)) }
         if type.isInteger {
-            guard let integer = Int128(text), type.integerRange!.contains(integer) else {
-                throw CurfewError(.invalidParameter, "\(what): --param \(key)=\(text) is not a \(type.rawValue).")
+            guard let integer = Int128(text) else {
+                throw CurfewError(.invalidParameter, "\(what): --param \(key)=\(text) is not an integer, as \(type.rawValue) needs.")
+            }
+            guard type.integerRange!.contains(integer) else {
+                throw CurfewError(.invalidParameter, "\(what): --param \(key)=\(text) does not fit \(type.rawValue).")
             }
             return .integer(integer)
         }

@@ -28,6 +28,24 @@ public struct ResourceLimits: Sendable, Equatable {
         self.openFiles = openFiles
     }
 
+    /// The smallest address space a worker can load a plugin in: the
+    /// runtime's own mappings and its threads' stacks take most of it
+    /// (measured: a worker of a debug build loads a C plugin in 160 MiB, and
+    /// fails in 128 MiB).
+    public static let minimumMemoryBytes: UInt64 = 192 << 20
+
+    /// The most descriptors a worker may ask for: this process's hard limit
+    /// on them, which an unprivileged worker cannot raise, and never more
+    /// than the kernel's `fs.nr_open`.
+    public static var maximumOpenFiles: UInt64 {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        let kernel = (try? Syscalls.readPrefix("/proc/sys/fs/nr_open", count: 64)).flatMap { bytes in
+            UInt64(String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self))
+        } ?? 1 << 20
+        return min(UInt64(limit.rlim_max), kernel)
+    }
+
     /// Which limit a worker killed by `signal` most likely hit, in words.
     func explain(signal: Int32) -> String? {
         // SIGXCPU at the soft CPU limit, SIGKILL at the hard one a second later.

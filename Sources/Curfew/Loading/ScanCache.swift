@@ -1,4 +1,4 @@
-import CurfewJSON
+import CurfewFormats
 import Glibc
 import _CurfewShims
 

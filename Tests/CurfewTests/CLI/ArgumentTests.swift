@@ -1,4 +1,4 @@
-import CurfewJSON
+import CurfewFormats
 import Foundation
 import Testing
 
@@ -215,6 +215,28 @@ import Testing
         #expect(ExitCode.forRun([result(.terminated)], rejected: 0, stop: nil) == 2)
         #expect(ExitCode.forRun([result(.refused)], rejected: 0, stop: nil) == 2)
         #expect(ExitCode.forRun([result(.expired)], rejected: 0, stop: 143) == 143)
+    }
+
+    /// A limit no worker could run under is refused with its floor or ceiling.
+    @Test func limitsThatCannotWorkAreRefused() {
+        let floor = ResourceLimits.minimumMemoryBytes >> 20
+        #expect(
+            (usageErrorText(["run", "--isolate", "job", "--memory", "16MiB"]) ?? "").hasPrefix(
+                "Error: The value '16MiB' is invalid for '--memory <size>': use a size of at least \(floor)MiB"))
+        let ceiling = ResourceLimits.maximumOpenFiles
+        #expect(
+            usageErrorText(["run", "--isolate", "job", "--open-files", "\(ceiling + 1)"])
+                == "Error: The value '\(ceiling + 1)' is invalid for '--open-files <n>': use a whole number from 16 to \(ceiling) (the most this user may open here)\n"
+                + Self.runUsage)
+        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--open-files", "\(ceiling)"])) != nil)
+        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--open-files", "+64"])) == nil)
+        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--memory", "\(floor)MiB"])) != nil)
+    }
+
+    /// Sizes and durations from outside: never a trap, never a sign or a stray character.
+    @Test(arguments: ["+5", "-5", "5 MiB", "18446744073709551616", "17179869184GiB", "", "MiB", String(repeating: "9", count: 100_000)])
+    func sizesThatAreNotSizes(_ text: String) {
+        #expect(ArgumentParser.parseSize(text) == nil)
     }
 
     @Test func jsonStringsAreEscaped() {

@@ -219,7 +219,7 @@ import Testing
              "args": [{"type": "int32", "param": "start"}]}}
             """, parameters: ["start": "twelve"])
         #expect(error.code == .invalidParameter)
-        #expect(error.description == "Job 'count': argument 1 of chunk 'step': --param start=twelve is not a int32.")
+        #expect(error.description == "Job 'count': argument 1 of chunk 'step': --param start=twelve is not an integer, as int32 needs.")
     }
 
     @Test func aLiteralThatDoesNotFitItsType() throws {
@@ -228,6 +228,14 @@ import Testing
              "args": [{"type": "uint8", "value": 300}]}}
             """)
         #expect(error.description == "Job 'count': argument 1 of chunk 'step': value 300 does not fit uint8.")
+    }
+
+    @Test func aFractionWhereAnIntegerBelongs() throws {
+        let error = try rejection("""
+            {"name": "count", "summary": "s", "chunk": {"symbol": "step", "returns": "int32", "result": "items-left",
+             "args": [{"type": "int32", "value": 1.0}]}}
+            """)
+        #expect(error.description == "Job 'count': argument 1 of chunk 'step': value 1.0 is not an integer, as int32 needs.")
     }
 
     @Test func aChunkWithoutAResultRule() throws {

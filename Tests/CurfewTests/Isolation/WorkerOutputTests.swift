@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import CurfewJSON
+import CurfewFormats
 
 @testable import Curfew
 @testable import CurfewCLI

@@ -1,4 +1,4 @@
-import CurfewJSON
+import CurfewFormats
 import Foundation
 import Glibc
 import Testing
@@ -26,5 +26,34 @@ import Testing
     ])
     func errors(text: String, line: Int, column: Int, message: String) {
         #expect(throws: JSONSyntaxError(line: line, column: column, message: message)) { try parse(text) }
+    }
+
+    /// An object of `count` distinct keys, as one line.
+    func object(keys count: Int) -> [UInt8] {
+        Array(("{" + (0..<count).map { "\"k\($0)\":0" }.joined(separator: ",") + "}").utf8)
+    }
+
+    /// On `main` before the fix, the duplicate-key check made this take hours.
+    @Test func aManyKeyedObjectIsRejectedInLinearTime() {
+        #expect(throws: JSONSyntaxError(line: 1, column: 98_892, message: "more than 10000 keys in one object")) {
+            try JSONReader.parse(object(keys: 200_000))
+        }
+        #expect((try? JSONReader.parse(object(keys: JSONReader.maximumMembers))) != nil)
+    }
+
+    @Test func boundsOnValuesAndNumbers() {
+        let many = Array(("[" + Array(repeating: "[0,0,0,0,0,0,0,0,0]", count: 100_001).joined(separator: ",") + "]").utf8)
+        #expect(throws: JSONSyntaxError(line: 1, column: 1_999_999, message: "more than 1000000 values in one text")) {
+            try JSONReader.parse(many)
+        }
+        let long = String(repeating: "1", count: 101)
+        #expect(throws: JSONSyntaxError(line: 1, column: 2, message: "a number of more than 100 characters")) {
+            try JSONReader.parse(Array("[\(long)]".utf8))
+        }
+        // A duplicate key is quoted in the message, cut to 64 characters.
+        let key = String(repeating: "k", count: 1000)
+        #expect(throws: JSONSyntaxError(line: 1, column: 1007, message: "duplicate key \"\(key.prefix(64))…\"")) {
+            try JSONReader.parse(Array("{\"\(key)\":1,\"\(key)\":2}".utf8))
+        }
     }
 }

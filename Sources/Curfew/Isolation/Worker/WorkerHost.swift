@@ -1,4 +1,4 @@
-import CurfewJSON
+import CurfewFormats
 import Dispatch
 import Glibc
 import Synchronization

@@ -16,11 +16,21 @@ package struct JSONSyntaxError: Error, Equatable {
 /// Every text from outside the host goes through it: worker messages,
 /// manifests, the scan cache.
 ///
-/// - Important: It never traps on its input; it nests at most 64 levels deep.
+/// - Important: It never traps on its input, and its time and memory are
+///   linear in the input's length: it nests at most ``maximumDepth`` levels,
+///   holds at most ``maximumMembers`` keys in one object and
+///   ``maximumValues`` values in all, and reads numbers of at most
+///   ``maximumNumberLength`` characters. Callers bound the input's length.
 package struct JSONReader {
+    package static let maximumDepth = 64
+    package static let maximumMembers = 10_000
+    package static let maximumValues = 1_000_000
+    package static let maximumNumberLength = 100
+
     private let bytes: [UInt8]
     private var index = 0
     private var depth = 0
+    private var values = 0
 
     package static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONValue {
         var reader = JSONReader(bytes: bytes)
@@ -55,11 +65,18 @@ package struct JSONReader {
     }
 
     private mutating func skipWhitespace() {
-        while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
     }
 
     private mutating func value() throws(JSONSyntaxError) -> JSONValue {
         guard index < bytes.count else { throw error("unexpected end of the text: expected a value") }
+        values += 1
+        if values > Self.maximumValues { throw error("more than \(Self.maximumValues) values in one text") }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try object()
         case UInt8(ascii: "["): return try array()
@@ -74,7 +91,7 @@ package struct JSONReader {
 
     private mutating func nest() throws(JSONSyntaxError) {
         depth += 1
-        if depth > 64 { throw error("nested more than 64 levels deep") }
+        if depth > Self.maximumDepth { throw error("nested more than \(Self.maximumDepth) levels deep") }
     }
 
     private mutating func object() throws(JSONSyntaxError) -> JSONValue {
@@ -82,6 +99,9 @@ package struct JSONReader {
         defer { depth -= 1 }
         index += 1
         var members: [(key: String, value: JSONValue)] = []
+        // A set, not a search of `members`: a duplicate check per key must
+        // not make a many-keyed object quadratic.
+        var keys = Set<String>()
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -94,8 +114,12 @@ package struct JSONReader {
             }
             let keyStart = index
             let key = try string()
-            if members.contains(where: { $0.key == key }) {
-                throw error("duplicate key \"\(key)\"", at: keyStart)
+            guard keys.insert(key).inserted else {
+                let shown = key.unicodeScalars.count > 64 ? String(key.unicodeScalars.prefix(64)) + "…" : key
+                throw error("duplicate key \"\(shown)\"", at: keyStart)
+            }
+            if keys.count > Self.maximumMembers {
+                throw error("more than \(Self.maximumMembers) keys in one object", at: keyStart)
             }
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after the key") }
@@ -169,6 +193,9 @@ package struct JSONReader {
             index += 1
             if index < bytes.count && (bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-")) { index += 1 }
             guard digits(&self) > 0 else { throw error("expected a digit in the exponent") }
+        }
+        if index - start > Self.maximumNumberLength {
+            throw error("a number of more than \(Self.maximumNumberLength) characters", at: start)
         }
         return .number(String(decoding: bytes[start..<index], as: UTF8.self))
     }
