@@ -104,6 +104,49 @@ static curfew_chunk_result ticks(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_AFTER_MS(5);
 }
 
+/* Lies on the worker's channel (fd 3): writes the parameter `line` there as
+ * a message, or with `keys` an object of that many keys, then does what
+ * `then` says: segfault, hang, or complete. */
+static curfew_chunk_result lies(curfew_context *ctx, void *state) {
+    (void)state;
+    const char *line = host->param(ctx, "line");
+    long keys = param_long(ctx, "keys", 0);
+    if (line) {
+        if (write(3, line, strlen(line)) < 0 || write(3, "\n", 1) < 0) return CURFEW_CHUNK_FAILED;
+    }
+    if (keys > 0) {
+        FILE *channel = fdopen(dup(3), "w");
+        if (channel == NULL) return CURFEW_CHUNK_FAILED;
+        fputs("{\"type\":\"log\",\"job\":\"lies\"", channel);
+        for (long i = 0; i < keys; i++) fprintf(channel, ",\"k%ld\":0", i);
+        fputs("}\n", channel);
+        fclose(channel);
+    }
+    const char *then = host->param(ctx, "then");
+    if (then && strcmp(then, "segfault") == 0) {
+        volatile int *nowhere = NULL;
+        *nowhere = 1;
+    }
+    if (then && strcmp(then, "hang") == 0) {
+        for (;;) pause();
+    }
+    return CURFEW_CHUNK_DONE;
+}
+
+/* Writes `bytes` newlines (default 4 MiB) to stdout. */
+static curfew_chunk_result newlines(curfew_context *ctx, void *state) {
+    (void)state;
+    long bytes = param_long(ctx, "bytes", 4L << 20);
+    char block[65536];
+    memset(block, '\n', sizeof block);
+    for (long left = bytes; left > 0;) {
+        ssize_t written = write(1, block, left < (long)sizeof block ? (size_t)left : sizeof block);
+        if (written <= 0) return CURFEW_CHUNK_FAILED;
+        left -= written;
+    }
+    return CURFEW_CHUNK_DONE;
+}
+
 CURFEW_JOB(forges_job, "forges", "Logs lines that imitate the host's.", .chunk = forges, .expire = cleanup);
 CURFEW_JOB(prints_job, "prints", "Floods stdout and stderr.", .chunk = prints, .expire = cleanup);
 CURFEW_JOB(huge_job, "logs-huge", "Logs one huge message.", .chunk = logs_huge, .expire = cleanup);
@@ -111,5 +154,8 @@ CURFEW_JOB(exits_job, "exits", "Calls exit() in chunk.", .chunk = exits, .expire
 CURFEW_JOB(quick_exits_job, "quick-exits", "Calls _exit() in chunk.", .chunk = quick_exits, .expire = cleanup);
 CURFEW_JOB(forks_job, "forks", "Leaves sleeping children behind.", .chunk = forks, .expire = cleanup);
 CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = ticks, .expire = cleanup);
+CURFEW_JOB(lies_job, "lies", "Writes forged messages on the worker's channel.", .chunk = lies, .expire = cleanup);
+CURFEW_JOB(newlines_job, "newlines", "Floods stdout with empty lines.", .chunk = newlines, .expire = cleanup);
 
-CURFEW_PLUGIN(host, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job)
+CURFEW_PLUGIN(host, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
+              &newlines_job)

@@ -14,10 +14,22 @@ final class WorkerProcess: @unchecked Sendable {
     // written, shut and closed only under it; pid is set in init.
     private struct State {
         var jobs: [String: WorkerRun] = [:]
+        /// Every job this worker was given: a message may name only these.
+        var given: Set<String> = []
         /// The worker has exited: no message, kill or job may reach it (its
         /// descriptor numbers and, once reaped, its pid may belong to others).
         var exited = false
-        var killedFor: String?
+        var killedFor: Kill?
+    }
+
+    /// Why the host killed a worker.
+    enum Kill: Equatable {
+        /// This job overran its hard deadline.
+        case deadline(job: String)
+        /// This job reported its end, and its worker did not exit.
+        case lingered(job: String)
+        /// The worker broke the protocol: plugin code wrote on its channel.
+        case invalidMessage(String)
     }
 
     let pid: pid_t
@@ -72,6 +84,7 @@ final class WorkerProcess: @unchecked Sendable {
         state.withLock { state in
             guard !state.exited && state.killedFor == nil else { return false }
             state.jobs[run.job.name] = run
+            state.given.insert(run.job.name)
             return WorkerProtocol.send(message, to: channel)
         }
     }
@@ -81,11 +94,11 @@ final class WorkerProcess: @unchecked Sendable {
         state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
     }
 
-    /// Kills the whole process group because `job` overran its deadline.
-    func kill(for job: String) {
+    /// Kills the whole process group, for the reason given.
+    func kill(_ reason: Kill) {
         let ask = state.withLock { state -> Bool in
             guard !state.exited && state.killedFor == nil else { return false }
-            state.killedFor = job
+            state.killedFor = reason
             // This process's own child: its pid cannot be reused before we reap it.
             if server == nil { Glibc.kill(-pid, SIGKILL) }
             return server != nil
@@ -122,6 +135,8 @@ final class WorkerProcess: @unchecked Sendable {
         for stream in [out, err] { _ = fcntl(stream, F_SETFL, fcntl(stream, F_GETFL) | O_NONBLOCK) }
         /// Reads stream `index` once; false at its end.
         func readOnce(_ index: Int) -> Bool {
+            // A flood waits in the worker's pipe, not in this process's memory.
+            state.withLock { $0.jobs.values.first }?.waitForRoom()
             let count = chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
             if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
             if count <= 0 {
@@ -132,8 +147,8 @@ final class WorkerProcess: @unchecked Sendable {
             let dropped = buffers[index].droppedLines
             let lines = chunk.withUnsafeBytes { buffers[index].append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             if buffers[index].droppedLines > dropped {
-                let limit = WorkerProtocol.maximumMessageBytes >> 20
-                route(#"{"type":"note","message":"the worker sent a message of more than \#(limit) MiB; it was dropped"}"#, from: 0)
+                // The worker cuts its own long messages: only plugin code writes one this long.
+                kill(.invalidMessage("a message of more than \(WorkerProtocol.maximumMessageBytes >> 20) MiB"))
             }
             if index == 0 {
                 for line in lines {
@@ -240,15 +255,29 @@ final class WorkerProcess: @unchecked Sendable {
         let jobs = state.withLock { Array($0.jobs.values) }
         switch stream {
         case 0:
-            guard let message = try? JSONReader.parse(Array(line.utf8)) else {
-                return jobs.forEach { $0.output("unreadable message from the worker: \(line)", stream: "worker") }
+            // Plugin code can write on the channel: a line that is not a message
+            // the worker itself would send ends the worker and its jobs.
+            let message: WorkerMessage
+            do throws(WorkerMessage.Invalid) {
+                message = try WorkerMessage.decode(Array(line.utf8))
+            } catch {
+                return kill(.invalidMessage(error.reason))
             }
-            guard let name = message["job"]?.stringValue else {
-                // A message for the whole worker (an error before any job): every job hears it.
-                let text = message["message"]?.stringValue ?? line
-                return jobs.forEach { $0.output(text, stream: "worker") }
+            guard let name = message.job else {
+                // An error of the worker's own, before any job: every job hears it.
+                if case .error(let text) = message { jobs.forEach { $0.output(text, stream: "worker") } }
+                return
             }
-            guard let run = state.withLock({ $0.jobs[name] }) else { return }
+            let (run, known, broken) = state.withLock { state in
+                (state.jobs[name], state.given.contains(name), { if case .invalidMessage = state.killedFor { true } else { false } }())
+            }
+            // After one invalid line, nothing more from this worker is believed.
+            if broken { return }
+            guard known else {
+                return kill(.invalidMessage("a message for \(WorkerMessage.quoted(name)), a job it does not run"))
+            }
+            // A job that has left this shared worker hears nothing more.
+            guard let run else { return }
             if run.handle(message) {
                 // The job reported its end and leaves this worker (which may host others).
                 state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }

@@ -20,6 +20,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var started = false
         var finished = false
         var reported: (outcome: Outcome, reason: String)?
+        /// When the worker says the job ended.
+        var reportedAt: CurfewInstant?
         var expiredBy: ExpirationReason?
         var chunks: UInt64 = 0
         var progress: Progress?
@@ -194,7 +196,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return true
         }
         if kill {
-            process?.kill(for: job.name)
+            process?.kill(.deadline(job: job.name))
         } else if !endsWithItsWorker && !graceGiven {
             // A shared worker's runner gives up on a stuck job by itself, sparing its
             // siblings: kill only if it has not said so shortly after the deadline.
@@ -217,55 +219,81 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
     }
 
+    /// Waits while the run's events are backed up (see ``EventChannel/waitForRoom()``).
+    func waitForRoom() {
+        events.waitForRoom()
+    }
+
     /// A line of the worker's output that belongs to the plugin, not to one of its jobs.
     func pluginOutput(_ line: String, stream: String) {
         events.post(.output(pluginPath: job.pluginPath, stream: stream, line: line))
     }
 
+    /// How long a worker that reported its only job's end may take to exit
+    /// before the host kills it and reports the job terminated.
+    static let exitGrace: Duration = .seconds(1)
+
     /// Handles one message for this job; true when the job has ended with it.
-    func handle(_ message: JSONValue) -> Bool {
+    ///
+    /// A worker's word is detail: with one job per worker, a reported end is
+    /// kept until the worker exits, and what the host sees then (its exit
+    /// status, a signal, the deadline) settles the outcome.
+    func handle(_ message: WorkerMessage) -> Bool {
         var ended = false
+        var lingerCheck: CurfewInstant?
         control.withLock { c in
             guard !c.finished else { return }
-            let time = reportedTime(message, c)
-            switch message["type"]?.stringValue {
-            case "log":
-                let level = message["level"]?.stringValue.flatMap { name in
-                    [LogLevel.debug, .info, .warning, .error].first { $0.description == name }
-                } ?? .info
-                events.post(.log(job: job.name, level: level, message: message["message"]?.stringValue ?? ""), at: time)
-            case "progress":
-                let progress = Progress(
-                    completed: message["completed"]?.integerValue ?? 0, total: message["total"]?.integerValue ?? 0)
+            switch message {
+            case .error:
+                break
+            case .log(_, let t, let level, let text):
+                let level = [LogLevel.debug, .info, .warning, .error].first { $0.description == level } ?? .info
+                events.post(.log(job: job.name, level: level, message: text), at: reportedTime(t, c))
+            case .progress(_, let t, let completed, let total):
+                let progress = Progress(completed: completed, total: total)
                 c.progress = progress
-                events.post(.progress(job: job.name, progress), at: time)
-            case "expiring":
-                let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:)) ?? .timeout
+                events.post(.progress(job: job.name, progress), at: reportedTime(t, c))
+            case .expiring(_, let t, let reason):
+                let reason = ExpirationReason(rawValue: reason) ?? .timeout
                 if c.expiredBy == nil { c.expiredBy = reason }
-                events.post(.expiring(job: job.name, reason: reason), at: time)
-            case "finished":
-                // Never a trap on the worker's word (a negative count is no count).
-                c.chunks = message["chunks"]?.integerValue.flatMap { UInt64(exactly: $0) } ?? 0
-                if let completed = message["completed"]?.integerValue, let total = message["total"]?.integerValue {
-                    c.progress = Progress(completed: completed, total: total)
-                }
-                let outcome = message["outcome"]?.stringValue.flatMap(Outcome.init(rawValue:)) ?? .failed
-                c.reported = (outcome, message["reason"]?.stringValue ?? "")
-                if !endsWithItsWorker {
-                    finishLocked(&c, outcome: outcome, reason: c.reported!.reason, at: time)
+                events.post(.expiring(job: job.name, reason: reason), at: reportedTime(t, c))
+            case .finished(_, let t, let outcome, let reason, let chunks, let progress):
+                guard c.reported == nil else { return }
+                c.chunks = chunks
+                if let progress { c.progress = Progress(completed: progress.completed, total: progress.total) }
+                let outcome = Outcome(rawValue: outcome) ?? .failed
+                c.reported = (outcome, reason)
+                c.reportedAt = reportedTime(t, c)
+                if endsWithItsWorker {
+                    lingerCheck = clock.now().advanced(by: Self.exitGrace)
+                } else {
+                    finishLocked(&c, outcome: outcome, reason: reason, at: c.reportedAt)
                     ended = true
                 }
-            default:
-                break
             }
         }
+        if let lingerCheck { arm(at: lingerCheck) { [self] in killLingering() } }
         return ended
     }
 
+    /// The worker reported its only job's end and has not exited since.
+    private func killLingering() {
+        let kill = control.withLock { c -> Bool in
+            guard !c.finished, c.killedAt == nil else { return false }
+            c.killedAt = clock.now()
+            return true
+        }
+        if kill { process?.kill(.lingered(job: job.name)) }
+    }
+
     /// The worker exited (or was killed) while this job was on it.
-    func workerExited(status: Int32, killedFor: String?) {
+    func workerExited(status: Int32, killedFor: WorkerProcess.Kill?) {
         control.withLock { c in
             guard !c.finished else { return }
+            let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+            // What the worker said, as detail after what the host saw.
+            let claim = c.reported.map { "; it had reported the job \($0.outcome)" } ?? ""
+            var stderr: String { c.stderrTail.isEmpty ? "" : "; stderr: " + c.stderrTail.joined(separator: " | ") }
             if status == -1 && c.reported == nil {
                 // A forked worker whose fork server died: how it ended is not known.
                 return finishLocked(&c, outcome: .crashed, reason: "its worker ended, and how is not known: its fork server is gone")
@@ -275,28 +303,42 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             let code = (status >> 8) & 0xFF
             let outcome: Outcome
             var reason: String
-            if let killedAt = c.killedAt, let deadline = c.deadline, killedFor == job.name, c.reported == nil {
+            switch killedFor {
+            case .invalidMessage(let problem):
+                outcome = .crashed
+                reason = "\(whose) sent an invalid message (\(problem)) and was killed"
+            case .lingered(let name) where name == job.name:
                 outcome = .terminated
-                let late = deadline.duration(to: killedAt).seconds * 1000
-                reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it"
-            } else if let reported = c.reported {
-                (outcome, reason) = reported
-            } else if let killedFor, killedFor != job.name {
-                outcome = .crashed
-                reason = "its worker, shared with '\(killedFor)', was killed when that job overran its hard deadline"
-            } else if signaled {
-                outcome = .crashed
-                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
-                reason = "\(whose) died of \(WorkerProtocol.signalName(signal))"
-                if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
-                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
-            } else {
-                outcome = .crashed
-                let whose = endsWithItsWorker ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
-                reason = "\(whose) exited with status \(code) before the job finished"
-                if !c.stderrTail.isEmpty { reason += "; stderr: " + c.stderrTail.joined(separator: " | ") }
+                let (reported, _) = c.reported ?? (.completed, "")
+                reason = "its worker reported the job \(reported) but did not exit within \(formatSeconds(Self.exitGrace)) s; it was killed"
+            case .deadline(let name) where name == job.name:
+                outcome = .terminated
+                let late = c.killedAt.flatMap { at in c.deadline.map { $0.duration(to: at).seconds * 1000 } } ?? 0
+                reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it\(claim)"
+            case .deadline(let name), .lingered(let name):
+                if let reported = c.reported {
+                    (outcome, reason) = reported
+                } else {
+                    outcome = .crashed
+                    reason = "its worker, shared with '\(name)', was killed when that job overran its hard deadline"
+                }
+            case nil:
+                if signaled {
+                    outcome = .crashed
+                    reason = "\(whose) died of \(WorkerProtocol.signalName(signal))\(claim)"
+                    if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
+                    reason += stderr
+                } else if let reported = c.reported, code == 0 {
+                    (outcome, reason) = reported
+                } else if c.reported != nil {
+                    outcome = .crashed
+                    reason = "\(whose) exited with status \(code)\(claim)" + stderr
+                } else {
+                    outcome = .crashed
+                    reason = "\(whose) exited with status \(code) before the job finished" + stderr
+                }
             }
-            finishLocked(&c, outcome: outcome, reason: reason)
+            finishLocked(&c, outcome: outcome, reason: reason, at: killedFor == nil && !signaled && code == 0 ? c.reportedAt : nil)
         }
     }
 
@@ -321,11 +363,15 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// When a message says its event happened (`t`, the worker's reading of
     /// the shared monotonic clock), kept between this job's start and now:
     /// a worker's word cannot move an event outside what the host saw.
-    private func reportedTime(_ message: JSONValue, _ c: Control) -> CurfewInstant {
+    private func reportedTime(_ t: UInt64?, _ c: Control) -> CurfewInstant {
         let now = clock.now()
-        guard let t = message["t"]?.integerValue, t >= 0 else { return now }
-        return min(max(CurfewInstant(nanoseconds: UInt64(t)), c.startedAt), now)
+        guard let t else { return now }
+        return min(max(CurfewInstant(nanoseconds: t), c.startedAt), now)
     }
+}
+
+private func formatSeconds(_ value: Duration) -> String {
+    formatMilliseconds(value.seconds)
 }
 
 private func formatMilliseconds(_ value: Double) -> String {

@@ -1,0 +1,144 @@
+/// A message a worker sends the host, checked field by field.
+///
+/// Plugin code runs in the worker and can write on its channel, so a line
+/// from a worker is a claim: ``decode(_:)`` accepts only what the worker
+/// itself would send, and every number it returns fits the host's types.
+package enum WorkerMessage: Equatable, Sendable {
+    /// An error of the worker's own, before any job (no `job`).
+    case error(message: String)
+    case log(job: String, time: UInt64?, level: String, message: String)
+    case progress(job: String, time: UInt64?, completed: Int64, total: Int64)
+    case expiring(job: String, time: UInt64?, reason: String)
+    case finished(job: String, time: UInt64?, outcome: String, reason: String, chunks: UInt64, progress: Progress?)
+
+    /// Work done out of work to do, as a job reported it.
+    package struct Progress: Equatable, Sendable {
+        package let completed: Int64
+        package let total: Int64
+    }
+
+    /// Why a line is no message: said in a few words, quoting at most a
+    /// little of what the worker sent.
+    package struct Invalid: Error, Equatable {
+        package let reason: String
+    }
+
+    /// The log levels a worker may name.
+    package static let levels: Set<String> = ["debug", "info", "warning", "error"]
+    /// The outcomes a worker may report.
+    package static let outcomes: Set<String> = ["completed", "failed", "expired", "terminated", "crashed", "refused"]
+    /// The expiration reasons a worker may report.
+    package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled"]
+    /// The longest job name a message may carry, in bytes (names are at most 64).
+    package static let maximumJobNameBytes = 256
+    /// The longest reason a `finished` message may carry, in bytes.
+    package static let maximumReasonBytes = 64 * 1024
+
+    /// The message on one line of a worker's channel.
+    package static func decode(_ line: [UInt8]) throws(Invalid) -> WorkerMessage {
+        let value: JSONValue
+        do throws(JSONSyntaxError) {
+            value = try JSONReader.parse(line)
+        } catch {
+            throw Invalid(reason: "not JSON (\(error.message) at column \(error.column))")
+        }
+        guard case .object(let members) = value else { throw Invalid(reason: "\(value.kind), not an object") }
+        var fields: [String: JSONValue] = [:]
+        for member in members { fields[member.key] = member.value }
+        let reader = Fields(fields: fields)
+        let type = try reader.string("type")
+        if type == "error" {
+            try reader.only(["type", "message"])
+            return .error(message: try reader.string("message"))
+        }
+        let job = try reader.string("job")
+        guard !job.isEmpty, job.utf8.count <= maximumJobNameBytes else {
+            throw Invalid(reason: "\"job\" must name a job in 1 to \(maximumJobNameBytes) bytes")
+        }
+        let time = try reader.optionalTime()
+        switch type {
+        case "log":
+            try reader.only(["type", "job", "t", "level", "message"])
+            let level = try reader.string("level")
+            guard levels.contains(level) else { throw Invalid(reason: "unknown log level \(quoted(level))") }
+            return .log(job: job, time: time, level: level, message: try reader.string("message"))
+        case "progress":
+            try reader.only(["type", "job", "t", "completed", "total"])
+            return .progress(job: job, time: time, completed: try reader.integer("completed"), total: try reader.integer("total"))
+        case "expiring":
+            try reader.only(["type", "job", "t", "reason"])
+            let reason = try reader.string("reason")
+            guard expirationReasons.contains(reason) else { throw Invalid(reason: "unknown expiration reason \(quoted(reason))") }
+            return .expiring(job: job, time: time, reason: reason)
+        case "finished":
+            try reader.only(["type", "job", "t", "outcome", "reason", "chunks", "completed", "total"])
+            let outcome = try reader.string("outcome")
+            guard outcomes.contains(outcome) else { throw Invalid(reason: "unknown outcome \(quoted(outcome))") }
+            let reason = try reader.string("reason")
+            guard reason.utf8.count <= maximumReasonBytes else {
+                throw Invalid(reason: "a reason of more than \(maximumReasonBytes) bytes")
+            }
+            let chunks = try reader.integer("chunks")
+            guard chunks >= 0 else { throw Invalid(reason: "a negative chunk count (\(chunks))") }
+            var progress: Progress?
+            switch (fields["completed"], fields["total"]) {
+            case (nil, nil): break
+            case (.some, .some): progress = Progress(completed: try reader.integer("completed"), total: try reader.integer("total"))
+            default: throw Invalid(reason: "\"completed\" without \"total\", or the other way round")
+            }
+            return .finished(job: job, time: time, outcome: outcome, reason: reason, chunks: UInt64(chunks), progress: progress)
+        default:
+            throw Invalid(reason: "unknown type \(quoted(type))")
+        }
+    }
+
+    /// At most 64 characters of `text`, quoted.
+    package static func quoted(_ text: String) -> String {
+        let scalars = text.unicodeScalars
+        let shown = scalars.count > 64 ? String(String.UnicodeScalarView(scalars.prefix(64))) + "…" : text
+        return "'" + shown.unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value != 0x7F ? String($0) : $0.escaped(asASCII: true) }.joined() + "'"
+    }
+
+    /// Typed access to a message's fields, each failure said in words.
+    private struct Fields {
+        let fields: [String: JSONValue]
+
+        func only(_ allowed: Set<String>) throws(Invalid) {
+            if let unknown = fields.keys.first(where: { !allowed.contains($0) }) {
+                throw Invalid(reason: "unknown field \(WorkerMessage.quoted(unknown))")
+            }
+        }
+
+        func string(_ key: String) throws(Invalid) -> String {
+            guard let value = fields[key] else { throw Invalid(reason: "no \"\(key)\"") }
+            guard case .string(let text) = value else { throw Invalid(reason: "\"\(key)\" is \(value.kind), not a string") }
+            return text
+        }
+
+        func integer(_ key: String) throws(Invalid) -> Int64 {
+            guard let value = fields[key] else { throw Invalid(reason: "no \"\(key)\"") }
+            guard case .number(let text) = value, let number = Int64(text) else {
+                throw Invalid(reason: "\"\(key)\" is not a 64-bit integer")
+            }
+            return number
+        }
+
+        /// `t`, the worker's reading of the monotonic clock in nanoseconds, if given.
+        func optionalTime() throws(Invalid) -> UInt64? {
+            guard fields["t"] != nil else { return nil }
+            let time = try integer("t")
+            guard time >= 0 else { throw Invalid(reason: "a negative time (\(time))") }
+            return UInt64(time)
+        }
+    }
+}
+
+extension WorkerMessage {
+    /// The job a message is about; `nil` for the worker's own error.
+    package var job: String? {
+        switch self {
+        case .error: nil
+        case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _): job
+        }
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+extension ProcessTests {
+    /// A worker's channel carries claims: plugin code can write on it. What
+    /// the host saw settles an outcome, a line the worker itself would never
+    /// send ends that worker, and no worker speaks for a job it does not run.
+    @Suite(.timeLimit(.minutes(2))) struct WorkerTrustTests {
+        func run(_ arguments: [String], plugins: [String]? = nil) async throws -> [OutputEvent] {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run"] + (plugins ?? [plugin]) + ["--json", "--budget", "5s"] + arguments,
+                timeout: .seconds(60))
+            #expect(result.status != 137, "the host hung")
+            return try OutputEvent.all(in: result.stdout)
+        }
+
+        func finished(_ events: [OutputEvent], _ job: String) -> OutputEvent? {
+            events.first { $0.event == "finished" && $0.job == job }
+        }
+
+        static let forgedEnd = #"line={"type":"finished","job":"lies","outcome":"completed","reason":"all good","chunks":1}"#
+
+        @Test func aReportedEndFollowedByACrashIsACrash() async throws {
+            let events = try await run(["--isolate", "job", "--only", "lies", "--param", Self.forgedEnd, "--param", "then=segfault"])
+            let end = try #require(finished(events, "lies"))
+            #expect(end.outcome == "crashed")
+            #expect(end.reason == "its worker died of SIGSEGV; it had reported the job completed")
+        }
+
+        @Test func aReportedEndWithoutAnExitIsTerminated() async throws {
+            let events = try await run(["--isolate", "job", "--only", "lies", "--param", Self.forgedEnd, "--param", "then=hang"])
+            let end = try #require(finished(events, "lies"))
+            #expect(end.outcome == "terminated")
+            #expect(end.reason == "its worker reported the job completed but did not exit within 1.0 s; it was killed")
+            #expect((end.elapsed ?? 99) < 4, "killed after the grace, not at the deadline")
+        }
+
+        @Test(arguments: [
+            (#"{"type":"finished","job":"lies","outcome":"completed","reason":"","chunks":-1}"#, "a negative chunk count (-1)"),
+            (#"{"type":"finished","job":"lies","outcome":"won","reason":"","chunks":1}"#, "unknown outcome 'won'"),
+            (#"{"type":"progress","job":"lies","completed":1e3,"total":2}"#, "\"completed\" is not a 64-bit integer"),
+            (#"{"type":"progress","job":"lies","completed":99999999999999999999,"total":2}"#, "\"completed\" is not a 64-bit integer"),
+            (#"{"type":"log","job":"lies","level":"info","message":"x","t":-5}"#, "a negative time (-5)"),
+            (#"{"type":"log","job":"lies","level":"loud","message":"x"}"#, "unknown log level 'loud'"),
+            (#"{"type":"log","job":"lies","level":"info"}"#, "no \"message\""),
+            (#"{"type":"log","job":"lies","level":"info","message":"x","extra":1}"#, "unknown field 'extra'"),
+            (#"{"type":"reboot","job":"lies"}"#, "unknown type 'reboot'"),
+            (#"[1,2]"#, "an array, not an object"),
+            (#"not json"#, "not JSON (expected a value at column 1)"),
+            (#"{"type":"finished","job":"other","outcome":"completed","reason":"","chunks":1}"#, "a message for 'other', a job it does not run"),
+        ])
+        func anInvalidMessageEndsTheWorker(line: String, problem: String) async throws {
+            for isolation in ["job", "plugin"] {
+                let events = try await run(["--isolate", isolation, "--only", "lies", "--param", "line=\(line)", "--param", "then=hang"])
+                let end = try #require(finished(events, "lies"))
+                #expect(end.outcome == "crashed")
+                let whose = isolation == "job" ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+                #expect(end.reason == "\(whose) sent an invalid message (\(problem)) and was killed")
+            }
+        }
+
+        /// Before the JSON reader was linear, this line hung the job for ever.
+        @Test func aMessageOfManyKeysIsRejectedAtOnce() async throws {
+            let events = try await run(["--isolate", "job", "--only", "lies", "--param", "keys=200000", "--param", "then=hang"])
+            let end = try #require(finished(events, "lies"))
+            #expect(end.outcome == "crashed")
+            #expect(end.reason?.hasPrefix("its worker sent an invalid message (not JSON (more than 10000 keys in one object") == true)
+            #expect((end.elapsed ?? 99) < 4)
+        }
+
+        /// A plugin's worker cannot speak for a job of another plugin file.
+        @Test func aWorkerCannotSpeakForAnotherFilesJob() async throws {
+            let liar = try Fixtures.compile("hostile_jobs.c")
+            let other = try Fixtures.compile("many_jobs.c", defines: ["JOB_COUNT=1"])
+            let forged = #"line={"type":"finished","job":"noop-0","outcome":"failed","reason":"forged","chunks":0}"#
+            let events = try await run(
+                ["--isolate", "plugin", "--only", "lies", "--only", "noop-0", "--param", forged, "--param", "then=hang"], plugins: [liar, other])
+            #expect(finished(events, "noop-0")?.outcome == "completed")
+            #expect(finished(events, "lies")?.outcome == "crashed")
+        }
+
+        /// Before the backlog was bounded, 4 MiB of newlines from one worker
+        /// grew the host to 1 GiB; a quarter of that is enough to tell.
+        @Test func aFloodOfOutputWaitsInThePipeNotInTheHost() async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let arguments = [Fixtures.curfewExecutable, "run", plugin, "--json", "--isolate", "job", "--only", "newlines", "--param", "bytes=\(1 << 20)"]
+            let environment = Fixtures.environment.map { "\($0.key)=\($0.value)" }
+            let (status, kibibytes) = try await Fixtures.offPool { () -> (Int32, Int) in
+                var actions = posix_spawn_file_actions_t()
+                posix_spawn_file_actions_init(&actions)
+                defer { posix_spawn_file_actions_destroy(&actions) }
+                posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+                posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+                let argv = arguments.map { strdup($0) } + [nil]
+                let envp = environment.map { strdup($0) } + [nil]
+                defer { (argv + envp).forEach { free($0) } }
+                var pid: pid_t = 0
+                guard posix_spawn(&pid, arguments[0], &actions, nil, argv, envp) == 0 else { return (-1, 0) }
+                var status: Int32 = 0
+                var usage = rusage()
+                while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+                return (status, usage.ru_maxrss)
+            }
+            #expect(status == 0)
+            // Measured: 50 MiB bounded; 1 GiB for 4 MiB of newlines before.
+            #expect(kibibytes < 150 << 10, "the host grew to \(kibibytes >> 10) MiB")
+        }
+    }
+}
