@@ -2,6 +2,8 @@
 #include "curfew_shims.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -22,6 +24,19 @@
 
 void *curfew_shim_dlopen_plugin(const char *path) {
     return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+}
+
+int curfew_shim_symbol_kind(void *handle, void *address) {
+    Dl_info info;
+    const ElfW(Sym) *symbol = NULL;
+    struct link_map *named = NULL, *holder = NULL;
+    if (dlinfo(handle, RTLD_DI_LINKMAP, &named) != 0 || named == NULL) return 3;
+    /* The object the address lies in must be the one the handle names. */
+    if (dladdr1(address, &info, (void **)&holder, RTLD_DL_LINKMAP) == 0 || holder == NULL) return 3;
+    if (holder != named) return 2;
+    if (dladdr1(address, &info, (void **)&symbol, RTLD_DL_SYMENT) == 0 || symbol == NULL) return 3;
+    int type = ELF64_ST_TYPE(symbol->st_info);
+    return type == STT_FUNC || type == STT_GNU_IFUNC ? 0 : 1;
 }
 
 uint64_t curfew_shim_monotonic_nanoseconds(void) {

@@ -84,6 +84,9 @@ void free_state(void *state) {
 /* A no-op chunk for benchmarks. */
 int32_t noop(void) { return 0; }
 
+/* Exported data: a manifest must not be able to call it. */
+long foreign_data = 7;
+
 /* Notes whole seconds remaining, in an int8: done at once. */
 int note_seconds(int8_t seconds) {
     last_seconds = seconds;

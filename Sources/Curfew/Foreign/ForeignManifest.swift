@@ -1,5 +1,6 @@
 import CurfewFormats
 import Glibc
+import _CurfewShims
 
 /// Reads a foreign-job manifest (`NAME.curfew.json`) and prepares its jobs:
 /// every symbol looked up and every call interface prepared before a job runs.
@@ -27,26 +28,36 @@ struct ForeignManifestReader {
     let path: String
     let parameters: [String: String]
 
-    /// The library a manifest names: a path relative to the manifest's folder
-    /// (or absolute); a bare name with no such file beside the manifest is a
-    /// system library found by the dynamic loader (`libz.so.1`). Without a
-    /// name, `NAME.so` beside `NAME.curfew.json`.
+    /// The library a manifest names in `"library"`: a path relative to the
+    /// manifest's folder (a bare name too: never the dynamic loader's search
+    /// path, which could find another library of that name) or absolute.
+    /// Without a name, `NAME.so` beside `NAME.curfew.json`.
     static func libraryPath(forManifest path: String, declared: String?) -> String {
         let folder = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
         guard let declared else { return String(path.dropLast(suffix.count)) + ".so" }
         if declared.hasPrefix("/") { return declared }
-        let beside = folder + declared
-        if !declared.contains("/") && (try? Syscalls.fileStatus(beside)) == nil { return declared }
-        return beside
+        return folder + declared
     }
 
-    /// The library a manifest file points at, if the file can be read as one.
-    static func declaredLibrary(ofManifest path: String) -> String {
-        let declared = (try? Syscalls.readFile(path)).flatMap { try? JSONReader.parse($0) }.flatMap { value -> String? in
-            if case .string(let library)? = value["library"] { return library }
-            return nil
+    /// The library file a manifest file points at, if the file can be read
+    /// as one; `nil` for a system library (`"system-library"`), which the
+    /// dynamic loader finds.
+    static func declaredLibrary(ofManifest path: String) -> String? {
+        let root = (try? Syscalls.readFile(path)).flatMap { try? JSONReader.parse($0) }
+        if root?["system-library"] != nil { return nil }
+        return libraryPath(forManifest: path, declared: root?["library"]?.stringValue)
+    }
+
+    /// Why a library name cannot be used, or `nil`.
+    static func libraryNameProblem(_ name: String, system: Bool) -> String? {
+        if name.isEmpty { return "is empty" }
+        if name.utf8.contains(0) { return "contains a NUL byte, which would cut the name short" }
+        if system && name.contains("/") { return "must be a bare file name (such as libz.so.1), not a path" }
+        if name.hasSuffix("/") { return "names a folder, not a file" }
+        if name.split(separator: "/", omittingEmptySubsequences: false).contains("..") {
+            return "climbs out of a folder with '..'; name the library's own path"
         }
-        return libraryPath(forManifest: path, declared: declared)
+        return nil
     }
 
     func load() throws(CurfewError) -> LoadedPlugin {
@@ -56,19 +67,31 @@ struct ForeignManifestReader {
         } catch {
             throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
         }
+        return try load(bytes)
+    }
+
+    /// Reads a manifest's text (as if from ``path``) and prepares its jobs.
+    package func load(_ bytes: [UInt8]) throws(CurfewError) -> LoadedPlugin {
         let root: JSONValue
         do throws(JSONSyntaxError) {
             root = try JSONReader.parse(bytes)
         } catch {
             throw CurfewError(.invalidManifest, "Not valid JSON at line \(error.line), column \(error.column): \(error.message).")
         }
-        let top = try members(root, allowed: ["library", "jobs"], what: "The manifest")
-        var declared: String?
-        if let library = top["library"] {
-            guard case .string(let text) = library, !text.isEmpty else {
-                throw CurfewError(.invalidManifest, "The manifest's \"library\" must be a non-empty string, not \(library.kind).")
+        let top = try members(root, allowed: ["library", "system-library", "jobs"], what: "The manifest")
+        var declared: (name: String, system: Bool)?
+        for (key, system) in [("library", false), ("system-library", true)] {
+            guard let library = top[key] else { continue }
+            guard declared == nil else {
+                throw CurfewError(.invalidManifest, "The manifest names both a \"library\" and a \"system-library\"; give one.")
             }
-            declared = text
+            guard case .string(let text) = library else {
+                throw CurfewError(.invalidManifest, "The manifest's \"\(key)\" must be a string, not \(library.kind).")
+            }
+            if let problem = Self.libraryNameProblem(text, system: system) {
+                throw CurfewError(.invalidManifest, "The manifest's \"\(key)\" \(problem).")
+            }
+            declared = (text, system)
         }
         guard case .array(let jobValues)? = top["jobs"] else {
             throw CurfewError(.invalidManifest, "The manifest needs a \"jobs\" array.")
@@ -76,9 +99,20 @@ struct ForeignManifestReader {
         guard (1...Int(PluginLoader.maximumJobs)).contains(jobValues.count) else {
             throw CurfewError(.invalidJobCount, "The manifest declares \(jobValues.count) jobs; declare 1 to \(PluginLoader.maximumJobs).")
         }
-        let library = Self.libraryPath(forManifest: path, declared: declared)
+        let library: String
+        let loadPath: String
+        if let declared, declared.system {
+            // Found by the dynamic loader in the system's library folders, as the author asked.
+            (library, loadPath) = (declared.name, declared.name)
+        } else {
+            library = Self.libraryPath(forManifest: path, declared: declared?.name)
+            loadPath = Syscalls.realPath(library) ?? library
+            // dlopen would block on a FIFO and read a device: only regular files go to it.
+            if let status = try? Syscalls.fileStatus(loadPath), !status.isRegular {
+                throw CurfewError(.loadFailed, "Its library \(library) is not a regular file, so not a shared object.")
+            }
+        }
         let handle: UnsafeMutableRawPointer
-        let loadPath = library.contains("/") ? (Syscalls.realPath(library) ?? library) : library
         switch Syscalls.dlopenPlugin(loadPath) {
         case .success(let opened): handle = opened
         case .failure(let error):
@@ -196,6 +230,9 @@ struct ForeignManifestReader {
         guard case .string(let symbol)? = fields["symbol"], !symbol.isEmpty else {
             throw CurfewError(.invalidManifest, "\(job): \"\(role)\" needs a \"symbol\" string.")
         }
+        guard !symbol.utf8.contains(0) else {
+            throw CurfewError(.invalidManifest, "\(job): the symbol of \(role) contains a NUL byte, which would cut its name short.")
+        }
         var returnType = ForeignType.void
         if let returns = fields["returns"] {
             guard case .string(let name) = returns, let type = ForeignType(rawValue: name) else {
@@ -224,6 +261,14 @@ struct ForeignManifestReader {
         }
         guard let address = Syscalls.dlsym(handle, symbol) else {
             throw CurfewError(.missingSymbol, "\(job): symbol '\(symbol)' (its \(role)) is not in \(library).")
+        }
+        // Only the library's own functions: not its data (calling it would
+        // jump into data), nor what it takes from others (fork, exit, …).
+        switch curfew_shim_symbol_kind(handle, address) {
+        case 0: break
+        case 1: throw CurfewError(.invalidManifest, "\(job): symbol '\(symbol)' (its \(role)) is not a function of \(library), so it cannot be called.")
+        case 2: throw CurfewError(.missingSymbol, "\(job): symbol '\(symbol)' (its \(role)) is not defined in \(library) but in a library it uses; only its own functions can be called.")
+        default: throw CurfewError(.missingSymbol, "\(job): symbol '\(symbol)' (its \(role)) cannot be told to be a function of \(library).")
         }
         guard let function = ForeignFunction(symbol: symbol, address: address, returnType: returnType, arguments: arguments) else {
             throw CurfewError(.invalidManifest, "\(job): libffi cannot prepare a call to '\(symbol)'.")

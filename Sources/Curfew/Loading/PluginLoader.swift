@@ -31,17 +31,44 @@ public struct PluginLoader: Sendable {
         self.allowsInsecurePlugins = allowsInsecurePlugins
     }
 
-    /// Why loading code from `path` would be unsafe, or `nil`: writable by
-    /// group or others, or owned by a user who is neither this one nor root.
+    /// Why loading code from `path` would be unsafe, or `nil`: it, or a
+    /// folder above it up to `/`, is writable by group or others, or owned by
+    /// a user who is neither this one nor root (as sshd's `StrictModes`).
+    ///
+    /// The folders are those above the file's real path, and, for each
+    /// symlink on the way to it (the file itself included), those above the
+    /// folder holding the link: whoever can write any of them can replace
+    /// the code. A folder with the sticky bit (`/tmp`) lets nobody replace
+    /// another's entries, so it may be writable by all.
     func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil) -> CurfewError? {
+        var verdicts: [String: CurfewError?] = [:]
+        return insecurity(path, status: known, verdicts: &verdicts)
+    }
+
+    /// ``insecurity(_:status:)``, remembering each folder's verdict in `verdicts`.
+    func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?]) -> CurfewError? {
         guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
+        if let problem = Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File") { return problem }
+        for folder in Self.foldersAbove(path) {
+            if let verdict = verdicts[folder] {
+                if let verdict { return verdict }
+                continue
+            }
+            let verdict = (try? Syscalls.fileStatus(folder)).flatMap { Self.unsafeOwnership($0, what: "Folder \(folder) (above it)") }
+            verdicts[folder] = verdict
+            if let verdict { return verdict }
+        }
+        return nil
+    }
+
+    private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String) -> CurfewError? {
         let (mode, owner) = (status.mode, status.owner)
-        let what = status.isDirectory ? "Folder" : "File"
-        if mode & 0o022 != 0 {
+        let sticky = status.isDirectory && mode & 0o1000 != 0
+        if mode & 0o022 != 0 && !sticky {
             let who = mode & 0o002 != 0 ? "anyone" : "its group"
             return CurfewError(
                 .insecure,
-                "\(what) is writable by \(who) (mode \(String(mode, radix: 8))), so anyone there could replace the code it runs; "
+                "\(what) is writable by \(who) (mode \(String(mode & 0o777, radix: 8))), so anyone there could replace the code it runs; "
                     + "chmod go-w it, or pass --allow-insecure-plugins.")
         }
         if owner != geteuid() && owner != 0 {
@@ -50,6 +77,31 @@ public struct PluginLoader: Sendable {
                 "\(what) is owned by uid \(owner), neither you nor root; chown it, or pass --allow-insecure-plugins.")
         }
         return nil
+    }
+
+    /// The folders whose owners could replace what `path` names, nearest first.
+    static func foldersAbove(_ path: String) -> [String] {
+        var folders: [String] = []
+        var seen = Set<String>()
+        func addAncestors(of real: String) {
+            var current = real
+            while current != "/", let slash = current.lastIndex(of: "/") {
+                current = slash == current.startIndex ? "/" : String(current[..<slash])
+                if seen.insert(current).inserted { folders.append(current) }
+            }
+        }
+        if let real = Syscalls.realPath(path) { addAncestors(of: real) }
+        let absolute = path.hasPrefix("/") ? path : (Syscalls.currentDirectory() ?? "/") + "/" + path
+        var prefix = ""
+        for component in absolute.split(separator: "/") {
+            let parent = prefix.isEmpty ? "/" : prefix
+            prefix += "/" + component
+            guard Syscalls.isSymlink(prefix), let holder = Syscalls.realPath(parent) else { continue }
+            // The folder holding the link, and those above it.
+            if seen.insert(holder).inserted { folders.append(holder) }
+            addAncestors(of: holder)
+        }
+        return folders
     }
 
     /// Loads the plugins at `paths`: each folder is scanned (not recursively)
@@ -114,12 +166,13 @@ public struct PluginLoader: Sendable {
                     files.append((path, info.isRegular))
                     continue
                 }
+                var verdicts: [String: CurfewError?] = [:]
                 for entry in try Syscalls.directoryEntries(path)
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
-                    if let insecure = insecurity(file) {
+                    if let insecure = insecurity(file, verdicts: &verdicts) {
                         rejected.append(RejectedPlugin(path: file, error: insecure))
                         continue
                     }
@@ -139,12 +192,21 @@ public struct PluginLoader: Sendable {
         // A manifest's library is not a plugin of its own.
         let manifests = files.map(\.path).filter { $0.hasSuffix(ForeignManifestReader.suffix) }
         guard !manifests.isEmpty else { return files }
-        let libraries = Set(manifests.map {
-            let library = ForeignManifestReader.declaredLibrary(ofManifest: $0)
-            return Syscalls.realPath(library) ?? library
-        })
+        var libraries = Set<String>()
+        var unsafe = Set<String>()
+        for manifest in manifests {
+            guard let library = ForeignManifestReader.declaredLibrary(ofManifest: manifest) else { continue }
+            libraries.insert(Syscalls.realPath(library) ?? library)
+            // The library's code runs as much as a plugin's does.
+            if let insecure = insecurity(library) {
+                rejected.append(RejectedPlugin(path: manifest, error: CurfewError(
+                    .insecure, "Its library \(library): \(insecure.description)")))
+                unsafe.insert(manifest)
+            }
+        }
         return files.filter {
-            $0.path.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0.path) ?? $0.path)
+            !unsafe.contains($0.path)
+                && ($0.path.hasSuffix(ForeignManifestReader.suffix) || !libraries.contains(Syscalls.realPath($0.path) ?? $0.path))
         }
     }
 

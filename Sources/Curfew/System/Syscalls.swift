@@ -36,9 +36,16 @@ enum Syscalls {
         return FileStatus(
             isDirectory: type == S_IFDIR, isRegular: type == S_IFREG, size: Int64(info.st_size),
             mode: UInt32(info.st_mode & 0o7777), owner: info.st_uid,
-            modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
-            changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec),
+            modified: nanoseconds(info.st_mtim), changed: nanoseconds(info.st_ctim),
             device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    /// A file time in nanoseconds since 1970, saturated: a file may be dated
+    /// before 1678 or after 2262, beyond what 64 bits of nanoseconds hold.
+    static func nanoseconds(_ time: timespec) -> Int64 {
+        let (scaled, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
+        if overflow { return time.tv_sec < 0 ? .min : .max }
+        return scaled.addingReportingOverflow(Int64(time.tv_nsec)).overflow ? .max : scaled + Int64(time.tv_nsec)
     }
 
     /// Up to `count` bytes from the start of a file.
@@ -83,6 +90,19 @@ enum Syscalls {
             entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false))
         }
         return entries.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+    }
+
+    /// Whether `path` is a symbolic link itself (`lstat`).
+    static func isSymlink(_ path: String) -> Bool {
+        var info = Glibc.stat()
+        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
+    }
+
+    /// The working directory, or `nil` when it cannot be read.
+    static func currentDirectory() -> String? {
+        guard let path = getcwd(nil, 0) else { return nil }
+        defer { free(path) }
+        return String(cString: path)
     }
 
     /// The canonical absolute path, or `nil` when it cannot be resolved.

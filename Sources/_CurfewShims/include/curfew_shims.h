@@ -10,6 +10,11 @@
  * caches, and the process crashes later. */
 void *curfew_shim_dlopen_plugin(const char *path);
 
+/// What `address` (from dlsym on `handle`) is: 0 a function defined in the
+/// object `handle` names itself, 1 not a function (data, TLS, …), 2 defined
+/// in another object (a library it depends on), 3 unknown.
+int curfew_shim_symbol_kind(void *handle, void *address);
+
 /* The nanoseconds of CLOCK_MONOTONIC. */
 uint64_t curfew_shim_monotonic_nanoseconds(void);
 

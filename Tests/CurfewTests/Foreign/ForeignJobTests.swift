@@ -32,9 +32,9 @@ import Testing
 
     /// Writes `steps.curfew.json` (its library is `steps.so` beside it) with these jobs.
     @discardableResult
-    func manifest(_ jobs: String, name: String = "steps", library: String? = nil) throws -> String {
+    func manifest(_ jobs: String, name: String = "steps", library: String? = nil, key: String = "library") throws -> String {
         let path = "\(folder)/\(name).curfew.json"
-        let head = library.map { "\"library\": \"\($0)\",\n" } ?? ""
+        let head = library.map { "\"\(key)\": \"\($0)\",\n" } ?? ""
         try "{\n\(head)\"jobs\": [\(jobs)]\n}\n".write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
@@ -269,6 +269,75 @@ import Testing
         #expect(await run(scan).map(\.outcome) == [.completed])
     }
 
+    // MARK: Manifests that reach too far
+
+    func chunk(symbol: String) -> String {
+        """
+        {"name": "count", "summary": "s", "chunk": {"symbol": "\(symbol)", "returns": "int32", "result": "items-left"}}
+        """
+    }
+
+    /// Before: `environ` made the host call into data (a crash), `fork` and
+    /// `exit` ran the C library's own.
+    @Test(arguments: [
+        ("foreign_data", "is not a function of LIBRARY, so it cannot be called."),
+        ("environ", "is not defined in LIBRARY but in a library it uses; only its own functions can be called."),
+        ("fork", "is not defined in LIBRARY but in a library it uses; only its own functions can be called."),
+        ("exit", "is not defined in LIBRARY but in a library it uses; only its own functions can be called."),
+    ])
+    func onlyTheLibrarysOwnFunctionsCanBeCalled(symbol: String, problem: String) throws {
+        let error = try rejection(chunk(symbol: symbol))
+        #expect(error.description == "Job 'count': symbol '\(symbol)' (its chunk) \(problem.replacingOccurrences(of: "LIBRARY", with: library))")
+    }
+
+    @Test func aNulInASymbolIsRefused() throws {
+        let error = try rejection(chunk(symbol: "step\\u0000_and_more"))
+        #expect(error.description == "Job 'count': the symbol of chunk contains a NUL byte, which would cut its name short.")
+    }
+
+    @Test(arguments: [
+        ("steps.so\\u0000.txt", "library", "The manifest's \"library\" contains a NUL byte, which would cut the name short."),
+        ("../foreign/steps.so", "library", "The manifest's \"library\" climbs out of a folder with '..'; name the library's own path."),
+        ("lib/", "library", "The manifest's \"library\" names a folder, not a file."),
+        ("/usr/lib/libz.so.1", "system-library", "The manifest's \"system-library\" must be a bare file name (such as libz.so.1), not a path."),
+    ])
+    func libraryNamesThatTrick(name: String, key: String, problem: String) throws {
+        let path = try manifest(Self.stepJob, name: "tricks", library: name, key: key)
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.description == problem)
+    }
+
+    /// A bare name is the file beside the manifest, never a system library of that name.
+    @Test func aBareLibraryNameIsFoundBesideTheManifestOnly() throws {
+        let path = try manifest(Self.stepJob, name: "bare", library: "libz.so.1")
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.code == .loadFailed)
+        #expect(error.description.hasPrefix("Its library \(folder)/libz.so.1 cannot be loaded"))
+    }
+
+    /// Before: a FIFO named as the library stalled every run for the scan's 10 s.
+    @Test func aLibraryThatIsNotARegularFileIsRefusedBeforeLoading() throws {
+        #expect(mkfifo(folder + "/fifo.so", 0o600) == 0)
+        let path = try manifest(Self.stepJob, name: "fifo", library: "fifo.so")
+        let error = try #require(PluginLoader().scan([path]).rejected.first?.error)
+        #expect(error.description == "Its library \(folder)/fifo.so is not a regular file, so not a shared object.")
+    }
+
+    /// Before: loaded and run, even in a run that printed the manifest as rejected.
+    @Test func aLibraryOthersCanWriteIsRefused() throws {
+        let open = Fixtures.temporaryFolder("open-library")
+        try FileManager.default.copyItem(atPath: library, toPath: open + "/steps.so")
+        #expect(chmod(open, 0o777) == 0)
+        #expect(chmod(open + "/steps.so", 0o666) == 0)
+        defer { chmod(open, 0o755) }
+        let path = try manifest(Self.stepJob, name: "open", library: open + "/steps.so")
+        let scan = PluginLoader().scan([folder])
+        #expect(!scan.jobs.contains { $0.pluginPath == path })
+        let error = try #require(scan.rejected.first { $0.path == path }?.error)
+        #expect(error.code == .insecure)
+        #expect(error.description.hasPrefix("Its library \(open)/steps.so: File is writable by anyone (mode 666)"))
+    }
+
     // MARK: Code nobody here wrote
 
     static let countBytes = """
@@ -284,7 +353,7 @@ import Testing
         let data = Data((0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         let input = folder + "/input.bin"
         try data.write(to: URL(fileURLWithPath: input))
-        try manifest(Self.countBytes, name: "libc", library: "libc.so.6")
+        try manifest(Self.countBytes, name: "libc", library: "libc.so.6", key: "system-library")
         let scan = PluginLoader(parameters: ["file": input]).scan([folder + "/libc.curfew.json"])
         #expect(scan.rejected.isEmpty, "\(scan.rejected)")
         let result = try #require(await run(scan, parameters: ["file": input]).first)
@@ -304,7 +373,7 @@ import Testing
              "chunk": {"symbol": "gzgetc", "returns": "int32", "result": "negative-done",
                        "args": [{"type": "pointer", "from": "state"}]},
              "teardown": {"symbol": "gzclose", "returns": "int32", "args": [{"type": "pointer", "from": "state"}]}}
-            """, name: "zlib", library: "libz.so.1")
+            """, name: "zlib", library: "libz.so.1", key: "system-library")
         let scan = PluginLoader(parameters: ["file": input + ".gz"]).scan([folder + "/zlib.curfew.json"])
         #expect(scan.rejected.isEmpty, "\(scan.rejected)")
         let result = try #require(await run(scan).first)

@@ -26,6 +26,31 @@ extension ProcessTests {
             #expect(PluginLoader(allowsInsecurePlugins: true).scan([folder]).jobs.map(\.name) == ["sum-squares"])
         }
 
+        /// Before: only the file (or the folder given) was checked.
+        @Test func everyFolderUpToTheRootIsChecked() throws {
+            let open = Fixtures.temporaryFolder("hygiene-open")
+            let inner = open + "/inner"
+            #expect(mkdir(inner, 0o755) == 0)
+            try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: inner + "/plugin.so")
+            #expect(chmod(open, 0o775) == 0)
+            defer { chmod(open, 0o755) }
+            var error = try #require(PluginLoader().scan([inner + "/plugin.so"]).rejected.first?.error)
+            #expect(error.code == .insecure)
+            #expect(error.description
+                == "Folder \(open) (above it) is writable by its group (mode 775), so anyone there could replace the code it runs; chmod go-w it, or pass --allow-insecure-plugins.")
+            error = try #require(PluginLoader().scan([inner]).rejected.first?.error)
+            #expect(error.description.hasPrefix("Folder \(open) (above it) is writable by its group"))
+
+            // A symlink to a safe plugin, in a folder anyone can write: the link can be replaced.
+            let safe = Fixtures.temporaryFolder("hygiene-safe")
+            try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: safe + "/plugin.so")
+            #expect(symlink(safe + "/plugin.so", open + "/link.so") == 0)
+            #expect(chmod(open, 0o777) == 0)
+            error = try #require(PluginLoader().scan([open + "/link.so"]).rejected.first?.error)
+            #expect(error.description.hasPrefix("Folder \(open) (above it) is writable by anyone (mode 777)"))
+            #expect(PluginLoader().scan([safe + "/plugin.so"]).rejected.isEmpty, "/tmp is sticky: nobody may replace another's entries")
+        }
+
         @Test(.enabled(if: geteuid() == 0, "changing a file's owner needs root"))
         func aFileOwnedByAnotherUserIsRefused() throws {
             let plugin = Fixtures.temporaryFolder("hygiene") + "/plugin.so"
