@@ -218,4 +218,19 @@ import Testing
         #expect(scan.plugins.map(\.path) == [folder + "/b-good.so"], "loaded once, though named twice")
         #expect(scan.rejected.map(\.path) == [folder + "/a-bad.so"], "other files are not plugin candidates")
     }
+
+    /// Before: a plugin dated after 2262 trapped `list` and `run` (seconds × 10⁹).
+    @Test func aFileDatedBeyond64BitNanosecondsIsRead() throws {
+        let folder = Fixtures.temporaryFolder("dated")
+        let plugin = folder + "/plugin.so"
+        try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugin)
+        for seconds in [10_413_792_000] {  // the year 2300 (file systems clamp times before 1901)
+            var times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 0)]
+            #expect(utimensat(AT_FDCWD, plugin, &times, 0) == 0)
+            let status = try Syscalls.fileStatus(plugin)
+            #expect(status.modified == (seconds > 0 ? .max : .min))
+            #expect(ScanCache.key(for: plugin) != nil)
+            #expect(PluginLoader().scan([plugin]).jobs.map(\.name) == ["sum-squares"])
+        }
+    }
 }
