@@ -234,6 +234,13 @@ public enum CurfewMain {
         let router = OutputRouter()
         var capture: OutputCapture?
         if options.isolation == .none {
+            // `run` reads nothing from stdin, and plugin code in process gets
+            // none of it either (workers start with /dev/null there).
+            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
+            if null >= 0 {
+                dup2(null, STDIN_FILENO)
+                close(null)
+            }
             do throws(CurfewError) {
                 capture = try OutputCapture { stream, line in router.route(stream, line) }
             } catch {

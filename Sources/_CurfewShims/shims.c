@@ -83,10 +83,14 @@ int curfew_shim_spawn_worker(const char *path, char *const argv[], char *const e
         posix_spawn_file_actions_destroy(&actions);
         return status;
     }
-    /* dup2 clears close-on-exec on the new descriptor. */
+    /* dup2 clears close-on-exec on the new descriptor. A worker starts with
+     * nothing of the host's but these: stdin reads /dev/null, and every other
+     * descriptor the host had (inherited ones, without close-on-exec) is closed. */
     if ((status = posix_spawn_file_actions_adddup2(&actions, channel, 3)) == 0 &&
         (status = posix_spawn_file_actions_adddup2(&actions, out, 1)) == 0 &&
-        (status = posix_spawn_file_actions_adddup2(&actions, err, 2)) == 0) {
+        (status = posix_spawn_file_actions_adddup2(&actions, err, 2)) == 0 &&
+        (status = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) == 0 &&
+        (status = posix_spawn_file_actions_addclosefrom_np(&actions, 4)) == 0) {
         sigset_t none, all;
         sigemptyset(&none);
         sigfillset(&all);
@@ -301,8 +305,10 @@ int curfew_shim_fork_server(int control) {
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);
                 dup2(fds[2], 2);
-                for (int i = 0; i < 3; i++)
-                    if (fds[i] > 3) close(fds[i]);
+                /* stdin reads nothing, and no descriptor but 0 to 3 stays open. */
+                int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                if (null >= 0) dup2(null, 0);
+                close_range(4, ~0U, 0);
                 return 0;
             }
             if (pid > 0) {

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const curfew_host *host;
@@ -147,6 +149,41 @@ static curfew_chunk_result newlines(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_DONE;
 }
 
+/* Logs what it was given: whether stdin has data, whether fd 7 (which a
+ * test opens in the host's parent) is open, and the signal mask a child it
+ * forks starts with. */
+static curfew_chunk_result inspects(curfew_context *ctx, void *state) {
+    (void)state;
+    char byte;
+    ssize_t got = read(0, &byte, 1);
+    const char *input = got > 0 ? "data" : got == 0 ? "empty" : "unreadable";
+    const char *seven = fcntl(7, F_GETFD) >= 0 ? "open" : "closed";
+    char mask[64] = "unknown";
+    int ends[2];
+    if (pipe(ends) == 0) {
+        pid_t child = fork();
+        if (child == 0) {
+            FILE *status = fopen("/proc/self/status", "r");
+            char line[256];
+            while (status && fgets(line, sizeof line, status)) {
+                if (strncmp(line, "SigBlk:", 7) == 0) {
+                    if (write(ends[1], line + 8, strcspn(line + 8, "\n")) < 0) _exit(1);
+                }
+            }
+            _exit(0);
+        }
+        close(ends[1]);
+        ssize_t n = child > 0 ? read(ends[0], mask, sizeof mask - 1) : -1;
+        mask[n > 0 ? n : 0] = '\0';
+        close(ends[0]);
+        if (child > 0) waitpid(child, NULL, 0);
+    }
+    char text[256];
+    snprintf(text, sizeof text, "stdin: %s; fd 7: %s; a child's blocked signals: %s", input, seven, mask);
+    host->log(ctx, CURFEW_LOG_INFO, text);
+    return CURFEW_CHUNK_DONE;
+}
+
 CURFEW_JOB(forges_job, "forges", "Logs lines that imitate the host's.", .chunk = forges, .expire = cleanup);
 CURFEW_JOB(prints_job, "prints", "Floods stdout and stderr.", .chunk = prints, .expire = cleanup);
 CURFEW_JOB(huge_job, "logs-huge", "Logs one huge message.", .chunk = logs_huge, .expire = cleanup);
@@ -155,7 +192,8 @@ CURFEW_JOB(quick_exits_job, "quick-exits", "Calls _exit() in chunk.", .chunk = q
 CURFEW_JOB(forks_job, "forks", "Leaves sleeping children behind.", .chunk = forks, .expire = cleanup);
 CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = ticks, .expire = cleanup);
 CURFEW_JOB(lies_job, "lies", "Writes forged messages on the worker's channel.", .chunk = lies, .expire = cleanup);
+CURFEW_JOB(inspects_job, "inspects", "Logs what it inherited.", .chunk = inspects, .expire = cleanup);
 CURFEW_JOB(newlines_job, "newlines", "Floods stdout with empty lines.", .chunk = newlines, .expire = cleanup);
 
 CURFEW_PLUGIN(host, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
-              &newlines_job)
+              &newlines_job, &inspects_job)

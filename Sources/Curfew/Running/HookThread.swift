@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// Which job's hook the calling thread is running, so that when plugin code
 /// ends the process in process (`exit()`), the host can say whose it was.
@@ -20,12 +21,28 @@ public enum HookThread {
         return Unmanaged<HostContext>.fromOpaque(pointer).takeUnretainedValue().job.name
     }
 
+    private static let unblocksSignals = Atomic<Bool>(false)
+
+    /// From now on, plugin code runs with no signal blocked, as in a program
+    /// of its own: Dispatch's threads block most signals, and a process a
+    /// plugin forks would inherit that and ignore SIGTERM. For workers, whose
+    /// process is the plugin's; the host's own threads keep their masks.
+    static func unblockSignalsInPluginCode() {
+        unblocksSignals.store(true, ordering: .relaxed)
+    }
+
     /// Runs `body` with `context` recorded as this thread's job.
     @inline(__always)
     static func running<T>(_ context: HostContext, _ body: () -> T) -> T {
         let previous = pthread_getspecific(key)
         pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
         defer { pthread_setspecific(key, previous) }
+        guard unblocksSignals.load(ordering: .relaxed) else { return body() }
+        var none = sigset_t()
+        var kept = sigset_t()
+        sigemptyset(&none)
+        pthread_sigmask(SIG_SETMASK, &none, &kept)
+        defer { pthread_sigmask(SIG_SETMASK, &kept, nil) }
         return body()
     }
 }

@@ -110,5 +110,18 @@ extension ProcessTests {
             // Measured: 50 MiB bounded; 1 GiB for 4 MiB of newlines before.
             #expect(kibibytes < 150 << 10, "the host grew to \(kibibytes >> 10) MiB")
         }
+
+        /// Before: a plugin read what was piped to the host, and the host's
+        /// inherited descriptors were open in every worker.
+        @Test(arguments: ["job", "plugin"])
+        func aWorkerInheritsNoInputNoStrayDescriptorAndNoBlockedSignal(isolation: String) async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let command = "exec 7</dev/null; echo secret | exec \"$0\" run \"$1\" --json --only inspects --isolate \"$2\""
+            let result = try await Fixtures.run("/bin/sh", ["-c", command, Fixtures.curfewExecutable, plugin, isolation], timeout: .seconds(30))
+            #expect(result.status == 0, "\(result.stderr)")
+            let events = try OutputEvent.all(in: result.stdout)
+            let said = events.first { $0.event == "log" && $0.job == "inspects" }?.message
+            #expect(said == "stdin: empty; fd 7: closed; a child's blocked signals: 0000000000000000")
+        }
     }
 }

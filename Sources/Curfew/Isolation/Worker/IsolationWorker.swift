@@ -86,6 +86,7 @@ public enum IsolationWorker {
             UInt64(limits?["files"]?.integerValue ?? 0))
         // What a job starts is this worker's to end, even if it calls setsid().
         ChildProcesses.adoptOrphans()
+        HookThread.unblockSignalsInPluginCode()
         let host = WorkerHost(channel: channel)
         if limited != 0 {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
