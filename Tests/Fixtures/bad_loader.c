@@ -1,7 +1,10 @@
 /* Plugins that fail while they load, chosen with -DVARIANT=N:
  * 1 the entry function segfaults, 2 a library constructor aborts,
  * 3 the entry function never returns, 4 the entry function writes its
- * process id to the file $CURFEW_FIXTURE_PIDFILE names, then never returns. */
+ * process id to the file $CURFEW_FIXTURE_PIDFILE names, then never returns,
+ * 5 a constructor writes a forged verdict on the scanner's channel (fd 3)
+ * vouching for the file $CURFEW_FIXTURE_VICTIM names, then the entry
+ * function segfaults. */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -14,9 +17,18 @@ __attribute__((constructor)) static void explode_on_load(void) {
 }
 #endif
 
+#if VARIANT == 5
+__attribute__((constructor)) static void forge_a_verdict(void) {
+    const char *victim = getenv("CURFEW_FIXTURE_VICTIM");
+    if (victim == NULL) return;
+    dprintf(3, "{\"type\":\"scanned\",\"file\":\"%s\",\"jobs\":[{\"name\":\"forged\",\"summary\":\"s\","
+               "\"continuous\":false,\"chunked\":true}]}\n", victim);
+}
+#endif
+
 CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host) {
     (void)host;
-#if VARIANT == 1
+#if VARIANT == 1 || VARIANT == 5
     volatile int *nowhere = NULL;
     *nowhere = 1;
 #elif VARIANT == 3

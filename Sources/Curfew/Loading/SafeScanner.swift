@@ -1,5 +1,7 @@
 import CurfewFormats
+import Dispatch
 import Glibc
+import Synchronization
 import _CurfewShims
 
 /// Validates plugin files in a scanner worker process, so a plugin whose
@@ -30,12 +32,14 @@ public struct SafeScanner: Sendable {
         self.timeoutPerFile = timeoutPerFile
     }
 
-    /// `$XDG_CACHE_HOME/curfew/scan-v1.json`, else `~/.cache/curfew/scan-v1.json`.
+    /// `$XDG_CACHE_HOME/curfew/scan-v1.json`, else `~/.cache/curfew/scan-v1.json`;
+    /// `nil` (no cache) when neither names an absolute folder: a relative
+    /// `HOME` would put the cache wherever the host happens to run.
     public static var defaultCacheFile: String? {
         if let cache = getenv("XDG_CACHE_HOME").map({ String(cString: $0) }), cache.hasPrefix("/") {
             return cache + "/curfew/scan-v1.json"
         }
-        guard let home = getenv("HOME").map({ String(cString: $0) }), !home.isEmpty else { return nil }
+        guard let home = getenv("HOME").map({ String(cString: $0) }), home.hasPrefix("/") else { return nil }
         return home + "/.cache/curfew/scan-v1.json"
     }
 
@@ -76,33 +80,32 @@ public struct SafeScanner: Sendable {
                 misses.append(file.path)
             }
         }
-        var remaining = misses[...]
-        // Only what a file itself caused is remembered: its answer, or the crash
-        // or hang it caused while loading (until the file changes: a hang costs
-        // the whole timeout on every run otherwise; `rescan` asks again), not a
-        // failure of the host's.
-        var cacheable = Set<String>()
-        while !remaining.isEmpty && !shouldStop() {
-            report.workersStarted += 1
-            let (answered, stuck) = scanInWorker(Array(remaining), shouldStop: shouldStop)
-            for (file, result) in answered {
-                results[file] = result
-                cacheable.insert(file)
-                report.scannedInWorker += 1
-            }
-            remaining = remaining.drop { results[$0] != nil }
-            if let stuck {
-                results[stuck.file] = .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: stuck.reason)
-                if stuck.causedByFile { cacheable.insert(stuck.file) }
-                report.scannedInWorker += 1
-                remaining = remaining.drop { $0 == stuck.file }
-            } else if !remaining.isEmpty && !shouldStop() {
-                // The scanner stopped without a word about the next file: count it once, go on.
-                results[remaining.first!] = .rejected(
-                    code: CurfewError.Code.loadFailed.rawValue, reason: "The scanner worker stopped before loading it.")
-                remaining = remaining.dropFirst()
+        // One process per file, so a verdict comes from a process that loaded
+        // that file alone (plugin code can write on its scanner's channel),
+        // as many at once as the machine has cores. Only what a file itself
+        // caused is remembered: its answer, or the crash or hang it caused
+        // while loading (until the file changes: a hang costs the whole
+        // timeout on every run otherwise; `rescan` asks again), not a failure
+        // of the host's, nor a scan the caller stopped.
+        let answers = Mutex<[String: (result: FileResult, cacheable: Bool)]>([:])
+        let queue = misses
+        let width = max(1, min(misses.count, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 8))
+        let next = Atomic<Int>(0)
+        DispatchQueue.concurrentPerform(iterations: width) { _ in
+            while !shouldStop() {
+                let index = next.add(1, ordering: .relaxed).oldValue
+                guard index < queue.count else { return }
+                guard let answer = scanAlone(queue[index], shouldStop: shouldStop) else { return }
+                answers.withLock { $0[queue[index]] = answer }
             }
         }
+        var cacheable = Set<String>()
+        for (file, answer) in answers.withLock({ $0 }) {
+            results[file] = answer.result
+            if answer.cacheable { cacheable.insert(file) }
+        }
+        report.scannedInWorker = results.count - report.fromCache
+        report.workersStarted = report.scannedInWorker
         for file in misses where cacheable.contains(file) {
             if let key = keys[file] ?? nil, let result = results[file] { cache.store(key, result) }
         }
@@ -112,13 +115,16 @@ public struct SafeScanner: Sendable {
         return report
     }
 
-    /// One scanner worker over `files`, in order: the answers it gave, and the
-    /// file it was on when it crashed or hung, with why and whether the file
-    /// caused it (not the host: a worker it could not start, a stop it asked for).
-    private func scanInWorker(
-        _ files: [String], shouldStop: @Sendable () -> Bool
-    ) -> ([(String, FileResult)], (file: String, reason: String, causedByFile: Bool)?) {
-        guard let channel = try? Syscalls.socketPair() else { return ([], (files[0], "Cannot start a scanner worker.", false)) }
+    /// Loads `file` in a scanner worker of its own: its verdict, and whether
+    /// the file alone decided it (not the host: a worker it could not start),
+    /// or `nil` when the caller asked to stop.
+    ///
+    /// The worker's word counts only if it is about this file, said once,
+    /// and followed by a clean exit: plugin code runs in the worker and can
+    /// write on its channel, but it cannot speak for another file.
+    private func scanAlone(_ file: String, shouldStop: @Sendable () -> Bool) -> (result: FileResult, cacheable: Bool)? {
+        func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
+        guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         defer { if null >= 0 { close(null) } }
         var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
@@ -129,69 +135,90 @@ public struct SafeScanner: Sendable {
         close(channel[1])
         guard case .success(let pid) = spawned else {
             close(channel[0])
-            return ([], (files[0], "Cannot start a scanner worker (\(workerExecutable)).", false))
+            return (rejected("Cannot start a scanner worker (\(workerExecutable))."), false)
         }
         defer { close(channel[0]) }
+        /// Kills the worker's group (not reaped yet: the pid is still its own) and reaps it.
+        func end(killing: Bool) -> Int32 {
+            if killing {
+                kill(-pid, SIGKILL)
+            } else {
+                curfew_shim_wait_exited(pid)
+                kill(-pid, SIGKILL)
+            }
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            return status
+        }
         var message = JSONLine("type", "scan")
         message.add("protocol", WorkerProtocol.version)
-        message.add("files", files)
-
+        message.add("files", [file])
         WorkerProtocol.send(message.text, to: channel[0])
 
-        var answers: [(String, FileResult)] = []
-        var current: String?
+        var answer: FileResult?
+        var problem: String?
+        var finished = false
         var buffer = LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true)
         var bytes = [UInt8](repeating: 0, count: 65536)
         let clock = MonotonicClock()
-        var silentSince = clock.now()
-        var finished = false
-        while !finished {
+        let deadline = clock.now().advanced(by: timeoutPerFile)
+        reading: while !finished {
             if shouldStop() {
-                kill(-pid, SIGKILL)  // not reaped yet: the pid is still its own
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                return (answers, nil)
+                _ = end(killing: true)
+                return nil
             }
             var entry = pollfd(fd: channel[0], events: Int16(POLLIN), revents: 0)
             let ready = poll(&entry, 1, 100)
             if ready < 0 && errno == EINTR { continue }
-            if ready == 0 && silentSince.duration(to: clock.now()) < timeoutPerFile { continue }
-            silentSince = clock.now()
             if ready == 0 {
-                // Nothing for a whole timeout: the file being loaded hangs.
-                kill(-pid, SIGKILL)  // not reaped yet: the pid is still its own
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                guard clock.now() >= deadline else { continue }
+                // No end within the timeout: loading the file hangs.
+                _ = end(killing: true)
                 let seconds = Int(timeoutPerFile.seconds.rounded())
-                return (answers, current.map {
-                    ($0, "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned).", true)
-                })
+                return (rejected("Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned)."), true)
             }
             let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
-            for line in bytes.withUnsafeBytes({ buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }) {
-                guard let value = try? JSONReader.parse(Array(line.utf8)), let type = value["type"]?.stringValue else { continue }
-                let file = value["file"]?.stringValue ?? ""
-                switch type {
-                case "scanning": current = file
-                case "scanned", "rejected":
-                    answers.append((file, FileResult(message: value)))
-                    current = nil
-                case "done": finished = true
-                default: break
+            let dropped = buffer.droppedLines
+            let lines = bytes.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            if buffer.droppedLines > dropped { problem = "a message of more than \(WorkerProtocol.maximumMessageBytes >> 20) MiB" }
+            for line in lines {
+                guard let value = try? JSONReader.parse(Array(line.utf8)), let type = value["type"]?.stringValue else {
+                    problem = "a line that is not a message"
+                    break reading
                 }
+                if type == "done" {
+                    finished = true
+                    break
+                }
+                guard type == "scanning" || type == "scanned" || type == "rejected" else {
+                    problem = "a message of unknown type"
+                    break reading
+                }
+                guard value["file"]?.stringValue == file else {
+                    problem = "a message about another file"
+                    break reading
+                }
+                if type == "scanning" { continue }
+                guard answer == nil else {
+                    problem = "two answers"
+                    break reading
+                }
+                answer = FileResult(message: value)
             }
+            if problem != nil { break }
         }
-        // Exited but not reaped: its pid is still its own while its group is killed.
-        curfew_shim_wait_exited(pid)
-        kill(-pid, SIGKILL)
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        guard !finished, let current else { return (answers, nil) }
+        let status = end(killing: problem != nil || !finished)
+        if let problem {
+            return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
+        }
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
         let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
-        return (answers, (current, "Crashed while loading: the scanner worker \(how) in its constructor or entry function.", true))
+        guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
+            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), true)
+        }
+        return (answer, true)
     }
 
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).

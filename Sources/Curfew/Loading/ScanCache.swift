@@ -18,9 +18,16 @@ struct ScanCache {
     private var entries: [Key: FileResult] = [:]
     private var changed = false
 
+    /// The largest cache file read.
+    static let maximumBytes = 16 << 20
+
+    /// - Parameter path: The cache file. Its folder must be this user's and
+    ///   writable by nobody else (it is made so, mode 700, if missing), and
+    ///   the file too; otherwise there is no cache: whoever can write it
+    ///   decides what the cache vouches for.
     init(path: String?) {
-        self.path = path
-        guard let path, let bytes = try? Syscalls.readFile(path, limit: 64 << 20), let root = try? JSONReader.parse(bytes),
+        self.path = path.flatMap { Self.prepareFolder(of: $0) ? $0 : nil }
+        guard let path = self.path, let bytes = Self.readOwnFile(path), let root = try? JSONReader.parse(bytes),
             root["abi"]?.numberValue == Double(PluginLoader.abiVersion), case .array(let list)? = root["entries"]
         else { return }
         for entry in list {
@@ -55,23 +62,69 @@ struct ScanCache {
         guard changed, let path else { return }
         // Forget files that are gone.
         let entries = entries.filter { access($0.key.path, F_OK) == 0 }
-        let folder = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
-        var current = ""
-        for component in folder.split(separator: "/") {
-            current += "/" + component
-            mkdir(current, 0o700)
-        }
         let lines = entries.sorted { $0.key.path < $1.key.path }.map { key, result in
             "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
                 + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
         }
         let text = "{\"version\":1,\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
-        // Write a temporary file and rename it over the cache: readers never see half a cache.
-        let temporary = path + ".\(getpid()).tmp"
-        guard let file = fopen(temporary, "w") else { return }
+        // Write a new file (never one that exists, never through a symlink) and
+        // rename it over the cache: readers never see half a cache.
         let bytes = Array(text.utf8)
-        let written = fwrite(bytes, 1, bytes.count, file)
-        fclose(file)
-        if written == bytes.count { rename(temporary, path) } else { unlink(temporary) }
+        for attempt in 0..<8 {
+            let temporary = path + ".\(getpid()).\(UInt32.random(in: .min ... .max)).\(attempt).tmp"
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd < 0 {
+                if errno == EEXIST { continue }
+                return
+            }
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
+                if written < 0 && errno == EINTR { continue }
+                if written <= 0 { break }
+                offset += written
+            }
+            close(fd)
+            if offset == bytes.count && rename(temporary, path) == 0 { return }
+            unlink(temporary)
+            return
+        }
+    }
+
+    /// Makes the cache's folder (mode 700) if missing, and says whether it is
+    /// safe to use: a real folder (not a symlink), this user's, writable by
+    /// nobody else.
+    private static func prepareFolder(of path: String) -> Bool {
+        guard let slash = path.lastIndex(of: "/"), path.hasPrefix("/") else { return false }
+        let folder = String(path[..<slash])
+        var current = ""
+        for component in folder.split(separator: "/") {
+            current += "/" + component
+            mkdir(current, 0o700)
+        }
+        var info = stat()
+        guard lstat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return false }
+        return info.st_uid == geteuid() && info.st_mode & 0o022 == 0
+    }
+
+    /// The cache file, if it is a regular file of this user's that nobody
+    /// else can write, of at most ``maximumBytes``.
+    private static func readOwnFile(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0,
+            info.st_size <= maximumBytes
+        else { return nil }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        var filled = 0
+        while filled < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, $0.count - filled) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            filled += count
+        }
+        return Array(bytes.prefix(filled))
     }
 }

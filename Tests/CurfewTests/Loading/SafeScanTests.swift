@@ -38,7 +38,23 @@ extension ProcessTests {
             #expect(report.scan.rejected.map(\.path) == [plugins + "/a-bad.so"])
             #expect(report.scan.rejected.first?.error.description
                 == "Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function.")
-            #expect(report.workersStarted == 2, "a new scanner for the files after the crash")
+            #expect(report.workersStarted == 2, "a scanner per file")
+        }
+
+        /// Before: the liar's constructor vouched for the crashing file, the
+        /// cache recorded it, and every run in process after that crashed.
+        @Test func aPluginCannotVouchForAnotherFile() async throws {
+            let plugins = try plugins(1)
+            try FileManager.default.copyItem(
+                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=5"]), toPath: plugins + "/0-liar.so")
+            setenv("CURFEW_FIXTURE_VICTIM", plugins + "/a-bad.so", 1)
+            let report = try await scan([plugins])
+            #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+            let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
+            #expect(reasons == [
+                plugins + "/0-liar.so": "Its scanner worker sent a message about another file, so plugin code wrote on its channel while it loaded.",
+                plugins + "/a-bad.so": "Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function.",
+            ])
         }
 
         @Test func aConstructorThatAbortsIsRejected() async throws {
@@ -72,6 +88,50 @@ extension ProcessTests {
             #expect(utimensat(AT_FDCWD, plugins + "/a-bad.so", &times, 0) == 0)
             let third = try await scan([plugins])
             #expect(third.fromCache == 1 && third.scannedInWorker == 1)
+        }
+
+        /// Before: the temporary file was opened with fopen("w") under a
+        /// predictable name, so a symlink planted there made the host
+        /// overwrite whatever it pointed at.
+        @Test func theCacheIsNeverWrittenThroughALink() async throws {
+            let plugins = try plugins(1)
+            let victim = folder + "/victim"
+            try "precious\n".write(toFile: victim, atomically: true, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: folder + "/cache", withIntermediateDirectories: true)
+            #expect(chmod(folder + "/cache", 0o700) == 0)
+            #expect(symlink(victim, cache + ".\(getpid()).tmp") == 0)
+            _ = try await scan([plugins])
+            #expect(try String(contentsOfFile: victim, encoding: .utf8) == "precious\n")
+            #expect((try? Syscalls.fileStatus(cache))?.isRegular == true, "the cache was written beside the link")
+            #expect(try await scan([plugins]).fromCache == 2)
+        }
+
+        /// A cache folder others can write is no cache: it is neither read nor written.
+        @Test func aCacheFolderOthersCanWriteIsNotUsed() async throws {
+            let plugins = try plugins(1)
+            try FileManager.default.createDirectory(atPath: folder + "/cache", withIntermediateDirectories: true)
+            #expect(chmod(folder + "/cache", 0o777) == 0)
+            _ = try await scan([plugins])
+            #expect(access(cache, F_OK) != 0, "nothing written there")
+            #expect(try await scan([plugins]).fromCache == 0)
+            // Its own folder, mode 700: used.
+            #expect(chmod(folder + "/cache", 0o700) == 0)
+            _ = try await scan([plugins])
+            #expect(try await scan([plugins]).fromCache == 2)
+            // A cache file others can write is not read.
+            #expect(chmod(cache, 0o666) == 0)
+            #expect(try await scan([plugins]).fromCache == 0)
+        }
+
+        /// Before: `HOME=relhome` made the cache at `/relhome/.cache`.
+        @Test func aRelativeHomeMeansNoCache() async throws {
+            let plugin = try plugins(1) + "/b-good.so"
+            let work = Fixtures.temporaryFolder("relative-home")
+            let command = "cd \"$1\" && exec env -u XDG_CACHE_HOME HOME=relhome \"$0\" list \"$2\""
+            let result = try await Fixtures.run("/bin/sh", ["-c", command, Fixtures.curfewExecutable, work, plugin])
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(access("/relhome", F_OK) != 0 && access(work + "/relhome", F_OK) != 0)
+            #expect(SafeScanner.defaultCacheFile?.hasPrefix("/") != false)
         }
 
         @Test func aHangIsRememberedUntilTheFileChanges() async throws {
