@@ -26,6 +26,8 @@ let package = Package(
     products: [
         .executable(name: "curfew", targets: ["CurfewTool"]),
         .executable(name: "curfew-bench", targets: ["CurfewBench"]),
+        // Fuzz targets: built for libFuzzer by .ci/fuzz, a corpus replayer otherwise.
+        .executable(name: "curfew-fuzz", targets: ["CurfewFuzz"]),
         .library(name: "Curfew", targets: ["Curfew"]),
         // The Swift SDK for job authors; link it statically into each plugin.
         .library(name: "CurfewJob", targets: ["CurfewJob"]),
@@ -56,6 +58,7 @@ let package = Package(
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
         cExample("BenchmarkJobs"),
+        .executableTarget(name: "CurfewFuzz", dependencies: ["Curfew", "CurfewFormats"]),
 
         cExample("ExampleTimerCounter"),
         cExample("ExampleEarlyFinish"),

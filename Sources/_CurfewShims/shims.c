@@ -129,6 +129,12 @@ int curfew_shim_pidfd_open(int pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+int curfew_shim_pidfd_is_child(int pidfd) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    return waitid(P_PIDFD, (id_t)pidfd, &info, WEXITED | WNOHANG | WNOWAIT) == 0 ? 1 : 0;
+}
+
 int curfew_shim_wait_exited(int pid) {
     siginfo_t info;
     int status;
@@ -234,8 +240,24 @@ static void reap_exited(int control) {
     }
 }
 
+/* The signal a forked worker gets when its parent dies: one plugins have
+ * no reason to use. */
+#define CURFEW_PARENT_DEATH_SIGNAL (SIGRTMAX - 1)
+
+/* The host: the fork server's parent. */
+static pid_t fork_server_host;
+
+/* A forked worker's parent-death signal. When the fork server dies (a
+ * worker can kill it) the worker has come to the host, a subreaper, and
+ * lives on; when the host dies, so does the worker. */
+static void on_parent_death(int number) {
+    (void)number;
+    if (getppid() != fork_server_host) kill(getpid(), SIGKILL);
+}
+
 int curfew_shim_fork_server(int control) {
     if (thread_count() != 1) return -2;
+    fork_server_host = getppid();
     if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
     /* What a worker's job started and left behind comes here when the worker dies. */
     curfew_shim_become_subreaper();
@@ -299,8 +321,15 @@ int curfew_shim_fork_server(int control) {
                 sigemptyset(&none);
                 sigprocmask(SIG_SETMASK, &none, NULL);
                 setpgid(0, 0);
-                /* If the server dies, so does the worker: nobody else would reap or kill it. */
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                /* If the host dies, so does the worker; if only the server does, the
+                 * worker comes to the host, which reaps and kills it from then on. */
+                struct sigaction death;
+                memset(&death, 0, sizeof death);
+                death.sa_handler = on_parent_death;
+                sigemptyset(&death.sa_mask);
+                death.sa_flags = SA_RESTART;
+                sigaction(CURFEW_PARENT_DEATH_SIGNAL, &death, NULL);
+                prctl(PR_SET_PDEATHSIG, CURFEW_PARENT_DEATH_SIGNAL);
                 if (getppid() != server) _exit(1);
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);

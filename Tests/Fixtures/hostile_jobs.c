@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,27 @@ static curfew_chunk_result inspects(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_DONE;
 }
 
+/* Kills its worker's parent if that is the fork server (never the host),
+ * and logs whether it did. */
+static curfew_chunk_result kills_server(curfew_context *ctx, void *state) {
+    (void)state;
+    char path[64], arguments[256] = {0};
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)getppid());
+    FILE *file = fopen(path, "r");
+    size_t length = file ? fread(arguments, 1, sizeof arguments - 1, file) : 0;
+    if (file) fclose(file);
+    int server = 0;
+    for (size_t at = 0; at < length; at += strlen(arguments + at) + 1) {
+        if (strcmp(arguments + at, "__forkserver") == 0) server = 1;
+    }
+    if (server && kill(getppid(), SIGKILL) == 0) {
+        host->log(ctx, CURFEW_LOG_INFO, "killed the fork server");
+    } else {
+        host->log(ctx, CURFEW_LOG_INFO, "no fork server above");
+    }
+    return CURFEW_CHUNK_DONE;
+}
+
 CURFEW_JOB(forges_job, "forges", "Logs lines that imitate the host's.", .chunk = forges, .expire = cleanup);
 CURFEW_JOB(prints_job, "prints", "Floods stdout and stderr.", .chunk = prints, .expire = cleanup);
 CURFEW_JOB(huge_job, "logs-huge", "Logs one huge message.", .chunk = logs_huge, .expire = cleanup);
@@ -193,7 +215,8 @@ CURFEW_JOB(forks_job, "forks", "Leaves sleeping children behind.", .chunk = fork
 CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = ticks, .expire = cleanup);
 CURFEW_JOB(lies_job, "lies", "Writes forged messages on the worker's channel.", .chunk = lies, .expire = cleanup);
 CURFEW_JOB(inspects_job, "inspects", "Logs what it inherited.", .chunk = inspects, .expire = cleanup);
+CURFEW_JOB(kills_server_job, "kills-server", "Kills the fork server.", .chunk = kills_server, .expire = cleanup);
 CURFEW_JOB(newlines_job, "newlines", "Floods stdout with empty lines.", .chunk = newlines, .expire = cleanup);
 
-CURFEW_PLUGIN(host, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
+CURFEW_PLUGIN(host, &kills_server_job, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
               &newlines_job, &inspects_job)

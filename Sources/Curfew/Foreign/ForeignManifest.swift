@@ -17,7 +17,7 @@ import _CurfewShims
 ///   }]
 /// }
 /// ```
-struct ForeignManifestReader {
+package struct ForeignManifestReader {
     /// The suffix that marks a manifest in a plugin folder.
     static let suffix = ".curfew.json"
     /// At most this many arguments per function.
@@ -27,6 +27,11 @@ struct ForeignManifestReader {
 
     let path: String
     let parameters: [String: String]
+
+    package init(path: String, parameters: [String: String]) {
+        self.path = path
+        self.parameters = parameters
+    }
 
     /// The library a manifest names in `"library"`: a path relative to the
     /// manifest's folder (a bare name too: never the dynamic loader's search

@@ -22,6 +22,10 @@ uint64_t curfew_shim_monotonic_nanoseconds(void);
  * exits, or -1 with errno set. */
 int curfew_shim_pidfd_open(int pid);
 
+/* 1 when the process `pidfd` refers to is this process's child (waitid would
+ * report on it), else 0. */
+int curfew_shim_pidfd_is_child(int pidfd);
+
 /* Waits until `pid` has exited without reaping it (waitid with WNOWAIT), so
  * its pid cannot be reused while its process group is signalled. */
 int curfew_shim_wait_exited(int pid);

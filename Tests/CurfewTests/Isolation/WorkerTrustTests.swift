@@ -123,5 +123,23 @@ extension ProcessTests {
             let said = events.first { $0.event == "log" && $0.job == "inspects" }?.message
             #expect(said == "stdin: empty; fd 7: closed; a child's blocked signals: 0000000000000000")
         }
+
+        /// Before: a worker that killed the fork server took every forked
+        /// sibling with it (each died with its parent, the server).
+        @Test func aWorkerThatKillsTheForkServerEndsOnlyItself() async throws {
+            // Three at once, the fourth once one has ended.
+            let events = try await run([
+                "--isolate", "job", "--jobs", "3", "--budget", "1500ms",
+                "--only", "kills-server", "--only", "prints", "--only", "ticks", "--only", "inspects", "--param", "lines=3",
+            ])
+            let said = events.first { $0.event == "log" && $0.job == "kills-server" }?.message
+            #expect(said == "killed the fork server")
+            #expect(finished(events, "kills-server")?.outcome == "completed")
+            // Running when the server died: carried on to its expiration.
+            #expect(finished(events, "ticks")?.outcome == "expired")
+            #expect(finished(events, "prints")?.outcome == "completed")
+            // Started after: from a new worker.
+            #expect(finished(events, "inspects")?.outcome == "completed")
+        }
     }
 }

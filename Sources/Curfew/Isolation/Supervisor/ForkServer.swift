@@ -18,6 +18,8 @@ final class ForkServer: Sendable {
         var exits: [pid_t: Int32] = [:]
         var listeners: [pid_t: @Sendable (Int32?) -> Void] = [:]
         var gone = false
+        /// The server has been reaped: its workers are this process's children.
+        var reaped = false
     }
 
     private let pid: pid_t
@@ -89,12 +91,13 @@ final class ForkServer: Sendable {
         }
     }
 
-    /// Calls `handler` once with the worker's wait status when it ends (`nil`:
-    /// the server is gone and cannot say).
+    /// Calls `handler` once with the worker's wait status when it ends, or
+    /// with `nil` once the server is gone and reaped: a worker still alive
+    /// then has come to this process (a subreaper), which must reap it.
     func onExit(of worker: pid_t, _ handler: @escaping @Sendable (Int32?) -> Void) {
         let now = state.withLock { state -> Int32?? in
             if let status = state.exits.removeValue(forKey: worker) { return .some(status) }
-            if state.gone { return .some(nil) }
+            if state.gone && state.reaped { return .some(nil) }
             state.listeners[worker] = handler
             return nil
         }
@@ -135,21 +138,25 @@ final class ForkServer: Sendable {
                 listener?(status)
             }
         }
-        // Gone: no more forks; whoever waits for an exit hears that nobody can say.
-        let (waiting, listeners) = state.withLock { state in
+        // Gone: no more forks or kills.
+        let waiting = state.withLock { state in
             state.gone = true
-            defer {
-                state.waiting.removeAll()
-                state.listeners.removeAll()
-            }
-            return (state.waiting, Array(state.listeners.values))
+            defer { state.waiting.removeAll() }
+            return state.waiting
         }
         waiting.forEach { $0.signal() }
-        listeners.forEach { $0(nil) }
         // Under the request lock: no fork or kill is sending on this number.
         _ = requests.withLock { _ in Glibc.close(control) }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        // Reaped: the workers it left (a worker may have killed it) are this
+        // process's children now, and whoever waits for one hears so.
+        let listeners = state.withLock { state in
+            state.reaped = true
+            defer { state.listeners.removeAll() }
+            return Array(state.listeners.values)
+        }
+        listeners.forEach { $0(nil) }
         ended.signal()
     }
 }

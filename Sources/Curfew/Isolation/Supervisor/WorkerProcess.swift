@@ -20,6 +20,9 @@ final class WorkerProcess: @unchecked Sendable {
         /// descriptor numbers and, once reaped, its pid may belong to others).
         var exited = false
         var killedFor: Kill?
+        /// A pidfd for a forked worker whose fork server died: the worker is
+        /// this process's child since, which reaps and kills it itself.
+        var adopted: Int32?
     }
 
     /// Why the host killed a worker.
@@ -62,8 +65,15 @@ final class WorkerProcess: @unchecked Sendable {
         forked = child
         self.exitPipe = exitPipe
         server.onExit(of: child.pid) { [self] code in
-            exitStatus.withLock { $0 = code ?? -1 }
+            // 1: the server reaped it (its status is in `exitStatus`); 2: the
+            // server is gone and the worker, alive, is this process's now.
             var byte: UInt8 = 1
+            if code == nil, let adopted = Self.adopt(child.pid) {
+                state.withLock { $0.adopted = adopted }
+                byte = 2
+            } else {
+                exitStatus.withLock { $0 = code ?? -1 }
+            }
             _ = Glibc.write(exitPipe[1], &byte, 1)
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
@@ -94,14 +104,26 @@ final class WorkerProcess: @unchecked Sendable {
         state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
     }
 
+    /// A pidfd for `pid` if it is this process's child, else `nil`.
+    private static func adopt(_ pid: pid_t) -> Int32? {
+        let pidfd = curfew_shim_pidfd_open(pid)
+        guard pidfd >= 0 else { return nil }
+        guard curfew_shim_pidfd_is_child(pidfd) == 1 else {
+            Glibc.close(pidfd)
+            return nil
+        }
+        return pidfd
+    }
+
     /// Kills the whole process group, for the reason given.
     func kill(_ reason: Kill) {
         let ask = state.withLock { state -> Bool in
             guard !state.exited && state.killedFor == nil else { return false }
             state.killedFor = reason
             // This process's own child: its pid cannot be reused before we reap it.
-            if server == nil { Glibc.kill(-pid, SIGKILL) }
-            return server != nil
+            let own = server == nil || state.adopted != nil
+            if own { Glibc.kill(-pid, SIGKILL) }
+            return !own
         }
         // A forked worker is the server's child: the server kills it if it has not reaped it.
         if ask, let server, let forked { server.kill(forked) }
@@ -116,7 +138,18 @@ final class WorkerProcess: @unchecked Sendable {
         // A pidfd (or, for a forked worker, the server's word) tells when the
         // worker exits even if a process it started still holds its pipes
         // (then end-of-file would never come).
-        let exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
+        var exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
+        /// For a forked worker: whether the server's one byte was read.
+        var exitByteTaken = false
+        /// Reads the server's byte: false when it says the worker is this process's now.
+        func takeExitByte() -> Bool {
+            var byte: UInt8 = 0
+            while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
+            exitByteTaken = true
+            guard byte == 2, let adopted = state.withLock({ $0.adopted }) else { return true }
+            exit = adopted
+            return false
+        }
         // Messages arrive whole or not at all; a line of output longer than
         // 64 KiB comes in pieces: either way the host's memory stays bounded.
         var buffers = [
@@ -195,6 +228,8 @@ final class WorkerProcess: @unchecked Sendable {
             }
             for entry in polls where entry.revents != 0 {
                 if entry.fd == exit {
+                    // The fork server died and the worker lives on, this process's child now.
+                    if server != nil && !exitByteTaken && !takeExitByte() { continue }
                     workerExited()
                     exitedAt = clock.now()
                     drainUntil = clock.now().advanced(by: Self.drainQuiet)
@@ -204,22 +239,22 @@ final class WorkerProcess: @unchecked Sendable {
                 if open[index] { _ = readOnce(index) }
             }
         }
+        // The server's report writes one byte, exactly once: always take it
+        // before closing, so the write never meets a closed (or reused) number.
+        if server != nil && !exitByteTaken { _ = takeExitByte() }
         workerExited()
         var status: Int32 = 0
-        if server == nil {
+        let adopted = state.withLock { $0.adopted }
+        if server == nil || adopted != nil {
             while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         } else {
-            // The server's report writes one byte, exactly once: always take it
-            // before closing, so the write never meets a closed (or reused) number.
-            var byte: UInt8 = 0
-            while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
             status = exitStatus.withLock { $0 } ?? -1
         }
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
         // handed to the next worker.
         state.withLock { _ in _ = Glibc.close(channel) }
-        ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + exitPipe).forEach { Glibc.close($0) }
+        ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + (adopted.map { [$0] } ?? []) + exitPipe).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
             return Array(state.jobs.values)
@@ -233,11 +268,12 @@ final class WorkerProcess: @unchecked Sendable {
     private func workerExited() {
         // This process's own child is not reaped yet here: its pid is still its
         // own while its group is killed. (The server does the same for its children.)
-        if server == nil { curfew_shim_wait_exited(pid) }
+        let own = server == nil || state.withLock { $0.adopted != nil }
+        if own { curfew_shim_wait_exited(pid) }
         state.withLock { state in
             guard !state.exited else { return }
             state.exited = true
-            if server == nil { Glibc.kill(-pid, SIGKILL) }
+            if own { Glibc.kill(-pid, SIGKILL) }
         }
     }
 

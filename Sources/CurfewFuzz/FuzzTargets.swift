@@ -1,0 +1,39 @@
+import Curfew
+import CurfewFormats
+
+/// What each fuzz target feeds its input to. Every target must return for
+/// any input without trapping, in time linear in the input.
+enum FuzzTarget: String, CaseIterable {
+    /// The JSON reader every outside text goes through.
+    case json
+    /// The decoder of a worker's messages.
+    case workerMessage = "worker-message"
+    /// A foreign-job manifest, read and bound to the C library's functions.
+    case manifest
+    /// The size and duration parsers of the command line.
+    case quantities
+
+    /// The one input the target runs.
+    func run(_ bytes: [UInt8]) {
+        switch self {
+        case .json:
+            _ = try? JSONReader.parse(bytes)
+        case .workerMessage:
+            _ = try? WorkerMessage.decode(bytes)
+        case .manifest:
+            // The manifest's own library would be `fuzz.so` beside it (absent):
+            // the corpus names the C library with "system-library".
+            let reader = ForeignManifestReader(path: "/nonexistent/fuzz.curfew.json", parameters: ["n": "12", "file": "/dev/null"])
+            _ = try? reader.load(bytes)
+        case .quantities:
+            let text = String(decoding: bytes, as: UTF8.self)
+            _ = Quantities.size(text)
+            _ = Quantities.duration(text)
+        }
+    }
+
+    /// The target a process fuzzes: `CURFEW_FUZZ_TARGET` names it.
+    static func fromEnvironment(_ value: String?) -> FuzzTarget? {
+        value.flatMap(FuzzTarget.init(rawValue:))
+    }
+}
