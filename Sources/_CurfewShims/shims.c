@@ -55,15 +55,20 @@ static void write_signal_number(int number) {
     errno = saved;
 }
 
-int curfew_shim_signal_pipe(const int *signals, int count) {
-    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+/* Installs `handler` for `number`, restarting interrupted calls; 0 or -1. */
+static int install_handler(int number, void (*handler)(int), int flags) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
-    action.sa_handler = write_signal_number;
+    action.sa_handler = handler;
     sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
+    action.sa_flags = SA_RESTART | flags;
+    return sigaction(number, &action, NULL);
+}
+
+int curfew_shim_signal_pipe(const int *signals, int count) {
+    if (signal_pipe[0] < 0 && pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
     for (int i = 0; i < count; i++) {
-        if (sigaction(signals[i], &action, NULL) != 0) return -1;
+        if (install_handler(signals[i], write_signal_number, 0) != 0) return -1;
     }
     return signal_pipe[0];
 }
@@ -127,6 +132,13 @@ int curfew_shim_pipe_cloexec(int fds[2]) {
 
 int curfew_shim_pidfd_open(int pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int curfew_shim_has_exited(int pid) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    if (waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return -1;
+    return info.si_pid == pid ? 1 : 0;
 }
 
 int curfew_shim_pidfd_is_child(int pidfd) {
@@ -262,12 +274,7 @@ int curfew_shim_fork_server(int control) {
     /* What a worker's job started and left behind comes here when the worker dies. */
     curfew_shim_become_subreaper();
     pid_t server = getpid();
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = on_child;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &action, NULL);
+    install_handler(SIGCHLD, on_child, SA_NOCLDSTOP);
     unsigned long sequence = 0;
     for (;;) {
         struct pollfd polls[2] = {{control, POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
@@ -323,12 +330,7 @@ int curfew_shim_fork_server(int control) {
                 setpgid(0, 0);
                 /* If the host dies, so does the worker; if only the server does, the
                  * worker comes to the host, which reaps and kills it from then on. */
-                struct sigaction death;
-                memset(&death, 0, sizeof death);
-                death.sa_handler = on_parent_death;
-                sigemptyset(&death.sa_mask);
-                death.sa_flags = SA_RESTART;
-                sigaction(CURFEW_PARENT_DEATH_SIGNAL, &death, NULL);
+                install_handler(CURFEW_PARENT_DEATH_SIGNAL, on_parent_death, 0);
                 prctl(PR_SET_PDEATHSIG, CURFEW_PARENT_DEATH_SIGNAL);
                 if (getppid() != server) _exit(1);
                 dup2(fds[0], 3);
@@ -456,10 +458,5 @@ static void ignore_signal(int number) {
 }
 
 void curfew_shim_catch_sigpipe(void) {
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = ignore_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    sigaction(SIGPIPE, &action, NULL);
+    install_handler(SIGPIPE, ignore_signal, 0);
 }

@@ -27,8 +27,10 @@ final class EventChannel: Sendable {
     /// How many bytes of events may wait before readers of outside text
     /// wait: 16 MiB, one largest log message.
     static let maximumBacklog = 16 << 20
-    /// What an event costs in the backlog beyond its text.
-    static let eventWeight = 256
+    /// What an event costs in the backlog beyond its text: about what one
+    /// takes in memory while it waits (the event, its strings, the queued
+    /// block), so the bound holds for a flood of empty lines too.
+    static let eventWeight = 1024
 
     init(clock: any CurfewClock, handler: @escaping @Sendable (RunEvent, CurfewInstant) -> Void) {
         self.clock = clock

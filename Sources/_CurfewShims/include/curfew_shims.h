@@ -26,6 +26,10 @@ int curfew_shim_pidfd_open(int pid);
  * report on it), else 0. */
 int curfew_shim_pidfd_is_child(int pidfd);
 
+/* 1 when the child `pid` has exited (it stays unreaped), 0 while it runs,
+ * -1 when it is not this process's child. */
+int curfew_shim_has_exited(int pid);
+
 /* Waits until `pid` has exited without reaping it (waitid with WNOWAIT), so
  * its pid cannot be reused while its process group is signalled. */
 int curfew_shim_wait_exited(int pid);

@@ -115,6 +115,15 @@ final class WorkerProcess: @unchecked Sendable {
         return pidfd
     }
 
+    /// Whether the worker has ended, though this process may not have
+    /// handled its end yet.
+    func hasExited() -> Bool {
+        let (exited, adopted) = state.withLock { ($0.exited, $0.adopted) }
+        if exited { return true }
+        if server != nil && adopted == nil { return exitStatus.withLock { $0 } != nil }
+        return curfew_shim_has_exited(pid) == 1
+    }
+
     /// Kills the whole process group, for the reason given.
     func kill(_ reason: Kill) {
         let ask = state.withLock { state -> Bool in

@@ -276,8 +276,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         return ended
     }
 
-    /// The worker reported its only job's end and has not exited since.
+    /// The worker reported its only job's end and has not exited since (the
+    /// host may only not have seen its exit yet, busy with its output).
     private func killLingering() {
+        if process?.hasExited() == true { return }
         let kill = control.withLock { c -> Bool in
             guard !c.finished, c.killedAt == nil else { return false }
             c.killedAt = clock.now()
