@@ -327,7 +327,7 @@ struct Bench {
             cold.baseline.append(bare)
             cached.baseline.append(bare)
         }
-        cold.note = "one scanner process loads every file and reports it; the host loads none"
+        cold.note = "a scanner worker per file (as many at once as there are cores, at most 8) loads that file alone and reports it; the host loads none"
         return [cold, cached]
     }
 

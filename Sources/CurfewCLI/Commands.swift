@@ -178,6 +178,8 @@ public enum CurfewMain {
 
     static func list(_ options: ListOptions) -> Int32 {
         let console = Console(json: options.json)
+        // A scanner worker whose fork server died comes here and is seen through.
+        ChildProcesses.adoptOrphans()
         // Loaded in a scanner worker (and cached): a crashing plugin cannot take `list` down.
         let loader = PluginLoader(allowsInsecurePlugins: options.allowInsecurePlugins)
         var scanner = SafeScanner()
@@ -279,7 +281,8 @@ public enum CurfewMain {
         console.onOutputClosed { _ in stop.request(status: ExitCode.outputClosed, reason: "Output closed") }
 
         // Processes jobs start come back here if their parent dies, so none
-        // outlives its job by calling setsid() or forking twice.
+        // outlives its job by calling setsid() or forking twice; nor does a
+        // scanner worker whose fork server died.
         ChildProcesses.adoptOrphans()
         let scan = loadPlugins(options, stop: stop)
         if let status = stop.status { return status }

@@ -4,7 +4,9 @@
  * process id to the file $CURFEW_FIXTURE_PIDFILE names, then never returns,
  * 5 a constructor writes a forged verdict on the scanner's channel (fd 3)
  * vouching for the file $CURFEW_FIXTURE_VICTIM names, then the entry
- * function segfaults. */
+ * function segfaults, 6 a constructor kills its process's parent (the
+ * scanner's fork server) unless that is the process $CURFEW_FIXTURE_SPARE
+ * names. */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -23,6 +25,15 @@ __attribute__((constructor)) static void forge_a_verdict(void) {
     if (victim == NULL) return;
     dprintf(3, "{\"type\":\"scanned\",\"file\":\"%s\",\"jobs\":[{\"name\":\"forged\",\"summary\":\"s\","
                "\"continuous\":false,\"chunked\":true}]}\n", victim);
+}
+#endif
+
+#if VARIANT == 6
+#include <signal.h>
+__attribute__((constructor)) static void kill_the_parent(void) {
+    const char *spare = getenv("CURFEW_FIXTURE_SPARE");
+    if (spare == NULL || atoi(spare) == (int)getppid()) return;
+    kill(getppid(), SIGKILL);
 }
 #endif
 

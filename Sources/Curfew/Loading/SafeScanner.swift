@@ -24,6 +24,10 @@ public struct SafeScanner: Sendable {
     public var timeoutPerFile: Duration
     /// Load every file again, whatever the cache says (the new answers are cached).
     public var rescan = false
+    /// Fork each scanner worker from a fork server started for the scan
+    /// (a fork, not a process start, per file); with `false`, or when the
+    /// server cannot fork, each is started with `posix_spawn`.
+    public var usesForkServer = true
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFile: String? = SafeScanner.defaultCacheFile,
                 timeoutPerFile: Duration = .seconds(10)) {
@@ -82,7 +86,8 @@ public struct SafeScanner: Sendable {
         }
         // One process per file, so a verdict comes from a process that loaded
         // that file alone (plugin code can write on its scanner's channel),
-        // as many at once as the machine has cores. Only what a file itself
+        // as many at once as the machine has cores, each a fork of one
+        // server (a fork costs a third of a process start). Only what a file itself
         // caused is remembered: its answer, or the crash or hang it caused
         // while loading (until the file changes: a hang costs the whole
         // timeout on every run otherwise; `rescan` asks again), not a failure
@@ -91,14 +96,16 @@ public struct SafeScanner: Sendable {
         let queue = misses
         let width = max(1, min(misses.count, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 8))
         let next = Atomic<Int>(0)
+        let launcher = Launcher(executable: workerExecutable, forking: usesForkServer && !misses.isEmpty)
         DispatchQueue.concurrentPerform(iterations: width) { _ in
             while !shouldStop() {
                 let index = next.add(1, ordering: .relaxed).oldValue
                 guard index < queue.count else { return }
-                guard let answer = scanAlone(queue[index], shouldStop: shouldStop) else { return }
+                guard let answer = scanAlone(queue[index], launcher: launcher, shouldStop: shouldStop) else { return }
                 answers.withLock { $0[queue[index]] = answer }
             }
         }
+        launcher.close()
         var cacheable = Set<String>()
         for (file, answer) in answers.withLock({ $0 }) {
             results[file] = answer.result
@@ -122,34 +129,19 @@ public struct SafeScanner: Sendable {
     /// The worker's word counts only if it is about this file, said once,
     /// and followed by a clean exit: plugin code runs in the worker and can
     /// write on its channel, but it cannot speak for another file.
-    private func scanAlone(_ file: String, shouldStop: @Sendable () -> Bool) -> (result: FileResult, cacheable: Bool)? {
+    private func scanAlone(
+        _ file: String, launcher: Launcher, shouldStop: @Sendable () -> Bool
+    ) -> (result: FileResult, cacheable: Bool)? {
         func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
         guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
-        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
-        defer { if null >= 0 { close(null) } }
-        var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
-        environment.append("SWIFT_BACKTRACE=enable=no")
-        let spawned = Syscalls.spawnWorker(
-            workerExecutable, arguments: [workerExecutable, WorkerProtocol.workerArgument], environment: environment,
-            channel: channel[1], out: null, err: null)
+        let worker = launcher.start(channel: channel[1])
         close(channel[1])
-        guard case .success(let pid) = spawned else {
+        guard let worker else {
             close(channel[0])
             return (rejected("Cannot start a scanner worker (\(workerExecutable))."), false)
         }
         defer { close(channel[0]) }
-        /// Kills the worker's group (not reaped yet: the pid is still its own) and reaps it.
-        func end(killing: Bool) -> Int32 {
-            if killing {
-                kill(-pid, SIGKILL)
-            } else {
-                curfew_shim_wait_exited(pid)
-                kill(-pid, SIGKILL)
-            }
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-            return status
-        }
+        func end(killing: Bool) -> Int32? { worker.end(killing: killing) }
         var message = JSONLine("type", "scan")
         message.add("protocol", WorkerProtocol.version)
         message.add("files", [file])
@@ -209,9 +201,13 @@ public struct SafeScanner: Sendable {
             }
             if problem != nil { break }
         }
-        let status = end(killing: problem != nil || !finished)
+        let ended = end(killing: problem != nil || !finished)
         if let problem {
             return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
+        }
+        guard let status = ended else {
+            // Most likely the plugin killed it, but not surely: not cached.
+            return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
         }
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
         let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
@@ -219,6 +215,114 @@ public struct SafeScanner: Sendable {
             return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), true)
         }
         return (answer, true)
+    }
+
+    /// Starts scanner workers: forked by a fork server started on first
+    /// need, else (or once forking fails) each with `posix_spawn`.
+    final class Launcher: Sendable {
+        private let executable: String
+        private let environment: [String]
+        private let forks: Mutex<(server: ForkServer?, tried: Bool, works: Bool)>
+
+        init(executable: String, forking: Bool) {
+            self.executable = executable
+            // A plugin that crashes a scanner is a verdict, not a report to print.
+            var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
+            environment.append("SWIFT_BACKTRACE=enable=no")
+            self.environment = environment
+            forks = Mutex((nil, false, forking))
+        }
+
+        /// A scanner worker whose fd 3 is `channel` and whose stdout and
+        /// stderr go to /dev/null; `nil` when none could start.
+        func start(channel: Int32) -> Worker? {
+            let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+            defer { if null >= 0 { Glibc.close(null) } }
+            let server = forks.withLock { forks -> ForkServer? in
+                if forks.works && !forks.tried {
+                    forks.tried = true
+                    forks.server = ForkServer(executable: executable, environment: environment)
+                }
+                return forks.works ? forks.server : nil
+            }
+            if let server {
+                if let child = server.fork(channel: channel, out: null, err: null) { return Worker(forked: child, by: server) }
+                forks.withLock { $0.works = false }  // refused or gone: posix_spawn from now on
+            }
+            let spawned = Syscalls.spawnWorker(
+                executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
+                channel: channel, out: null, err: null)
+            guard case .success(let pid) = spawned else { return nil }
+            return Worker(spawned: pid)
+        }
+
+        /// The scan is over: the fork server, if any, leaves.
+        func close() {
+            forks.withLock { $0.server }?.close()
+        }
+    }
+
+    /// One scanner worker.
+    final class Worker: Sendable {
+        private enum End {
+            /// Its wait status, as its fork server reported it.
+            case status(Int32)
+            /// The server died first, and the worker came to this process
+            /// (a subreaper), which reaps it now.
+            case adopted
+            /// The server died first, and the worker did not come here: it ended
+            /// itself on its parent's death, and how it ended is unknown.
+            case unknown
+        }
+
+        private let pid: pid_t
+        private let forked: (server: ForkServer, child: ForkServer.Child)?
+        private let end = Mutex<End?>(nil)
+        private let ended = DispatchSemaphore(value: 0)
+
+        init(spawned pid: pid_t) {
+            self.pid = pid
+            forked = nil
+        }
+
+        init(forked child: ForkServer.Child, by server: ForkServer) {
+            pid = child.pid
+            forked = (server, child)
+            server.onExit(of: child.pid) { [self] code in
+                let end: End = if let code { .status(code) } else { ForkServer.isOwnChild(child.pid) ? .adopted : .unknown }
+                self.end.withLock { $0 = end }
+                ended.signal()
+            }
+        }
+
+        /// Kills the worker's group, or waits for the worker to exit and then
+        /// kills what it left in its group, and reaps it: its wait status,
+        /// or `nil` when it is unknown.
+        func end(killing: Bool) -> Int32? {
+            /// For a worker this process reaps: not reaped yet, so the pid
+            /// (and its group) is still its own.
+            func reap(killing: Bool) -> Int32 {
+                if !killing { curfew_shim_wait_exited(pid) }
+                kill(-pid, SIGKILL)
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                return status
+            }
+            guard let forked else { return reap(killing: killing) }
+            // The server kills the group before it reaps, and reports the status.
+            if killing {
+                forked.server.kill(forked.child)
+                ended.wait()
+            } else if ended.wait(timeout: .now() + .seconds(2)) == .timedOut {
+                forked.server.kill(forked.child)  // said it was done, yet did not exit
+                ended.wait()
+            }
+            switch end.withLock({ $0 }) {
+            case .status(let status): return status
+            case .adopted: return reap(killing: killing)
+            case .unknown, nil: return nil
+            }
+        }
     }
 
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).

@@ -57,6 +57,37 @@ extension ProcessTests {
             ])
         }
 
+        /// A scanner worker is forked by the scan's fork server. One that
+        /// kills the server cannot leave the scan waiting, and as this test
+        /// process is no subreaper (the worker ends itself on its parent's
+        /// death), its verdict is "unknown", never cached.
+        @Test func aPluginThatKillsTheForkServerEndsItsScanUncached() async throws {
+            let plugins = try plugins(6)
+            setenv("CURFEW_FIXTURE_SPARE", "\(getpid())", 1)
+            defer { unsetenv("CURFEW_FIXTURE_SPARE") }
+            let unknown = "Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."
+            for _ in 0..<2 {
+                let report = try await scan([plugins])
+                let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
+                #expect(reasons[plugins + "/a-bad.so"] == unknown)
+                // Scanned beside it, the good file may have lost its server too.
+                #expect(report.scan.jobs.map(\.name) == ["sum-squares"] || reasons[plugins + "/b-good.so"] == unknown)
+                #expect(report.fromCache <= 1, "the good file only")
+            }
+        }
+
+        /// Through the CLI, a subreaper: the scanner workers the dead server
+        /// leaves come to the host, which sees them through, so every file
+        /// gets its own verdict.
+        @Test func listSeesEveryFileThroughWhenAPluginKillsTheForkServer() async throws {
+            let plugins = try plugins(6)
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["list", "--json", plugins],
+                environment: ["XDG_CACHE_HOME": folder + "/cache", "CURFEW_FIXTURE_SPARE": "\(getpid())"])
+            #expect(result.stdout.contains(#""job":"sum-squares""#), "\(result.stdout)\(result.stderr)")
+            #expect(result.stdout.contains(#"a-bad.so","code":"entry-declined""#), "\(result.stdout)")
+        }
+
         @Test func aConstructorThatAbortsIsRejected() async throws {
             let report = try await scan([try plugins(2)])
             #expect(report.scan.rejected.first?.error.description

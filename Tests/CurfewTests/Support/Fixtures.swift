@@ -71,7 +71,7 @@ enum Fixtures {
         let arguments = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
                          "-I", includeFolder] + defines.map { "-D\($0)" } + extraFlags
             + ["\(sourceFolder)/\(source)", "-o", output, "-lpthread"]
-        let result = try runBlocking("/usr/bin/env", ["cc"] + arguments, in: nil, timeout: nil)
+        let result = try runBlocking("/usr/bin/env", ["cc"] + arguments, in: nil, timeout: nil, environment: [:])
         guard result.status == 0 else {
             throw FixtureError.compileFailed(source: source, output: result.stderr)
         }
@@ -84,19 +84,21 @@ enum Fixtures {
     ///
     /// The wait happens on a thread of its own: a test waiting for a program
     /// must not hold one of the few threads every other test runs on.
-    static func run(_ executable: String, _ arguments: [String], in folder: String? = nil, timeout: Duration? = nil)
-        async throws -> (status: Int32, stdout: String, stderr: String)
-    {
-        try await offPool { try runBlocking(executable, arguments, in: folder, timeout: timeout) }
+    /// `environment` adds to (or replaces in) the suite's environment.
+    static func run(
+        _ executable: String, _ arguments: [String], in folder: String? = nil, timeout: Duration? = nil,
+        environment extra: [String: String] = [:]
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await offPool { try runBlocking(executable, arguments, in: folder, timeout: timeout, environment: extra) }
     }
 
-    private static func runBlocking(_ executable: String, _ arguments: [String], in folder: String?, timeout: Duration?)
-        throws -> (status: Int32, stdout: String, stderr: String)
-    {
+    private static func runBlocking(
+        _ executable: String, _ arguments: [String], in folder: String?, timeout: Duration?, environment extra: [String: String]
+    ) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
-        process.environment = environment
+        process.environment = environment.merging(extra) { $1 }
         if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder) }
         let out = Pipe()
         let err = Pipe()

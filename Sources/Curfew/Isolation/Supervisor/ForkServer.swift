@@ -104,6 +104,15 @@ final class ForkServer: Sendable {
         if let now { handler(now) }
     }
 
+    /// Whether `pid` is this process's child: for a worker whose server
+    /// died, whether it came here (a subreaper) and is this process's to reap.
+    static func isOwnChild(_ pid: pid_t) -> Bool {
+        let pidfd = curfew_shim_pidfd_open(pid)
+        guard pidfd >= 0 else { return false }
+        defer { Glibc.close(pidfd) }
+        return curfew_shim_pidfd_is_child(pidfd) == 1
+    }
+
     /// The run is over: the server leaves when it reads the end of its socket,
     /// after it has killed and reaped what is left. Waits for that, two
     /// seconds at most: the server dies with this process, and must not die
