@@ -83,6 +83,7 @@ extern "C" {
 #define CURFEW_MAX_JOBS 256u          /* jobs in one plugin */
 #define CURFEW_MAX_JOB_NAME 64u       /* bytes in a job name, without NUL */
 #define CURFEW_MAX_SUMMARY 200u       /* bytes in a summary, without NUL */
+#define CURFEW_MAX_OPEN_TASKS 10000u  /* background tasks one job has open */
 
 /* One running job, as the host sees it. Opaque; owned by the host; valid
  * from the job's `create` until its `destroy` returns. Every host function
@@ -165,7 +166,8 @@ typedef struct curfew_host {
      * beginBackgroundTask(withName:expirationHandler:). The task shares the
      * job's deadline. `name` is copied; it may be NULL. `handler` may be
      * NULL; `user_data` is passed to it untouched. Returns
-     * CURFEW_TASK_INVALID once the grant is expiring or over. */
+     * CURFEW_TASK_INVALID once the grant is expiring or over, and while the
+     * job has CURFEW_MAX_OPEN_TASKS tasks open (the refusal is logged). */
     curfew_task_id (*begin_background_task)(curfew_context *ctx,
                                             const char *name,
                                             curfew_expiration_handler handler,
@@ -234,10 +236,43 @@ typedef enum curfew_status {
 
 /* [job-queue] Makes the job's state. Optional (NULL: state is NULL).
  * Store the state in `*state`; the host passes it to every later hook and
- * never reads it. Return CURFEW_ERROR (after logging why) to fail the job:
- * no other hook is called then. A task-driven job (NULL `chunk`) starts its
- * work here, under tasks it begins with `begin_background_task`, and
- * returns at once. The job's grant is already running. */
+ * never reads it. Return CURFEW_ERROR (after logging why) to fail the job
+ * at once, with the last logged error as its reason: no other hook is
+ * called then, and the tasks it began are ended by the host (their
+ * handlers are not called). The job's grant is already running.
+ *
+ * A task-driven job (NULL `chunk`) starts its work here and returns at
+ * once, with a task open: begin the task here, before `create` returns,
+ * and hand its id to the thread that does the work, which ends it when
+ * done. A task-driven job whose `create` returns without having begun a
+ * task fails ("create returned with no background task open"): the grant
+ * has nothing to keep it alive, and a task begun later from another thread
+ * would be refused. (One whose `create` begins and ends its tasks itself
+ * did its work there, and completes.) As on iOS:
+ *
+ *     struct work { curfew_context *ctx; curfew_task_id task; };
+ *     static void *run(void *arg) {
+ *         struct work *w = arg;
+ *         ... the work, checking host->is_expiring(w->ctx) ...
+ *         host->end_background_task(w->ctx, w->task);
+ *         return NULL;
+ *     }
+ *     static curfew_status create(curfew_context *ctx, void **state) {
+ *         struct work *w = calloc(1, sizeof *w);
+ *         if (!w) return CURFEW_ERROR;
+ *         w->ctx = ctx;
+ *         w->task = host->begin_background_task(ctx, "sync", NULL, NULL);
+ *         pthread_t thread;
+ *         if (pthread_create(&thread, NULL, run, w) != 0) {
+ *             host->log(ctx, CURFEW_LOG_ERROR, "cannot start a thread");
+ *             free(w);
+ *             return CURFEW_ERROR;  // the host ends the task
+ *         }
+ *         pthread_detach(thread);
+ *         *state = w;  // freed in destroy, after the task ended
+ *         return CURFEW_OK;
+ *     }
+ */
 typedef curfew_status (*curfew_create_fn)(curfew_context *ctx, void **state);
 
 /* [job-queue] Does one bounded unit of work and says what next (see

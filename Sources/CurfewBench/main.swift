@@ -133,6 +133,7 @@ enum BenchCase: String, CaseIterable {
     case pluginLoad = "plugin-load"
     case processPerJob = "process-per-job"
     case ffiNoop = "ffi-noop"
+    case tasks
 }
 
 struct Bench {
@@ -382,6 +383,94 @@ struct Bench {
 
     /// N no-op jobs, one at a time, each in a worker process, against a bare
     /// posix_spawn + waitpid of /bin/true and against /bin/true under timeout.
+    /// Background-task bookkeeping: beginning and ending many tasks, and
+    /// expiring many, each handler ending its own task, against a bare
+    /// dictionary of handlers under a lock.
+    func tasks() -> [Row] {
+        let perGrant = Grant.maximumOpenTasks
+        let grantCount = options.tiny ? 1 : 10
+        let total = perGrant * grantCount
+        let name = "tasks, \(grantCount) × \(perGrant) open"
+        var pairs = Row(
+            name: name, measure: "ns per begin + end (all begun, then all ended)", unit: "ns",
+            baselineName: "bare Dictionary insert + remove under a Mutex")
+        var handlers = Row(
+            name: name, measure: "ns per expiration handler that ends its task", unit: "ns",
+            baselineName: "bare Dictionary of handlers under a Mutex")
+        let queue = DispatchQueue(label: "bench.tasks")
+        let policy = GrantPolicy(budget: .seconds(60), grace: .seconds(1))
+        for _ in 0..<options.repetitions {
+            // Begin and end.
+            var start = now()
+            for _ in 0..<grantCount {
+                let grant = try! GrantManager(policy: policy).beginGrant(name: "g", handlerQueue: queue)
+                var ids: [BackgroundTaskIdentifier] = []
+                ids.reserveCapacity(perGrant)
+                for _ in 0..<perGrant { ids.append(grant.beginTask(name: "t")) }
+                for id in ids { precondition(grant.endTask(id)) }
+                grant.finish()
+            }
+            pairs.values.append(Double(now() - start) / Double(total))
+            start = now()
+            for _ in 0..<grantCount {
+                let table = Mutex<[UInt64: String]>([:])
+                var next: UInt64 = 0
+                var ids: [UInt64] = []
+                ids.reserveCapacity(perGrant)
+                for _ in 0..<perGrant {
+                    next += 1
+                    let id = next
+                    table.withLock { $0[id] = "t" }
+                    ids.append(id)
+                }
+                for id in ids { precondition(table.withLock { $0.removeValue(forKey: id) } != nil) }
+            }
+            pairs.baseline.append(Double(now() - start) / Double(total))
+
+            // Expiration: every handler ends its own task.
+            let group = DispatchGroup()
+            var grants: [Grant] = []
+            for _ in 0..<grantCount {
+                let grant = try! GrantManager(policy: policy).beginGrant(name: "g", handlerQueue: queue)
+                for _ in 0..<perGrant {
+                    let id = Locked(BackgroundTaskIdentifier.invalid)
+                    group.enter()
+                    let begun = grant.beginTask(name: "t") { _ in
+                        grant.endTask(id.value.withLock { $0 })
+                        group.leave()
+                    }
+                    id.value.withLock { $0 = begun }
+                }
+                grants.append(grant)
+            }
+            start = now()
+            grants.forEach { $0.expireNow(.cancelled) }
+            group.wait()
+            handlers.values.append(Double(now() - start) / Double(total))
+            precondition(grants.allSatisfy { $0.openTaskCount == 0 })
+            grants.forEach { $0.finish() }
+            let table = Locked<[UInt64: @Sendable () -> Void]>([:])
+            let bareGroup = DispatchGroup()
+            for id in 0..<UInt64(total) {
+                bareGroup.enter()
+                table.value.withLock {
+                    $0[id] = {
+                        _ = table.value.withLock { $0.removeValue(forKey: id) }
+                        bareGroup.leave()
+                    }
+                }
+            }
+            start = now()
+            queue.async {
+                for id in 0..<UInt64(total) { table.value.withLock { $0[id] }?() }
+            }
+            bareGroup.wait()
+            handlers.baseline.append(Double(now() - start) / Double(total))
+        }
+        pairs.note = "each grant holds the most open tasks a job may have (Grant.maximumOpenTasks); ended in the order begun"
+        return [pairs, handlers]
+    }
+
     func processPerJob() -> [Row] {
         let count = size(200, tiny: 3)
         var spawn = Row(
@@ -524,6 +613,7 @@ struct Bench {
         }
         if selected(.processPerJob) { rows += processPerJob() }
         if selected(.ffiNoop) { rows += try await ffiNoop() }
+        if selected(.tasks) { rows += tasks() }
         return rows
     }
 }
@@ -635,4 +725,10 @@ do {
 } catch {
     printError("Error: \(error)")
     exit(1)
+}
+
+/// A value under a lock that closures can share.
+final class Locked<Value: Sendable>: Sendable {
+    let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
 }

@@ -153,7 +153,8 @@ public enum CurfewMain {
                 for violation in report.violations { console.human("  - \(Untrusted.line(violation))") }
             }
         }
-        if report.violations.isEmpty { return ExitCode.success }
+        // A job that cannot complete or expire cleanly fails the test, as in a run.
+        if report.violations.isEmpty && report.outcome.isClean { return ExitCode.success }
         // A hook that never returned is still running: leave without exit handlers.
         if report.outcome == .terminated { _exit(ExitCode.jobNotClean) }
         return ExitCode.jobNotClean
@@ -176,8 +177,26 @@ public enum CurfewMain {
         }
     }
 
+    /// The first path given that does not exist or cannot be read, as an
+    /// error line: a mistyped folder is the user's error (exit 1), not a
+    /// plugin rejected.
+    static func missingPath(_ paths: [String]) -> String? {
+        for path in paths {
+            var info = stat()
+            if stat(path, &info) != 0 {
+                let why = errno == ENOENT ? "no such file or folder" : String(cString: strerror(errno))
+                return "Error: \(Untrusted.line(path)): \(why)."
+            }
+        }
+        return nil
+    }
+
     static func list(_ options: ListOptions) -> Int32 {
         let console = Console(json: options.json)
+        if let missing = missingPath(options.effectivePaths) {
+            console.error(missing)
+            return ExitCode.failure
+        }
         // A scanner worker whose fork server died comes here and is seen through.
         ChildProcesses.adoptOrphans()
         // Loaded in a scanner worker (and cached): a crashing plugin cannot take `list` down.
@@ -230,6 +249,10 @@ public enum CurfewMain {
     }
 
     static func run(_ options: RunOptions) async -> Int32 {
+        if let missing = missingPath(options.effectivePaths) {
+            Console(json: options.json).error(missing)
+            return ExitCode.failure
+        }
         // In process, plugin code shares this process's stdout and stderr:
         // take them over before any plugin is loaded, so what it prints
         // becomes its jobs' log lines and the host's own output stays whole.

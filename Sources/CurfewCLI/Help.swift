@@ -136,9 +136,9 @@ public enum Help {
                 "",
                 "EXIT STATUS:",
                 "  0    every job completed or expired cleanly, and no plugin was rejected",
-                "  1    nothing to run, or the host itself failed",
+                "  1    a path given does not exist, no plugin was found, or the host itself failed",
                 "  2    a job failed, was terminated, crashed or was refused",
-                "  3    a plugin file was rejected (the other jobs ran cleanly)",
+                "  3    a plugin file was rejected (the other jobs, if any, ran cleanly)",
                 "  4    in process, plugin code called exit(); the host names the job",
                 "  64   usage error",
                 "  130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up",
@@ -159,7 +159,7 @@ public enum Help {
                 "",
                 "EXIT STATUS:",
                 "  0    every plugin file loaded",
-                "  1    no plugin found",
+                "  1    a path given does not exist, or no plugin found",
                 "  3    a plugin file was rejected",
                 "  64   usage error",
                 "  141  its output was closed (| head)",
@@ -185,9 +185,10 @@ public enum Help {
             lines += [
                 "",
                 "EXIT STATUS:",
-                "  0    the job kept the contract",
+                "  0    the job kept the contract and completed or expired cleanly",
                 "  1    the plugin or the job could not be loaded",
-                "  2    the job broke the contract (each violation is listed)",
+                "  2    the job broke the contract (each violation is listed), or it failed",
+                "       (say, its create returned an error), was terminated or was refused",
                 "  64   usage error",
             ]
         case .new?:

@@ -15,15 +15,15 @@ static const curfew_host *host;
 enum counter {
     C_CREATES, C_CHUNKS, C_EXPIRES, C_DESTROYS, C_OVERLAPS, C_CHUNKS_AFTER_EXPIRE,
     C_AFTER_DESTROY, C_EXPIRE_TIMEOUT, C_EXPIRE_SHUTDOWN, C_EXPIRE_CANCELLED, C_HANDLERS,
-    C_IS_EXPIRING_IN_EXPIRE, C_REMAINING_OK, C_COUNT
+    C_IS_EXPIRING_IN_EXPIRE, C_REMAINING_OK, C_REFUSED, C_COUNT
 };
 static const char *const counter_names[C_COUNT] = {
     "creates", "chunks", "expires", "destroys", "overlaps", "chunks-after-expire",
     "after-destroy", "expire-timeout", "expire-shutdown", "expire-cancelled", "handlers",
-    "is-expiring-in-expire", "remaining-ok",
+    "is-expiring-in-expire", "remaining-ok", "refused",
 };
 
-#define MAX_JOBS 16
+#define MAX_JOBS 32
 static const char *job_names[MAX_JOBS];
 static atomic_llong counters[MAX_JOBS][C_COUNT];
 
@@ -336,6 +336,62 @@ static curfew_status blocking_handler_create(curfew_context *ctx, void **state) 
     return CURFEW_OK;
 }
 
+/* late-begin: task-driven, ported the wrong way: create starts a thread and
+ * returns with no task open; the thread then begins one (counting a refusal)
+ * and ends it. */
+static void *late_begin_thread(void *argument) {
+    run_state *run = argument;
+    sleep_ms(50); /* as dispatch_async would: create has long returned */
+    curfew_task_id task = host->begin_background_task(run->ctx, "sync", NULL, NULL);
+    if (task == CURFEW_TASK_INVALID) bump(run, C_REFUSED);
+    host->end_background_task(run->ctx, task);
+    return NULL;
+}
+static curfew_status late_begin_create(curfew_context *ctx, void **state) {
+    common_create(ctx, state, "late-begin");
+    run_state *run = *state;
+    run->has_thread = pthread_create(&run->thread, NULL, late_begin_thread, run) == 0;
+    return CURFEW_OK;
+}
+
+/* begun-then-fails: create begins a task with a handler, logs an error and
+ * fails; the handler must never run. */
+static curfew_status begun_then_fails_create(curfew_context *ctx, void **state) {
+    common_create(ctx, state, "begun-then-fails");
+    host->begin_background_task(ctx, "download", leaky_handler, *state);
+    host->log(ctx, CURFEW_LOG_ERROR, "no network");
+    return CURFEW_ERROR;
+}
+
+/* many-tasks: task-driven; create begins `tasks` tasks (default
+ * CURFEW_MAX_OPEN_TASKS + 1), counting refusals, each with a handler that
+ * ends its own task (or, with `end=0`, does not). */
+static int many_tasks_end = 1;
+typedef struct {
+    run_state *run;
+    curfew_task_id id;
+} owned_task;
+static owned_task owned[CURFEW_MAX_OPEN_TASKS + 8];
+static void many_tasks_handler(void *user_data, curfew_expire_reason reason) {
+    (void)reason;
+    owned_task *task = user_data;
+    bump(task->run, C_HANDLERS);
+    if (many_tasks_end) host->end_background_task(task->run->ctx, task->id);
+}
+static curfew_status many_tasks_create(curfew_context *ctx, void **state) {
+    common_create(ctx, state, "many-tasks");
+    run_state *run = *state;
+    long count = param_long(ctx, "tasks", CURFEW_MAX_OPEN_TASKS + 1);
+    many_tasks_end = param_long(ctx, "end", 1) != 0;
+    if (count < 1 || count > CURFEW_MAX_OPEN_TASKS + 8) return CURFEW_ERROR;
+    for (long i = 0; i < count; i++) {
+        owned[i].run = run;
+        owned[i].id = host->begin_background_task(ctx, "item", many_tasks_handler, &owned[i]);
+        if (owned[i].id == CURFEW_TASK_INVALID) bump(run, C_REFUSED);
+    }
+    return CURFEW_OK;
+}
+
 /* continuous: no budget; ticks every 5 ms. */
 DEFINE_CREATE(continuous_create, "continuous")
 
@@ -359,6 +415,9 @@ JOB(hold_job, "hold", 0, hold_create, hold_chunk, common_expire)
 JOB(tasks_job, "tasks", 0, tasks_create, NULL, NULL)
 JOB(leaky_job, "leaky", 0, leaky_create, NULL, NULL)
 JOB(blocking_handler_job, "blocking-handler", 0, blocking_handler_create, NULL, NULL)
+JOB(late_begin_job, "late-begin", 0, late_begin_create, NULL, NULL)
+JOB(begun_then_fails_job, "begun-then-fails", 0, begun_then_fails_create, NULL, NULL)
+JOB(many_tasks_job, "many-tasks", 0, many_tasks_create, NULL, NULL)
 static const curfew_job stuck_destroy_job = {
     .struct_size = sizeof(curfew_job), .name = "stuck-destroy", .summary = "Fixture job stuck-destroy.",
     .create = stuck_destroy_create, .chunk = hold_chunk, .expire = common_expire, .destroy = stuck_destroy_destroy,
@@ -368,7 +427,7 @@ JOB(continuous_job, "continuous", CURFEW_JOB_CONTINUOUS, continuous_create, tick
 static const curfew_job *const jobs[] = {
     &count_job, &spin_job, &fail_job, &bad_result_job, &stuck_job, &stuck_expire_job, &tick_job,
     &create_fails_job, &params_job, &hold_job, &tasks_job, &leaky_job, &continuous_job, &blocking_handler_job,
-    &stuck_destroy_job,
+    &stuck_destroy_job, &late_begin_job, &begun_then_fails_job, &many_tasks_job,
 };
 
 static const curfew_plugin plugin = {

@@ -44,15 +44,28 @@ public final class Grant: Sendable {
     }
 
     struct OpenTask {
-        let id: BackgroundTaskIdentifier
         let name: String
         let handler: (@Sendable (ExpirationReason) -> Void)?
+    }
+
+    /// The most background tasks a job may have open at once; past it,
+    /// `beginTask` refuses (``BackgroundTaskIdentifier/invalid``).
+    public static let maximumOpenTasks = 10_000
+
+    /// Why a task could not begin.
+    public enum Refusal: Error, Sendable, Equatable {
+        /// The grant has not started, is expiring, or is over.
+        case notActive
+        /// ``maximumOpenTasks`` are open.
+        case tooManyTasks
     }
 
     struct State {
         var phase: Phase = .idle
         var observer = GrantObserver()
-        var tasks: [OpenTask] = []
+        var tasks = OpenTasks<OpenTask>()
+        /// How many tasks have begun, ended or not.
+        var begun = 0
         var expirationTimer: (any CurfewTimer)?
         var deadlineTimer: (any CurfewTimer)?
         /// An expiration asked for before the grant started.
@@ -163,9 +176,19 @@ public final class Grant: Sendable {
         }
     }
 
-    /// The names of the tasks begun and not yet ended.
+    /// The names of the tasks begun and not yet ended, oldest first.
     public var openTaskNames: [String] {
-        state.withLock { $0.tasks.map(\.name) }
+        state.withLock { $0.tasks.ordered.map(\.task.name) }
+    }
+
+    /// How many tasks are open.
+    public var openTaskCount: Int {
+        state.withLock { $0.tasks.count }
+    }
+
+    /// How many tasks have begun so far, ended or not.
+    public var tasksBegun: Int {
+        state.withLock { $0.begun }
     }
 
     /// Begins a background task that keeps the job alive until it ends, like
@@ -180,12 +203,28 @@ public final class Grant: Sendable {
     public func beginTask(
         name: String, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
     ) -> BackgroundTaskIdentifier {
+        (try? tryBeginTask(name: name, expirationHandler: expirationHandler).get()) ?? .invalid
+    }
+
+    /// ``beginTask(name:expirationHandler:)``, saying why it refused.
+    public func tryBeginTask(
+        name: String, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
+    ) -> Result<BackgroundTaskIdentifier, Refusal> {
         state.withLock { state in
-            guard state.phase == .active else { return .invalid }
+            guard state.phase == .active else { return .failure(.notActive) }
+            guard state.tasks.count < Self.maximumOpenTasks else { return .failure(.tooManyTasks) }
             let id = manager.nextTaskID()
-            state.tasks.append(OpenTask(id: id, name: name, handler: expirationHandler))
-            return id
+            state.tasks.append(id.rawValue, OpenTask(name: name, handler: expirationHandler))
+            state.begun += 1
+            return .success(id)
         }
+    }
+
+    /// Ends every open task without calling its handler (the job failed and
+    /// is over): their names, oldest first.
+    @discardableResult
+    func endAllTasks() -> [String] {
+        state.withLock { $0.tasks.removeAll().map(\.task.name) }
     }
 
     /// Ends a task. Ending a task twice, or an invalid or unknown id, is harmless.
@@ -194,8 +233,7 @@ public final class Grant: Sendable {
     @discardableResult
     public func endTask(_ id: BackgroundTaskIdentifier) -> Bool {
         let (found, drained) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
-            guard let index = state.tasks.firstIndex(where: { $0.id == id }) else { return (false, nil) }
-            state.tasks.remove(at: index)
+            guard state.tasks.remove(id.rawValue) != nil else { return (false, nil) }
             let live = state.phase != .idle && state.phase != .closed && state.phase != .finished
             return (true, state.tasks.isEmpty && live ? state.observer.drained : nil)
         }
@@ -251,7 +289,7 @@ public final class Grant: Sendable {
     // On the timer queue (or inside ManualClock.advance).
     private func expire(_ reason: ExpirationReason) {
         let clock = manager.clock
-        let change = state.withLock { state -> (observer: GrantObserver, ids: [BackgroundTaskIdentifier], rearm: CurfewInstant?, old: [any CurfewTimer])? in
+        let change = state.withLock { state -> (observer: GrantObserver, ids: [UInt64], rearm: CurfewInstant?, old: [any CurfewTimer])? in
             guard state.phase == .active else { return nil }
             state.phase = .expiring(reason)
             expiringFlag.store(true, ordering: .relaxed)
@@ -270,7 +308,7 @@ public final class Grant: Sendable {
                     rearm = newDeadline
                 }
             }
-            return (state.observer, state.tasks.map(\.id), rearm, old)
+            return (state.observer, state.tasks.ordered.map(\.id), rearm, old)
         }
         guard let change else { return }
         change.old.forEach { $0.cancel() }
@@ -280,7 +318,7 @@ public final class Grant: Sendable {
         // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
         handlerQueue.async {
             for id in change.ids {
-                let handler = self.state.withLock { state in state.tasks.first(where: { $0.id == id })?.handler }
+                let handler = self.state.withLock { state in state.tasks[id]?.handler }
                 handler?(reason)
             }
         }
@@ -291,7 +329,7 @@ public final class Grant: Sendable {
         let due = state.withLock { state -> (GrantObserver, [String])? in
             guard state.phase != .finished && state.phase != .idle else { return nil }
             state.deadlineTimer = nil
-            return (state.observer, state.tasks.map(\.name))
+            return (state.observer, state.tasks.ordered.map(\.task.name))
         }
         guard let (observer, open) = due else { return }
         observer.deadline(open)

@@ -8,7 +8,6 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     // Safe because every mutable field lives in `state`, under its lock;
     // `jobState` is touched only by the driving thread.
     struct OpenTask {
-        let id: UInt64
         let name: String
         let began: Duration
         let handler: curfew_expiration_handler?
@@ -21,7 +20,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         var over = false
         var trace: [HarnessEvent] = []
         var violations: [String] = []
-        var tasks: [OpenTask] = []
+        var tasks = OpenTasks<OpenTask>()
         var nextTask: UInt64 = 1
         var chunk = 0              // the chunk running or last run, from 1
         var hook: (name: String, since: ContinuousClock.Instant)?
@@ -70,8 +69,20 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         jobState = made
         state.withLock { $0.trace.insert(HarnessEvent(time: .zero, kind: "create", detail: status == CURFEW_OK ? "ok" : "error"), at: line) }
         guard status == CURFEW_OK else {
-            let why = state.withLock { $0.lastError.map { "create failed: \($0)" } ?? "create returned an error" }
+            let (why, ended) = state.withLock { state in
+                (state.lastError.map { "create failed: \($0)" } ?? "create returned an error", state.tasks.removeAll())
+            }
+            if !ended.isEmpty {
+                record("end tasks", "\(Reason.quoted(ended.map(\.task.name))): ended by the host, their handlers not called")
+            }
             finish(.failed, why, destroy: false)
+            return
+        }
+        if job.hooks.chunk == nil && state.withLock({ $0.nextTask == 1 }) {
+            violation(
+                "create returned with no background task open, so the job has nothing to keep it alive and a task its "
+                    + "threads begin later is refused. Begin the task in create and hand its id to the thread that ends it.")
+            finish(.failed, JobRun.noTaskOpen, destroy: true)
             return
         }
 
@@ -177,15 +188,15 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     /// The grant expires now: the tasks' handlers, then the job's `expire`.
     private func expire() {
-        let handlers = state.withLock { state -> [OpenTask] in
+        let handlers = state.withLock { state -> [(id: UInt64, task: OpenTask)] in
             state.now = max(state.now, expirationPoint)
             state.expiring = true
             if state.deadline == nil { state.deadline = state.now + lead }  // a continuous job's shutdown
-            return state.tasks
+            return state.tasks.ordered
         }
         record("expiring", reason.description)
-        for task in handlers {
-            guard let handler = task.handler, state.withLock({ $0.tasks.contains { $0.id == task.id } }) else { continue }
+        for (id, task) in handlers {
+            guard let handler = task.handler, state.withLock({ $0.tasks.contains(id) }) else { continue }
             record("handler", "task '\(task.name)'")
             call("the expiration handler of task '\(task.name)'") { handler(task.userData.pointer, reason.cValue) }
         }
@@ -199,7 +210,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     private func waitForTasks() -> [(String, Duration)] {
         let limit = ContinuousClock.now + harness.hookTimeout
         while true {
-            let open = state.withLock { state in state.tasks.map { ($0.name, $0.began) } }
+            let open = state.withLock { state in state.tasks.ordered.map { ($0.task.name, $0.task.began) } }
             if open.isEmpty || ContinuousClock.now >= limit { return open }
             usleep(1000)
         }
@@ -302,15 +313,22 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?
     ) -> BackgroundTaskIdentifier {
         guard hostCall("begin_background_task") else { return .invalid }
-        let id = state.withLock { state -> UInt64? in
-            guard !state.expiring else { return nil }
+        let begun = state.withLock { state -> Result<UInt64, Grant.Refusal> in
+            guard !state.expiring else { return .failure(.notActive) }
+            guard state.tasks.count < Grant.maximumOpenTasks else { return .failure(.tooManyTasks) }
             let id = state.nextTask
             state.nextTask += 1
-            state.tasks.append(OpenTask(id: id, name: name, began: state.now, handler: handler, userData: UserData(pointer: userData)))
-            return id
+            state.tasks.append(id, OpenTask(name: name, began: state.now, handler: handler, userData: UserData(pointer: userData)))
+            return .success(id)
         }
-        guard let id else {
+        let id: UInt64
+        switch begun {
+        case .success(let value): id = value
+        case .failure(.notActive):
             record("begin task", "'\(name)' refused: the grant is expiring")
+            return .invalid
+        case .failure(.tooManyTasks):
+            record("begin task", "'\(name)' refused: \(Grant.maximumOpenTasks) tasks are open, the most a job may have")
             return .invalid
         }
         record("begin task", "'\(name)'")
@@ -319,10 +337,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     override func endTask(_ id: BackgroundTaskIdentifier) {
         guard hostCall("end_background_task") else { return }
-        let name = state.withLock { state -> String? in
-            guard let index = state.tasks.firstIndex(where: { $0.id == id.rawValue }) else { return nil }
-            return state.tasks.remove(at: index).name
-        }
+        let name = state.withLock { $0.tasks.remove(id.rawValue)?.name }
         if let name { record("end task", "'\(name)'") }
     }
 

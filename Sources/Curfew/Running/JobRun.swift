@@ -118,8 +118,20 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let next = control.withLock { c -> Next in
             guard c.stage == .creating else { return .nothing }  // terminated meanwhile
             if status != CURFEW_OK {
+                // At once: the tasks it began are ended here, their handlers not called.
                 c.createFailed = true
                 c.failure = c.lastError.map { "create failed: \($0)" } ?? "create returned an error"
+                grant.endAllTasks()
+                c.stage = .waiting
+                return finishIfDrained(&c, onQueue: true)
+            }
+            if !job.isChunked && grant.tasksBegun == 0 {
+                // A task-driven job that began no task: nothing keeps it alive
+                // past this point, and a task a thread of its begins later is
+                // refused (a port of `dispatch_async { beginBackgroundTask … }`
+                // that does nothing). One that began and ended its tasks in
+                // `create` did its work there, and completes.
+                c.failure = Self.noTaskOpen
                 c.stage = .waiting
                 return finishIfDrained(&c, onQueue: true)
             }
@@ -246,6 +258,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         }
     }
 
+    /// The failure of a task-driven job whose `create` returned without
+    /// having begun a task.
+    static let noTaskOpen = "create returned with no background task open; begin the task before create returns"
+
     private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
         if let failure = c.failure { return (.failed, failure) }
         if let reason = c.expiredBy, c.expireCalled || !job.isChunked {
@@ -305,8 +321,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             case .expiring: what = "expire was still running"
             case .destroying: what = "destroy was still running"
             case .waiting where !openTasks.isEmpty:
-                let names = openTasks.map { "'\($0)'" }.joined(separator: ", ")
-                what = openTasks.count == 1 ? "background task \(names) was never ended" : "background tasks \(names) were never ended"
+                what = Reason.neverEnded(openTasks)
             case .queued, .delayed, .idle, .waiting: what = "did not stop"
             }
             c.delayTimer?.cancel()
@@ -351,7 +366,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let elapsed = c.startedAt.map { $0.duration(to: clock.now()) } ?? .zero
         return JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: elapsed, reason: reason, progress: c.progress)
+            elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress)
     }
 
     /// With the control lock held, the stage already final: the job's last event.
@@ -376,11 +391,15 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             let userData = UserData(pointer: userData)
             return { @Sendable (reason: ExpirationReason) in handler(userData.pointer, reason.cValue) }
         }
-        let id = grant.beginTask(name: name, expirationHandler: callback)
-        if id == .invalid {
-            log(.debug, "begin_background_task('\(name)') refused: the grant is expiring or over")
+        switch grant.tryBeginTask(name: name, expirationHandler: callback) {
+        case .success(let id):
+            return id
+        case .failure(.notActive):
+            log(.debug, "begin_background_task('\(Reason.shortened(name))') refused: the grant is expiring or over")
+        case .failure(.tooManyTasks):
+            log(.warning, "begin_background_task('\(Reason.shortened(name))') refused: the job has \(Grant.maximumOpenTasks) tasks open, the most a job may have")
         }
-        return id
+        return .invalid
     }
 
     override func endTask(_ id: BackgroundTaskIdentifier) {

@@ -81,9 +81,9 @@ import Testing
 
             EXIT STATUS:
               0    every job completed or expired cleanly, and no plugin was rejected
-              1    nothing to run, or the host itself failed
+              1    a path given does not exist, no plugin was found, or the host itself failed
               2    a job failed, was terminated, crashed or was refused
-              3    a plugin file was rejected (the other jobs ran cleanly)
+              3    a plugin file was rejected (the other jobs, if any, ran cleanly)
               4    in process, plugin code called exit(); the host names the job
               64   usage error
               130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up
@@ -113,7 +113,7 @@ import Testing
 
             EXIT STATUS:
               0    every plugin file loaded
-              1    no plugin found
+              1    a path given does not exist, or no plugin found
               3    a plugin file was rejected
               64   usage error
               141  its output was closed (| head)

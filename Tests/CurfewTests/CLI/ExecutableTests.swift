@@ -126,6 +126,16 @@ extension ProcessTests {
             #expect(result.stderr == "Error: No loaded job is named 'nope' (loaded: sum-squares).\n")
         }
 
+        /// Before: "Nothing to run" and status 3, where the README says 1.
+        @Test func aPathThatDoesNotExistIsAnErrorWithStatusOne() async throws {
+            for command in ["run", "list"] {
+                let result = try await Fixtures.run(Fixtures.curfewExecutable, [command, "/nonexistent"])
+                #expect(result.status == 1, "\(command)")
+                #expect(result.stderr == "Error: /nonexistent: no such file or folder.\n", "\(command)")
+                #expect(result.stdout.isEmpty)
+            }
+        }
+
         @Test func aFailedJobMakesTheStatusTwo() async throws {
             let fixture = try RunnerFixture()
             let result = try await curfew(["run", fixture.path, "--only", "fail", "--only", "count"])

@@ -19,6 +19,21 @@ extension ProcessTests {
             #expect(last == #"{"event":"result","job":"steady","outcome":"expired","reason":"time ran out; cleanup ran","chunks":1,"violations":[]}"#)
         }
 
+        /// Before: "Outcome: failed … No contract violations." and status 0.
+        @Test func aJobThatCannotStartFailsTheTest() async throws {
+            let path = try Fixtures.compile("runner_jobs.c")
+            let failed = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "create-fails"])
+            #expect(failed.status == 2, "\(failed.stdout)")
+            #expect(failed.stdout.contains("Outcome: failed (create failed: missing configuration) after 0 chunks.\nNo contract violations.\n"))
+            let late = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "late-begin", "--json"])
+            #expect(late.status == 2, "\(late.stdout)")
+            let last = try #require(late.stdout.split(separator: "\n").last)
+            #expect(last.hasPrefix(#"{"event":"result","job":"late-begin","outcome":"failed","reason":"create returned with no background task open; begin the task before create returns","chunks":0,"violations":["create returned with no background task open"#))
+            let begun = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path, "--job", "begun-then-fails"])
+            #expect(begun.status == 2)
+            #expect(begun.stdout.contains("end tasks  'download': ended by the host, their handlers not called"), "\(begun.stdout)")
+        }
+
         @Test func choosingTheJob() async throws {
             let path = try Fixtures.compile("harness_jobs.c")
             let result = try await Fixtures.run(Fixtures.curfewExecutable, ["test", path])
@@ -58,9 +73,10 @@ extension ProcessTests {
                   -h, --help              Show help information.
 
                 EXIT STATUS:
-                  0    the job kept the contract
+                  0    the job kept the contract and completed or expired cleanly
                   1    the plugin or the job could not be loaded
-                  2    the job broke the contract (each violation is listed)
+                  2    the job broke the contract (each violation is listed), or it failed
+                       (say, its create returned an error), was terminated or was refused
                   64   usage error
 
                 """)

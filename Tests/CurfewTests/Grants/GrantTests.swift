@@ -206,3 +206,23 @@ import Testing
         #expect(calls.entries == ["expiring:shutdown", "deadline:stream"])
     }
 }
+
+/// The open-task table: order kept, holes swept, lookups by id.
+@Suite struct OpenTasksTests {
+    @Test func endsInAnyOrderKeepTheOrderOfTheRest() {
+        var tasks = OpenTasks<String>()
+        for id in 1...1000 { tasks.append(UInt64(id), "t\(id)") }
+        // Every other one, then most of the rest: sweeps happen on the way.
+        for id in stride(from: 2, through: 1000, by: 2) { #expect(tasks.remove(UInt64(id)) == "t\(id)") }
+        for id in stride(from: 1, through: 900, by: 2) { #expect(tasks.remove(UInt64(id)) == "t\(id)") }
+        #expect(tasks.remove(1) == nil, "ended twice")
+        #expect(tasks.count == 50)
+        #expect(tasks.ordered.map(\.id) == Array(stride(from: UInt64(901), through: 999, by: 2)))
+        #expect(tasks[951] == "t951")
+        #expect(tasks[950] == nil)
+        tasks.append(2000, "late")
+        #expect(tasks.ordered.last?.task == "late")
+        #expect(tasks.removeAll().count == 51)
+        #expect(tasks.isEmpty)
+    }
+}

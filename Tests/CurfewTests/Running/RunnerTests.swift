@@ -91,6 +91,58 @@ import Testing
         #expect(fixture.count("create-fails", "destroys") == 0)
     }
 
+    /// Before: it waited out the whole budget and was `terminated` (task never
+    /// ended), its logged error lost, and the task's handler ran.
+    @Test func aCreateThatFailsAfterBeginningATaskFailsAtOnce() async throws {
+        let result = try #require(await run(try fixture.jobs("begun-then-fails"), budget: .seconds(20)).first)
+        #expect(result.outcome == .failed)
+        #expect(result.reason == "create failed: no network")
+        #expect(result.elapsed < .seconds(10), "not after the budget")
+        #expect(fixture.count("begun-then-fails", "handlers") == 0)
+        #expect(fixture.count("begun-then-fails", "destroys") == 0)
+    }
+
+    /// Before: `completed (all tasks ended)` while the thread's task was refused.
+    @Test func aTaskDrivenCreateThatReturnsWithNoTaskOpenFails() async throws {
+        let result = try #require(await run(try fixture.jobs("late-begin")).first)
+        #expect(result.outcome == .failed)
+        #expect(result.reason == "create returned with no background task open; begin the task before create returns")
+        #expect(fixture.count("late-begin", "refused") == 1)
+        #expect(fixture.count("late-begin", "destroys") == 1)
+    }
+
+    /// Before: no limit, and each end and each handler's lookup scanned every
+    /// open task (3,000 of 100,000 handlers ran in a 1 s lead).
+    @Test func openTasksAreBoundedAndAllTheirHandlersRunAtExpiration() async throws {
+        let limit = Int64(Grant.maximumOpenTasks)
+        let result = try #require(
+            await run(try fixture.jobs("many-tasks"), budget: .milliseconds(600), grace: .milliseconds(300)).first)
+        #expect(result.outcome == .expired, "\(result.reason)")
+        #expect(result.reason == "time ran out; tasks ended")
+        #expect(fixture.count("many-tasks", "refused") == 1, "the one past the limit")
+        #expect(fixture.count("many-tasks", "handlers") == limit)
+    }
+
+    /// Before: 100,000 never-ended tasks gave a 1.6 MB reason.
+    @Test func aReasonNamesAFewTasksAndCountsTheRest() async throws {
+        let result = try #require(
+            await run(
+                try fixture.jobs("many-tasks"), budget: .milliseconds(400), grace: .milliseconds(200),
+                parameters: ["end": "0", "tasks": "\(Grant.maximumOpenTasks)"]
+            ).first)
+        #expect(result.outcome == .terminated)
+        #expect(result.reason == "background tasks 'item', 'item', 'item' and \(Grant.maximumOpenTasks - 3) more were never ended at the hard deadline")
+    }
+
+    @Test func everyReasonIsBounded() {
+        let long = String(repeating: "é", count: 5000)
+        #expect(Reason.bounded(long).utf8.count <= Reason.maximumBytes)
+        #expect(Reason.bounded(long).hasSuffix("…"))
+        #expect(Reason.bounded("short") == "short")
+        #expect(Reason.neverEnded([long]) == "background task '\(String(repeating: "é", count: 30))…' was never ended")
+        #expect(Reason.quoted(["a", "b"]) == "'a', 'b'")
+    }
+
     @Test func aChunkThatOverrunsTheDeadlineIsTerminatedAndTheHostCarriesOn() async throws {
         defer { fixture.release() }
         let results = await run(try fixture.jobs("stuck", "count"), budget: .milliseconds(300), concurrency: 1)
