@@ -79,7 +79,26 @@ static curfew_chunk_result exits(curfew_context *ctx, void *state) {
     exit(0);
 }
 
+/* Chunks 1 to 30 return at once (one time slice holds them all); chunk 31
+ * never returns. */
+static curfew_chunk_result hangs_at_31(curfew_context *ctx, void *state) {
+    static int calls;
+    if (++calls <= 30) return CURFEW_CHUNK_CONTINUE;
+    return loops(ctx, state);
+}
+
+/* Chunks 1 to 4 return at once; chunk 5 dereferences NULL. */
+static curfew_chunk_result crashes_at_5(curfew_context *ctx, void *state) {
+    (void)ctx; (void)state;
+    static int calls;
+    if (++calls <= 4) return CURFEW_CHUNK_CONTINUE;
+    volatile int *nowhere = NULL;
+    return *nowhere;
+}
+
 CURFEW_JOB(fine_job, "fine", "Completes.", .chunk = fine, .expire = cleanup);
+CURFEW_JOB(hangs_at_31_job, "hangs-at-31", "Never returns from chunk 31.", .chunk = hangs_at_31, .expire = cleanup);
+CURFEW_JOB(crashes_at_5_job, "crashes-at-5", "Dereferences NULL in chunk 5.", .chunk = crashes_at_5, .expire = cleanup);
 CURFEW_JOB(segfault_job, "segfault", "Dereferences NULL in chunk.", .chunk = segfault, .expire = cleanup);
 CURFEW_JOB(abort_job, "abort", "Calls abort() in chunk.", .chunk = aborts, .expire = cleanup);
 CURFEW_JOB(loop_job, "loops-in-chunk", "Never returns from chunk.", .chunk = loops, .expire = cleanup);
@@ -92,4 +111,4 @@ CURFEW_JOB(helper_job, "spawns-helper", "Leaves a process holding its output.", 
 CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = keeps_going, .expire = cleanup);
 
 CURFEW_PLUGIN(host, &fine_job, &segfault_job, &abort_job, &loop_job, &loop_expire_job, &allocates_job, &burns_job,
-              &prints_job, &exits_job, &helper_job, &ticks_job)
+              &prints_job, &exits_job, &helper_job, &ticks_job, &hangs_at_31_job, &crashes_at_5_job)

@@ -158,7 +158,7 @@ static curfew_chunk_result inspects(curfew_context *ctx, void *state) {
     char byte;
     ssize_t got = read(0, &byte, 1);
     const char *input = got > 0 ? "data" : got == 0 ? "empty" : "unreadable";
-    const char *seven = fcntl(7, F_GETFD) >= 0 ? "open" : "closed";
+    const char *seven = fcntl(57, F_GETFD) >= 0 ? "open" : "closed"; /* far above what a worker opens itself */
     char mask[64] = "unknown";
     int ends[2];
     if (pipe(ends) == 0) {
@@ -180,7 +180,7 @@ static curfew_chunk_result inspects(curfew_context *ctx, void *state) {
         if (child > 0) waitpid(child, NULL, 0);
     }
     char text[256];
-    snprintf(text, sizeof text, "stdin: %s; fd 7: %s; a child's blocked signals: %s", input, seven, mask);
+    snprintf(text, sizeof text, "stdin: %s; fd 57: %s; a child's blocked signals: %s", input, seven, mask);
     host->log(ctx, CURFEW_LOG_INFO, text);
     return CURFEW_CHUNK_DONE;
 }

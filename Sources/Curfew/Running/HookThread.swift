@@ -1,5 +1,6 @@
 import Glibc
 import Synchronization
+import _CurfewShims
 
 /// Which job's hook the calling thread is running, so that when plugin code
 /// ends the process in process (`exit()`), the host can say whose it was.
@@ -31,12 +32,42 @@ public enum HookThread {
         unblocksSignals.store(true, ordering: .relaxed)
     }
 
-    /// Runs `body` with `context` recorded as this thread's job.
+    private static let reportsCrashes = Atomic<Bool>(false)
+
+    /// From now on, a hook that crashes the process first writes where it
+    /// was (job, hook, chunks run) on `descriptor`: for workers, whose host
+    /// then says more than "died of SIGSEGV".
+    static func reportCrashes(on descriptor: Int32) {
+        if curfew_shim_install_crash_reporter(descriptor) == 0 { reportsCrashes.store(true, ordering: .relaxed) }
+    }
+
+    /// A hook, as a crash report names it.
+    enum Hook: Int32 {
+        case create = 0, chunk, expire, destroy
+    }
+
+    /// Where a crash happened: the job's name as a C string (kept for the
+    /// process's life), the hook, and for a chunk slice the chunks before
+    /// it and the slice's running count.
+    struct Place {
+        let job: UnsafePointer<CChar>
+        let hook: Hook
+        var base: UInt64 = 0
+        var count: UnsafePointer<UInt64>?
+    }
+
+    /// Runs `body` with `context` recorded as this thread's job, and in a
+    /// worker that reports crashes, `place` as where a crash would be.
     @inline(__always)
-    static func running<T>(_ context: HostContext, _ body: () -> T) -> T {
+    static func running<T>(_ context: HostContext, at place: @autoclosure () -> Place? = nil, _ body: () -> T) -> T {
         let previous = pthread_getspecific(key)
         pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
         defer { pthread_setspecific(key, previous) }
+        let reporting = reportsCrashes.load(ordering: .relaxed)
+        if reporting, let place = place() {
+            curfew_shim_crash_where(place.job, place.hook.rawValue, place.base, place.count)
+        }
+        defer { if reporting { curfew_shim_crash_where(nil, 0, 0, nil) } }
         guard unblocksSignals.load(ordering: .relaxed) else { return body() }
         var none = sigset_t()
         var kept = sigset_t()

@@ -1,6 +1,8 @@
 import CCurfew
+import Glibc
 import Dispatch
 import Synchronization
+import _CurfewShims
 
 /// Runs one job under its grant: calls its hooks on the job's serial queue,
 /// drives its chunk loop, routes the grant's expiration to its `expire` hook
@@ -69,6 +71,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     // Written by `create` and read by later hooks, all on the job's serial queue.
     private var jobState: UnsafeMutableRawPointer?
+    /// The chunks the running slice has called, in memory a crash report
+    /// can read (see ``HookThread/reportCrashes(on:)``). Job queue only.
+    private let sliceCount = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+    /// The job's name as a C string, for crash reports: kept, as contexts are.
+    private let cName: UnsafePointer<CChar>
 
     /// - Throws: The grant's refusal (a continuous job the policy does not allow).
     init(
@@ -82,6 +89,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         self.onFinish = onFinish
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
+        sliceCount.initialize(to: 0)
+        cName = UnsafePointer(strdup(job.name)!)
         super.init(job: job, parameters: parameters)
     }
 
@@ -113,7 +122,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func runCreate() {
         guard control.withLock({ $0.stage == .creating }) else { return }
         var state: UnsafeMutableRawPointer?
-        let status = HookThread.running(self) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
+        let status = HookThread.running(self, at: place(.create)) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
         jobState = state
         let next = control.withLock { c -> Next in
             guard c.stage == .creating else { return .nothing }  // terminated meanwhile
@@ -154,10 +163,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// each that the grant is not expiring. No lock, allocation or dispatch
     /// per chunk: one clock read and one relaxed atomic load.
     private func runSlice() {
-        guard control.withLock({ c -> Bool in
-            guard c.stage == .queued else { return false }
+        guard let before = control.withLock({ c -> UInt64? in
+            guard c.stage == .queued else { return nil }
             c.stage = .running
-            return true
+            return c.chunks
         }) else { return }
 
         let chunk = job.hooks.chunk!
@@ -167,22 +176,26 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let expirationPoint = grant.expirationPointNanoseconds
         var now = clock.now().nanoseconds
         let sliceEnd = now &+ timeSliceNanoseconds
-        var count: UInt64 = 0
+        // The count lives in memory, not a register: one store a chunk, so
+        // that a worker's crash report can say which chunk crashed.
+        let count = sliceCount
+        count.pointee = 0
         var result: curfew_chunk_result = 0
         enum Stop { case expiring, sliceOver, result }
-        let stop: Stop = HookThread.running(self) {
+        let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
             while true {
                 if now >= expirationPoint || grant.isExpiring { return .expiring }
-                if count > 0 && now >= sliceEnd { return .sliceOver }
+                if count.pointee > 0 && now >= sliceEnd { return .sliceOver }
                 result = chunk(context, state)
-                count &+= 1
+                count.pointee &+= 1
                 if result != 0 { return .result }
                 now = clock.now().nanoseconds
             }
         }
+        let ran = count.pointee
 
         let next = control.withLock { c -> Next in
-            c.chunks &+= count
+            c.chunks &+= ran
             guard c.stage == .running else { return .nothing }  // terminated meanwhile
             if stop == .result && result < 0 {
                 if result == -1 {
@@ -212,6 +225,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         perform(next)
     }
 
+    /// Where a crash in `hook` would be, for a worker's crash report.
+    private func place(_ hook: HookThread.Hook, base: UInt64 = 0) -> HookThread.Place {
+        HookThread.Place(job: cName, hook: hook, base: base, count: hook == .chunk ? UnsafePointer(sliceCount) : nil)
+    }
+
     private func workEnded(_ c: inout Control, failure: String?) -> Next {
         c.failure = failure
         c.stage = .waiting
@@ -232,7 +250,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
             return
         }
-        HookThread.running(self) { job.hooks.expire?(context, jobState, reason.cValue) }
+        HookThread.running(self, at: place(.expire)) { job.hooks.expire?(context, jobState, reason.cValue) }
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
             c.stage = .waiting
@@ -247,7 +265,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // last task: destroy waits for it, so the two never overlap.
         grant.handlerQueue.sync {}
         if !skip {
-            HookThread.running(self) { job.hooks.destroy?(context, jobState) }
+            HookThread.running(self, at: place(.destroy)) { job.hooks.destroy?(context, jobState) }
         }
         control.withLock { c in
             guard c.stage == .destroying else { return }  // terminated meanwhile
@@ -317,7 +335,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             switch c.stage {
             case .finished, .terminated: return
             case .pending, .creating: what = "create was still running"
-            case .running: what = "chunk \(c.chunks + 1) was still running"
+            case .running:
+                // The slice's chunks so far count: the stuck one is the next.
+                c.chunks &+= curfew_shim_load_count(sliceCount)
+                what = "chunk \(c.chunks &+ 1) was still running"
             case .expiring: what = "expire was still running"
             case .destroying: what = "destroy was still running"
             case .waiting where !openTasks.isEmpty:

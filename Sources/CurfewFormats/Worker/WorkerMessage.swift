@@ -10,6 +10,11 @@ package enum WorkerMessage: Equatable, Sendable {
     case progress(job: String, time: UInt64?, completed: Int64, total: Int64)
     case expiring(job: String, time: UInt64?, reason: String)
     case finished(job: String, time: UInt64?, outcome: String, reason: String, chunks: UInt64, progress: Progress?)
+    /// How many chunks the job has run so far (sent while it runs).
+    case status(job: String, time: UInt64?, chunks: UInt64)
+    /// The worker is dying of a signal inside one of the job's hooks, with
+    /// this many chunks run (written by its crash handler).
+    case crashing(job: String, hook: String, chunks: UInt64)
 
     /// Work done out of work to do, as a job reported it.
     package struct Progress: Equatable, Sendable {
@@ -27,6 +32,8 @@ package enum WorkerMessage: Equatable, Sendable {
     package static let levels: Set<String> = ["debug", "info", "warning", "error"]
     /// The outcomes a worker may report.
     package static let outcomes: Set<String> = ["completed", "failed", "expired", "terminated", "crashed", "refused"]
+    /// The hooks a crash report may name.
+    package static let hooks: Set<String> = ["create", "chunk", "expire", "destroy"]
     /// The expiration reasons a worker may report.
     package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled"]
     /// The longest job name a message may carry, in bytes (names are at most 64).
@@ -78,15 +85,22 @@ package enum WorkerMessage: Equatable, Sendable {
             guard reason.utf8.count <= maximumReasonBytes else {
                 throw Invalid(reason: "a reason of more than \(maximumReasonBytes) bytes")
             }
-            let chunks = try reader.integer("chunks")
-            guard chunks >= 0 else { throw Invalid(reason: "a negative chunk count (\(chunks))") }
+            let chunks = try reader.count("chunks")
             var progress: Progress?
             switch (fields["completed"], fields["total"]) {
             case (nil, nil): break
             case (.some, .some): progress = Progress(completed: try reader.integer("completed"), total: try reader.integer("total"))
             default: throw Invalid(reason: "\"completed\" without \"total\", or the other way round")
             }
-            return .finished(job: job, time: time, outcome: outcome, reason: reason, chunks: UInt64(chunks), progress: progress)
+            return .finished(job: job, time: time, outcome: outcome, reason: reason, chunks: chunks, progress: progress)
+        case "status":
+            try reader.only(["type", "job", "t", "chunks"])
+            return .status(job: job, time: time, chunks: try reader.count("chunks"))
+        case "crashing":
+            try reader.only(["type", "job", "hook", "chunks"])
+            let hook = try reader.string("hook")
+            guard hooks.contains(hook) else { throw Invalid(reason: "unknown hook \(quoted(hook))") }
+            return .crashing(job: job, hook: hook, chunks: try reader.count("chunks"))
         default:
             throw Invalid(reason: "unknown type \(quoted(type))")
         }
@@ -123,6 +137,13 @@ package enum WorkerMessage: Equatable, Sendable {
             return number
         }
 
+        /// A count of chunks: a 64-bit integer, not negative.
+        func count(_ key: String) throws(Invalid) -> UInt64 {
+            let count = try integer(key)
+            guard count >= 0 else { throw Invalid(reason: "a negative chunk count (\(count))") }
+            return UInt64(count)
+        }
+
         /// `t`, the worker's reading of the monotonic clock in nanoseconds, if given.
         func optionalTime() throws(Invalid) -> UInt64? {
             guard fields["t"] != nil else { return nil }
@@ -138,7 +159,9 @@ extension WorkerMessage {
     package var job: String? {
         switch self {
         case .error: nil
-        case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _): job
+        case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
+            .status(let job, _, _), .crashing(let job, _, _):
+            job
         }
     }
 }

@@ -104,4 +104,24 @@ int curfew_shim_kill_children(const int *keep, int keep_count, int rounds);
  * SIG_IGN, exec resets it, so programs started from here are unaffected. */
 void curfew_shim_catch_sigpipe(void);
 
+/* A worker's crash report. `curfew_shim_crash_where` records, for the
+ * calling thread, the hook it is about to run: the job (a validated name,
+ * which needs no JSON escaping, kept alive by the caller), the hook (0
+ * "create", 1 "chunk", 2 "expire", 3 "destroy"), and for a chunk slice the
+ * chunks run before it and the address of the slice's running count. NULL
+ * `job` clears it. `curfew_shim_install_crash_reporter` installs handlers
+ * for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that write one line to
+ * `fd` for a thread inside a hook,
+ *   {"type":"crashing","job":"J","hook":"chunk","chunks":N}
+ * (N: the chunks that had returned), then let the signal take its default
+ * course: the process still dies of it. Async-signal-safe. 0, or -1. */
+void curfew_shim_crash_where(const char *job, int hook, unsigned long long base,
+                             const unsigned long long *count);
+int curfew_shim_install_crash_reporter(int fd);
+
+/* Reads a count another thread is writing (one aligned 64-bit load). */
+static inline unsigned long long curfew_shim_load_count(const unsigned long long *count) {
+    return *(const volatile unsigned long long *)count;
+}
+
 #endif

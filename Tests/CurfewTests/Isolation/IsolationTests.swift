@@ -31,18 +31,44 @@ extension ProcessTests {
                 "fine": "completed", "segfault": "crashed", "abort": "crashed", "loops-in-chunk": "terminated",
                 "loops-in-expire": "terminated", "prints": "completed", "exits": "crashed",
             ])
-            #expect(reason(events, "segfault") == "its worker died of SIGSEGV; stderr: about to dereference NULL")
-            #expect(reason(events, "abort") == "its worker died of SIGABRT")
+            #expect(reason(events, "segfault") == "its worker died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
+            #expect(reason(events, "abort") == "its worker died of SIGABRT in chunk 1")
             #expect(reason(events, "exits") == "its worker exited with status 0 before the job finished")
-            // The worker's grant ends when the host's does: either the worker's runner says
-            // what was still running, or the host's kill comes first and says how late it was.
-            for job in ["loops-in-chunk", "loops-in-expire"] {
-                #expect(reason(events, job).contains("at the hard deadline"), "\(reason(events, job))")
-            }
+            // The worker's runner shares the deadline and says what was still running.
+            #expect(reason(events, "loops-in-chunk") == "chunk 1 was still running at the hard deadline")
+            #expect(reason(events, "loops-in-expire") == "expire was still running at the hard deadline")
             // The plugin's own output is tagged with its job, and stdout stays JSON Lines.
             let printed = events.filter { $0.event == "log" && $0.job == "prints" }.compactMap(\.message)
-            #expect(printed == ["[stdout] {\"event\": not json", "[stderr] warning from the plugin", "[stdout] \"quote\" \\ and a partial line"])
+            // In order within each stream (two pipes: their lines may interleave either way).
+            #expect(printed.filter { $0.hasPrefix("[stdout]") } == ["[stdout] {\"event\": not json", "[stdout] \"quote\" \\ and a partial line"])
+            #expect(printed.filter { $0.hasPrefix("[stderr]") } == ["[stderr] warning from the plugin"])
             #expect(!stdout.contains("\n{\"event\": not json"))
+        }
+
+        /// Before: isolated, every termination was "still running at the hard
+        /// deadline; its worker was killed 0.1 ms after it" with 0 chunks, and a
+        /// crash said nothing of where it happened.
+        @Test(arguments: ["none", "plugin", "job"])
+        func aJobGivesTheSameOutcomeAndReasonInEveryMode(isolation: String) async throws {
+            let plugin = try Fixtures.compile("crashing_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--isolate", isolation, "--json", "--budget", "600ms", "--only", "hangs-at-31", "--only", "loops-in-expire"])
+            let finished = try OutputEvent.all(in: result.stdout).filter { $0.event == "finished" }
+            let byJob = Dictionary(uniqueKeysWithValues: finished.map { ($0.job!, $0) })
+            #expect(byJob["hangs-at-31"]?.outcome == "terminated")
+            #expect(byJob["hangs-at-31"]?.reason == "chunk 31 was still running at the hard deadline")
+            #expect(byJob["hangs-at-31"]?.chunks == 30)
+            #expect(byJob["loops-in-expire"]?.outcome == "terminated")
+            #expect(byJob["loops-in-expire"]?.reason == "expire was still running at the hard deadline")
+            guard isolation != "none" else { return }  // a crash in process ends the host
+            let crash = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", plugin, "--isolate", isolation, "--json", "--only", "crashes-at-5"])
+            let crashed = try #require(try OutputEvent.all(in: crash.stdout).first { $0.event == "finished" })
+            let whose = isolation == "job" ? "its worker" : "its plugin's worker, shared by the plugin's jobs,"
+            #expect(crashed.outcome == "crashed")
+            #expect(crashed.reason == "\(whose) died of SIGSEGV in chunk 5")
+            #expect(crashed.chunks == 4)
         }
 
         @Test func aProcessLeftHoldingTheWorkersOutputDoesNotHoldUpTheJob() async throws {
@@ -61,7 +87,8 @@ extension ProcessTests {
             ])
             #expect(status == 2)
             #expect(outcomes(events) == ["fine": "completed", "allocates": "crashed", "burns-cpu": "crashed"])
-            #expect(reason(events, "allocates") == "its worker died of SIGABRT; it may have hit its memory limit (--memory 256MiB)")
+            #expect(reason(events, "allocates").hasPrefix("its worker died of SIGABRT in chunk "))
+            #expect(reason(events, "allocates").hasSuffix("; it may have hit its memory limit (--memory 256MiB)"))
             #expect(reason(events, "burns-cpu") == "its worker died of SIGXCPU; it used up its CPU time limit (--cpu-time 1s)")
         }
 
@@ -125,9 +152,10 @@ extension ProcessTests {
                 "timer-counter": "expired",
                 "fine": "completed", "prints": "completed", "segfault": "crashed", "abort": "crashed", "exits": "crashed",
                 "allocates": "crashed", "loops-in-expire": "terminated", "spawns-helper": "completed", "ticks": "expired",
+                "crashes-at-5": "crashed",
             ]
             let reasons = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.reason ?? "") })
-            for endless in ["loops-in-chunk", "burns-cpu"] {
+            for endless in ["loops-in-chunk", "burns-cpu", "hangs-at-31"] {
                 let outcome = outcomes[endless]
                 #expect(outcome == "crashed" || outcome == "terminated")
                 expected[endless] = outcome

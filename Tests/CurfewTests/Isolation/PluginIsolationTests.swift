@@ -19,7 +19,7 @@ extension ProcessTests {
             #expect(finished["sum-squares"]?.outcome == "completed")
             #expect(finished["segfault"]?.outcome == "crashed")
             #expect(finished["segfault"]?.reason
-                == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV; stderr: about to dereference NULL")
+                == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
         }
 
         @Test func aStuckJobDoesNotTakeItsSiblingsDown() async throws {

@@ -28,7 +28,7 @@ extension ProcessTests {
             #expect(results.mapValues(\.outcome) == [
                 "fine": .completed, "prints": .completed, "segfault": .crashed, "exits": .crashed, "loops-in-chunk": .terminated,
             ])
-            #expect(results["segfault"]?.reason == "its worker died of SIGSEGV; stderr: about to dereference NULL")
+            #expect(results["segfault"]?.reason == "its worker died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
             #expect(results["exits"]?.reason == "its worker exited with status 0 before the job finished")
         }
     }

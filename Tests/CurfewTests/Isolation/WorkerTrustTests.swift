@@ -29,7 +29,7 @@ extension ProcessTests {
             let events = try await run(["--isolate", "job", "--only", "lies", "--param", Self.forgedEnd, "--param", "then=segfault"])
             let end = try #require(finished(events, "lies"))
             #expect(end.outcome == "crashed")
-            #expect(end.reason == "its worker died of SIGSEGV; it had reported the job completed")
+            #expect(end.reason == "its worker died of SIGSEGV in chunk 1; it had reported the job completed")
         }
 
         @Test func aReportedEndWithoutAnExitIsTerminated() async throws {
@@ -126,12 +126,12 @@ extension ProcessTests {
         @Test(arguments: ["job", "plugin"])
         func aWorkerInheritsNoInputNoStrayDescriptorAndNoBlockedSignal(isolation: String) async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
-            let command = "exec 7</dev/null; echo secret | exec \"$0\" run \"$1\" --json --only inspects --isolate \"$2\""
-            let result = try await Fixtures.run("/bin/sh", ["-c", command, Fixtures.curfewExecutable, plugin, isolation], timeout: .seconds(30))
+            let command = "exec 57</dev/null; echo secret | exec \"$0\" run \"$1\" --json --only inspects --isolate \"$2\""
+            let result = try await Fixtures.run("/bin/bash", ["-c", command, Fixtures.curfewExecutable, plugin, isolation], timeout: .seconds(30))
             #expect(result.status == 0, "\(result.stderr)")
             let events = try OutputEvent.all(in: result.stdout)
             let said = events.first { $0.event == "log" && $0.job == "inspects" }?.message
-            #expect(said == "stdin: empty; fd 7: closed; a child's blocked signals: 0000000000000000")
+            #expect(said == "stdin: empty; fd 57: closed; a child's blocked signals: 0000000000000000")
         }
 
         /// Before: a worker that killed the fork server took every forked

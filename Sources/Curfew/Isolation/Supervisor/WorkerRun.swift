@@ -8,11 +8,13 @@ import _CurfewShims
 ///
 /// The host owns the grant's clock. At the expiration point it tells the
 /// worker to expire the job (the cleanup hook runs there); at the hard
-/// deadline it kills the worker's process group if the job has not finished.
+/// deadline the worker's own runner gives the job up and says what was
+/// running, and the host kills the worker's process group (a shared one
+/// only if the job was not given up).
 ///
 /// - Important: It never runs plugin code in the host, and never leaves a
-///   job's worker running past its hard deadline (a shared worker gets
-///   ``sharedWorkerGrace`` to give the job up itself, sparing its siblings).
+///   job's worker running past its hard deadline by more than
+///   ``deadlineGrace``, the time the worker gets to say what was running.
 final class WorkerRun: JobExecution, @unchecked Sendable {
     // Safe because the mutable state is the `control` Mutex; `process` is
     // written in start() before any message for this job can arrive.
@@ -29,6 +31,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var deadline: CurfewInstant?
         var killedAt: CurfewInstant?
         var stderrTail: [String] = []
+        /// Where the worker's crash handler said it was dying: the hook, and the chunks run.
+        var crashedIn: (hook: String, chunks: UInt64)?
         var timers: [any CurfewTimer] = []
         /// Set once the run message is sent; expirations before wait in `unsent`.
         var channelReady = false
@@ -132,7 +136,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             JobStatus(
                 job: job.name, isChunked: job.isChunked,
                 timeRemaining: c.deadline.map { max(.zero, clock.now().duration(to: $0)) },
-                progress: c.progress, chunks: nil, isExpiring: c.expiredBy != nil)
+                progress: c.progress, chunks: c.chunks, isExpiring: c.expiredBy != nil)
         }
     }
 
@@ -182,26 +186,39 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         if !keep { timer.cancel() }
     }
 
-    /// How long a shared worker gets, past a job's deadline, to report the
-    /// job terminated itself before the host kills it (and the siblings with it).
-    static let sharedWorkerGrace: Duration = .milliseconds(100)
+    /// How long a worker gets, past a job's deadline, to report the job
+    /// terminated itself (its runner shares the deadline and says what was
+    /// running: "chunk 31 was still running") before the host kills it, and
+    /// a shared one's siblings with it.
+    static let deadlineGrace: Duration = .milliseconds(100)
 
     private func killAtDeadline(graceGiven: Bool = false) {
-        let kill = control.withLock { c -> Bool in
+        let (due, kill) = control.withLock { c -> (Bool, Bool) in
             guard !c.finished, c.killedAt == nil, let deadline = c.deadline,
                 clock.now().advanced(by: .milliseconds(1)) >= deadline
-            else { return false }
-            guard endsWithItsWorker || graceGiven else { return false }
+            else { return (false, false) }
+            guard graceGiven else { return (true, false) }
             c.killedAt = clock.now()
-            return true
+            return (true, true)
         }
         if kill {
             process?.kill(.deadline(job: job.name))
-        } else if !endsWithItsWorker && !graceGiven {
-            // A shared worker's runner gives up on a stuck job by itself, sparing its
-            // siblings: kill only if it has not said so shortly after the deadline.
-            arm(at: clock.now().advanced(by: Self.sharedWorkerGrace)) { [self] in killAtDeadline(graceGiven: true) }
+        } else if due {
+            // The worker's runner gives the job up at this deadline too, and says
+            // what was running: kill only if it has not said so shortly after.
+            arm(at: clock.now().advanced(by: Self.deadlineGrace)) { [self] in killAtDeadline(graceGiven: true) }
         }
+    }
+
+    /// The worker gave up its only job at the deadline: it cannot stop the
+    /// hook that overran, so the host ends it now.
+    private func killGivenUp() {
+        let kill = control.withLock { c -> Bool in
+            guard !c.finished, c.killedAt == nil else { return false }
+            c.killedAt = clock.now()
+            return true
+        }
+        if kill { process?.kill(.deadline(job: job.name)) }
     }
 
     /// A line the plugin printed, tagged with its job and stream.
@@ -241,11 +258,18 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     func handle(_ message: WorkerMessage) -> Bool {
         var ended = false
         var lingerCheck: CurfewInstant?
+        var givenUp = false
         control.withLock { c in
             guard !c.finished else { return }
             switch message {
             case .error:
                 break
+            case .status(_, _, let chunks):
+                c.chunks = chunks
+            case .crashing(_, let hook, let chunks):
+                guard c.crashedIn == nil else { return }
+                c.crashedIn = (hook, chunks)
+                if hook == "chunk" { c.chunks = chunks }
             case .log(_, let t, let level, let text):
                 let level = [LogLevel.debug, .info, .warning, .error].first { $0.description == level } ?? .info
                 events.post(.log(job: job.name, level: level, message: text), at: reportedTime(t, c))
@@ -264,7 +288,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 let outcome = Outcome(rawValue: outcome) ?? .failed
                 c.reported = (outcome, reason)
                 c.reportedAt = reportedTime(t, c)
-                if endsWithItsWorker {
+                if endsWithItsWorker && outcome == .terminated {
+                    givenUp = true
+                } else if endsWithItsWorker {
                     lingerCheck = clock.now().advanced(by: Self.exitGrace)
                 } else {
                     finishLocked(&c, outcome: outcome, reason: reason, at: c.reportedAt)
@@ -273,6 +299,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             }
         }
         if let lingerCheck { arm(at: lingerCheck) { [self] in killLingering() } }
+        if givenUp { killGivenUp() }
         return ended
     }
 
@@ -315,8 +342,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 reason = "its worker reported the job \(reported) but did not exit within \(formatSeconds(Self.exitGrace)) s; it was killed"
             case .deadline(let name) where name == job.name:
                 outcome = .terminated
-                let late = c.killedAt.flatMap { at in c.deadline.map { $0.duration(to: at).seconds * 1000 } } ?? 0
-                reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it\(claim)"
+                if let reported = c.reported, reported.outcome == .terminated {
+                    // The worker's runner said what was running, in the words of a run in process.
+                    reason = reported.reason
+                } else {
+                    let late = c.killedAt.flatMap { at in c.deadline.map { $0.duration(to: at).seconds * 1000 } } ?? 0
+                    reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it\(claim)"
+                }
             case .deadline(let name), .lingered(let name):
                 if let reported = c.reported {
                     (outcome, reason) = reported
@@ -327,7 +359,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             case nil:
                 if signaled {
                     outcome = .crashed
-                    reason = "\(whose) died of \(WorkerProtocol.signalName(signal))\(claim)"
+                    let place = c.crashedIn.map { crash in crash.hook == "chunk" ? " in chunk \(crash.chunks &+ 1)" : " in \(crash.hook)" } ?? ""
+                    reason = "\(whose) died of \(WorkerProtocol.signalName(signal))\(place)\(claim)"
                     if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
                     reason += stderr
                 } else if let reported = c.reported, code == 0 {
@@ -358,7 +391,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         let end = time ?? clock.now()
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: c.startedAt.duration(to: end), reason: reason, progress: c.progress)
+            elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress)
         events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }
     }
 

@@ -87,6 +87,8 @@ public enum IsolationWorker {
         // What a job starts is this worker's to end, even if it calls setsid().
         ChildProcesses.adoptOrphans()
         HookThread.unblockSignalsInPluginCode()
+        // A hook that crashes says where on the channel first: the host's reason names it.
+        HookThread.reportCrashes(on: channel)
         let host = WorkerHost(channel: channel)
         if limited != 0 {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")

@@ -11,7 +11,18 @@ final class WorkerHost: Sendable {
         var live = 0
         var closed = false
         var last = false
+        /// The chunk count last sent for each job.
+        var sentChunks: [String: UInt64] = [:]
+        var statusTimerStarted = false
     }
+
+    /// The status timer, kept for the process's life (one worker host a process).
+    nonisolated(unsafe) private static var statusTimer: (any DispatchSourceTimer)?
+
+    /// How often the host hears how many chunks each job has run, while
+    /// the count changes: its live display, and the count it reports for a
+    /// worker that is killed or dies.
+    static let statusInterval: DispatchTimeInterval = .milliseconds(100)
 
     private let channel: Int32
     private let state = Mutex(State())
@@ -62,13 +73,44 @@ final class WorkerHost: Sendable {
             if case .finished = event { curfew_shim_flush_stdout() }
             if let line = IsolationWorker.message(for: event, at: time) { send(line) }
         }
-        state.withLock {
-            $0.runners[jobName] = runner
-            $0.live += 1
+        let startTimer = state.withLock { state -> Bool in
+            state.runners[jobName] = runner
+            state.live += 1
+            defer { state.statusTimerStarted = true }
+            return !state.statusTimerStarted
         }
+        if startTimer { startStatusTimer() }
         Task {
             _ = await runner.run()
             self.ended(last: last, counted: true)
+        }
+    }
+
+    /// Sends, every ``statusInterval``, each job's chunk count if it changed.
+    private func startStatusTimer() {
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
+        timer.schedule(deadline: .now() + Self.statusInterval, repeating: Self.statusInterval)
+        timer.setEventHandler { [self] in sendStatus() }
+        Self.statusTimer = timer  // once, under the start's guard
+        timer.activate()
+    }
+
+    private func sendStatus() {
+        let runners = state.withLock { Array($0.runners.values) }
+        let now = MonotonicClock().now()
+        for status in runners.flatMap({ $0.status() }) {
+            guard let chunks = status.chunks else { continue }
+            let changed = state.withLock { state -> Bool in
+                guard state.sentChunks[status.job] != chunks else { return false }
+                state.sentChunks[status.job] = chunks
+                return true
+            }
+            guard changed else { continue }
+            var line = JSONLine("type", "status")
+            line.add("job", status.job)
+            line.add("chunks", Int64(clamping: chunks))
+            line.add("t", Int64(clamping: now.nanoseconds))
+            send(line.text)
         }
     }
 
