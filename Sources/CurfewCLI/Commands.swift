@@ -126,6 +126,7 @@ public enum CurfewMain {
                 var line = JSONLine(event: "trace")
                 line.add("time", event.time.seconds)
                 line.add("kind", event.kind)
+                if let chunk = event.chunk { line.add("chunk", Int64(chunk)) }
                 line.add("detail", event.detail)
                 console.machine(line.text)
             }
@@ -191,6 +192,12 @@ public enum CurfewMain {
         return nil
     }
 
+    /// Paths as an error names them: "./" for the current folder, so that no
+    /// sentence ends in "..".
+    static func pathList(_ paths: [String]) -> String {
+        paths.map { $0 == "." ? "./" : Untrusted.line($0) }.joined(separator: ", ")
+    }
+
     static func list(_ options: ListOptions) -> Int32 {
         let console = Console(json: options.json)
         if let missing = missingPath(options.effectivePaths) {
@@ -242,7 +249,7 @@ public enum CurfewMain {
             }
         }
         if scan.plugins.isEmpty && scan.rejected.isEmpty {
-            console.error("Error: No plugin (*.so) found in \(options.effectivePaths.joined(separator: ", ")).")
+            console.error("Error: No plugin (a .so file or a .curfew.json manifest) in \(Self.pathList(options.effectivePaths))")
             return ExitCode.failure
         }
         return scan.rejected.isEmpty ? ExitCode.success : ExitCode.pluginRejected
@@ -323,7 +330,7 @@ public enum CurfewMain {
         }
         if jobs.isEmpty {
             if scan.rejected.isEmpty {
-                console.error("Error: No plugin (*.so) found in \(options.effectivePaths.joined(separator: ", ")).")
+                console.error("Error: No plugin (a .so file or a .curfew.json manifest) in \(Self.pathList(options.effectivePaths))")
                 return ExitCode.failure
             }
             console.error("Error: Nothing to run: every plugin file was rejected.")
@@ -366,7 +373,7 @@ public enum CurfewMain {
         live?.cancel()
         console.setLive([])
 
-        reporter.summary(results, rejected: scan.rejected.count)
+        reporter.summary(results, rejected: scan.rejected.count, width: console.columns)
         let code = ExitCode.forRun(results, rejected: scan.rejected.count, stop: stop.status)
         if results.contains(where: { $0.outcome == .terminated }) {
             // A terminated job may still be running on a worker thread: do not
@@ -410,7 +417,7 @@ public enum CurfewMain {
         let timer = DispatchSource.makeTimerSource(queue: .global())
         timer.schedule(deadline: .now(), repeating: .milliseconds(250))
         timer.setEventHandler {
-            console.setLive(reporter.liveLines(runner.status()))
+            console.setLive(reporter.liveLines(runner.status(), width: console.columns))
         }
         timer.activate()
         return timer

@@ -7,7 +7,9 @@ import Synchronization
 /// status block at the bottom of a terminal.
 final class Console: Sendable {
     private struct Live {
-        var lines: [String] = []
+        /// The block's lines, each with the job it shows.
+        var entries: [(job: String, line: String)] = []
+        var lines: [String] { entries.map(\.line) }
     }
 
     /// The stream human messages go to: stdout, or stderr when stdout carries JSON.
@@ -60,15 +62,35 @@ final class Console: Sendable {
         emit(line, to: errorDescriptor)
     }
 
-    /// Replaces the live status block (terminals only).
-    func setLive(_ lines: [String]) {
+    /// Replaces the live status block (terminals only): one line per job.
+    func setLive(_ entries: [(job: String, line: String)]) {
         guard humanIsTerminal else { return }
         live.withLock { live in
-            var text = clearing(live.lines.count)
-            for line in lines { text += line + "\n" }
-            live.lines = lines
+            var text = clearing(live.entries.count)
+            for entry in entries { text += entry.line + "\n" }
+            live.entries = entries
             write(text, to: humanDescriptor)
         }
+    }
+
+    /// Takes `job`'s line out of the live status block, if it has one.
+    func removeLive(_ job: String) {
+        guard humanIsTerminal else { return }
+        live.withLock { live in
+            guard live.entries.contains(where: { $0.job == job }) else { return }
+            var text = clearing(live.entries.count)
+            live.entries.removeAll { $0.job == job }
+            for entry in live.entries { text += entry.line + "\n" }
+            write(text, to: humanDescriptor)
+        }
+    }
+
+    /// The terminal's width in columns, when human output goes to one that says.
+    var columns: Int? {
+        guard humanIsTerminal else { return nil }
+        var size = winsize()
+        guard ioctl(humanDescriptor, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
+        return Int(size.ws_col)
     }
 
     private func emit(_ line: String, to descriptor: Int32) {

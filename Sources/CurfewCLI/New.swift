@@ -170,9 +170,11 @@ enum Scaffold {
         # Builds \(name).so, a Curfew job plugin: make
         CC ?= cc
         CFLAGS ?= -O2 -g -Wall -Wextra
+        # Libraries the job links, e.g. LDLIBS = -lz (or: make LDLIBS=-lz).
+        LDLIBS ?=
 
         \(name).so: \(name).c curfew.h
-        \t$(CC) $(CFLAGS) -std=c11 -shared -fPIC -fvisibility=hidden -I. \(name).c -o $@
+        \t$(CC) $(CFLAGS) -std=c11 -shared -fPIC -fvisibility=hidden -I. \(name).c -o $@ $(LDLIBS)
 
         clean:
         \trm -f \(name).so
@@ -252,7 +254,7 @@ enum Scaffold {
             mutating func chunk(_ context: JobContext) -> ChunkResult {
                 done += 1
                 context.reportProgress(completed: Int64(done), total: Int64(items))
-                context.log("item \\(done) of \\(items) (\\(context.timeRemaining) left)")
+                context.log("item \\(done) of \\(items) (\\(context.timeRemaining.components.seconds) s left)")
                 return done < items ? .continueAfter(.milliseconds(200)) : .done
             }
 

@@ -54,6 +54,8 @@ final class Reporter: Sendable {
 
     /// Reports `event`, which happened `at` (else now) on the monotonic clock.
     func event(_ event: RunEvent, at time: CurfewInstant? = nil) {
+        // A finished job's live line goes with it, not at the next redraw.
+        if case .finished(let result) = event { console.removeLive(result.job) }
         if json {
             console.machine(jsonText(event, at: time))
         } else if let text = humanText(event) {
@@ -152,7 +154,12 @@ final class Reporter: Sendable {
             line.add("job", result.job)
             line.add("plugin", result.pluginPath)
             line.add("outcome", result.outcome.rawValue)
-            line.add("chunks", Int64(clamping: result.chunks))
+            // A task-driven job has no chunks: null, as the table's "-".
+            if result.isChunked {
+                line.add("chunks", Int64(clamping: result.chunks))
+            } else {
+                line.addRaw("chunks", "null")
+            }
             line.add("elapsed", result.elapsed.seconds)
             line.add("reason", result.reason)
             if let progress = result.progress {
@@ -173,18 +180,58 @@ final class Reporter: Sendable {
         }
     }
 
-    /// The live status lines for the running jobs.
-    func liveLines(_ statuses: [JobStatus]) -> [String] {
-        let width = statuses.map(\.job.count).max() ?? 0
+    /// The live status lines for the running jobs, each cut to fit
+    /// `width` columns when given (a line that fills the last column would
+    /// make the terminal wrap it and break the block's redraw).
+    func liveLines(_ statuses: [JobStatus], width: Int? = nil) -> [(job: String, line: String)] {
+        let nameWidth = statuses.map(\.job.count).max() ?? 0
         return statuses.map { status in
-            let time = status.timeRemaining.map { "\(formatSeconds($0.seconds))s left" } ?? "no budget"
-            let name = status.job + String(repeating: " ", count: width - status.job.count)
+            let time =
+                status.timeRemaining.map { "\(formatSeconds($0.seconds))s left" }
+                ?? (status.isContinuous ? "no budget" : "starting")
+            let name = status.job + String(repeating: " ", count: nameWidth - status.job.count)
             var text = "  ▸ \(name)  \(time)"
             if status.isExpiring { text += "  expiring" }
             if let progress = status.progress { text += "  " + Self.describe(progress) }
-            if status.isChunked, let chunks = status.chunks { text += "  \(chunks) chunks" }
-            return console.paint(text, .dim)
+            if status.isChunked, let chunks = status.chunks { text += "  \(chunks) chunk\(chunks == 1 ? "" : "s")" }
+            if let width { text = Self.cut(text, to: width - 1) }
+            return (status.job, console.paint(text, .dim))
         }
+    }
+
+    /// `text` in lines of at most `columns` characters, broken at spaces
+    /// (a longer word is split), `lines` at most: the last ends in "…" when
+    /// text is left over.
+    static func wrap(_ text: String, to columns: Int, lines limit: Int) -> [String] {
+        let columns = max(columns, 2)
+        var lines: [String] = []
+        var current = ""
+        for word in text.split(separator: " ") {
+            var rest = Substring(word)
+            if !current.isEmpty && current.count + 1 + rest.count > columns {
+                lines.append(current)
+                current = ""
+            }
+            // A word longer than a line is split.
+            while rest.count > columns {
+                lines.append(String(rest.prefix(columns)))
+                rest = rest.dropFirst(columns)
+            }
+            current += (current.isEmpty ? "" : " ") + rest
+        }
+        if !current.isEmpty || lines.isEmpty { lines.append(current) }
+        guard lines.count > limit else { return lines }
+        var kept = Array(lines.prefix(limit))
+        let last = kept[limit - 1]
+        kept[limit - 1] = last.count + 2 <= columns ? last + " …" : String(last.prefix(columns - 1)) + "…"
+        return kept
+    }
+
+    /// `text` in at most `columns` characters, ending in "…" when cut.
+    static func cut(_ text: String, to columns: Int) -> String {
+        guard text.count > columns else { return text }
+        guard columns > 1 else { return String(text.prefix(max(columns, 0))) }
+        return String(text.prefix(columns - 1)) + "…"
     }
 
     /// The numbers come from the job: any pair of Int64 is shown, none traps
@@ -196,32 +243,63 @@ final class Reporter: Sendable {
         return "\(progress.completed)/\(progress.total) (\(shown)%)"
     }
 
-    /// The table printed when the run ends.
-    func summary(_ results: [JobResult], rejected: Int) {
+    /// The table printed when the run ends, fitted to `width` columns when
+    /// given (a terminal's): the least needed columns go first (progress,
+    /// elapsed, chunks), long job names are cut, and each reason wraps in its
+    /// column (three lines at most), or under its row where the row leaves
+    /// it no room.
+    func summary(_ results: [JobResult], rejected: Int, width: Int? = nil) {
         guard !json else { return }
         let header = ["JOB", "OUTCOME", "CHUNKS", "ELAPSED", "PROGRESS", "REASON"]
-        let rows = results.map { result in
+        var rows = results.map { result in
             [
                 result.job, result.outcome.rawValue, result.isChunked ? String(result.chunks) : "-",
                 result.outcome == .refused ? "-" : formatSeconds(result.elapsed.seconds) + "s",
                 result.progress.map(Self.describe) ?? "-", Untrusted.line(result.reason),
             ]
         }
-        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max()! }
+        let reasonColumn = header.count - 1
+        let minimumReason = 20
+        var shown = Array(header.indices)
+        func columnWidth(_ column: Int) -> Int { ([header] + rows).map { $0[column].count }.max()! }
+        /// The columns before the reason, with their separators.
+        func prefixWidth() -> Int { shown.filter { $0 != reasonColumn }.map { columnWidth($0) + 2 }.reduce(0, +) }
+        if let width {
+            for column in [4, 3, 2] where prefixWidth() + minimumReason > width - 1 {
+                shown.removeAll { $0 == column }
+            }
+            // Job names past what the row can hold are cut.
+            let jobRoom = width - 1 - (columnWidth(1) + 2) - 2
+            if columnWidth(0) > jobRoom { rows = rows.map { [Self.cut($0[0], to: max(jobRoom, 8))] + $0.dropFirst() } }
+        }
+        let widths = Dictionary(uniqueKeysWithValues: shown.map { ($0, columnWidth($0)) })
+        let prefix = prefixWidth()
+        let below = width.map { $0 - 1 - prefix < minimumReason } ?? false
         let rightAligned: Set<Int> = [2, 3]
-        func render(_ cells: [String], outcome: Outcome?) -> String {
-            cells.indices.map { column in
+        func render(_ cells: [String], outcome: Outcome?) -> [String] {
+            var line = ""
+            for column in shown where column != reasonColumn {
                 let cell = cells[column]
-                let pad = String(repeating: " ", count: widths[column] - cell.count)
-                let shown = column == 1 && outcome != nil ? paint(outcome!) : cell
-                if column == cells.count - 1 { return shown }
-                return rightAligned.contains(column) ? pad + shown : shown + pad
-            }.joined(separator: "  ")
+                let pad = String(repeating: " ", count: widths[column]! - cell.count)
+                let painted = column == 1 && outcome != nil ? paint(outcome!) : cell
+                line += (rightAligned.contains(column) ? pad + painted : painted + pad) + "  "
+            }
+            let reason = cells[reasonColumn]
+            guard let width else { return [line + reason] }
+            if below {
+                let trimmed = String(line.reversed().drop { $0 == " " }.reversed())
+                return [trimmed] + Self.wrap(reason, to: width - 5, lines: 3).map { "    " + $0 }
+            }
+            let wrapped = Self.wrap(reason, to: width - 1 - prefix, lines: 3)
+            let indent = String(repeating: " ", count: prefix)
+            return [line + (wrapped.first ?? "")] + wrapped.dropFirst().map { indent + $0 }
         }
         console.human("")
-        console.human(console.paint(render(header, outcome: nil), .bold))
+        for line in render(header, outcome: nil) where line.contains(where: { $0 != " " }) {
+            console.human(console.paint(line, .bold))
+        }
         for (row, result) in zip(rows, results) {
-            console.human(render(row, outcome: result.outcome))
+            render(row, outcome: result.outcome).forEach(console.human)
         }
         var counts: [String] = []
         for outcome in Outcome.allCases {
@@ -230,6 +308,10 @@ final class Reporter: Sendable {
         }
         var tail = "\(results.count) job\(results.count == 1 ? "" : "s"): " + counts.joined(separator: ", ")
         if rejected > 0 { tail += "; \(rejected) plugin file\(rejected == 1 ? "" : "s") rejected" }
-        console.human(tail)
+        if let width {
+            Self.wrap(tail, to: width - 1, lines: 4).forEach(console.human)
+        } else {
+            console.human(tail)
+        }
     }
 }

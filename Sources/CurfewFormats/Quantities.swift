@@ -25,19 +25,37 @@ package enum Quantities {
         return overflow ? nil : bytes
     }
 
-    /// `500ms`, `1.5s`, `2m`, `1h`, or a bare number of seconds, under 10⁹ s.
+    /// `500ms`, `1.5s`, `2m`, `1h`, several of those from the largest unit
+    /// down (`1m30s`, `1h30m`, `2s500ms`), or a bare number of seconds;
+    /// under 10⁹ s in all.
     package static func duration(_ text: String) -> Duration? {
-        guard text.utf8.count <= maximumLength else { return nil }
-        let units: [(String, Double)] = [("ms", 1e-3), ("s", 1), ("m", 60), ("h", 3600)]
-        var number = Substring(text)
-        var scale = 1.0
-        for (suffix, factor) in units where text.hasSuffix(suffix) {
-            number = text.dropLast(suffix.count)
-            scale = factor
-            break
+        guard text.utf8.count <= maximumLength, !text.isEmpty else { return nil }
+        let bytes = Array(text.utf8)
+        func isNumber(_ byte: UInt8) -> Bool { (0x30...0x39).contains(byte) || byte == UInt8(ascii: ".") }
+        // A bare number: seconds.
+        if bytes.allSatisfy(isNumber) { return seconds(bytes[...], scale: 1) }
+        let units: [String: (rank: Int, scale: Double)] = ["h": (0, 3600), "m": (1, 60), "s": (2, 1), "ms": (3, 1e-3)]
+        var total: Duration = .zero
+        var lastRank = -1
+        var index = 0
+        while index < bytes.count {
+            let numberStart = index
+            while index < bytes.count, isNumber(bytes[index]) { index += 1 }
+            let unitStart = index
+            while index < bytes.count, !isNumber(bytes[index]) { index += 1 }
+            guard unitStart > numberStart, let unit = units[String(decoding: bytes[unitStart..<index], as: UTF8.self)],
+                unit.rank > lastRank, let part = seconds(bytes[numberStart..<unitStart], scale: unit.scale)
+            else { return nil }
+            lastRank = unit.rank
+            total += part
         }
-        guard !number.isEmpty, number.utf8.allSatisfy({ (0x30...0x39).contains($0) || $0 == UInt8(ascii: ".") }),
-            let value = Double(number), value.isFinite, value >= 0, value * scale < 1e9
+        return total < .seconds(1_000_000_000) ? total : nil
+    }
+
+    /// A decimal number times `scale` seconds, under 10⁹ s.
+    private static func seconds(_ digits: ArraySlice<UInt8>, scale: Double) -> Duration? {
+        guard !digits.isEmpty, let value = Double(String(decoding: digits, as: UTF8.self)), value.isFinite, value >= 0,
+            value * scale < 1e9
         else { return nil }
         return .nanoseconds(Int64((value * scale * 1e9).rounded()))
     }

@@ -154,7 +154,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             }
             guard let result = call("chunk \(index)", { chunk(context, jobState) }) else { return .ended(failure: nil) }
             let record = { (detail: String) in
-                self.state.withLock { $0.trace.insert(HarnessEvent(time: now, kind: "chunk \(index)", detail: detail), at: line) }
+                self.state.withLock { $0.trace.insert(HarnessEvent(time: now, kind: "chunk", detail: detail, chunk: index), at: line) }
             }
             if case .chunkCost(let cost) = harness.mode { advance(by: cost) }
             let (after, deadline) = state.withLock { ($0.now, $0.deadline) }

@@ -69,10 +69,20 @@ public struct HarnessEvent: Sendable, Equatable, CustomStringConvertible {
     public let kind: String
     /// The details, in words.
     public let detail: String
+    /// For a `chunk`, its number, from 1.
+    public var chunk: Int?
+
+    public init(time: Duration, kind: String, detail: String, chunk: Int? = nil) {
+        self.time = time
+        self.kind = kind
+        self.detail = detail
+        self.chunk = chunk
+    }
 
     public var description: String {
         let seconds = String(format3(time.seconds))
-        return String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds + "s  " + kind + (detail.isEmpty ? "" : "  " + detail)
+        let what = chunk.map { "\(kind) \($0)" } ?? kind
+        return String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds + "s  " + what + (detail.isEmpty ? "" : "  " + detail)
     }
 }
 

@@ -460,7 +460,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let (chunks, progress, expiring) = control.withLock { ($0.chunks, $0.progress, $0.expiredBy != nil) }
         return JobStatus(
             job: job.name, isChunked: job.isChunked, timeRemaining: grant.timeRemaining, progress: progress,
-            chunks: chunks, isExpiring: expiring)
+            chunks: chunks, isExpiring: expiring, isContinuous: job.isContinuous)
     }
 }
 

@@ -93,8 +93,23 @@ public struct JobStatus: Sendable {
     /// `nil` for a job without a budget.
     public let timeRemaining: Duration?
     public let progress: Progress?
-    /// Chunks called so far (updated once per time slice); `nil` when the
-    /// host cannot know yet (a job in a worker reports its count at the end).
+    /// Chunks called so far (updated once per time slice; from a worker,
+    /// every 100 ms); `nil` when the host cannot know.
     public let chunks: UInt64?
     public let isExpiring: Bool
+    /// A job without a budget (its `timeRemaining` is always `nil`).
+    public var isContinuous = false
+
+    public init(
+        job: String, isChunked: Bool, timeRemaining: Duration?, progress: Progress?, chunks: UInt64?, isExpiring: Bool,
+        isContinuous: Bool = false
+    ) {
+        self.job = job
+        self.isChunked = isChunked
+        self.timeRemaining = timeRemaining
+        self.progress = progress
+        self.chunks = chunks
+        self.isExpiring = isExpiring
+        self.isContinuous = isContinuous
+    }
 }

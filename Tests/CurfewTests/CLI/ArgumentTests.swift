@@ -161,12 +161,14 @@ import Testing
     @Test(arguments: [
         ("180s", Duration.seconds(180)), ("500ms", .milliseconds(500)), ("1.5s", .milliseconds(1500)),
         ("2m", .seconds(120)), ("1h", .seconds(3600)), ("42", .seconds(42)), ("0.25", .milliseconds(250)),
+        // Before: refused.
+        ("1m30s", .seconds(90)), ("1h30m", .seconds(5400)), ("2s500ms", .milliseconds(2500)), ("1h2m3s4ms", .milliseconds(3_723_004)),
     ])
     func durations(text: String, expected: Duration) {
         #expect(ArgumentParser.parseDuration(text) == expected)
     }
 
-    @Test(arguments: ["", "s", "-1s", "1.2.3s", "abc", "1 s", "5d", "1e3s", "nan"])
+    @Test(arguments: ["", "s", "-1s", "1.2.3s", "abc", "1 s", "5d", "1e3s", "nan", "30s1m", "1m1m", "1mm", "1m30", "m30s", "999999999s1s"])
     func badDurations(text: String) {
         #expect(ArgumentParser.parseDuration(text) == nil)
     }

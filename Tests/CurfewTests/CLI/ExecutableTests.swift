@@ -84,6 +84,9 @@ extension ProcessTests {
             ])
             #expect(finished["timer-counter"]?.reason == "time ran out; cleanup ran")
             #expect(finished["sum-squares"]?.chunks == 10)
+            // A task-driven job has no chunks: null, as the table's "-" (before: 0).
+            #expect(finished["sync-worker"]?.chunks == nil)
+            #expect(result.stdout.contains(#""job":"sync-worker","plugin":"#) && result.stdout.contains(#""outcome":"completed","chunks":null,"#))
             #expect(events.filter { $0.event == "expiring" }.map(\.job) == ["timer-counter"])
             // Everything human went to stderr: the rejections, and no table.
             #expect(result.stderr.contains("rejected  \(folder)/garbage.so"))
@@ -99,7 +102,7 @@ extension ProcessTests {
             let empty = Fixtures.temporaryFolder("empty")
             let none = try await curfew(["list", empty])
             #expect(none.status == 1)
-            #expect(none.stderr == "Error: No plugin (*.so) found in \(empty).\n")
+            #expect(none.stderr == "Error: No plugin (a .so file or a .curfew.json manifest) in \(empty)\n")
         }
 
         @Test func theReadmeCExampleBuildsWithItsOneLineCommandAndRunsFromItsFolder() async throws {

@@ -17,6 +17,8 @@ extension ProcessTests {
             #expect(clean.status == 0)
             let last = try #require(clean.stdout.split(separator: "\n").last)
             #expect(last == #"{"event":"result","job":"steady","outcome":"expired","reason":"time ran out; cleanup ran","chunks":1,"violations":[]}"#)
+            // Before: "kind":"chunk 1".
+            #expect(clean.stdout.contains(#""kind":"chunk","chunk":1,"detail":"#))
         }
 
         /// Before: "Outcome: failed … No contract violations." and status 0.

@@ -136,7 +136,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             JobStatus(
                 job: job.name, isChunked: job.isChunked,
                 timeRemaining: c.deadline.map { max(.zero, clock.now().duration(to: $0)) },
-                progress: c.progress, chunks: c.chunks, isExpiring: c.expiredBy != nil)
+                progress: c.progress, chunks: c.chunks, isExpiring: c.expiredBy != nil, isContinuous: job.isContinuous)
         }
     }
 

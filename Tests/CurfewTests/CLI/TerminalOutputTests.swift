@@ -1,0 +1,83 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// What a person sees on a terminal of a given width: the live block and
+/// the final table never wider than the terminal, which would wrap them.
+@Suite struct TerminalOutputTests {
+    static let results = [
+        JobResult(
+            job: "sum-squares", pluginPath: "/p.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .milliseconds(20),
+            reason: "work done", progress: Progress(completed: 1, total: 1)),
+        JobResult(
+            job: "a-job-with-a-rather-long-name", pluginPath: "/p.so", isChunked: true, outcome: .terminated, chunks: 30,
+            elapsed: .seconds(2), reason: "chunk 31 was still running at the hard deadline", progress: nil),
+        JobResult(
+            job: "sync-worker", pluginPath: "/p.so", isChunked: false, outcome: .failed, chunks: 0, elapsed: .zero,
+            reason: "create failed: " + String(repeating: "the server said no, ", count: 20), progress: nil),
+    ]
+
+    /// The table as written to a pipe by a reporter told the width.
+    func table(width: Int?) throws -> [String] {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        let reporter = Reporter(console: Console(json: false, output: ends[1]), json: false, verbose: false)
+        reporter.summary(Self.results, rejected: 1, width: width)
+        close(ends[1])
+        let text = String(decoding: FileHandle(fileDescriptor: ends[0], closeOnDealloc: true).readDataToEndOfFile(), as: UTF8.self)
+        return text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).dropLast()
+    }
+
+    /// Before: the table was as wide as its longest reason, and wrapped.
+    @Test(arguments: [80, 40])
+    func theFinalTableFitsTheTerminal(width: Int) throws {
+        let lines = try table(width: width)
+        for line in lines { #expect(line.count < width, "\(line.count) columns: \(line)") }
+        // Every job and outcome is still there, and each reason begins.
+        for result in Self.results {
+            #expect(lines.contains { $0.hasPrefix(result.job.prefix(10)) && $0.contains(result.outcome.rawValue) })
+            #expect(lines.contains { $0.contains(result.reason.prefix(10)) })
+        }
+        let tail = width == 80 ? lines.suffix(1) : lines.suffix(2)
+        #expect(tail.joined(separator: " ") == "3 jobs: 1 completed, 1 failed, 1 terminated; 1 plugin file rejected")
+    }
+
+    @Test func atEightyColumnsTheLeastNeededColumnsGoAndReasonsWrap() throws {
+        let lines = try table(width: 80)
+        #expect(lines[1] == "JOB                            OUTCOME     CHUNKS  REASON")
+        #expect(lines[3] == "a-job-with-a-rather-long-name  terminated      30  chunk 31 was still running")
+        #expect(lines[4] == "                                                   at the hard deadline")
+        #expect(lines[5].hasPrefix("sync-worker                    failed           -  create failed: the server"))
+        #expect(lines[7].hasSuffix("…"), "three lines at most")
+    }
+
+    @Test func withoutATerminalNothingIsCut() throws {
+        let lines = try table(width: nil)
+        #expect(lines.contains { $0.hasSuffix(Self.results[2].reason) })
+    }
+
+    /// Before: lines were as long as their content; "1 chunks"; "no budget"
+    /// for a budgeted job not started yet.
+    @Test(arguments: [80, 40])
+    func liveLinesFitTheTerminal(width: Int) {
+        let reporter = Reporter(console: Console(json: false, output: -1), json: false, verbose: false)
+        let statuses = [
+            JobStatus(job: "uploads-to-the-server", isChunked: true, timeRemaining: .seconds(12), progress: Progress(completed: 512, total: 1024), chunks: 1, isExpiring: true),
+            JobStatus(job: "waits", isChunked: true, timeRemaining: nil, progress: nil, chunks: 0, isExpiring: false),
+            JobStatus(job: "plays", isChunked: false, timeRemaining: nil, progress: nil, chunks: nil, isExpiring: false, isContinuous: true),
+        ]
+        let lines = reporter.liveLines(statuses, width: width).map(\.line)
+        for line in lines { #expect(line.count < width, "\(line)") }
+        #expect(lines.map(\.count).max()! > 35)
+        if width == 80 {
+            #expect(lines[0] == "  ▸ uploads-to-the-server  12.00s left  expiring  512/1024 (50%)  1 chunk")
+            #expect(lines[1] == "  ▸ waits                  starting  0 chunks")
+            #expect(lines[2] == "  ▸ plays                  no budget")
+        } else {
+            #expect(lines[0].hasSuffix("…"))
+        }
+    }
+}
