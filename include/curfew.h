@@ -309,7 +309,8 @@ typedef struct curfew_job {
     /* Unique within the host: 1 to CURFEW_MAX_JOB_NAME bytes of [a-z0-9._-],
      * starting with a letter or digit. */
     const char *name;
-    /* One line, at most CURFEW_MAX_SUMMARY bytes. */
+    /* Required (a NULL summary rejects the plugin): one line, at most
+     * CURFEW_MAX_SUMMARY bytes. */
     const char *summary;
     /* Hooks; see their typedefs. `chunk` NULL makes a task-driven job, which
      * then needs `create`. A chunked job needs `expire`. */

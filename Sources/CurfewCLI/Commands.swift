@@ -128,6 +128,7 @@ public enum CurfewMain {
                 line.add("kind", event.kind)
                 if let chunk = event.chunk { line.add("chunk", Int64(chunk)) }
                 line.add("detail", event.detail)
+                if event.fromJobThread { line.addRaw("varies", "true") }
                 console.machine(line.text)
             }
             var line = JSONLine(event: "result")

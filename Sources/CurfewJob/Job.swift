@@ -6,7 +6,8 @@ public enum ChunkResult: Sendable, Equatable {
     case `continue`
     /// The work is complete.
     case done
-    /// The work failed; log the reason first.
+    /// The work failed: log the reason at `.error` first, and the outcome
+    /// reads `failed (chunk returned failed: <the reason>)`.
     case failed
     /// Call me again after this long, without holding a worker thread meanwhile.
     case continueAfter(Duration)
@@ -53,15 +54,19 @@ public protocol BackgroundJob {
     /// runs only where the host allows it. Default `false`.
     static var isContinuous: Bool { get }
 
-    /// Makes the job. Throw to fail it: the error's description is logged
-    /// and no other method is called.
+    /// Makes the job (the C ABI's `create`). Throw to fail it at once: the
+    /// error's description is the reason, no other method is called, and
+    /// the tasks it began are ended by the host (their handlers not called).
     init(context: JobContext) throws
 
     /// The cleanup hook: called once if the grant expires while the job is
     /// still alive. Save what must last and return promptly.
     mutating func expire(reason: ExpirationReason, context: JobContext)
 
-    /// Called last, once the job is over. Default: nothing.
+    /// Called last, once the job is over (the C ABI's `destroy`): release
+    /// here, not in `deinit`, which may never run (a terminated job's value
+    /// is abandoned). Not called when `init` threw or the job was
+    /// terminated. Default: nothing.
     mutating func teardown(context: JobContext)
 }
 
@@ -83,6 +88,13 @@ public protocol Job: BackgroundJob {
 /// A job that starts its own work in `init(context:)`, under background
 /// tasks it begins with ``JobContext/beginBackgroundTask(name:expirationHandler:)``,
 /// like the iOS code it comes from. The host keeps it alive until its tasks end.
+///
+/// Begin the task in `init`, before it returns, and hand its identifier to
+/// the queue or thread that does the work, which ends it when done (the
+/// expiration handler ends it if time runs out first). A job whose `init`
+/// returns without having begun a task fails ("create returned with no
+/// background task open"): a task begun later, from the queue, would be
+/// refused. See `Plugins/ExampleSwiftTasks` and docs/writing-jobs.md.
 public protocol TaskDrivenJob: BackgroundJob {}
 
 extension TaskDrivenJob {

@@ -63,9 +63,11 @@ public struct JobContext: @unchecked Sendable {
     /// - Parameters:
     ///   - name: A name for messages.
     ///   - expirationHandler: Called once, on the job's expiration queue, if
-    ///     the grant starts to expire while the task is open. End the task there.
+    ///     the grant starts to expire while the task is open, with the reason
+    ///     (UIKit's handler gets none). End the task there.
     /// - Returns: The task's identifier, or ``BackgroundTaskIdentifier/invalid``
-    ///   once the grant is expiring or over.
+    ///   once the grant is expiring or over, or while the job has 10,000
+    ///   tasks open (`CURFEW_MAX_OPEN_TASKS`).
     public func beginBackgroundTask(
         name: String? = nil, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
     ) -> BackgroundTaskIdentifier {

@@ -35,6 +35,8 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     let harness: JobHarness
     private let state = Mutex(State())
+    /// The thread that calls the hooks: host calls from any other are the job's own threads'.
+    private let driver = Mutex<pthread_t?>(nil)
     private var jobState: UnsafeMutableRawPointer?
     /// When the grant expires: the budget minus the lead, or, for a continuous
     /// job, the virtual moment the host shuts down (at the budget).
@@ -61,6 +63,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     // MARK: Driving
 
     func drive() {
+        driver.withLock { $0 = pthread_self() }
         let job = harness.job
         // create
         var made: UnsafeMutableRawPointer?
@@ -252,7 +255,8 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     }
 
     private func record(_ kind: String, _ detail: String) {
-        state.withLock { $0.trace.append(HarnessEvent(time: $0.now, kind: kind, detail: detail)) }
+        let fromJobThread = driver.withLock { driver in driver.map { pthread_equal($0, pthread_self()) == 0 } ?? false }
+        state.withLock { $0.trace.append(HarnessEvent(time: $0.now, kind: kind, detail: detail, fromJobThread: fromJobThread)) }
     }
 
     private func violation(_ text: String) {

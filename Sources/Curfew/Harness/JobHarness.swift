@@ -71,18 +71,24 @@ public struct HarnessEvent: Sendable, Equatable, CustomStringConvertible {
     public let detail: String
     /// For a `chunk`, its number, from 1.
     public var chunk: Int?
+    /// A host call from a thread the job started, not from a hook: where it
+    /// falls in the trace, and whether it comes at all before the job ends,
+    /// depends on real time, so it may vary from run to run.
+    public var fromJobThread = false
 
-    public init(time: Duration, kind: String, detail: String, chunk: Int? = nil) {
+    public init(time: Duration, kind: String, detail: String, chunk: Int? = nil, fromJobThread: Bool = false) {
         self.time = time
         self.kind = kind
         self.detail = detail
         self.chunk = chunk
+        self.fromJobThread = fromJobThread
     }
 
     public var description: String {
         let seconds = String(format3(time.seconds))
         let what = chunk.map { "\(kind) \($0)" } ?? kind
-        return String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds + "s  " + what + (detail.isEmpty ? "" : "  " + detail)
+        let line = String(repeating: " ", count: max(0, 9 - seconds.count)) + seconds + "s  " + what + (detail.isEmpty ? "" : "  " + detail)
+        return fromJobThread ? line + "  (job thread: may vary)" : line
     }
 }
 

@@ -67,8 +67,10 @@ extension ProcessTests {
             let readme = try String(contentsOfFile: folder + "/README.md", encoding: .utf8)
             #expect(readme.contains("    make\n"), "the README names the one build command")
 
-            let build = try await Fixtures.run("/usr/bin/env", ["make"], in: folder)
+            // Before: adding a library meant editing the rule. Linking one is a variable.
+            let build = try await Fixtures.run("/usr/bin/env", ["make", "LDLIBS=-lm"], in: folder)
             #expect(build.status == 0, "\(build.stdout)\(build.stderr)")
+            #expect(build.stdout.contains(" -lm"), "\(build.stdout)")
             let plugin = try PluginLoader().load(folder + "/counter.so")
             let configuration = RunConfiguration(parameters: ["items": "3"])
             let results = await Runner(jobs: plugin.jobs, configuration: configuration).run()
@@ -85,6 +87,9 @@ extension ProcessTests {
             #expect(manifest.contains(".package(path: \"\(root)\")"))
             #expect(manifest.contains(".product(name: \"CurfewJob\", package: \"\(Fixtures.packageRoot.lastPathComponent)\")"))
             #expect(FileManager.default.fileExists(atPath: folder + "/Sources/UpLoad/UpLoad.swift"))
+            // Before: it printed a Duration whole ("179.99975598700001 seconds left").
+            let source = try String(contentsOfFile: folder + "/Sources/UpLoad/UpLoad.swift", encoding: .utf8)
+            #expect(source.contains("context.timeRemaining.components.seconds) s left"))
             // Building it means a nested `swift build` of this package (about half a
             // minute on two cores): .ci/run does that, builds and runs the plugin.
         }
