@@ -81,3 +81,50 @@ import Testing
         }
     }
 }
+
+/// The live block on a real terminal (a pseudo-terminal here).
+@Suite struct LiveBlockTests {
+    /// Before: a finished job's line stayed in the block until the next redraw.
+    @Test(.enabled(if: access("/dev/ptmx", R_OK | W_OK) == 0, "needs pseudo-terminals"))
+    func aFinishedJobsLineLeavesTheBlockAtOnce() throws {
+        // posix_openpt, by hand (Glibc's module leaves it out): unlock, then ask the number.
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        try #require(master >= 0)
+        defer { close(master) }
+        var unlock: Int32 = 0
+        var number: UInt32 = 0
+        let TIOCSPTLCK: UInt = 0x4004_5431, TIOCGPTN: UInt = 0x8004_5430
+        try #require(ioctl(master, TIOCSPTLCK, &unlock) == 0 && ioctl(master, TIOCGPTN, &number) == 0)
+        let terminal = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+        try #require(terminal >= 0)
+        defer { close(terminal) }
+        let console = Console(json: false, output: terminal)
+        #expect(console.humanIsTerminal)
+        let reporter = Reporter(console: console, json: false, verbose: false)
+        console.setLive([("first", "  ▸ first"), ("second", "  ▸ second")])
+        _ = drain(master)
+        let result = JobResult(
+            job: "first", pluginPath: "/p.so", isChunked: true, outcome: .completed, chunks: 2, elapsed: .milliseconds(5),
+            reason: "work done", progress: nil)
+        reporter.event(RunEvent.finished(result))
+        let written = drain(master)
+        // The block is lifted, the finished line written, and only the other job's line put back.
+        let last = written.components(separatedBy: "\u{1B}[J").last ?? ""
+        #expect(written.contains("finished  first: ") && written.contains("(work done) after 2 chunks"), "\(written.debugDescription)")
+        #expect(last.contains("▸ second") && !last.contains("▸ first"), "\(written.debugDescription)")
+    }
+
+    /// What the terminal received so far.
+    func drain(_ master: Int32) -> String {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            var entry = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 50) > 0 else { break }
+            let count = buffer.withUnsafeMutableBytes { read(master, $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            bytes += buffer[..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
