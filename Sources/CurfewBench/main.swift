@@ -714,9 +714,30 @@ func jsonText(_ rows: [Row], options: Options) -> String {
     return "{\"repetitions\":\(options.repetitions),\"tiny\":\(options.tiny),\"rows\":[\n" + objects.joined(separator: ",\n") + "\n]}"
 }
 
+/// Removes `path` and everything under it (links are removed, not followed).
+func removeTree(_ path: String) {
+    var info = stat()
+    guard lstat(path, &info) == 0 else { return }
+    if info.st_mode & S_IFMT == S_IFDIR, let folder = opendir(path) {
+        var names: [String] = []
+        while let entry = readdir(folder) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        closedir(folder)
+        names.forEach { removeTree(path + "/" + $0) }
+        rmdir(path)
+    } else {
+        unlink(path)
+    }
+}
+
 let options = parseOptions()
+var status: Int32 = 0
+var workFolder: String?
 do {
     let bench = try Bench(options: options)
+    workFolder = bench.workFolder
     let rows = try await bench.run()
     print(options.json ? jsonText(rows, options: options) : table(rows))
     for row in rows where row.note != nil && !options.json {
@@ -724,8 +745,11 @@ do {
     }
 } catch {
     printError("Error: \(error)")
-    exit(1)
+    status = 1
 }
+// Copies of plugins, caches and scratch files: hundreds of megabytes at full size.
+if let workFolder { removeTree(workFolder) }
+exit(status)
 
 /// A value under a lock that closures can share.
 final class Locked<Value: Sendable>: Sendable {

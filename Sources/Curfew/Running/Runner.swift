@@ -15,7 +15,8 @@ import Synchronization
 ///   itself: each job's ``JobExecution`` does, in process or in a worker.
 public final class Runner: Sendable {
     private struct State {
-        var pending: [Int]
+        /// The next job to start: every job before it has started or been refused.
+        var next = 0
         var running: [Int: any JobExecution] = [:]
         var results: [JobResult?]
         var unfinished: Int
@@ -71,7 +72,7 @@ public final class Runner: Sendable {
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
             workers = WorkerSource(pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer)
         }
-        self.state = Mutex(State(pending: Array(jobs.indices), results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
+        self.state = Mutex(State(results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
 
     /// Runs every job and returns their results, in the jobs' order.
@@ -146,14 +147,16 @@ public final class Runner: Sendable {
     private func admit() {
         while true {
             let next = state.withLock { state -> (index: Int, run: (any JobExecution)?, refusal: String?)? in
-                guard state.started, !state.pending.isEmpty else { return nil }
+                guard state.started, state.next < jobs.count else { return nil }
                 if let reason = state.shutdown {
                     let why = reason == .cancelled
                         ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
-                    return (state.pending.removeFirst(), nil, why)
+                    defer { state.next += 1 }
+                    return (state.next, nil, why)
                 }
                 guard state.running.count < configuration.maxConcurrentJobs else { return nil }
-                let index = state.pending.removeFirst()
+                let index = state.next
+                state.next += 1
                 do throws(CurfewError) {
                     let onFinish: @Sendable (JobResult) -> Void = { [self] result in finished(index, result) }
                     let run: any JobExecution =
