@@ -14,6 +14,9 @@ final class WorkerHost: Sendable {
         /// The chunk count last sent for each job.
         var sentChunks: [String: UInt64] = [:]
         var statusTimerStarted = false
+        /// Each plugin file loaded so far: a plugin's jobs share a worker, and
+        /// each would otherwise load and validate the whole file again.
+        var loaded: [String: PluginScan] = [:]
     }
 
     /// The status timer, kept for the process's life (one worker host a process).
@@ -50,7 +53,11 @@ final class WorkerHost: Sendable {
         let jobName = run["job"]?.stringValue ?? ""
         let last = run["last"] == .bool(true)
         // The host checked the file's ownership before it scheduled the job.
-        let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
+        let scan = state.withLock { $0.loaded[pluginPath] } ?? {
+            let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
+            state.withLock { $0.loaded[pluginPath] = scan }
+            return scan
+        }()
         guard let job = scan.jobs.first(where: { $0.name == jobName }) else {
             let why = scan.rejected.first.map { "the worker could not load the plugin: \($0.error.description)" }
                 ?? "the worker found no job '\(jobName)' in \(pluginPath)"
