@@ -25,7 +25,9 @@
  *                     `expire` and `destroy` of one job never overlap. Each
  *                     call may come on a different thread.
  * [expiration-queue]  Called on the job's expiration queue, concurrently with
- *                     any threads the job started itself (as on iOS).
+ *                     any threads the job started itself (as on iOS), and
+ *                     with `create` itself when the grant begins to expire
+ *                     while `create` runs.
  * [any-thread]        May be called from any thread, including threads the
  *                     job started itself, while the context is valid.
  *
@@ -265,7 +267,7 @@ typedef enum curfew_status {
  *         pthread_t thread;
  *         if (pthread_create(&thread, NULL, run, w) != 0) {
  *             host->log(ctx, CURFEW_LOG_ERROR, "cannot start a thread");
- *             free(w);
+ *             free(w);  // no handler was given, so none can hold `w`
  *             return CURFEW_ERROR;  // the host ends the task
  *         }
  *         pthread_detach(thread);

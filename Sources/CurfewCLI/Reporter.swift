@@ -248,8 +248,10 @@ final class Reporter: Sendable {
     /// elapsed, chunks), long job names are cut, and each reason wraps in its
     /// column (three lines at most), or under its row where the row leaves
     /// it no room.
-    func summary(_ results: [JobResult], rejected: Int, width: Int? = nil) {
+    func summary(_ results: [JobResult], rejected: Int, width requested: Int? = nil) {
         guard !json else { return }
+        // Below 30 columns no table fits: lines as they are, for the terminal to wrap.
+        let width = requested.flatMap { $0 >= 30 ? $0 : nil }
         let header = ["JOB", "OUTCOME", "CHUNKS", "ELAPSED", "PROGRESS", "REASON"]
         var rows = results.map { result in
             [

@@ -512,10 +512,12 @@ static void on_crash(int number, siginfo_t *info, void *context) {
         (void)written;
         crash_where.job = NULL; /* once */
     }
-    /* SA_RESETHAND restored the default action. A fault repeats as the
-     * handler returns; a signal sent (kill, raise, abort) is sent again and
-     * delivered, unblocked, as the handler returns. */
-    if (info->si_code <= 0) raise(number);
+    /* SA_RESETHAND restored the default action. Sent again, the signal is
+     * delivered as the handler returns (it is blocked until then): a fault
+     * would repeat anyway, and a signal that was sent once (kill, raise,
+     * abort, the kernel's) would not. */
+    (void)info;
+    raise(number);
     errno = saved;
 }
 

@@ -354,6 +354,15 @@ static curfew_status late_begin_create(curfew_context *ctx, void **state) {
     return CURFEW_OK;
 }
 
+/* expired-in-create: task-driven; create waits (1 s at most) until the grant
+ * is expiring, then begins a task, which is refused. */
+static curfew_status expired_in_create_create(curfew_context *ctx, void **state) {
+    common_create(ctx, state, "expired-in-create");
+    for (int waited = 0; waited < 1000 && !host->is_expiring(ctx); waited++) sleep_ms(1);
+    if (host->begin_background_task(ctx, "late", NULL, NULL) == CURFEW_TASK_INVALID) bump(*state, C_REFUSED);
+    return CURFEW_OK;
+}
+
 /* begun-then-fails: create begins a task with a handler, logs an error and
  * fails; the handler must never run. */
 static curfew_status begun_then_fails_create(curfew_context *ctx, void **state) {
@@ -418,6 +427,7 @@ JOB(blocking_handler_job, "blocking-handler", 0, blocking_handler_create, NULL, 
 JOB(late_begin_job, "late-begin", 0, late_begin_create, NULL, NULL)
 JOB(begun_then_fails_job, "begun-then-fails", 0, begun_then_fails_create, NULL, NULL)
 JOB(many_tasks_job, "many-tasks", 0, many_tasks_create, NULL, NULL)
+JOB(expired_in_create_job, "expired-in-create", 0, expired_in_create_create, NULL, NULL)
 static const curfew_job stuck_destroy_job = {
     .struct_size = sizeof(curfew_job), .name = "stuck-destroy", .summary = "Fixture job stuck-destroy.",
     .create = stuck_destroy_create, .chunk = hold_chunk, .expire = common_expire, .destroy = stuck_destroy_destroy,
@@ -428,6 +438,7 @@ static const curfew_job *const jobs[] = {
     &count_job, &spin_job, &fail_job, &bad_result_job, &stuck_job, &stuck_expire_job, &tick_job,
     &create_fails_job, &params_job, &hold_job, &tasks_job, &leaky_job, &continuous_job, &blocking_handler_job,
     &stuck_destroy_job, &late_begin_job, &begun_then_fails_job, &many_tasks_job,
+    &expired_in_create_job,
 };
 
 static const curfew_plugin plugin = {

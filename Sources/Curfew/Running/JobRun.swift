@@ -76,6 +76,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let sliceCount = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
     /// The job's name as a C string, for crash reports: kept, as contexts are.
     private let cName: UnsafePointer<CChar>
+    /// The refusal past the task limit has been logged.
+    private let warnedTaskLimit = Atomic<Bool>(false)
 
     /// - Throws: The grant's refusal (a continuous job the policy does not allow).
     init(
@@ -126,6 +128,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         jobState = state
         let next = control.withLock { c -> Next in
             guard c.stage == .creating else { return .nothing }  // terminated meanwhile
+            // The grant may have begun to expire a moment before it tells this run.
+            if c.expiredBy == nil, let reason = grant.expirationReason { c.expiredBy = reason }
             if status != CURFEW_OK {
                 // At once: the tasks it began are ended here, their handlers not called.
                 c.createFailed = true
@@ -134,7 +138,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.stage = .waiting
                 return finishIfDrained(&c, onQueue: true)
             }
-            if !job.isChunked && grant.tasksBegun == 0 {
+            // (Not when the grant expired before or during `create`: a begin was refused then.)
+            if !job.isChunked && grant.tasksBegun == 0 && c.pendingExpire == nil && !grant.isExpiring {
                 // A task-driven job that began no task: nothing keeps it alive
                 // past this point, and a task a thread of its begins later is
                 // refused (a port of `dispatch_async { beginBackgroundTask … }`
@@ -166,6 +171,9 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         guard let before = control.withLock({ c -> UInt64? in
             guard c.stage == .queued else { return nil }
             c.stage = .running
+            // Zeroed under the lock that marks the slice running: a deadline
+            // that reads it then never sees the last slice's count.
+            sliceCount.pointee = 0
             return c.chunks
         }) else { return }
 
@@ -179,7 +187,6 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // The count lives in memory, not a register: one store a chunk, so
         // that a worker's crash report can say which chunk crashed.
         let count = sliceCount
-        count.pointee = 0
         var result: curfew_chunk_result = 0
         enum Stop { case expiring, sliceOver, result }
         let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
@@ -195,8 +202,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let ran = count.pointee
 
         let next = control.withLock { c -> Next in
+            guard c.stage == .running else { return .nothing }  // terminated meanwhile: counted then
             c.chunks &+= ran
-            guard c.stage == .running else { return .nothing }  // terminated meanwhile
             if stop == .result && result < 0 {
                 if result == -1 {
                     return workEnded(&c, failure: nil)
@@ -418,6 +425,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         case .failure(.notActive):
             log(.debug, "begin_background_task('\(Reason.shortened(name))') refused: the grant is expiring or over")
         case .failure(.tooManyTasks):
+            // Once: a job that keeps asking must not flood the log.
+            guard !warnedTaskLimit.exchange(true, ordering: .relaxed) else { return .invalid }
             log(.warning, "begin_background_task('\(Reason.shortened(name))') refused: the job has \(Grant.maximumOpenTasks) tasks open, the most a job may have")
         }
         return .invalid

@@ -111,6 +111,16 @@ import Testing
         #expect(fixture.count("late-begin", "destroys") == 1)
     }
 
+    /// A grant that expired while `create` ran refuses its begin: that job
+    /// expired, it did not port the idiom wrong.
+    @Test func aTaskDrivenJobWhoseGrantExpiredInCreateIsExpiredNotFailed() async throws {
+        let result = try #require(
+            await run(try fixture.jobs("expired-in-create"), budget: .milliseconds(300), grace: .milliseconds(250)).first)
+        #expect(result.outcome == .expired, "\(result.reason)")
+        #expect(result.reason == "time ran out; tasks ended")
+        #expect(fixture.count("expired-in-create", "refused") == 1)
+    }
+
     /// Before: no limit, and each end and each handler's lookup scanned every
     /// open task (3,000 of 100,000 handlers ran in a 1 s lead).
     @Test func openTasksAreBoundedAndAllTheirHandlersRunAtExpiration() async throws {

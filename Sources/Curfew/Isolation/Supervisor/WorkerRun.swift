@@ -265,6 +265,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             case .error:
                 break
             case .status(_, _, let chunks):
+                // A count sent before the job's last word may arrive after it.
+                guard c.reported == nil && c.crashedIn == nil else { return }
                 c.chunks = chunks
             case .crashing(_, let hook, let chunks):
                 guard c.crashedIn == nil else { return }
