@@ -290,7 +290,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 let outcome = Outcome(rawValue: outcome) ?? .failed
                 c.reported = (outcome, reason)
                 c.reportedAt = reportedTime(t, c)
-                if endsWithItsWorker && outcome == .terminated {
+                // Given up at the deadline (both clocks are the system's monotonic
+                // one): a "terminated" said before it is only a claim, and waits.
+                if endsWithItsWorker && outcome == .terminated && c.deadline.map({ clock.now() >= $0 }) == true {
                     givenUp = true
                 } else if endsWithItsWorker {
                     lingerCheck = clock.now().advanced(by: Self.exitGrace)
