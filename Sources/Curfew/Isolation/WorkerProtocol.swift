@@ -46,6 +46,14 @@ enum WorkerProtocol {
     /// The worker's end of the socket.
     static let channelDescriptor: Int32 = 3
 
+    /// The environment a helper (a worker, a scanner, the fork server)
+    /// starts with: this process's, with the Swift backtracer off: it can
+    /// hang a crashed helper and hold its pipes open, and a plugin's crash is
+    /// an outcome, not a report to print.
+    static func helperEnvironment() -> [String] {
+        Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") } + ["SWIFT_BACKTRACE=enable=no"]
+    }
+
     static func signalName(_ number: Int32) -> String {
         let names: [Int32: String] = [
             SIGSEGV: "SIGSEGV", SIGABRT: "SIGABRT", SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGILL: "SIGILL",

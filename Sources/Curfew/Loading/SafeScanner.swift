@@ -222,15 +222,12 @@ public struct SafeScanner: Sendable {
     final class Launcher: Sendable {
         private let executable: String
         private let environment: [String]
-        private let forks: Mutex<(server: ForkServer?, tried: Bool, works: Bool)>
+        private let forks: LazyForkServer
 
         init(executable: String, forking: Bool) {
             self.executable = executable
-            // A plugin that crashes a scanner is a verdict, not a report to print.
-            var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
-            environment.append("SWIFT_BACKTRACE=enable=no")
-            self.environment = environment
-            forks = Mutex((nil, false, forking))
+            environment = WorkerProtocol.helperEnvironment()
+            forks = LazyForkServer(executable: executable, environment: environment, enabled: forking)
         }
 
         /// A scanner worker whose fd 3 is `channel` and whose stdout and
@@ -238,17 +235,7 @@ public struct SafeScanner: Sendable {
         func start(channel: Int32) -> Worker? {
             let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
             defer { if null >= 0 { Glibc.close(null) } }
-            let server = forks.withLock { forks -> ForkServer? in
-                if forks.works && !forks.tried {
-                    forks.tried = true
-                    forks.server = ForkServer(executable: executable, environment: environment)
-                }
-                return forks.works ? forks.server : nil
-            }
-            if let server {
-                if let child = server.fork(channel: channel, out: null, err: null) { return Worker(forked: child, by: server) }
-                forks.withLock { $0.works = false }  // refused or gone: posix_spawn from now on
-            }
+            if let forked = forks.fork(channel: channel, out: null, err: null) { return Worker(forked: forked.child, by: forked.server) }
             let spawned = Syscalls.spawnWorker(
                 executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
                 channel: channel, out: null, err: null)
@@ -258,7 +245,7 @@ public struct SafeScanner: Sendable {
 
         /// The scan is over: the fork server, if any, leaves.
         func close() {
-            forks.withLock { $0.server }?.close()
+            forks.close()
         }
     }
 
@@ -289,7 +276,15 @@ public struct SafeScanner: Sendable {
             pid = child.pid
             forked = (server, child)
             server.onExit(of: child.pid) { [self] code in
-                let end: End = if let code { .status(code) } else { ForkServer.isOwnChild(child.pid) ? .adopted : .unknown }
+                let end: End
+                if let code {
+                    end = .status(code)
+                } else if let pidfd = ForkServer.childPidfd(child.pid) {
+                    close(pidfd)
+                    end = .adopted
+                } else {
+                    end = .unknown
+                }
                 self.end.withLock { $0 = end }
                 ended.signal()
             }

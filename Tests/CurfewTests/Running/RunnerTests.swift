@@ -138,6 +138,17 @@ import Testing
         #expect(fixture.count("many-tasks", "handlers") == limit)
     }
 
+    /// A job that keeps asking past the limit is told once, not once a call.
+    @Test func theTaskLimitIsLoggedOnce() async throws {
+        let events = EventLog()
+        let limit = Grant.maximumOpenTasks
+        _ = await run(
+            try fixture.jobs("many-tasks"), budget: .milliseconds(300), grace: .milliseconds(100),
+            parameters: ["tasks": "\(limit + 5)"], events: events)
+        let warnings = events.logs(of: "many-tasks").filter { $0.contains("the most a job may have") }
+        #expect(warnings == ["begin_background_task('item') refused: the job has \(limit) tasks open, the most a job may have"])
+    }
+
     /// Before: 100,000 never-ended tasks gave a 1.6 MB reason.
     @Test func aReasonNamesAFewTasksAndCountsTheRest() async throws {
         let result = try #require(

@@ -104,13 +104,17 @@ final class ForkServer: Sendable {
         if let now { handler(now) }
     }
 
-    /// Whether `pid` is this process's child: for a worker whose server
-    /// died, whether it came here (a subreaper) and is this process's to reap.
-    static func isOwnChild(_ pid: pid_t) -> Bool {
+    /// A pidfd for `pid` if it is this process's child, else `nil`: for a
+    /// worker whose server died, whether it came here (a subreaper) and is
+    /// this process's to reap.
+    static func childPidfd(_ pid: pid_t) -> Int32? {
         let pidfd = curfew_shim_pidfd_open(pid)
-        guard pidfd >= 0 else { return false }
-        defer { Glibc.close(pidfd) }
-        return curfew_shim_pidfd_is_child(pidfd) == 1
+        guard pidfd >= 0 else { return nil }
+        guard curfew_shim_pidfd_is_child(pidfd) == 1 else {
+            Glibc.close(pidfd)
+            return nil
+        }
+        return pidfd
     }
 
     /// The run is over: the server leaves when it reads the end of its socket,
@@ -167,5 +171,44 @@ final class ForkServer: Sendable {
         }
         listeners.forEach { $0(nil) }
         ended.signal()
+    }
+}
+
+/// A fork server started on first need and used while it forks: once it
+/// cannot start, refuses or is gone, forking is off for good and callers
+/// start their workers another way.
+final class LazyForkServer: Sendable {
+    private let executable: String
+    private let environment: [String]
+    private let state: Mutex<(server: ForkServer?, tried: Bool, works: Bool)>
+
+    init(executable: String, environment: [String], enabled: Bool) {
+        self.executable = executable
+        self.environment = environment
+        state = Mutex((nil, false, enabled))
+    }
+
+    /// Whether forking is still on (it may not have been tried yet).
+    var isOn: Bool { state.withLock { $0.works } }
+
+    /// A worker forked with fd 3, 1 and 2 as `channel`, `out` and `err`,
+    /// and its server; `nil` when forking is off or fails (off from then on).
+    func fork(channel: Int32, out: Int32, err: Int32) -> (server: ForkServer, child: ForkServer.Child)? {
+        let server = state.withLock { state -> ForkServer? in
+            if state.works && !state.tried {
+                state.tried = true
+                state.server = ForkServer(executable: executable, environment: environment)
+            }
+            return state.works ? state.server : nil
+        }
+        guard let server else { return nil }
+        if let child = server.fork(channel: channel, out: out, err: err) { return (server, child) }
+        state.withLock { $0.works = false }  // refused or gone
+        return nil
+    }
+
+    /// The server, if one started, leaves (see ``ForkServer/close()``).
+    func close() {
+        state.withLock { $0.server }?.close()
     }
 }

@@ -68,7 +68,7 @@ final class WorkerProcess: @unchecked Sendable {
             // 1: the server reaped it (its status is in `exitStatus`); 2: the
             // server is gone and the worker, alive, is this process's now.
             var byte: UInt8 = 1
-            if code == nil, let adopted = Self.adopt(child.pid) {
+            if code == nil, let adopted = ForkServer.childPidfd(child.pid) {
                 state.withLock { $0.adopted = adopted }
                 byte = 2
             } else {
@@ -102,17 +102,6 @@ final class WorkerProcess: @unchecked Sendable {
     @discardableResult
     func send(_ line: String) -> Bool {
         state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
-    }
-
-    /// A pidfd for `pid` if it is this process's child, else `nil`.
-    private static func adopt(_ pid: pid_t) -> Int32? {
-        let pidfd = curfew_shim_pidfd_open(pid)
-        guard pidfd >= 0 else { return nil }
-        guard curfew_shim_pidfd_is_child(pidfd) == 1 else {
-            Glibc.close(pidfd)
-            return nil
-        }
-        return pidfd
     }
 
     /// Whether the worker has ended, though this process may not have

@@ -66,14 +66,12 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// every line it printed is in; a shared worker outlives its jobs.
     private var endsWithItsWorker: Bool { configuration.isolation == .job }
 
-    /// The environment workers start with: this process's, with the Swift
-    /// backtracer off (it can hang a crashed worker and hold its pipes open)
-    /// and, under a memory limit, glibc's malloc arenas capped (each reserves
-    /// 64 MiB of address space, so a small --memory would stop the worker's
-    /// own threads, not the job).
+    /// The environment workers start with: a helper's (see
+    /// ``WorkerProtocol/helperEnvironment()``) and, under a memory limit,
+    /// glibc's malloc arenas capped (each reserves 64 MiB of address space,
+    /// so a small --memory would stop the worker's own threads, not the job).
     static func environment(for configuration: RunConfiguration) -> [String] {
-        var environment = Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") }
-        environment.append("SWIFT_BACKTRACE=enable=no")
+        var environment = WorkerProtocol.helperEnvironment()
         if configuration.limits.memoryBytes != nil {
             environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
             environment.append("MALLOC_ARENA_MAX=2")

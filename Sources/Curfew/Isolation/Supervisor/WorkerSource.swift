@@ -10,26 +10,19 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     private let shared = Mutex<[String: WorkerProcess]>([:])
     /// The fork server, started on first need; when it cannot fork, the pool serves.
-    private let forks = Mutex<(server: ForkServer?, tried: Bool, works: Bool)>((nil, false, true))
+    private let forks: LazyForkServer
     /// How many workers were forked, and how many started with posix_spawn.
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
     init(pool: WorkerPool, isolation: Isolation, forking: Bool) {
         self.pool = pool
         self.isolation = isolation
-        forks.withLock { $0.works = forking }
+        forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
     }
 
     /// A new worker: forked by the fork server, or else from the pool.
     private func newWorker() throws(SystemError) -> WorkerProcess {
-        let server = forks.withLock { forks -> ForkServer? in
-            if !forks.tried {
-                forks.tried = true
-                forks.server = ForkServer(executable: pool.executable, environment: pool.environment)
-            }
-            return forks.works ? forks.server : nil
-        }
-        if let server {
+        if forks.isOn {
             let (channel, out, err) = try Syscalls.workerDescriptors()
             let exitPipe: [Int32]
             do throws(SystemError) {
@@ -38,14 +31,15 @@ final class WorkerSource: Sendable {
                 (channel + out + err).forEach { Glibc.close($0) }
                 throw error
             }
-            let child = server.fork(channel: channel[1], out: out[1], err: err[1])
+            let forked = forks.fork(channel: channel[1], out: out[1], err: err[1])
             [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
-            if let child {
+            if let forked {
                 starts.withLock { $0.forked += 1 }
-                return WorkerProcess(forked: child, by: server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
+                return WorkerProcess(
+                    forked: forked.child, by: forked.server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
             }
+            // Refused or gone: the pool from now on.
             ([channel[0], out[0], err[0]] + exitPipe).forEach { Glibc.close($0) }
-            forks.withLock { $0.works = false }  // refused or gone: the pool from now on
         }
         starts.withLock { $0.spawned += 1 }
         return WorkerProcess(try pool.take())
@@ -72,6 +66,6 @@ final class WorkerSource: Sendable {
             workers.removeAll()
         }
         pool.close()
-        forks.withLock { $0.server }?.close()
+        forks.close()
     }
 }
