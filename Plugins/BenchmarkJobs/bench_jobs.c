@@ -86,6 +86,65 @@ static void bench_destroy(curfew_context *ctx, void *state) {
     free(state);
 }
 
+/* A live job that holds no thread: each chunk asks to be called again after
+ * `sleep-ms` (default 100). Its expire hook records how late it ran, from
+ * the grant's remaining time and its lead (the `lead-ns` parameter). */
+#define BENCH_MAX_SAMPLES 100000
+static _Atomic int64_t sleepers_live;
+static _Atomic int64_t lateness_count;
+static double lateness_ms[BENCH_MAX_SAMPLES];
+
+typedef struct {
+    int64_t sleep_ms;
+    int64_t lead_ns;
+} sleep_state;
+
+static curfew_status sleep_create(curfew_context *ctx, void **state) {
+    sleep_state *s = calloc(1, sizeof *s);
+    if (!s) return CURFEW_ERROR;
+    s->sleep_ms = param(ctx, "sleep-ms", 100);
+    s->lead_ns = param(ctx, "lead-ns", 0);
+    *state = s;
+    return CURFEW_OK;
+}
+
+static curfew_chunk_result sleep_chunk(curfew_context *ctx, void *state) {
+    (void)ctx;
+    sleep_state *s = state;
+    if (s->lead_ns >= 0) {
+        s->lead_ns = -s->lead_ns - 1;  /* counted once, on the first chunk */
+        sleepers_live++;
+    }
+    return CURFEW_CHUNK_AFTER_MS(s->sleep_ms);
+}
+
+static void sleep_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)reason;
+    sleep_state *s = state;
+    double lead_ms = (double)(-s->lead_ns - 1) / 1e6;
+    double late = lead_ms - host->time_remaining(ctx) * 1000;
+    int64_t index = lateness_count++;
+    if (index < BENCH_MAX_SAMPLES) lateness_ms[index] = late;
+}
+
+/* For the benchmark: how many sleepers have run a chunk; the lateness
+ * samples so far (copied into `out`, at most `capacity`); a reset. */
+CURFEW_EXPORT int64_t bench_sleepers_live(void) { return sleepers_live; }
+CURFEW_EXPORT int64_t bench_lateness(double *out, int64_t capacity) {
+    int64_t count = lateness_count < BENCH_MAX_SAMPLES ? lateness_count : BENCH_MAX_SAMPLES;
+    for (int64_t i = 0; i < count && i < capacity; i++) out[i] = lateness_ms[i];
+    return count;
+}
+CURFEW_EXPORT void bench_sleepers_reset(void) {
+    sleepers_live = 0;
+    lateness_count = 0;
+}
+
+static const curfew_job sleep_job = {
+    .struct_size = sizeof(curfew_job), .name = "bench-sleep", .summary = "Benchmark job bench-sleep.",
+    .create = sleep_create, .chunk = sleep_chunk, .expire = sleep_expire, .destroy = bench_destroy,
+};
+
 #define BENCH_JOB(var, jname, jchunk) \
     static const curfew_job var = { \
         .struct_size = sizeof(curfew_job), .name = jname, .summary = "Benchmark job " jname ".", \
@@ -96,12 +155,12 @@ BENCH_JOB(noop_job, "bench-noop", bench_noop_chunk)
 BENCH_JOB(spin_job, "bench-spin", bench_spin_chunk)
 BENCH_JOB(cpu_job, "bench-cpu", bench_cpu_chunk)
 
-static const curfew_job *const jobs[] = {&noop_job, &spin_job, &cpu_job};
+static const curfew_job *const jobs[] = {&noop_job, &spin_job, &cpu_job, &sleep_job};
 
 static const curfew_plugin plugin = {
     .abi_version = CURFEW_ABI_VERSION,
     .struct_size = sizeof(curfew_plugin),
-    .job_count = 3,
+    .job_count = 4,
     .jobs = jobs,
 };
 

@@ -1,5 +1,5 @@
 // curfew-bench: each case against its baseline, in the same run, several
-// repetitions; medians, min and max, and the ratio of the medians.
+// repetitions; medians, min and max, and the median of the paired ratios.
 //
 //   swift run -c release curfew-bench            the full run (a few minutes)
 //   swift run curfew-bench --tiny                 every case once, tiny sizes (CI)
@@ -56,71 +56,6 @@ func printError(_ text: String) {
     _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
 }
 
-// MARK: Measuring
-
-func now() -> UInt64 { curfew_shim_monotonic_nanoseconds() }
-
-func median(_ values: [Double]) -> Double {
-    let sorted = values.sorted()
-    guard !sorted.isEmpty else { return .nan }
-    let middle = sorted.count / 2
-    return sorted.count % 2 == 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-}
-
-func percentile(_ values: [Double], _ p: Double) -> Double {
-    let sorted = values.sorted()
-    guard !sorted.isEmpty else { return .nan }
-    let rank = Int((p / 100 * Double(sorted.count - 1)).rounded())
-    return sorted[min(max(rank, 0), sorted.count - 1)]
-}
-
-/// Heap bytes in use: what grants and timers allocate, without the page
-/// reuse that makes resident-size deltas read zero after a first round.
-func heapBytes() -> Double {
-    Double(curfew_shim_heap_bytes_in_use())
-}
-
-/// One row of the report: a measure of Curfew and of its baseline, per repetition.
-struct Row {
-    let name: String
-    let measure: String
-    let unit: String
-    var values: [Double] = []
-    let baselineName: String
-    var baseline: [Double] = []
-    /// The target for value ÷ baseline, when there is one: "≤ 1.5", "≥ 1.8".
-    var target: Target?
-    var note: String?
-
-    enum Target {
-        case atMost(Double)
-        case atLeast(Double)
-        case absoluteAtMost(Double, String)
-
-        var text: String {
-            switch self {
-            case .atMost(let ratio): "ratio ≤ \(ratio)"
-            case .atLeast(let ratio): "ratio ≥ \(ratio)"
-            case .absoluteAtMost(_, let text): text
-            }
-        }
-    }
-
-    var ratio: Double? {
-        guard !values.isEmpty, !baseline.isEmpty else { return nil }
-        return median(values) / median(baseline)
-    }
-
-    var met: Bool? {
-        guard let target else { return nil }
-        switch target {
-        case .atMost(let limit): return ratio.map { $0 <= limit }
-        case .atLeast(let limit): return ratio.map { $0 >= limit }
-        case .absoluteAtMost(let limit, _): return values.isEmpty ? nil : median(values) <= limit
-        }
-    }
-}
-
 // MARK: The cases
 
 enum BenchCase: String, CaseIterable {
@@ -131,10 +66,27 @@ enum BenchCase: String, CaseIterable {
     case expiration10k = "expiration-10k"
     case scaling
     case pluginLoad = "plugin-load"
-    case processPerJob = "process-per-job"
+    case liveJobs = "live-jobs"
     case ffiNoop = "ffi-noop"
     case tasks
+    // The CLI's paths, each a fresh `curfew` process.
+    case isolateJob = "isolate-job"
+    case isolatePlugin = "isolate-plugin"
+    case list
+    case output
 }
+
+/// The folder this executable was built into (beside `curfew` and the plugins).
+func buildFolder() -> String {
+    let executable = (try? String(unsafeUninitializedCapacity: 4096) { buffer in
+        let count = readlink("/proc/self/exe", buffer.baseAddress!, 4096)
+        guard count > 0 else { throw CurfewError(.notFound, "no /proc/self/exe") }
+        return count
+    }) ?? CommandLine.arguments[0]
+    return String(executable[..<(executable.lastIndex(of: "/") ?? executable.startIndex)])
+}
+
+func benchPluginPath() -> String { buildFolder() + "/libCurfewBenchJobs.so" }
 
 struct Bench {
     let options: Options
@@ -142,18 +94,17 @@ struct Bench {
     let benchPlugin: String
     let benchJobs: [String: PluginJob]
     let workFolder: String
+    /// The folder holding curfew.h, for the C the CLI cases compile.
+    let include: String
 
     init(options: Options) throws {
         self.options = options
-        let executable = (try? String(unsafeUninitializedCapacity: 4096) { buffer in
-            let count = readlink("/proc/self/exe", buffer.baseAddress!, 4096)
-            guard count > 0 else { throw CurfewError(.notFound, "no /proc/self/exe") }
-            return count
-        }) ?? CommandLine.arguments[0]
-        buildFolder = String(executable[..<(executable.lastIndex(of: "/") ?? executable.startIndex)])
-        benchPlugin = buildFolder + "/libCurfewBenchJobs.so"
+        buildFolder = CurfewBench.buildFolder()
+        benchPlugin = benchPluginPath()
         let plugin = try PluginLoader().load(benchPlugin)
         benchJobs = Dictionary(uniqueKeysWithValues: plugin.jobs.map { ($0.name, $0) })
+        guard let root = packageRoot(from: buildFolder) else { throw CurfewError(.notFound, "no include/curfew.h above \(buildFolder)") }
+        include = root + "/include"
         workFolder = "/tmp/curfew-bench-\(getpid())"
         mkdir(workFolder, 0o755)
     }
@@ -291,47 +242,6 @@ struct Bench {
         return row
     }
 
-    /// What `curfew run` does first: the scan in a scanner worker, cold and
-    /// then from the cache, against bare dlopen + dlsym of the same number of files.
-    func safeScan() throws -> [Row] {
-        let count = size(500, tiny: 5)
-        var cold = Row(
-            name: "plugin load, \(count) files", measure: "µs per file, scanner worker (cold cache)", unit: "µs",
-            baselineName: "bare dlopen + dlsym")
-        var cached = Row(
-            name: "plugin load, \(count) files", measure: "µs per file, cached rescan", unit: "µs",
-            baselineName: "bare dlopen + dlsym")
-        let bytes = try readAll(buildFolder + "/libExampleEarlyFinish.so")
-        for repetition in 0..<options.repetitions {
-            let bareFolder = "\(workFolder)/safe-bare-\(repetition)"
-            let scanFolder = "\(workFolder)/safe-scan-\(repetition)"
-            for folder in [bareFolder, scanFolder] {
-                mkdir(folder, 0o755)
-                for index in 0..<count { try writeAll("\(folder)/plugin-\(index).so", bytes) }
-            }
-            var start = now()
-            for index in 0..<count {
-                let handle = dlopen("\(bareFolder)/plugin-\(index).so", RTLD_NOW | RTLD_LOCAL | 0x01000)
-                precondition(handle != nil && dlsym(handle, "curfew_plugin_entry") != nil)
-            }
-            let bare = Double(now() - start) / Double(count) / 1000
-            let scanner = SafeScanner(
-                workerExecutable: buildFolder + "/curfew", cacheFile: "\(workFolder)/cache-\(repetition).json")
-            start = now()
-            let first = scanner.scan([scanFolder])
-            cold.values.append(Double(now() - start) / Double(count) / 1000)
-            precondition(first.scannedInWorker == count)
-            start = now()
-            let second = scanner.scan([scanFolder])
-            cached.values.append(Double(now() - start) / Double(count) / 1000)
-            precondition(second.fromCache == count && second.workersStarted == 0)
-            cold.baseline.append(bare)
-            cached.baseline.append(bare)
-        }
-        cold.note = "a scanner worker per file (as many at once as there are cores, at most 8) loads that file alone and reports it; the host loads none"
-        return [cold, cached]
-    }
-
     func pluginLoad() throws -> Row {
         let count = size(500, tiny: 5)
         var row = Row(
@@ -381,8 +291,6 @@ struct Bench {
         return row
     }
 
-    /// N no-op jobs, one at a time, each in a worker process, against a bare
-    /// posix_spawn + waitpid of /bin/true and against /bin/true under timeout.
     /// Background-task bookkeeping: beginning and ending many tasks, and
     /// expiring many, each handler ending its own task, against a bare
     /// dictionary of handlers under a lock.
@@ -471,71 +379,11 @@ struct Bench {
         return [pairs, handlers]
     }
 
-    func processPerJob() -> [Row] {
-        let count = size(200, tiny: 3)
-        var spawn = Row(
-            name: "process per job, \(count) jobs", measure: "ms per job", unit: "ms",
-            baselineName: "posix_spawn + waitpid of /bin/true", target: .atMost(2))
-        var timeout = Row(
-            name: "process per job, \(count) jobs", measure: "ms per job", unit: "ms",
-            baselineName: "each as a program under timeout", target: .atMost(1))
-        let job = benchJobs["bench-noop"]!
-        var configuration = RunConfiguration(
-            policy: GrantPolicy(budget: .seconds(60)), maxConcurrentJobs: 1, parameters: ["count": "1"])
-        configuration.isolation = .job
-        configuration.workerExecutable = buildFolder + "/curfew"
-        var swiftStart = Row(
-            name: "process per job, \(count) jobs", measure: "ms per start of a Swift program (curfew --version)", unit: "ms",
-            baselineName: "posix_spawn + waitpid of /bin/true")
-        for _ in 0..<options.repetitions {
-            let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
-            let start = now()
-            let semaphore = DispatchSemaphore(value: 0)
-            let outcomes = Mutex<[Outcome]>([])
-            Task {
-                let results = await runner.run()
-                outcomes.withLock { $0 = results.map(\.outcome) }
-                semaphore.signal()
-            }
-            semaphore.wait()
-            let elapsed = Double(now() - start) / Double(count) / 1e6
-            precondition(outcomes.withLock { $0 }.allSatisfy { $0 == .completed }, "a worker job did not complete")
-            spawn.values.append(elapsed)
-            timeout.values.append(elapsed)
-            let bare = spawnLoop(["/bin/true"], count: count)
-            spawn.baseline.append(bare)
-            timeout.baseline.append(spawnLoop(["/usr/bin/timeout", "10", "/bin/true"], count: count))
-            swiftStart.values.append(spawnLoop([buildFolder + "/curfew", "--version"], count: count))
-            swiftStart.baseline.append(bare)
-        }
-        swiftStart.note = "why a process start per job cannot meet the target: a Swift program alone takes this long"
-        spawn.note = "a fork server forks a worker per job (posix_spawn from a warm pool is the fallback); each worker runs its job and exits"
-        return [spawn, timeout, swiftStart]
-    }
-
-    /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row
-    /// (its stdout to /dev/null).
-    func spawnLoop(_ command: [String], count: Int) -> Double {
-        let argv = command.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        let start = now()
-        for _ in 0..<count {
-            var pid: pid_t = 0
-            precondition(posix_spawn(&pid, command[0], &actions, nil, argv, environ) == 0, "cannot spawn \(command[0])")
-            var status: Int32 = 0
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        }
-        return Double(now() - start) / Double(count) / 1e6
-    }
-
     func ffiNoop() async throws -> [Row] {
         let count = size(5_000_000, tiny: 1000)
         var row = Row(
-            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "the same as a native chunk")
+            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "the same as a native chunk",
+            target: .atMost(1.2))
         var floor = Row(
             name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "bare clock-check + ffi_call loop")
         let manifest = "\(workFolder)/noop.curfew.json"
@@ -592,6 +440,83 @@ struct Bench {
         return Double(now() - start)
     }
 
+    /// Jobs that stay live without holding a thread (each chunk asks to be
+    /// called again later), in process: resident memory and threads per live
+    /// job, and how late each job's expire hook runs. Each repetition is a
+    /// fresh process (`curfew-bench __live-jobs N`), so memory freed by one
+    /// cannot hide the next one's.
+    func liveJobs() throws -> [Row] {
+        let count = size(1000, tiny: 20)
+        var memory = Row(
+            name: "live jobs in process, \(count)", measure: "resident bytes per live job", unit: "B",
+            baselineName: "-", target: .absoluteAtMost(4096, "< 4 KiB"))
+        var threads = Row(
+            name: "live jobs in process, \(count)", measure: "threads", unit: "",
+            baselineName: "the same with \(count / 10) live jobs", target: .atMost(1.1))
+        var p50 = Row(
+            name: "live jobs in process, \(count)", measure: "expire hook lateness p50", unit: "ms",
+            baselineName: "a POSIX timer's signal (what timeout waits on)", target: .atMost(1))
+        var p99 = Row(
+            name: "live jobs in process, \(count)", measure: "expire hook lateness p99", unit: "ms",
+            baselineName: "a POSIX timer's signal (what timeout waits on)", target: .absoluteAtMost(0.5, "p99 < 0.5 ms"))
+        let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
+        func child(_ jobs: Int) throws -> [Double] {
+            var command = Command(["/proc/self/exe", Self.liveJobsArgument, String(jobs), options.tiny ? "tiny" : "full"])
+            command.stdout = "\(workFolder)/live-jobs.out"
+            try command.run()
+            let values = String(decoding: try readAll(command.stdout), as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap { Double($0) }
+            guard values.count == 4 else { throw CurfewError(.unreadable, "the live-jobs child printed no result") }
+            return values
+        }
+        for repetition in 0...options.repetitions {
+            let full = try child(count)
+            let tenth = try child(max(1, count / 10))
+            let timer = try cli.timerLateness(count: size(200, tiny: 5))
+            if repetition == 0 && !options.tiny { continue }  // warm-up
+            memory.values.append(full[0])
+            threads.values.append(full[1])
+            threads.baseline.append(tenth[1])
+            p50.values.append(full[2])
+            p50.baseline.append(timer.median)
+            p99.values.append(full[3])
+            p99.baseline.append(timer.p99)
+            if repetition == 0 { break }
+        }
+        memory.note = "resident set growth from before the run to when every job has run its first chunk, runner, queues and thread stacks included"
+        return [memory, threads, p50, p99]
+    }
+
+    static let liveJobsArgument = "__live-jobs"
+
+    /// The child of ``liveJobs()``: prints "bytes-per-job threads p50-ms p99-ms".
+    static func liveJobsChild(count: Int, tiny: Bool) async throws {
+        let plugin = try PluginLoader().load(benchPluginPath())
+        guard let job = plugin.jobs.first(where: { $0.name == "bench-sleep" }) else { throw CurfewError(.notFound, "no bench-sleep") }
+        let handle = dlopen(benchPluginPath(), RTLD_NOW | RTLD_LOCAL)
+        typealias Count = @convention(c) () -> Int64
+        typealias Samples = @convention(c) (UnsafeMutablePointer<Double>?, Int64) -> Int64
+        let live = unsafeBitCast(dlsym(handle, "bench_sleepers_live")!, to: Count.self)
+        let samples = unsafeBitCast(dlsym(handle, "bench_lateness")!, to: Samples.self)
+        let leadMilliseconds = tiny ? 100 : 500
+        let lead = Duration.milliseconds(leadMilliseconds)
+        let budget = tiny ? Duration.milliseconds(400) : .milliseconds(2000)
+        let configuration = RunConfiguration(
+            policy: GrantPolicy(budget: budget, grace: lead), maxConcurrentJobs: count,
+            parameters: ["sleep-ms": "50", "lead-ns": "\(leadMilliseconds * 1_000_000)"])
+        let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
+        let before = residentBytes()
+        let task = Task { await runner.run() }
+        while live() < Int64(count) { usleep(1000) }
+        let after = residentBytes()
+        let threads = threadCount()
+        let results: [JobResult] = await task.value
+        precondition(results.allSatisfy { $0.outcome == Outcome.expired }, "a sleeping job did not expire cleanly")
+        var lateness = [Double](repeating: 0, count: count)
+        let got = Int(samples(&lateness, Int64(count)))
+        precondition(got == count, "\(got) expire hooks ran, not \(count)")
+        print("\((after - before) / Double(count)) \(threads) \(percentile(lateness, 50)) \(percentile(lateness, 99))")
+    }
+
     func run() async throws -> [Row] {
         var rows: [Row] = []
         func selected(_ benchCase: BenchCase) -> Bool { options.only.isEmpty || options.only.contains(benchCase.rawValue) }
@@ -607,13 +532,15 @@ struct Bench {
         if selected(.expiration1k) { rows += expiration(count: size(1000, tiny: 50), spread: options.tiny ? 0.05 : 2) }
         if selected(.expiration10k) { rows += expiration(count: size(10_000, tiny: 100), spread: options.tiny ? 0.05 : 3) }
         if selected(.scaling) { rows.append(await scaling()) }
-        if selected(.pluginLoad) {
-            rows.append(try pluginLoad())
-            rows += try safeScan()
-        }
-        if selected(.processPerJob) { rows += processPerJob() }
+        if selected(.pluginLoad) { rows.append(try pluginLoad()) }
+        if selected(.liveJobs) { rows += try liveJobs() }
         if selected(.ffiNoop) { rows += try await ffiNoop() }
         if selected(.tasks) { rows += tasks() }
+        let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
+        if selected(.isolateJob) { rows += try cli.processPerJob() }
+        if selected(.isolatePlugin) { rows += try cli.pluginMode() }
+        if selected(.list) { rows += try cli.list() }
+        if selected(.output) { rows += try cli.output() }
         return rows
     }
 }
@@ -627,111 +554,15 @@ enum ForeignLoad {
     }
 }
 
-func readAll(_ path: String) throws -> [UInt8] {
-    guard let file = fopen(path, "rb") else { throw CurfewError(.notFound, "cannot open \(path)") }
-    defer { fclose(file) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let count = fread(&buffer, 1, buffer.count, file)
-        if count == 0 { break }
-        bytes += buffer.prefix(count)
-    }
-    return bytes
-}
-
-func writeAll(_ path: String, _ bytes: [UInt8]) throws {
-    guard let file = fopen(path, "wb") else { throw CurfewError(.unreadable, "cannot write \(path)") }
-    defer { fclose(file) }
-    guard fwrite(bytes, 1, bytes.count, file) == bytes.count else { throw CurfewError(.unreadable, "short write to \(path)") }
-}
-
-// MARK: Report
-
-func format(_ value: Double) -> String {
-    if value.isNaN { return "-" }
-    if abs(value) >= 100 { return String(Int64(value.rounded())) }
-    if abs(value) >= 10 { return String(Double(Int64((value * 10).rounded())) / 10) }
-    return String(Double(Int64((value * 1000).rounded())) / 1000)
-}
-
-func pad(_ text: String, _ width: Int, right: Bool = false) -> String {
-    let padding = String(repeating: " ", count: max(0, width - text.count))
-    return right ? padding + text : text + padding
-}
-
-func table(_ rows: [Row]) -> String {
-    let header = ["case", "measure", "median", "min", "max", "baseline", "baseline median", "ratio", "target", "met"]
-    let cells = rows.map { row -> [String] in
-        let unit = row.unit.isEmpty ? "" : " \(row.unit)"
-        return [
-            row.name, row.measure,
-            row.values.isEmpty ? "-" : format(median(row.values)) + unit,
-            row.values.isEmpty ? "-" : format(row.values.min()!),
-            row.values.isEmpty ? "-" : format(row.values.max()!),
-            row.baselineName,
-            row.baseline.isEmpty ? "-" : format(median(row.baseline)) + unit,
-            row.ratio.map { format($0) + "×" } ?? "-",
-            row.target?.text ?? "-",
-            row.met.map { $0 ? "yes" : "NO" } ?? "-",
-        ]
-    }
-    let widths = header.indices.map { column in ([header] + cells).map { $0[column].count }.max()! }
-    let render = { (line: [String]) in
-        line.indices.map { pad(line[$0], widths[$0], right: [2, 3, 4, 6, 7].contains($0)) }.joined(separator: "  ")
-    }
-    return ([render(header)] + cells.map(render)).joined(separator: "\n")
-}
-
-func jsonText(_ rows: [Row], options: Options) -> String {
-    func number(_ value: Double?) -> String {
-        guard let value, value.isFinite else { return "null" }
-        return "\(value)"
-    }
-    func string(_ text: String?) -> String {
-        guard let text else { return "null" }
-        var out = "\""
-        for character in text {
-            switch character {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            default: out.append(character)
-            }
-        }
-        return out + "\""
-    }
-    let objects = rows.map { row in
-        """
-        {"case":\(string(row.name)),"measure":\(string(row.measure)),"unit":\(string(row.unit)),\
-        "values":[\(row.values.map { number($0) }.joined(separator: ","))],\
-        "median":\(number(row.values.isEmpty ? nil : median(row.values))),\
-        "baseline":\(string(row.baselineName)),"baseline_values":[\(row.baseline.map { number($0) }.joined(separator: ","))],\
-        "baseline_median":\(number(row.baseline.isEmpty ? nil : median(row.baseline))),\
-        "ratio":\(number(row.ratio)),"target":\(string(row.target?.text)),\
-        "met":\(row.met.map { $0 ? "true" : "false" } ?? "null"),"note":\(string(row.note))}
-        """
-    }
-    return "{\"repetitions\":\(options.repetitions),\"tiny\":\(options.tiny),\"rows\":[\n" + objects.joined(separator: ",\n") + "\n]}"
-}
-
-/// Removes `path` and everything under it (links are removed, not followed).
-func removeTree(_ path: String) {
-    var info = stat()
-    guard lstat(path, &info) == 0 else { return }
-    if info.st_mode & S_IFMT == S_IFDIR, let folder = opendir(path) {
-        var names: [String] = []
-        while let entry = readdir(folder) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        closedir(folder)
-        names.forEach { removeTree(path + "/" + $0) }
-        rmdir(path)
-    } else {
-        unlink(path)
+if CommandLine.arguments.count == 4, CommandLine.arguments[1] == Bench.liveJobsArgument, let count = Int(CommandLine.arguments[2]) {
+    do {
+        try await Bench.liveJobsChild(count: count, tiny: CommandLine.arguments[3] == "tiny")
+        exit(0)
+    } catch {
+        printError("Error: \(error)")
+        exit(1)
     }
 }
-
 let options = parseOptions()
 var status: Int32 = 0
 var workFolder: String?

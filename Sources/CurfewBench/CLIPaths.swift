@@ -1,0 +1,249 @@
+import Curfew
+import Glibc
+
+/// The cases run the way a user runs Curfew: the `curfew` executable, started
+/// fresh, against baselines that are fresh processes too. Every pair is
+/// measured interleaved, after a warm-up pair that is not counted.
+struct CLIBench {
+    let options: Options
+    let curfew: String
+    let include: String
+    let work: String
+
+    func size(_ full: Int, tiny: Int) -> Int { options.tiny ? tiny : full }
+
+    /// Runs `measure` once to warm up (not in tiny runs), then once per repetition.
+    func repeated(_ measure: () throws -> Void) rethrows {
+        if !options.tiny { try measure() }
+        for _ in 0..<options.repetitions { try measure() }
+    }
+
+    /// A skipped warm-up: drops the first pair a `repeated` loop recorded.
+    func droppingWarmUp(_ rows: [Row]) -> [Row] {
+        guard !options.tiny else { return rows }
+        return rows.map { row in
+            var row = row
+            if !row.values.isEmpty { row.values.removeFirst() }
+            if !row.baseline.isEmpty { row.baseline.removeFirst() }
+            return row
+        }
+    }
+
+    /// Environment for `curfew`: a scan cache of its own under `work`.
+    func environment(cache: String) -> [String: String] {
+        ["XDG_CACHE_HOME": "\(work)/\(cache)"]
+    }
+
+    func compile(_ source: String, _ name: String, shared: Bool) throws -> String {
+        let output = "\(work)/\(name)"
+        try compileC(source, to: output, include: include, shared: shared, work: work)
+        return output
+    }
+
+    /// Runs `program` `count` times, two at a time, each under `timeout`, the
+    /// way a shell user bounds a job without Curfew.
+    func underTimeout(_ program: String, count: Int) throws -> Double {
+        let list = "\(work)/xargs-input"
+        try writeAll(list, Array((0..<count).map { "\($0)\n" }.joined().utf8))
+        return try Command(["xargs", "-P2", "-n1", "-a", list, "timeout", "10", program]).run()
+    }
+
+    // MARK: Isolation
+
+    /// Jobs of about 1 ms of CPU each, a worker process per job, against
+    /// each as a program under `timeout`; and a worker's cost per job against
+    /// posix_spawn + waitpid of /bin/true.
+    func processPerJob() throws -> [Row] {
+        let count = size(200, tiny: 4)
+        let plugin = "\(work)/per-job"
+        mkdir(plugin, 0o755)
+        _ = try compile(Programs.spinPlugin(names: (0..<count).map { "spin-\($0)" }), "per-job/libspin.so", shared: true)
+        let program = try compile(Programs.spinProgram, "spin", shared: false)
+        var versus = Row(
+            name: "--isolate job, \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
+            baselineName: "each as a program under timeout, xargs -P2", target: .atMost(1))
+        var overhead = Row(
+            name: "--isolate job, \(count) no-op jobs", measure: "ms a job's worker adds, --jobs 1", unit: "ms",
+            baselineName: "posix_spawn + waitpid of /bin/true", target: .atMost(2))
+        let env = environment(cache: "cache-per-job")
+        try Command([curfew, "list", plugin], environment: env).run()  // the scan is cached: measure the runs
+        try repeated {
+            let run = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: env).run()
+            versus.values.append(run / Double(count) * 1e3)
+            versus.baseline.append(try underTimeout(program, count: count) / Double(count) * 1e3)
+            let isolated = try Command(
+                [curfew, "run", "--isolate", "job", "--jobs", "1", "--param", "spin-ns=0", plugin], environment: env
+            ).run()
+            let inProcess = try Command([curfew, "run", "--jobs", "1", "--param", "spin-ns=0", plugin], environment: env).run()
+            overhead.values.append((isolated - inProcess) / Double(count) * 1e3)
+            overhead.baseline.append(spawnLoop(["/bin/true"], count: count))
+        }
+        overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process costs a job"
+        return droppingWarmUp([versus, overhead])
+    }
+
+    /// One-job plugins, a worker per plugin, against each as a program under
+    /// `timeout`; and whether one plugin's N jobs cost linear time.
+    func pluginMode() throws -> [Row] {
+        let count = size(200, tiny: 4)
+        let folder = "\(work)/one-job-plugins"
+        mkdir(folder, 0o755)
+        let template = try compile(Programs.spinPlugin(names: ["onejob-00000"]), "onejob.so", shared: true)
+        let bytes = try readAll(template)
+        for index in 0..<count {
+            let name = "onejob-" + String(repeating: "0", count: 5 - String(index).count) + String(index)
+            try writePatched(bytes, "\(folder)/lib\(name).so", from: "onejob-00000", to: name)
+        }
+        let program = try compile(Programs.spinProgram, "spin", shared: false)
+        var versus = Row(
+            name: "--isolate plugin, \(count) one-job plugins", measure: "ms per job, --jobs 2", unit: "ms",
+            baselineName: "each as a program under timeout, xargs -P2", target: .atMost(1))
+        let env = environment(cache: "cache-plugin-mode")
+        try Command([curfew, "list", folder], environment: env).run()
+        try repeated {
+            let run = try Command([curfew, "run", "--isolate", "plugin", "--jobs", "2", folder], environment: env).run()
+            versus.values.append(run / Double(count) * 1e3)
+            versus.baseline.append(try underTimeout(program, count: count) / Double(count) * 1e3)
+        }
+
+        // One plugin of many jobs: the cost of a job at 250 against at 100.
+        let small = size(100, tiny: 3)
+        let large = size(250, tiny: 6)
+        var linear = Row(
+            name: "--isolate plugin, one plugin of N jobs", measure: "ms per job at \(large) (beyond one job)", unit: "ms",
+            baselineName: "the same at \(small)", target: .atMost(1.2))
+        var plugins: [Int: String] = [:]
+        for jobs in [1, small, large] {
+            mkdir("\(work)/jobs-\(jobs)", 0o755)
+            plugins[jobs] = try compile(Programs.spinPlugin(names: (0..<jobs).map { "job-\($0)" }), "jobs-\(jobs)/libjobs.so", shared: true)
+            try Command([curfew, "list", plugins[jobs]!], environment: env).run()
+        }
+        func time(_ jobs: Int) throws -> Double {
+            try Command([curfew, "run", "--isolate", "plugin", "--jobs", "1", "--param", "spin-ns=0", plugins[jobs]!], environment: env).run()
+        }
+        try repeated {
+            let one = try time(1)
+            linear.baseline.append((try time(small) - one) / Double(small - 1) * 1e3)
+            linear.values.append((try time(large) - one) / Double(large - 1) * 1e3)
+        }
+        linear.note = "(run of N no-op jobs − run of 1) ÷ (N − 1), --isolate plugin --jobs 1: linear when the two match"
+        return droppingWarmUp([versus, linear])
+    }
+
+    // MARK: Scanning
+
+    /// `curfew list` of a folder of plugins: cold (every file loaded in a
+    /// scanner process of its own) against a fresh C program that dlopens
+    /// them, cached against cold, and one file's cached listing with a cache
+    /// that has seen thousands of other plugins against one that has not.
+    func list() throws -> [Row] {
+        let count = size(500, tiny: 5)
+        let folder = "\(work)/list"
+        mkdir(folder, 0o755)
+        let template = try compile(Programs.spinPlugin(names: ["listed-00000"]), "listed.so", shared: true)
+        let bytes = try readAll(template)
+        for index in 0..<count {
+            let name = "listed-" + String(repeating: "0", count: 5 - String(index).count) + String(index)
+            try writePatched(bytes, "\(folder)/lib\(name).so", from: "listed-00000", to: name)
+        }
+        let dlopenAll = try compile(Programs.dlopenAll, "dlopen-all", shared: false)
+        var cold = Row(
+            name: "list, \(count) plugins", measure: "ms, cold (--rescan)", unit: "ms",
+            baselineName: "a C program that dlopens + dlsyms them", target: .atMost(1.5))
+        var cached = Row(
+            name: "list, \(count) plugins", measure: "ms, cached", unit: "ms", baselineName: "the same, cold (--rescan)",
+            target: .atMost(0.1))
+        let env = environment(cache: "cache-list")
+        try repeated {
+            let scanned = try Command([curfew, "list", "--rescan", folder], environment: env).run()
+            cold.values.append(scanned * 1e3)
+            cold.baseline.append(try Command([dlopenAll, folder]).run() * 1e3)
+            cached.values.append(try Command([curfew, "list", folder], environment: env).run() * 1e3)
+            cached.baseline.append(scanned * 1e3)
+        }
+
+        // A cache that has seen other folders' plugins.
+        let others = size(4, tiny: 2)
+        var crowded = Row(
+            name: "list, 1 plugin, cached", measure: "ms, the cache has seen \(others * count) other plugins", unit: "ms",
+            baselineName: "the cache has seen only it", target: .atMost(1.2))
+        mkdir("\(work)/lone", 0o755)
+        let lone = "\(work)/lone/liblone.so"
+        try writePatched(bytes, lone, from: "listed-00000", to: "lone-000000x")
+        let emptyEnv = environment(cache: "cache-lone")
+        let crowdedEnv = environment(cache: "cache-crowded")
+        for other in 0..<others {
+            let copy = "\(work)/other-\(other)"
+            mkdir(copy, 0o755)
+            for index in 0..<count { link("\(folder)/lib\(listedName(index)).so", "\(copy)/lib\(listedName(index)).so") }
+            try Command([curfew, "list", copy], environment: crowdedEnv).run()
+        }
+        try Command([curfew, "list", lone], environment: emptyEnv).run()
+        try Command([curfew, "list", lone], environment: crowdedEnv).run()
+        try repeated {
+            crowded.values.append(try Command([curfew, "list", lone], environment: crowdedEnv).run() * 1e3)
+            crowded.baseline.append(try Command([curfew, "list", lone], environment: emptyEnv).run() * 1e3)
+        }
+        return droppingWarmUp([cold, cached, crowded])
+    }
+
+    func listedName(_ index: Int) -> String {
+        "listed-" + String(repeating: "0", count: 5 - String(index).count) + String(index)
+    }
+
+    // MARK: Output
+
+    /// A job that prints: MiB/s forwarded from a worker, against in process.
+    func output() throws -> [Row] {
+        let chunks = size(64, tiny: 2)
+        mkdir("\(work)/print", 0o755)
+        let plugin = try compile(Programs.printPlugin, "print/libprint.so", shared: true)
+        var row = Row(
+            name: "output, a job printing \(chunks) MiB", measure: "MiB/s forwarded, --isolate job", unit: "MiB/s",
+            baselineName: "the same in process", target: .absoluteAtLeast(100, "≥ 100 MiB/s"))
+        let env = environment(cache: "cache-print")
+        try Command([curfew, "list", plugin], environment: env).run()
+        try repeated {
+            let isolated = try Command(
+                [curfew, "run", "--isolate", "job", "--budget", "60s", "--param", "chunks=\(chunks)", plugin], environment: env
+            ).run()
+            let inProcess = try Command([curfew, "run", "--budget", "60s", "--param", "chunks=\(chunks)", plugin], environment: env).run()
+            row.values.append(Double(chunks) / isolated)
+            row.baseline.append(Double(chunks) / inProcess)
+        }
+        row.note = "wall time of the whole run, process start and scan included, stdout to /dev/null"
+        return droppingWarmUp([row])
+    }
+
+    /// Signal lateness of a POSIX timer, which `timeout` waits on, in ms:
+    /// median and p99 of `count` timers in a fresh process.
+    func timerLateness(count: Int) throws -> (median: Double, p99: Double) {
+        let probe = "\(work)/timer-probe"
+        if access(probe, X_OK) != 0 { _ = try compile(Programs.timerProbe, "timer-probe", shared: false) }
+        var command = Command([probe, String(count)])
+        command.stdout = "\(work)/timer-probe.out"
+        try command.run()
+        let text = String(decoding: try readAll(command.stdout), as: UTF8.self)
+        let samples = text.split(separator: "\n").compactMap { Double($0) }.map { $0 / 1e6 }
+        return (median(samples), percentile(samples, 99))
+    }
+}
+
+/// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row
+/// (its stdout to /dev/null).
+func spawnLoop(_ command: [String], count: Int) -> Double {
+    let argv = command.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    let start = now()
+    for _ in 0..<count {
+        var pid: pid_t = 0
+        precondition(posix_spawn(&pid, command[0], &actions, nil, argv, environ) == 0, "cannot spawn \(command[0])")
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    }
+    return Double(now() - start) / Double(count) / 1e6
+}
