@@ -18,8 +18,8 @@ import _CurfewShims
 public struct SafeScanner: Sendable {
     /// The executable started as the scanner: `curfew` itself.
     public var workerExecutable: String
-    /// The cache file; `nil` for no cache.
-    public var cacheFile: String?
+    /// The scan cache's folder (a file per plugin folder); `nil` for no cache.
+    public var cacheFolder: String?
     /// How long loading one file may take before it counts as hanging.
     public var timeoutPerFile: Duration
     /// Load every file again, whatever the cache says (the new answers are cached).
@@ -29,22 +29,22 @@ public struct SafeScanner: Sendable {
     /// server cannot fork, each is started with `posix_spawn`.
     public var usesForkServer = true
 
-    public init(workerExecutable: String = "/proc/self/exe", cacheFile: String? = SafeScanner.defaultCacheFile,
+    public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,
                 timeoutPerFile: Duration = .seconds(10)) {
         self.workerExecutable = workerExecutable
-        self.cacheFile = cacheFile
+        self.cacheFolder = cacheFolder
         self.timeoutPerFile = timeoutPerFile
     }
 
-    /// `$XDG_CACHE_HOME/curfew/scan-v1.json`, else `~/.cache/curfew/scan-v1.json`;
+    /// `$XDG_CACHE_HOME/curfew/scan-v2`, else `~/.cache/curfew/scan-v2`;
     /// `nil` (no cache) when neither names an absolute folder: a relative
     /// `HOME` would put the cache wherever the host happens to run.
-    public static var defaultCacheFile: String? {
+    public static var defaultCacheFolder: String? {
         if let cache = getenv("XDG_CACHE_HOME").map({ String(cString: $0) }), cache.hasPrefix("/") {
-            return cache + "/curfew/scan-v1.json"
+            return cache + "/curfew/scan-v2"
         }
         guard let home = getenv("HOME").map({ String(cString: $0) }), home.hasPrefix("/") else { return nil }
-        return home + "/.cache/curfew/scan-v1.json"
+        return home + "/.cache/curfew/scan-v2"
     }
 
     /// What a scan found, and how.
@@ -68,7 +68,7 @@ public struct SafeScanner: Sendable {
     ) -> Report {
         var rejected: [RejectedPlugin] = []
         let files = loader.candidates(paths, rejected: &rejected)
-        var cache = ScanCache(path: cacheFile)
+        var cache = ScanCache(folder: cacheFolder)
         var results: [String: FileResult] = [:]
         var keys: [String: ScanCache.Key] = [:]
         var misses: [String] = []

@@ -2,7 +2,10 @@ import CurfewFormats
 import Glibc
 import _CurfewShims
 
-/// Scan results by (real path, size, mtime, host ABI), in one JSON file.
+/// Scan results by (real path, size, times, device, inode, host ABI), one
+/// JSON file per plugin folder: a lookup reads only the shard of the file's
+/// own folder, and a miss rewrites only that shard, so what a scan costs
+/// does not grow with the plugins other folders have cached.
 struct ScanCache {
     /// A file as it is now: replaced, rewritten or touched, it is another key.
     struct Key: Hashable {
@@ -14,31 +17,40 @@ struct ScanCache {
         let inode: UInt64
     }
 
-    let path: String?
-    private var entries: [Key: FileResult] = [:]
-    private var changed = false
+    /// One folder's results, by real path (one entry a path).
+    private struct Shard {
+        var entries: [String: (key: Key, result: FileResult)] = [:]
+        var changed = false
+    }
 
-    /// The largest cache file read.
+    /// The cache folder, or `nil` for no cache.
+    let folder: String?
+    /// Shards read so far, by shard file name.
+    private var shards: [String: Shard] = [:]
+
+    /// The largest shard read.
     static let maximumBytes = 16 << 20
 
-    /// - Parameter path: The cache file. Its folder must be this user's and
+    /// - Parameter folder: The cache folder. It must be this user's and
     ///   writable by nobody else (it is made so, mode 700, if missing), and
-    ///   the file too; otherwise there is no cache: whoever can write it
+    ///   each shard too; otherwise there is no cache: whoever can write it
     ///   decides what the cache vouches for.
-    init(path: String?) {
-        self.path = path.flatMap { Self.prepareFolder(of: $0) ? $0 : nil }
-        guard let path = self.path, let bytes = Self.readOwnFile(path), let root = try? JSONReader.parse(bytes),
-            root["abi"]?.numberValue == Double(PluginLoader.abiVersion), case .array(let list)? = root["entries"]
-        else { return }
-        for entry in list {
-            guard let file = entry["path"]?.stringValue, let size = entry["size"]?.integerValue,
-                let mtime = entry["mtime"]?.integerValue, let ctime = entry["ctime"]?.integerValue,
-                let device = entry["device"]?.integerValue, let inode = entry["inode"]?.integerValue,
-                let result = entry["result"], let type = result["type"]?.stringValue, type == "scanned" || type == "rejected"
-            else { continue }  // an entry that does not read right is no entry
-            let key = Key(path: file, size: size, mtime: mtime, ctime: ctime, device: UInt64(bitPattern: device), inode: UInt64(bitPattern: inode))
-            entries[key] = FileResult(message: result)
+    init(folder: String?) {
+        self.folder = folder.flatMap { Self.prepareFolder($0) ? $0 : nil }
+    }
+
+    /// The shard file (a name in the cache folder) for the file at real path
+    /// `path`: its folder's path, hashed (FNV-1a, 64 bits). Folders whose
+    /// hashes collide share a shard; entries keep their whole paths.
+    static func shardName(for path: String) -> String {
+        let parent = path.lastIndex(of: "/").map { path[..<$0] } ?? Substring(path)
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in parent.utf8 {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01b3
         }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex + ".json"
     }
 
     /// The key of a file as it is now, or `nil` when it cannot be read.
@@ -49,27 +61,63 @@ struct ScanCache {
             inode: status.inode)
     }
 
-    func lookup(_ key: Key) -> FileResult? { entries[key] }
-
-    mutating func store(_ key: Key, _ result: FileResult) {
-        // One entry per path: a changed file replaces its old result.
-        entries = entries.filter { $0.key.path != key.path }
-        entries[key] = result
-        changed = true
+    mutating func lookup(_ key: Key) -> FileResult? {
+        guard let entry = shard(for: key.path)?.entries[key.path], entry.key == key else { return nil }
+        return entry.result
     }
 
+    mutating func store(_ key: Key, _ result: FileResult) {
+        let name = Self.shardName(for: key.path)
+        guard shard(for: key.path) != nil else { return }
+        // One entry per path: a changed file replaces its old result.
+        shards[name]!.entries[key.path] = (key, result)
+        shards[name]!.changed = true
+    }
+
+    /// Writes the shards that changed, forgetting their files that are gone.
     func save() {
-        guard changed, let path else { return }
-        // Forget files that are gone.
-        let entries = entries.filter { access($0.key.path, F_OK) == 0 }
-        let lines = entries.sorted { $0.key.path < $1.key.path }.map { key, result in
-            "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
-                + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
+        guard let folder else { return }
+        for (name, shard) in shards where shard.changed {
+            let lines = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }.sorted { $0.key.path < $1.key.path }.map {
+                key, result in
+                "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
+                    + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
+            }
+            let text = "{\"version\":2,\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
+            Self.replace(folder + "/" + name, with: Array(text.utf8))
         }
-        let text = "{\"version\":1,\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
-        // Write a new file (never one that exists, never through a symlink) and
-        // rename it over the cache: readers never see half a cache.
-        let bytes = Array(text.utf8)
+    }
+
+    /// The shard `path` belongs to, read on first need; `nil` with no cache.
+    private mutating func shard(for path: String) -> Shard? {
+        guard let folder else { return nil }
+        let name = Self.shardName(for: path)
+        if let shard = shards[name] { return shard }
+        let shard = Self.readOwnFile(folder + "/" + name).map(Self.parse) ?? Shard()
+        shards[name] = shard
+        return shard
+    }
+
+    private static func parse(_ bytes: [UInt8]) -> Shard {
+        var shard = Shard()
+        guard let root = try? JSONReader.parse(bytes), root["abi"]?.numberValue == Double(PluginLoader.abiVersion),
+            case .array(let list)? = root["entries"]
+        else { return shard }
+        for entry in list {
+            guard let file = entry["path"]?.stringValue, let size = entry["size"]?.integerValue,
+                let mtime = entry["mtime"]?.integerValue, let ctime = entry["ctime"]?.integerValue,
+                let device = entry["device"]?.integerValue, let inode = entry["inode"]?.integerValue,
+                let result = entry["result"], let type = result["type"]?.stringValue, type == "scanned" || type == "rejected"
+            else { continue }  // an entry that does not read right is no entry
+            let key = Key(path: file, size: size, mtime: mtime, ctime: ctime, device: UInt64(bitPattern: device), inode: UInt64(bitPattern: inode))
+            shard.entries[file] = (key, FileResult(message: result))
+        }
+        return shard
+    }
+
+    /// Writes a new file (never one that exists, never through a symlink)
+    /// and renames it over `path`: readers never see half a shard.
+    private static func replace(_ path: String, with bytes: [UInt8]) {
         for attempt in 0..<8 {
             let temporary = path + ".\(getpid()).\(UInt32.random(in: .min ... .max)).\(attempt).tmp"
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -91,12 +139,11 @@ struct ScanCache {
         }
     }
 
-    /// Makes the cache's folder (mode 700) if missing, and says whether it is
-    /// safe to use: a real folder (not a symlink), this user's, writable by
-    /// nobody else.
-    private static func prepareFolder(of path: String) -> Bool {
-        guard let slash = path.lastIndex(of: "/"), path.hasPrefix("/") else { return false }
-        let folder = String(path[..<slash])
+    /// Makes the cache folder (mode 700, and any missing folder above it) if
+    /// missing, and says whether it is safe to use: a real folder (not a
+    /// symlink), this user's, writable by nobody else.
+    private static func prepareFolder(_ folder: String) -> Bool {
+        guard folder.hasPrefix("/") else { return false }
         var current = ""
         for component in folder.split(separator: "/") {
             current += "/" + component
@@ -107,7 +154,7 @@ struct ScanCache {
         return info.st_uid == geteuid() && info.st_mode & 0o022 == 0
     }
 
-    /// The cache file, if it is a regular file of this user's that nobody
+    /// The shard file, if it is a regular file of this user's that nobody
     /// else can write, of at most ``maximumBytes``.
     private static func readOwnFile(_ path: String) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)

@@ -9,7 +9,10 @@ extension ProcessTests {
     /// are rejected, not fatal; results are cached until a file changes.
     @Suite(.timeLimit(.minutes(1))) struct SafeScanTests {
         let folder = Fixtures.temporaryFolder("safe-scan")
-        var cache: String { folder + "/cache/scan-v1.json" }
+        /// The cache folder.
+        var cacheFolder: String { folder + "/cache" }
+        /// The cache's file for the plugins of `plugins(_:)`.
+        var cache: String { cacheFolder + "/" + ScanCache.shardName(for: folder + "/plugins/b-good.so") }
 
         /// Scans `paths` with `scanner`, off the pool (the scan waits for its worker).
         func scan(_ paths: [String], with scanner: SafeScanner? = nil) async throws -> SafeScanner.Report {
@@ -18,7 +21,7 @@ extension ProcessTests {
         }
 
         func scanner() -> SafeScanner {
-            SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFile: cache, timeoutPerFile: .seconds(1))
+            SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: cacheFolder, timeoutPerFile: .seconds(1))
         }
 
         /// A folder with a good plugin and a bad one of `variant`.
@@ -121,6 +124,25 @@ extension ProcessTests {
             #expect(third.fromCache == 1 && third.scannedInWorker == 1)
         }
 
+        /// Before: one cache file for every folder, read whole by every scan
+        /// and rewritten whole on every miss (a 1 MB cache made listing one
+        /// plugin 13× slower). Now a folder's results are a file of their own.
+        @Test func aScanTouchesOnlyItsOwnFoldersCacheFile() async throws {
+            let plugins = try plugins(1)
+            _ = try await scan([plugins])
+            var before = stat()
+            #expect(stat(cache, &before) == 0, "the folder's results were written")
+            let other = folder + "/other"
+            try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+            try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[0], toPath: other + "/c.so")
+            #expect(try await scan([other]).scannedInWorker == 1)
+            var after = stat()
+            #expect(stat(cache, &after) == 0)
+            #expect(after.st_ino == before.st_ino && after.st_mtim.tv_nsec == before.st_mtim.tv_nsec, "not rewritten")
+            #expect(access(cacheFolder + "/" + ScanCache.shardName(for: other + "/c.so"), F_OK) == 0)
+            #expect(try await scan([plugins, other]).fromCache == 3)
+        }
+
         /// Before: the temporary file was opened with fopen("w") under a
         /// predictable name, so a symlink planted there made the host
         /// overwrite whatever it pointed at.
@@ -162,7 +184,7 @@ extension ProcessTests {
             let result = try await Fixtures.run("/bin/sh", ["-c", command, Fixtures.curfewExecutable, work, plugin])
             #expect(result.status == 0, "\(result.stderr)")
             #expect(access("/relhome", F_OK) != 0 && access(work + "/relhome", F_OK) != 0)
-            #expect(SafeScanner.defaultCacheFile?.hasPrefix("/") != false)
+            #expect(SafeScanner.defaultCacheFolder?.hasPrefix("/") != false)
         }
 
         @Test func aHangIsRememberedUntilTheFileChanges() async throws {
