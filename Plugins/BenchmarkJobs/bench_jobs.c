@@ -72,6 +72,11 @@ CURFEW_EXPORT int64_t bench_foreign_step(int64_t index, int64_t count) {
     return count - 1 - index;
 }
 
+/* The same with a floating-point argument, which libffi must call. */
+CURFEW_EXPORT int64_t bench_foreign_step_double(double index, int64_t count) {
+    return count - 1 - (int64_t)index;
+}
+
 static curfew_status bench_create(curfew_context *ctx, void **state) {
     *state = bench_make_state(param(ctx, "count", 1000), param(ctx, "spin-ns", 0), param(ctx, "work", 0));
     return *state ? CURFEW_OK : CURFEW_ERROR;

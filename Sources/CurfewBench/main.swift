@@ -67,7 +67,7 @@ enum BenchCase: String, CaseIterable {
     case scaling
     case pluginLoad = "plugin-load"
     case liveJobs = "live-jobs"
-    case ffiNoop = "ffi-noop"
+    case foreign
     case tasks
     // The CLI's paths, each a fresh `curfew` process.
     case isolateJob = "isolate-job"
@@ -379,62 +379,78 @@ struct Bench {
         return [pairs, handlers]
     }
 
+    /// Foreign (manifest) jobs: one whose chunk takes two integers, called
+    /// directly, against the same native chunk; one whose chunk takes a
+    /// double, called through `ffi_call`, against a bare `ffi_call` loop.
     func ffiNoop() async throws -> [Row] {
         let count = size(5_000_000, tiny: 1000)
-        var row = Row(
-            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "the same as a native chunk",
-            target: .atMost(1.2))
-        var floor = Row(
-            name: "libffi job, no-op chunk", measure: "ns per chunk", unit: "ns", baselineName: "bare clock-check + ffi_call loop")
-        let manifest = "\(workFolder)/noop.curfew.json"
-        try writeAll(manifest, Array("""
-            {"library": "\(benchPlugin)", "jobs": [{"name": "ffi-noop", "summary": "A no-op through libffi.",
-              "chunk": {"symbol": "bench_foreign_step", "returns": "int64", "result": "items-left",
-                        "args": [{"type": "int64", "from": "chunk-index"}, {"type": "int64", "param": "count"}]}}]}
-            """.utf8))
-        let parameters = ["count": "\(count)"]
-        let foreign = try ForeignLoad.job(manifest, parameters: parameters)
-        for _ in 0..<options.repetitions {
-            let (native, _) = await hostRun([benchJobs["bench-noop"]!], parameters: parameters)
-            row.baseline.append(native / Double(count))
-            let (viaFFI, results) = await hostRun([foreign], parameters: parameters)
-            precondition(results.first?.chunks == UInt64(count))
-            row.values.append(viaFFI / Double(count))
-            floor.values.append(viaFFI / Double(count))
-            floor.baseline.append(bareFFILoop(count: count) / Double(count))
+        var direct = Row(
+            name: "foreign job, no-op chunk (int64, int64)", measure: "ns per chunk", unit: "ns",
+            baselineName: "the same as a native chunk", target: .atMost(1.2))
+        var viaFFI = Row(
+            name: "foreign job, no-op chunk (double, int64)", measure: "ns per chunk", unit: "ns",
+            baselineName: "bare clock-check + ffi_call loop", target: .atMost(1.2))
+        func job(_ symbol: String, _ indexType: String) throws -> PluginJob {
+            let manifest = "\(workFolder)/\(symbol).curfew.json"
+            try writeAll(manifest, Array("""
+                {"library": "\(benchPlugin)", "jobs": [{"name": "ffi-noop", "summary": "A no-op through a manifest.",
+                  "chunk": {"symbol": "\(symbol)", "returns": "int64", "result": "items-left",
+                            "args": [{"type": "\(indexType)", "from": "chunk-index"}, {"type": "int64", "param": "count"}]}}]}
+                """.utf8))
+            return try ForeignLoad.job(manifest, parameters: ["count": "\(count)"])
         }
-        return [row, floor]
+        let integers = try job("bench_foreign_step", "int64")
+        let double = try job("bench_foreign_step_double", "double")
+        let parameters = ["count": "\(count)"]
+        for repetition in 0...options.repetitions {
+            let (native, _) = await hostRun([benchJobs["bench-noop"]!], parameters: parameters)
+            let (called, results) = await hostRun([integers], parameters: parameters)
+            precondition(results.first?.chunks == UInt64(count))
+            let (throughFFI, doubleResults) = await hostRun([double], parameters: parameters)
+            precondition(doubleResults.first?.chunks == UInt64(count))
+            let bare = bareFFILoop(count: count)
+            if repetition == 0 && !options.tiny { continue }  // warm-up
+            direct.values.append(called / Double(count))
+            direct.baseline.append(native / Double(count))
+            viaFFI.values.append(throughFFI / Double(count))
+            viaFFI.baseline.append(bare / Double(count))
+            if options.tiny { break }
+        }
+        return [direct, viaFFI]
     }
 
-    /// The floor for a libffi job: read the clock, call the prepared cif, test the result.
+    /// The floor for a foreign job called through libffi: read the clock,
+    /// call the prepared cif of `int64_t f(double, int64_t)`, test the result.
     func bareFFILoop(count: Int) -> Double {
         let handle = dlopen(benchPlugin, RTLD_NOW | RTLD_LOCAL)
-        let function = unsafeBitCast(dlsym(handle, "bench_foreign_step")!, to: (@convention(c) () -> Void).self)
+        let function = unsafeBitCast(dlsym(handle, "bench_foreign_step_double")!, to: (@convention(c) () -> Void).self)
         let cif = UnsafeMutablePointer<ffi_cif>.allocate(capacity: 1)
         let types = UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>.allocate(capacity: 2)
-        let values = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
+        let index = UnsafeMutablePointer<Double>.allocate(capacity: 1)
+        let limit = UnsafeMutablePointer<Int64>.allocate(capacity: 1)
         let pointers = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: 2)
         let result = UnsafeMutablePointer<Int64>.allocate(capacity: 2)
         defer {
             cif.deallocate()
             types.deallocate()
-            values.deallocate()
+            index.deallocate()
+            limit.deallocate()
             pointers.deallocate()
             result.deallocate()
         }
-        types[0] = curfew_ffi_type_sint64()
+        types[0] = curfew_ffi_type_double()
         types[1] = curfew_ffi_type_sint64()
         precondition(ffi_prep_cif(cif, curfew_ffi_default_abi(), 2, curfew_ffi_type_sint64(), types) == FFI_OK)
-        values[1] = Int64(count)
-        pointers[0] = UnsafeMutableRawPointer(values)
-        pointers[1] = UnsafeMutableRawPointer(values + 1)
+        limit.pointee = Int64(count)
+        pointers[0] = UnsafeMutableRawPointer(index)
+        pointers[1] = UnsafeMutableRawPointer(limit)
         let deadline = now() + 3_600_000_000_000
         let start = now()
-        var index: Int64 = 0
+        var step: Int64 = 0
         while curfew_shim_monotonic_nanoseconds() < deadline {
-            values[0] = index
+            index.pointee = Double(step)
             ffi_call(cif, function, result, pointers)
-            index += 1
+            step += 1
             if result.pointee == 0 { break }
         }
         return Double(now() - start)
@@ -534,7 +550,7 @@ struct Bench {
         if selected(.scaling) { rows.append(await scaling()) }
         if selected(.pluginLoad) { rows.append(try pluginLoad()) }
         if selected(.liveJobs) { rows += try liveJobs() }
-        if selected(.ffiNoop) { rows += try await ffiNoop() }
+        if selected(.foreign) { rows += try await ffiNoop() }
         if selected(.tasks) { rows += tasks() }
         let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
         if selected(.isolateJob) { rows += try cli.processPerJob() }

@@ -13,10 +13,39 @@ final class ForeignFrame {
         let slot: UnsafeMutableRawPointer
         let kind: Kind
         let type: ForeignType
+        /// The type's range for an integer type, the whole of Int64 else
+        /// (an unsigned 64-bit type takes the non-negative half: the values
+        /// it is given, an index or whole seconds, are never negative).
+        let lowest: Int64
+        let highest: Int64
+
+        init(slot: UnsafeMutableRawPointer, kind: Kind, type: ForeignType) {
+            self.slot = slot
+            self.kind = kind
+            self.type = type
+            let range = type.integerRange
+            lowest = range.map { Int64(clamping: $0.lowerBound) } ?? .min
+            highest = range.map { Int64(clamping: $0.upperBound) } ?? .max
+        }
+
+        /// `value` saturated to the type's range.
+        @inline(__always)
+        func clamp(_ value: Int64) -> Int64 { min(max(value, lowest), highest) }
     }
 
+    /// How a function of up to four integer or pointer arguments, returning
+    /// an integer, a pointer or nothing, is called: directly, each argument
+    /// in a 64-bit register (extended from its type, as C callers do), not
+    /// through `ffi_call`. On x86-64 (System V) and arm64 (AAPCS64) such a
+    /// call is the same at the machine level whatever the arity: the unused
+    /// argument registers are ignored, and a narrower result is narrowed here.
+    typealias Direct = @convention(c) (Int64, Int64, Int64, Int64) -> Int64
+
     let function: ForeignFunction
-    private let values: UnsafeMutableRawPointer      // 8 bytes per argument
+    /// The function's return type, kept here for the call path.
+    private let returnType: ForeignType
+    private let direct: Direct?
+    private let values: UnsafeMutableRawPointer      // 8 bytes per argument (at least 4)
     private let pointers: UnsafeMutablePointer<UnsafeMutableRawPointer?>
     private let result: UnsafeMutableRawPointer       // at least sizeof(ffi_arg)
     private let dynamic: UnsafeMutableBufferPointer<DynamicArgument>
@@ -25,9 +54,11 @@ final class ForeignFrame {
 
     init(_ function: ForeignFunction) {
         self.function = function
+        returnType = function.returnType
         let count = function.argumentTypes.count
-        values = .allocate(byteCount: max(count, 1) * 8, alignment: 8)
-        values.initializeMemory(as: UInt8.self, repeating: 0, count: max(count, 1) * 8)
+        direct = Self.callsDirectly(function) ? unsafeBitCast(function.address, to: Direct.self) : nil
+        values = .allocate(byteCount: max(count, 4) * 8, alignment: 8)
+        values.initializeMemory(as: UInt8.self, repeating: 0, count: max(count, 4) * 8)
         pointers = .allocate(capacity: max(count, 1))
         result = .allocate(byteCount: 16, alignment: 16)
         result.initializeMemory(as: UInt8.self, repeating: 0, count: 16)
@@ -38,7 +69,9 @@ final class ForeignFrame {
             let type = function.argumentTypes[index]
             pointers[index] = slot
             switch function.sources[index] {
-            case .constant(let constant): Self.store(constant, as: type, at: slot)
+            case .constant(let constant):
+                Self.store(constant, as: type, at: slot)
+                if direct != nil { slot.storeBytes(of: Self.extend(slot.load(as: Int64.self), from: type), as: Int64.self) }
             case .missingParameter(let key): missing = missing ?? key
             case .chunkIndex: dynamic.append(DynamicArgument(slot: slot, kind: .chunkIndex, type: type))
             case .timeRemaining: dynamic.append(DynamicArgument(slot: slot, kind: .timeRemaining, type: type))
@@ -57,20 +90,45 @@ final class ForeignFrame {
         dynamic.deallocate()
     }
 
+    /// Whether `function` is called directly (see ``Direct``).
+    static func callsDirectly(_ function: ForeignFunction) -> Bool {
+        #if arch(x86_64) || arch(arm64)
+        function.argumentTypes.count <= 4 && function.argumentTypes.allSatisfy { !$0.isFloatingPoint && $0 != .void }
+            && !function.returnType.isFloatingPoint
+        #else
+        false
+        #endif
+    }
+
     /// Calls the function with the changing arguments refreshed.
     @inline(__always)
     func call(chunkIndex: Int64, run: HostContext, state: UnsafeMutableRawPointer?) {
+        if let direct {
+            for argument in dynamic {
+                let value: Int64
+                switch argument.kind {
+                case .chunkIndex: value = argument.clamp(chunkIndex)
+                case .timeRemaining: value = argument.clamp(Self.wholeSeconds(run.timeRemainingSeconds))
+                case .state: value = Int64(Int(bitPattern: state))
+                }
+                argument.slot.storeBytes(of: Self.extend(value, from: argument.type), as: Int64.self)
+            }
+            let returned = direct(
+                values.load(as: Int64.self), values.load(fromByteOffset: 8, as: Int64.self),
+                values.load(fromByteOffset: 16, as: Int64.self), values.load(fromByteOffset: 24, as: Int64.self))
+            // What ffi_call would leave: the result widened from its type.
+            result.storeBytes(of: Self.extend(returned, from: returnType), as: Int64.self)
+            return
+        }
         for argument in dynamic {
             switch argument.kind {
-            case .chunkIndex: Self.store(Self.clamp(chunkIndex, to: argument.type), as: argument.type, at: argument.slot)
+            case .chunkIndex: Self.store(argument.clamp(chunkIndex), as: argument.type, at: argument.slot)
             case .timeRemaining:
                 let seconds = run.timeRemainingSeconds
                 if argument.type.isFloatingPoint {
                     Self.store(seconds, as: argument.type, at: argument.slot)
                 } else {
-                    // Whole seconds, saturated to the type: no budget reads as the type's maximum.
-                    let whole = seconds >= 9.2e18 ? Int64.max : Int64(max(0, seconds).rounded(.down))
-                    Self.store(Self.clamp(whole, to: argument.type), as: argument.type, at: argument.slot)
+                    Self.store(argument.clamp(Self.wholeSeconds(seconds)), as: argument.type, at: argument.slot)
                 }
             case .state: argument.slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
             }
@@ -79,8 +137,9 @@ final class ForeignFrame {
     }
 
     /// The returned value as an integer (floating point truncated, pointers as addresses).
+    @inline(__always)
     var integerResult: Int64 {
-        switch function.returnType {
+        switch returnType {
         case .int8, .int16, .int32, .int64: result.load(as: Int64.self)  // widened to ffi_sarg
         case .uint8, .uint16, .uint32, .uint64: Int64(clamping: result.load(as: UInt64.self))
         case .float: Int64(exactly: result.load(as: Float.self).rounded(.towardZero)) ?? 0
@@ -94,13 +153,26 @@ final class ForeignFrame {
         result.load(as: UnsafeMutableRawPointer?.self)
     }
 
-    /// `value` saturated to an integer type's range (floating-point types take it as is).
+    /// Whole seconds, saturated: no budget reads as the largest value.
     @inline(__always)
-    static func clamp(_ value: Int64, to type: ForeignType) -> Int64 {
-        guard let range = type.integerRange else { return value }
-        if Int128(value) < range.lowerBound { return Int64(truncatingIfNeeded: range.lowerBound) }
-        if Int128(value) > range.upperBound { return Int64(truncatingIfNeeded: range.upperBound) }
-        return value
+    static func wholeSeconds(_ seconds: Double) -> Int64 {
+        seconds >= 9.2e18 ? Int64.max : Int64(max(0, seconds).rounded(.down))
+    }
+
+    /// The low bits of `value` that a `type` holds, extended to 64 bits as
+    /// its signedness says (pointers and 64-bit types as they are).
+    @inline(__always)
+    static func extend(_ value: Int64, from type: ForeignType) -> Int64 {
+        switch type {
+        case .int8: Int64(Int8(truncatingIfNeeded: value))
+        case .int16: Int64(Int16(truncatingIfNeeded: value))
+        case .int32: Int64(Int32(truncatingIfNeeded: value))
+        case .uint8: Int64(UInt8(truncatingIfNeeded: value))
+        case .uint16: Int64(UInt16(truncatingIfNeeded: value))
+        case .uint32: Int64(UInt32(truncatingIfNeeded: value))
+        case .void: 0
+        default: value
+        }
     }
 
     @inline(__always)
@@ -140,8 +212,9 @@ final class ForeignFrame {
 /// One run of a foreign job: its frames, its state and its chunk count.
 final class ForeignRun {
     let job: ForeignJob
-    // Contexts are immortal (see HostContext), so an unowned reference is safe.
-    unowned let run: HostContext
+    // Contexts are immortal (see HostContext), so an unowned reference is
+    // safe, and an unsafe one costs no reference counting per call.
+    unowned(unsafe) let run: HostContext
     let setupFrame: ForeignFrame?
     let chunkFrame: ForeignFrame
     let cleanupFrame: ForeignFrame?
@@ -196,8 +269,8 @@ final class ForeignRun {
 
     func callChunk() -> curfew_chunk_result {
         chunkFrame.call(chunkIndex: chunkIndex, run: run, state: state)
-        chunkIndex &+= 1
         let value = chunkFrame.integerResult
+        chunkIndex &+= 1
         let result = resultRule.map(value)
         if result < 0 && result != -1 {
             run.log(.error, "\(job.chunk.symbol) returned \(value) (\(resultRule.rawValue))")
