@@ -17,10 +17,10 @@ if arguments.first == IsolationWorker.forkServerArgument {
     // The fork server, started by a host running isolated: each child it
     // forks goes on as a worker; the server itself leaves when the host is done.
     guard IsolationWorker.serveForks() else { exit(0) }
-    exitAfter { await IsolationWorker.main() }
+    exit(IsolationWorker.main())
 }
 if arguments.first == IsolationWorker.argument {
     // A worker, started by a host running isolated.
-    exitAfter { await IsolationWorker.main() }
+    exit(IsolationWorker.main())
 }
 exitAfter { await CurfewMain.main(arguments) }

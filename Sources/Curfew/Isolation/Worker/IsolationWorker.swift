@@ -49,20 +49,32 @@ public enum IsolationWorker {
     /// runner's types), so each fork inherits it. Starts no thread: the server
     /// forks only while it has one.
     static func warmUp() {
-        let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0}}"#
+        let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0},"paths":["/p.so"]}"#
         guard let run = try? JSONReader.parse(Array(sample.utf8)) else { return }
         _ = run["limits"]?["memory"]?.integerValue
         _ = run["lead"]?.numberValue
+        if case .array(let paths)? = run["paths"] { _ = paths.first?.stringValue }
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil)
         let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
         _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
         _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))
         _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
-        _ = PluginLoader(parameters: [:], allowsInsecurePlugins: true)
+        // The scanner's path, on a file dlopen refuses before any code of it
+        // could run (an empty one), and both kinds of verdict it sends.
+        let scan = PluginLoader(parameters: [:], allowsInsecurePlugins: true).scan(["/proc/self/cmdline"])
+        _ = FileResult.rejected(code: scan.rejected.first?.error.code.rawValue ?? "", reason: "r").message(file: "/p.so")
+        _ = FileResult.jobs([ScannedJob(job)]).message(file: "/p.so")
+        _ = ScanCache.shardName(for: "/p.so")
     }
 
-    /// Runs the worker and returns its exit status.
-    public static func main() async -> Int32 {
+    /// Runs the worker on the calling thread (the main one) and returns its
+    /// exit status. Synchronous: a scanner starts no thread at all, and a
+    /// job's runner only the ones its job needs; the main thread reads the
+    /// channel.
+    public static func main() -> Int32 {
+        var none = sigset_t()
+        sigemptyset(&none)
+        pthread_sigmask(SIG_SETMASK, &none, nil)
         let channel = WorkerProtocol.channelDescriptor
         // A process a plugin starts must not inherit the socket (it would keep it open).
         _ = fcntl(channel, F_SETFD, FD_CLOEXEC)
