@@ -13,6 +13,38 @@ struct DescriptorValidator {
     static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
 
     func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
+        let table = try jobTable(raw)
+        var jobs: [PluginJob] = []
+        var names = Set<String>()
+        for index in table.indices {
+            let job = try validateJob(table[index], index: index)
+            guard names.insert(job.name).inserted else {
+                throw CurfewError(.duplicateJobName, "Job name '\(job.name)' is declared twice; job names must be unique.")
+            }
+            jobs.append(job)
+        }
+        return LoadedPlugin(path: path, jobs: jobs)
+    }
+
+    /// The job named `name`, expected at `index` of the descriptor: that
+    /// entry is checked with the plugin's header, what a worker runs once a
+    /// scan has checked the whole plugin. When the entry is another job (the
+    /// plugin's table changed since), the whole plugin is checked and the
+    /// job looked up by name.
+    func validate(_ raw: UnsafeRawPointer, job index: Int, named name: String) throws(CurfewError) -> PluginJob {
+        let table = try jobTable(raw)
+        if table.indices.contains(index) {
+            let job = try validateJob(table[index], index: index)
+            if job.name == name { return job }
+        }
+        guard let job = try validate(raw).jobs.first(where: { $0.name == name }) else {
+            throw CurfewError(.notFound, "The plugin declares no job '\(name)' now: it changed since it was scanned.")
+        }
+        return job
+    }
+
+    /// The descriptor's job table, after checking every field of the header.
+    private func jobTable(_ raw: UnsafeRawPointer) throws(CurfewError) -> UnsafeBufferPointer<UnsafePointer<curfew_job>?> {
         guard Int(bitPattern: raw) % MemoryLayout<curfew_plugin>.alignment == 0 else {
             throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(raw)).")
         }
@@ -46,16 +78,7 @@ struct DescriptorValidator {
         guard let table = plugin.jobs else {
             throw CurfewError(.invalidDescriptor, "Plugin descriptor field 'jobs' is NULL but job_count is \(plugin.job_count).")
         }
-        var jobs: [PluginJob] = []
-        var names = Set<String>()
-        for index in 0..<Int(plugin.job_count) {
-            let job = try validateJob(table[index], index: index)
-            guard names.insert(job.name).inserted else {
-                throw CurfewError(.duplicateJobName, "Job name '\(job.name)' is declared twice; job names must be unique.")
-            }
-            jobs.append(job)
-        }
-        return LoadedPlugin(path: path, jobs: jobs)
+        return UnsafeBufferPointer(start: table, count: Int(plugin.job_count))
     }
 
     private func validateJob(_ pointer: UnsafePointer<curfew_job>?, index: Int) throws(CurfewError) -> PluginJob {
@@ -97,7 +120,8 @@ struct DescriptorValidator {
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
             isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
-            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData))
+            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData),
+            index: index)
     }
 
     private func jobName(_ pointer: UnsafePointer<CChar>?, index: Int) throws(CurfewError) -> String {

@@ -30,8 +30,15 @@ public struct PluginJob: Sendable, Identifiable {
     public let isChunked: Bool
     /// For a job known from a scan in a worker: the library a manifest names.
     private let scannedForeignLibrary: String?
+    /// Its place in its plugin's job table (or its manifest's job list): a
+    /// worker checks that entry alone, not the whole plugin again.
+    let index: Int
 
-    init(name: String, summary: String, pluginPath: String, isContinuous: Bool, hooks: JobHooks, foreign: ForeignJob? = nil) {
+    init(
+        name: String, summary: String, pluginPath: String, isContinuous: Bool, hooks: JobHooks, foreign: ForeignJob? = nil,
+        index: Int
+    ) {
+        self.index = index
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath
@@ -44,7 +51,11 @@ public struct PluginJob: Sendable, Identifiable {
 
     /// A job known from a scan in a worker process: this process has not
     /// loaded its plugin, so it has no hooks and runs only in a worker.
-    init(scannedName name: String, summary: String, pluginPath: String, isContinuous: Bool, isChunked: Bool, foreignLibrary: String?) {
+    init(
+        scannedName name: String, summary: String, pluginPath: String, isContinuous: Bool, isChunked: Bool, foreignLibrary: String?,
+        index: Int
+    ) {
+        self.index = index
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath

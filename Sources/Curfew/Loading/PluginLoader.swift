@@ -217,7 +217,32 @@ public struct PluginLoader: Sendable {
         try load(path, isRegularFile: nil)
     }
 
+    /// A plugin opened and its entry called, its descriptor not yet checked:
+    /// for a worker, which checks only the jobs it runs, once a scan has
+    /// checked the whole file.
+    struct OpenedPlugin: @unchecked Sendable {
+        // Safe because the descriptor is only read, and plugins are never unloaded.
+        let descriptor: UnsafeRawPointer
+        let validator: DescriptorValidator
+
+        /// The job at `index` of its table, named `name`, checked with the
+        /// plugin's header (the plugin may have changed since its scan).
+        func job(_ index: Int, named name: String) throws(CurfewError) -> PluginJob {
+            try validator.validate(descriptor, job: index, named: name)
+        }
+    }
+
     private func load(_ path: String, isRegularFile: Bool?) throws(CurfewError) -> LoadedPlugin {
+        let opened = try open(path, isRegularFile: isRegularFile)
+        return try opened.validator.validate(opened.descriptor)
+    }
+
+    /// Opens the plugin at `path` and calls its entry (once: keep the result).
+    func open(_ path: String) throws(CurfewError) -> OpenedPlugin {
+        try open(path, isRegularFile: nil)
+    }
+
+    private func open(_ path: String, isRegularFile: Bool?) throws(CurfewError) -> OpenedPlugin {
         // dlopen would block on a FIFO: only regular files go to it.
         if isRegularFile != true { try checkRegularFile(path) }
         // dlopen searches the library path for a name without a slash.
@@ -238,7 +263,7 @@ public struct PluginLoader: Sendable {
             let why = messages.isEmpty ? "" : ": \(messages.joined(separator: "; "))"
             throw CurfewError(.entryDeclined, "The plugin declined to load (its entry returned NULL)\(why).")
         }
-        return try DescriptorValidator(path: path).validate(UnsafeRawPointer(descriptor))
+        return OpenedPlugin(descriptor: UnsafeRawPointer(descriptor), validator: DescriptorValidator(path: path))
     }
 
     private func checkRegularFile(_ path: String) throws(CurfewError) {

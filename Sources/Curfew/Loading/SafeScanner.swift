@@ -412,10 +412,10 @@ enum FileResult: Sendable, Equatable {
     func outcome(path: String) -> Result<LoadedPlugin, CurfewError> {
         switch self {
         case .jobs(let jobs):
-            return .success(LoadedPlugin(path: path, jobs: jobs.map {
+            return .success(LoadedPlugin(path: path, jobs: jobs.enumerated().map { index, job in
                 PluginJob(
-                    scannedName: $0.name, summary: $0.summary, pluginPath: path, isContinuous: $0.continuous,
-                    isChunked: $0.chunked, foreignLibrary: $0.foreignLibrary)
+                    scannedName: job.name, summary: job.summary, pluginPath: path, isContinuous: job.continuous,
+                    isChunked: job.chunked, foreignLibrary: job.foreignLibrary, index: index)
             }))
         case .rejected(let code, let reason):
             return .failure(CurfewError(CurfewError.Code(rawValue: code), reason))

@@ -23,7 +23,8 @@ public final class Runner: Sendable {
         var shutdown: ExpirationReason?
         /// An expiration asked for through `expireRunning` before every job had started.
         var expireOnStart: ExpirationReason?
-        var continuation: CheckedContinuation<[JobResult], Never>?
+        /// Called once with the results, after the last event was handled.
+        var completion: (@Sendable ([JobResult]) -> Void)?
         var started = false
     }
 
@@ -80,14 +81,24 @@ public final class Runner: Sendable {
     /// - Important: Call it once.
     public func run() async -> [JobResult] {
         await withCheckedContinuation { continuation in
-            let done = state.withLock { state -> Bool in
-                precondition(!state.started, "Runner.run() called twice")
-                state.started = true
-                state.continuation = continuation
-                return state.unfinished == 0
-            }
-            if done { resume() } else { admit() }
+            start { continuation.resume(returning: $0) }
         }
+    }
+
+    /// Starts every job and returns at once; `completion` gets their results,
+    /// in the jobs' order, once every event has been handled. What ``run()``
+    /// does, for a caller with no task to wait in (a worker process, which
+    /// starts no task runtime for it).
+    ///
+    /// - Important: Call it, or ``run()``, once.
+    public func start(completion: @escaping @Sendable ([JobResult]) -> Void) {
+        let done = state.withLock { state -> Bool in
+            precondition(!state.started, "Runner.run() called twice")
+            state.started = true
+            state.completion = completion
+            return state.unfinished == 0
+        }
+        if done { resume() } else { admit() }
     }
 
     /// Expires every running job now with the shutdown reason, giving each at
@@ -211,10 +222,10 @@ public final class Runner: Sendable {
 
     private func resume() {
         workers?.close()
-        let (continuation, results) = state.withLock { state in
-            defer { state.continuation = nil }
-            return (state.continuation, state.results.compactMap { $0 })
+        let (completion, results) = state.withLock { state in
+            defer { state.completion = nil }
+            return (state.completion, state.results.compactMap { $0 })
         }
-        continuation?.resume(returning: results)
+        completion?(results)
     }
 }

@@ -31,6 +31,20 @@ import Testing
         #expect(plugin.jobs.allSatisfy { $0.isChunked && !$0.isContinuous && $0.pluginPath == path })
     }
 
+    /// A worker checks the job it runs, at the place the scan found it
+    /// (a plugin of 250 jobs was validated whole by each job's worker); a
+    /// job that moved is still found by name, one that is gone is refused.
+    @Test func aWorkerChecksOnlyItsJobAtItsPlace() throws {
+        let path = try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\(Variant.good.rawValue)"])
+        let scanned = try PluginLoader().load(path)
+        #expect(scanned.jobs.map(\.index) == [0, 1])
+        let opened = try PluginLoader().open(path)
+        #expect(try opened.job(1, named: "fixture-second").name == "fixture-second")
+        #expect(try opened.job(0, named: "fixture-second").index == 1, "moved: found by name")
+        #expect(try opened.job(7, named: "fixture-job").index == 0, "past the end: found by name")
+        #expect(throws: CurfewError.self) { try opened.job(0, named: "no-such-job") }
+    }
+
     @Test func notAnELFFile() throws {
         let folder = Fixtures.temporaryFolder()
         let path = folder + "/garbage.so"

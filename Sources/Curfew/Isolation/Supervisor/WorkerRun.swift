@@ -145,6 +145,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.pluginPath)
         message.add("job", job.name)
+        // Where the scan found it: the worker checks that entry, not the whole plugin again.
+        message.add("index", Int64(job.index))
         // The deadline itself, on the clock both processes read: the worker's
         // grant ends when the host's does, whenever the worker gets to start it.
         if let deadline {

@@ -54,7 +54,7 @@ public enum IsolationWorker {
         _ = run["limits"]?["memory"]?.integerValue
         _ = run["lead"]?.numberValue
         if case .array(let paths)? = run["paths"] { _ = paths.first?.stringValue }
-        let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil)
+        let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
         _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
         _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))

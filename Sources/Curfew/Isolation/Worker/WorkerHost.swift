@@ -14,8 +14,10 @@ final class WorkerHost: Sendable {
         /// The chunk count last sent for each job.
         var sentChunks: [String: UInt64] = [:]
         var statusTimerStarted = false
-        /// Each plugin file loaded so far: a plugin's jobs share a worker, and
-        /// each would otherwise load and validate the whole file again.
+        /// Each plugin file opened so far (a plugin's jobs share a worker, and
+        /// its entry is called once), or why it could not be.
+        var opened: [String: Result<PluginLoader.OpenedPlugin, CurfewError>] = [:]
+        /// Each manifest loaded so far.
         var loaded: [String: PluginScan] = [:]
     }
 
@@ -52,15 +54,10 @@ final class WorkerHost: Sendable {
         let pluginPath = run["plugin"]?.stringValue ?? ""
         let jobName = run["job"]?.stringValue ?? ""
         let last = run["last"] == .bool(true)
-        // The host checked the file's ownership before it scheduled the job.
-        let scan = state.withLock { $0.loaded[pluginPath] } ?? {
-            let scan = PluginLoader(parameters: parameters, allowsInsecurePlugins: true).scan([pluginPath])
-            state.withLock { $0.loaded[pluginPath] = scan }
-            return scan
-        }()
-        guard let job = scan.jobs.first(where: { $0.name == jobName }) else {
-            let why = scan.rejected.first.map { "the worker could not load the plugin: \($0.error.description)" }
-                ?? "the worker found no job '\(jobName)' in \(pluginPath)"
+        let job: PluginJob
+        switch load(pluginPath, job: jobName, index: run["index"]?.integerValue, parameters: parameters) {
+        case .job(let loaded): job = loaded
+        case .refused(let why):
             refuse(run, why)
             return ended(last: last, counted: false)
         }
@@ -87,10 +84,43 @@ final class WorkerHost: Sendable {
             return !state.statusTimerStarted
         }
         if startTimer { startStatusTimer() }
-        Task {
-            _ = await runner.run()
-            self.ended(last: last, counted: true)
+        runner.start { _ in self.ended(last: last, counted: true) }
+    }
+
+    /// The job a `run` names, or why the worker cannot run it. A plugin's
+    /// job is checked alone, at the place the scan found it; a manifest (or a
+    /// run that gives no place) is loaded whole.
+    private func load(_ path: String, job name: String, index: Int64?, parameters: [String: String]) -> Loaded {
+        // The host checked the file's ownership before it scheduled the job.
+        let loader = PluginLoader(parameters: parameters, allowsInsecurePlugins: true)
+        if let index, let place = Int(exactly: index), place >= 0, !path.hasSuffix(ForeignManifestReader.suffix) {
+            let opened = state.withLock { $0.opened[path] } ?? {
+                let opened = Result { () throws(CurfewError) in try loader.open(path) }
+                state.withLock { $0.opened[path] = opened }
+                return opened
+            }()
+            do throws(CurfewError) {
+                return .job(try opened.get().job(place, named: name))
+            } catch {
+                return .refused("the worker could not load the plugin: \(error.description)")
+            }
         }
+        let scan = state.withLock { $0.loaded[path] } ?? {
+            let scan = loader.scan([path])
+            state.withLock { $0.loaded[path] = scan }
+            return scan
+        }()
+        guard let job = scan.jobs.first(where: { $0.name == name }) else {
+            return .refused(
+                scan.rejected.first.map { "the worker could not load the plugin: \($0.error.description)" }
+                    ?? "the worker found no job '\(name)' in \(path)")
+        }
+        return .job(job)
+    }
+
+    private enum Loaded {
+        case job(PluginJob)
+        case refused(String)
     }
 
     /// Sends, every ``statusInterval``, each job's chunk count if it changed.
