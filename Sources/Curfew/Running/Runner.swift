@@ -157,15 +157,17 @@ public final class Runner: Sendable {
     /// Starts waiting jobs while there is room; refuses them when stopping.
     private func admit() {
         while true {
-            let next = state.withLock { state -> (index: Int, run: (any JobExecution)?, refusal: String?)? in
-                guard state.started, state.next < jobs.count else { return nil }
+            // A nominal type, not a tuple: a forked worker builds a tuple's
+            // metadata from its mangled name on first use, at a cost.
+            let next = state.withLock { state -> Admission in
+                guard state.started, state.next < jobs.count else { return .none }
                 if let reason = state.shutdown {
                     let why = reason == .cancelled
                         ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
                     defer { state.next += 1 }
-                    return (state.next, nil, why)
+                    return .refuse(state.next, why)
                 }
-                guard state.running.count < configuration.maxConcurrentJobs else { return nil }
+                guard state.running.count < configuration.maxConcurrentJobs else { return .none }
                 let index = state.next
                 state.next += 1
                 do throws(CurfewError) {
@@ -181,20 +183,45 @@ public final class Runner: Sendable {
                                 job: jobs[index], configuration: configuration, workers: workers!, events: events, onFinish: onFinish)
                         }
                     state.running[index] = run
-                    return (index, run, nil)
+                    return .start(run)
                 } catch {
-                    return (index, nil, error.description)
+                    return .refuse(index, error.description)
                 }
             }
-            guard let next else { return }
-            if let run = next.run {
+            switch next {
+            case .none:
+                return
+            case .start(let run):
                 run.start()
                 // A stop that came while the job was being admitted reaches it here.
                 if let reason = state.withLock({ $0.shutdown ?? $0.expireOnStart }) { run.expireNow(reason) }
-            } else {
-                refuse(next.index, reason: next.refusal!)
+            case .refuse(let index, let reason):
+                refuse(index, reason: reason)
             }
         }
+    }
+
+    /// Runs, once, the generic code a forked worker's runner runs on its
+    /// first job: the runtime builds its type metadata from mangled names
+    /// on first use, a cost each fork pays unless its server paid it first.
+    /// Starts no thread (the fork server forks only while it has one).
+    static func warmUp(_ job: PluginJob) {
+        final class Idle: JobExecution {
+            let job: PluginJob
+            init(job: PluginJob) { self.job = job }
+            func start() {}
+            func expireNow(_ reason: ExpirationReason) {}
+            func status() -> JobStatus { preconditionFailure("a warm-up job has no status") }
+        }
+        var running: [Int: any JobExecution] = [:]
+        running[0] = Idle(job: job)
+        precondition(running.removeValue(forKey: 0) != nil)
+    }
+
+    private enum Admission {
+        case none
+        case start(any JobExecution)
+        case refuse(Int, String)
     }
 
     private func refuse(_ index: Int, reason: String) {
@@ -222,9 +249,13 @@ public final class Runner: Sendable {
 
     private func resume() {
         workers?.close()
-        let (completion, results) = state.withLock { state in
-            defer { state.completion = nil }
-            return (state.completion, state.results.compactMap { $0 })
+        // Not a tuple out of the lock: see ``warmUp(_:)``.
+        var completion: (@Sendable ([JobResult]) -> Void)?
+        var results: [JobResult] = []
+        state.withLock { state in
+            completion = state.completion
+            state.completion = nil
+            results = state.results.compactMap { $0 }
         }
         completion?(results)
     }

@@ -56,7 +56,7 @@ public enum IsolationWorker {
         if case .array(let paths)? = run["paths"] { _ = paths.first?.stringValue }
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
-        _ = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
+        let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
         _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))
         _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
         // The scanner's path, on a file dlopen refuses before any code of it
@@ -65,6 +65,9 @@ public enum IsolationWorker {
         _ = FileResult.rejected(code: scan.rejected.first?.error.code.rawValue ?? "", reason: "r").message(file: "/p.so")
         _ = FileResult.jobs([ScannedJob(job)]).message(file: "/p.so")
         _ = ScanCache.shardName(for: "/p.so")
+        Runner.warmUp(job)
+        WorkerHost.warmUp(runner)
+        Grant.warmUp()
     }
 
     /// Runs the worker on the calling thread (the main one) and returns its

@@ -123,6 +123,16 @@ final class WorkerHost: Sendable {
         case refused(String)
     }
 
+    /// Runs, once, the loading path of a run on a file that does not exist
+    /// (nothing is opened): see ``Runner/warmUp(_:)``.
+    static func warmUp(_ runner: Runner) {
+        let host = WorkerHost(channel: -1)
+        if case .job = host.load("/nonexistent/curfew-warm-up.so", job: "j", index: 0, parameters: [:]) {
+            preconditionFailure("a file that does not exist loaded")
+        }
+        host.state.withLock { $0.runners["j"] = runner }
+    }
+
     /// Sends, every ``statusInterval``, each job's chunk count if it changed.
     private func startStatusTimer() {
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
