@@ -130,7 +130,7 @@ public struct SafeScanner: Sendable {
     /// and followed by a clean exit: plugin code runs in the worker and can
     /// write on its channel, but it cannot speak for another file.
     private func scanAlone(
-        _ file: String, launcher: Launcher, shouldStop: @Sendable () -> Bool
+        _ file: String, launcher: Launcher, shouldStop: @Sendable () -> Bool, attempt: Int = 1
     ) -> (result: FileResult, cacheable: Bool)? {
         func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
         guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
@@ -150,6 +150,9 @@ public struct SafeScanner: Sendable {
         var answer: FileResult?
         var problem: String?
         var finished = false
+        /// The worker said it was about to load the file: before that, no
+        /// code of the file's has run in it.
+        var loading = false
         var buffer = LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true)
         var bytes = [UInt8](repeating: 0, count: 65536)
         let clock = MonotonicClock()
@@ -192,7 +195,10 @@ public struct SafeScanner: Sendable {
                     problem = "a message about another file"
                     break reading
                 }
-                if type == "scanning" { continue }
+                if type == "scanning" {
+                    loading = true
+                    continue
+                }
                 guard answer == nil else {
                     problem = "two answers"
                     break reading
@@ -202,6 +208,11 @@ public struct SafeScanner: Sendable {
             if problem != nil { break }
         }
         let ended = end(killing: problem != nil || !finished)
+        if problem == nil && !loading && attempt < 3 {
+            // It ended before it loaded anything (say, forked as its server
+            // died, it left at once): no verdict on the file. Another worker.
+            return scanAlone(file, launcher: launcher, shouldStop: shouldStop, attempt: attempt + 1)
+        }
         if let problem {
             return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
         }
