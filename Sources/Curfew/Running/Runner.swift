@@ -71,7 +71,8 @@ public final class Runner: Sendable {
             let pool = WorkerPool(
                 executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
-            workers = WorkerSource(pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer)
+            workers = WorkerSource(
+                pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct)
         }
         self.state = Mutex(State(results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }

@@ -5,44 +5,121 @@ import _CurfewShims
 
 /// Where jobs get their workers: a new one from the pool per job, or one
 /// per plugin file, shared by its jobs.
+///
+/// Forked workers are forked ahead of need: while jobs run, up to
+/// ``spareCount`` wait for their `run` message, so a job starts on a worker
+/// that already exists and the next fork overlaps the job, not the gap
+/// between two jobs.
 final class WorkerSource: Sendable {
+    /// A worker forked ahead of need: the host's ends of its descriptors.
+    private struct Spare: Sendable {
+        let child: ForkServer.Child
+        let server: ForkServer
+        let channel: Int32
+        let out: Int32
+        let err: Int32
+        let exitPipe: [Int32]
+    }
+
+    private struct Spares {
+        var ready: [Spare] = []
+        var forking = 0
+        /// Workers the run will still ask for: no spare is forked beyond them.
+        var wanted: Int
+        var closed = false
+    }
+
+    /// How many forked workers wait at most.
+    static let spareCount = 2
+
     private let pool: WorkerPool
     private let isolation: Isolation
     private let shared = Mutex<[String: WorkerProcess]>([:])
     /// The fork server, started on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
+    private let spares: Mutex<Spares>
     /// How many workers were forked, and how many started with posix_spawn.
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
-    init(pool: WorkerPool, isolation: Isolation, forking: Bool) {
+    /// - Parameter expected: How many workers the run will ask for at most.
+    init(pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int) {
         self.pool = pool
         self.isolation = isolation
         forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
+        spares = Mutex(Spares(wanted: expected))
     }
 
-    /// A new worker: forked by the fork server, or else from the pool.
+    /// A new worker: forked by the fork server (ahead of need, when one
+    /// waits), or else from the pool.
     private func newWorker() throws(SystemError) -> WorkerProcess {
         if forks.isOn {
-            let (channel, out, err) = try Syscalls.workerDescriptors()
-            let exitPipe: [Int32]
-            do throws(SystemError) {
-                exitPipe = try Syscalls.pipe()
-            } catch {
-                (channel + out + err).forEach { Glibc.close($0) }
-                throw error
+            let spare = spares.withLock { state -> Spare? in
+                state.wanted = max(0, state.wanted - 1)
+                return state.ready.popLast()
             }
-            let forked = forks.fork(channel: channel[1], out: out[1], err: err[1])
-            [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+            let forked: Spare?
+            if let spare { forked = spare } else { forked = try forkOne() }
             if let forked {
                 starts.withLock { $0.forked += 1 }
+                refill()
                 return WorkerProcess(
-                    forked: forked.child, by: forked.server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
+                    forked: forked.child, by: forked.server, channel: forked.channel, out: forked.out, err: forked.err,
+                    exitPipe: forked.exitPipe)
             }
-            // Refused or gone: the pool from now on.
-            ([channel[0], out[0], err[0]] + exitPipe).forEach { Glibc.close($0) }
         }
         starts.withLock { $0.spawned += 1 }
         return WorkerProcess(try pool.take())
+    }
+
+    /// Forks a worker, or `nil` when the server refused or is gone (the pool
+    /// serves from then on).
+    private func forkOne() throws(SystemError) -> Spare? {
+        let (channel, out, err) = try Syscalls.workerDescriptors()
+        let exitPipe: [Int32]
+        do throws(SystemError) {
+            exitPipe = try Syscalls.pipe()
+        } catch {
+            (channel + out + err).forEach { Glibc.close($0) }
+            throw error
+        }
+        let forked = forks.fork(channel: channel[1], out: out[1], err: err[1])
+        [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+        guard let forked else {
+            ([channel[0], out[0], err[0]] + exitPipe).forEach { Glibc.close($0) }
+            return nil
+        }
+        return Spare(
+            child: forked.child, server: forked.server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
+    }
+
+    /// Forks spares in the background, up to ``spareCount`` and to the
+    /// workers the run will still ask for.
+    private func refill() {
+        let count = spares.withLock { state -> Int in
+            guard !state.closed else { return 0 }
+            let missing = max(0, min(Self.spareCount, state.wanted) - state.ready.count - state.forking)
+            state.forking += missing
+            return missing
+        }
+        for _ in 0..<count {
+            let started = Thread.detach { [self] in
+                let spare = try? forkOne()
+                let unused = spares.withLock { state -> Spare? in
+                    state.forking -= 1
+                    guard let spare, !state.closed else { return spare }
+                    state.ready.append(spare)
+                    return nil
+                }
+                if let unused { Self.release(unused) }
+            }
+            if !started { spares.withLock { $0.forking -= 1 } }
+        }
+    }
+
+    /// A spare no job will use: its socket closes and it exits (it was
+    /// waiting for its first message); the fork server reaps it.
+    private static func release(_ spare: Spare) {
+        ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Glibc.close($0) }
     }
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
@@ -65,6 +142,12 @@ final class WorkerSource: Sendable {
             workers.values.forEach { $0.close() }
             workers.removeAll()
         }
+        let unused = spares.withLock { state -> [Spare] in
+            state.closed = true
+            defer { state.ready.removeAll() }
+            return state.ready
+        }
+        unused.forEach(Self.release)
         pool.close()
         forks.close()
     }
