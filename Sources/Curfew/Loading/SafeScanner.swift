@@ -94,10 +94,14 @@ public struct SafeScanner: Sendable {
         // of the host's, nor a scan the caller stopped.
         let answers = Mutex<[String: (result: FileResult, cacheable: Bool)]>([:])
         let queue = misses
-        let width = max(1, min(misses.count, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 8))
+        // Twice as many scans as cores at once, each on a thread of its own
+        // (a scan mostly waits for its worker: a pool sized to the cores
+        // would leave them idle while workers start and exit).
+        let width = max(1, min(misses.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
         let next = Atomic<Int>(0)
         let launcher = Launcher(executable: workerExecutable, forking: usesForkServer && !misses.isEmpty)
-        DispatchQueue.concurrentPerform(iterations: width) { _ in
+        let scans = DispatchGroup()
+        let scanNext: @Sendable () -> Void = {
             while !shouldStop() {
                 let index = next.add(1, ordering: .relaxed).oldValue
                 guard index < queue.count else { return }
@@ -105,6 +109,13 @@ public struct SafeScanner: Sendable {
                 answers.withLock { $0[queue[index]] = answer }
             }
         }
+        var started = 0
+        for _ in 0..<width {
+            scans.enter()
+            if Thread.detach({ scanNext(); scans.leave() }) { started += 1 } else { scans.leave() }
+        }
+        if started == 0 { scanNext() }  // no thread could start: scan here
+        scans.wait()
         launcher.close()
         var cacheable = Set<String>()
         for (file, answer) in answers.withLock({ $0 }) {

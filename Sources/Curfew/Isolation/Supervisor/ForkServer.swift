@@ -12,9 +12,16 @@ import _CurfewShims
 /// - Important: The server never loads a plugin or runs plugin code; only
 ///   its children, once forked, become workers.
 final class ForkServer: Sendable {
+    /// A fork request waiting for its reply (replies come in request order).
+    private final class Request: @unchecked Sendable {
+        // Safe because `child` is written by the reader before it signals
+        // `done`, and read by the requester after it waited for it.
+        let done = DispatchSemaphore(value: 0)
+        var child: Child?
+    }
+
     private struct State {
-        var waiting: [DispatchSemaphore] = []
-        var replies: [(pid: pid_t, sequence: UInt64)] = []
+        var waiting: [Request] = []
         var exits: [pid_t: Int32] = [:]
         var listeners: [pid_t: @Sendable (Int32?) -> Void] = [:]
         var gone = false
@@ -25,7 +32,9 @@ final class ForkServer: Sendable {
     private let pid: pid_t
     private let control: Int32
     private let state = Mutex(State())
-    /// One fork request at a time, so replies come back in order.
+    /// Requests are sent one at a time and queued in the order sent, so
+    /// each reply finds its request; several may wait at once (the server
+    /// forks for the next while this one's child starts).
     private let requests = Mutex(())
     /// Signalled once the server has exited and been reaped.
     private let ended = DispatchSemaphore(value: 0)
@@ -59,28 +68,26 @@ final class ForkServer: Sendable {
     /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
     /// `nil` when the server is gone or could not fork.
     func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
-        requests.withLock { _ in
-            let reply = DispatchSemaphore(value: 0)
+        let request = Request()
+        let sent = requests.withLock { _ -> Bool in
             guard state.withLock({ state -> Bool in
                 guard !state.gone else { return false }
-                state.waiting.append(reply)
+                state.waiting.append(request)
                 return true
-            }) else { return nil }
+            }) else { return false }
             let descriptors: [Int32] = [channel, out, err]
             guard curfew_shim_send_with_fds(control, "fork", descriptors) == 0 else {
                 // Only this request's place: the reader may have emptied the queue already.
                 state.withLock { state in
-                    if let index = state.waiting.firstIndex(where: { $0 === reply }) { state.waiting.remove(at: index) }
+                    if let index = state.waiting.firstIndex(where: { $0 === request }) { state.waiting.remove(at: index) }
                 }
-                return nil
+                return false
             }
-            reply.wait()
-            return state.withLock { state -> Child? in
-                guard !state.replies.isEmpty else { return nil }
-                let child = state.replies.removeFirst()
-                return child.pid > 0 ? Child(pid: child.pid, sequence: child.sequence) : nil
-            }
+            return true
         }
+        guard sent else { return nil }
+        request.done.wait()
+        return request.child
     }
 
     /// Kills a worker's process group, if the server has not reaped it yet.
@@ -136,12 +143,13 @@ final class ForkServer: Sendable {
             if count <= 0 { break }
             let words = String(decoding: buffer[..<count], as: UTF8.self).split(separator: " ")
             if words.first == "pid", words.count == 3 {
-                let reply = state.withLock { state -> DispatchSemaphore? in
-                    guard !state.waiting.isEmpty else { return nil }
-                    state.replies.append((pid_t(words[1]) ?? -1, UInt64(words[2]) ?? 0))
-                    return state.waiting.removeFirst()
+                let request = state.withLock { state -> Request? in
+                    state.waiting.isEmpty ? nil : state.waiting.removeFirst()
                 }
-                reply?.signal()
+                if let request {
+                    if let pid = pid_t(words[1]), pid > 0 { request.child = Child(pid: pid, sequence: UInt64(words[2]) ?? 0) }
+                    request.done.signal()
+                }
             } else if words.first == "exit", words.count == 3, let worker = pid_t(words[1]), let status = Int32(words[2]) {
                 let listener = state.withLock { state -> (@Sendable (Int32?) -> Void)? in
                     if let listener = state.listeners.removeValue(forKey: worker) { return listener }
@@ -157,7 +165,7 @@ final class ForkServer: Sendable {
             defer { state.waiting.removeAll() }
             return state.waiting
         }
-        waiting.forEach { $0.signal() }
+        waiting.forEach { $0.done.signal() }
         // Under the request lock: no fork or kill is sending on this number.
         _ = requests.withLock { _ in Glibc.close(control) }
         var status: Int32 = 0
