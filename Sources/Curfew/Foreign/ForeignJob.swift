@@ -60,9 +60,14 @@ final class ForeignJob: Sendable {
         self.stateSize = stateSize
     }
 
-    /// The native hooks every foreign job runs through: the runner calls a
-    /// foreign job exactly as it calls a plugin's C job.
-    static let hooks = JobHooks(
+    /// The hooks this job runs through: the runner calls a foreign job
+    /// exactly as it calls a plugin's C job. A chunk that can be called
+    /// directly with only its index changing (see ``ForeignFrame/direct(owner:)``)
+    /// is called by a C hook, with no Swift or libffi in between.
+    var hooks: JobHooks { ForeignFrame.callsDirectly(chunk, changingOnlyTheIndex: true) ? Self.directHooks : Self.libffiHooks }
+
+    /// The hooks of a job whose chunk goes through ``ForeignFrame/call(chunkIndex:run:state:)``.
+    static let libffiHooks = JobHooks(
         create: { context, state in
             guard let run = HostContext.from(context), let foreign = run.job.foreign, let state else { return CURFEW_ERROR }
             let frames = ForeignRun(job: foreign, run: run)
@@ -85,4 +90,23 @@ final class ForeignJob: Sendable {
             frames.takeUnretainedValue().callTeardown()
             frames.release()
         })
+
+    /// The hooks of a job whose chunk is called directly: its state is the
+    /// run's `curfew_direct_call`, whose owner is the run.
+    static let directHooks = JobHooks(
+        create: { context, state in
+            guard let state, libffiHooks.create!(context, state) == CURFEW_OK else { return CURFEW_ERROR }
+            let frames = Unmanaged<ForeignRun>.fromOpaque(state.pointee!).takeUnretainedValue()
+            state.pointee = UnsafeMutableRawPointer(frames.directChunk!)
+            return CURFEW_OK
+        },
+        chunk: unsafeBitCast(curfew_direct_chunk as @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int64,
+                             to: curfew_chunk_fn.self),
+        expire: { context, state, reason in libffiHooks.expire!(context, owner(state), reason) },
+        destroy: { context, state in libffiHooks.destroy!(context, owner(state)) })
+
+    /// The run a direct chunk's state belongs to.
+    private static func owner(_ state: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+        state!.assumingMemoryBound(to: curfew_direct_call.self).pointee.owner
+    }
 }

@@ -196,7 +196,7 @@ package struct ForeignManifestReader {
             libraryPath: library, setup: setup, chunk: chunk, cleanup: cleanup, teardown: teardown, resultRule: rule,
             stateSize: stateSize)
         return PluginJob(name: name, summary: summary, pluginPath: path, isContinuous: continuous,
-                         hooks: ForeignJob.hooks, foreign: foreign, index: index)
+                         hooks: foreign.hooks, foreign: foreign, index: index)
     }
 
     private func readChunk(_ value: JSONValue, job: String, handle: UnsafeMutableRawPointer, library: String)

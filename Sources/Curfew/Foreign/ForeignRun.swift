@@ -90,14 +90,62 @@ final class ForeignFrame {
         dynamic.deallocate()
     }
 
-    /// Whether `function` is called directly (see ``Direct``).
-    static func callsDirectly(_ function: ForeignFunction) -> Bool {
+    /// Whether `function` is called directly (see ``Direct``); with
+    /// `changingOnlyTheIndex`, also whether no argument but the chunk index
+    /// changes from call to call (the C chunk hook's case).
+    static func callsDirectly(_ function: ForeignFunction, changingOnlyTheIndex: Bool = false) -> Bool {
         #if arch(x86_64) || arch(arm64)
-        function.argumentTypes.count <= 4 && function.argumentTypes.allSatisfy { !$0.isFloatingPoint && $0 != .void }
+        let direct = function.argumentTypes.count <= 4 && function.argumentTypes.allSatisfy { !$0.isFloatingPoint && $0 != .void }
             && !function.returnType.isFloatingPoint
+        guard changingOnlyTheIndex else { return direct }
+        let changing = function.sources.filter {
+            switch $0 {
+            case .constant, .missingParameter: false
+            case .chunkIndex, .timeRemaining, .state: true
+            }
+        }
+        return direct && changing.count <= 1 && changing.allSatisfy { if case .chunkIndex = $0 { true } else { false } }
         #else
         false
         #endif
+    }
+
+    /// The C chunk hook's call of this function (see `curfew_direct_chunk`),
+    /// or `nil` when it does not qualify. `owner` is handed to its failure report.
+    func direct(owner: UnsafeMutableRawPointer) -> UnsafeMutablePointer<curfew_direct_call>? {
+        guard let direct, Self.callsDirectly(function, changingOnlyTheIndex: true) else { return nil }
+        let call = UnsafeMutablePointer<curfew_direct_call>.allocate(capacity: 1)
+        call.initialize(to: curfew_direct_call())
+        call.pointee.function = direct
+        withUnsafeMutableBytes(of: &call.pointee.arguments) { arguments in
+            arguments.copyMemory(from: UnsafeRawBufferPointer(start: values, count: 32))
+        }
+        call.pointee.index_slot = -1
+        if let index = dynamic.first {
+            call.pointee.index_slot = Int32((index.slot - values) / 8)
+            call.pointee.index_kind = Self.directKind(index.type)
+            call.pointee.index_lowest = index.lowest
+            call.pointee.index_highest = index.highest
+        }
+        call.pointee.result_kind = Self.directKind(returnType)
+        call.pointee.owner = owner
+        return call
+    }
+
+    /// How `curfew_direct_chunk` narrows a value of `type`.
+    static func directKind(_ type: ForeignType) -> Int32 {
+        let kind: Int
+        switch type {
+        case .int8: kind = CURFEW_DIRECT_INT8
+        case .uint8: kind = CURFEW_DIRECT_UINT8
+        case .int16: kind = CURFEW_DIRECT_INT16
+        case .uint16: kind = CURFEW_DIRECT_UINT16
+        case .int32: kind = CURFEW_DIRECT_INT32
+        case .uint32: kind = CURFEW_DIRECT_UINT32
+        case .void: kind = CURFEW_DIRECT_VOID
+        default: kind = CURFEW_DIRECT_AS_IS
+        }
+        return Int32(kind)
     }
 
     /// Calls the function with the changing arguments refreshed.
@@ -221,6 +269,8 @@ final class ForeignRun {
     let teardownFrame: ForeignFrame?
     let stateBuffer: UnsafeMutableRawPointer?
     var state: UnsafeMutableRawPointer?
+    /// The C chunk hook's call, for a job whose chunk qualifies.
+    private(set) var directChunk: UnsafeMutablePointer<curfew_direct_call>?
     var chunkIndex: Int64 = 0
     let resultRule: ForeignResultRule
 
@@ -244,6 +294,7 @@ final class ForeignRun {
 
     deinit {
         stateBuffer?.deallocate()
+        directChunk?.deallocate()
     }
 
     /// Checks the parameters and calls `setup`; returns why it failed, if it did.
@@ -253,18 +304,30 @@ final class ForeignRun {
                 return "\(frame.function.symbol) needs --param \(key)=<value>"
             }
         }
-        guard let setupFrame else { return nil }
+        guard let setupFrame else { return makeDirectChunk() }
         setupFrame.call(chunkIndex: 0, run: run, state: state)
         switch setupFrame.function.returnType {
-        case .void: return nil
+        case .void: return makeDirectChunk()
         case .pointer:
             guard let pointer = setupFrame.pointerResult else { return "\(setupFrame.function.symbol) returned NULL" }
             state = pointer
-            return nil
+            return makeDirectChunk()
         default:
             let value = setupFrame.integerResult
-            return value == 0 ? nil : "\(setupFrame.function.symbol) returned \(value)"
+            return value == 0 ? makeDirectChunk() : "\(setupFrame.function.symbol) returned \(value)"
         }
+    }
+
+    /// Prepares the C chunk hook's call, when the chunk qualifies; its
+    /// failures are logged as ``callChunk()`` logs them.
+    private func makeDirectChunk() -> String? {
+        directChunk = chunkFrame.direct(owner: Unmanaged.passUnretained(self).toOpaque())
+        directChunk?.pointee.rule = resultRule.directRule
+        directChunk?.pointee.report_failure = { owner, value in
+            let run = Unmanaged<ForeignRun>.fromOpaque(owner!).takeUnretainedValue()
+            run.run.log(.error, "\(run.job.chunk.symbol) returned \(value) (\(run.resultRule.rawValue))")
+        }
+        return nil
     }
 
     func callChunk() -> curfew_chunk_result {

@@ -84,6 +84,20 @@ enum ForeignResultRule: String, CaseIterable, Sendable {
 
     static let names = "items-left, zero-continues, nonzero-done, negative-done or curfew-result"
 
+    /// The rule as `curfew_direct_chunk` knows it.
+    var directRule: Int32 {
+        let rule: Int
+        switch self {
+        case .itemsLeft: rule = CURFEW_DIRECT_ITEMS_LEFT
+        case .zeroContinues: rule = CURFEW_DIRECT_ZERO_CONTINUES
+        case .nonzeroDone: rule = CURFEW_DIRECT_NONZERO_DONE
+        case .negativeDone: rule = CURFEW_DIRECT_NEGATIVE_DONE
+        case .curfewResult: rule = CURFEW_DIRECT_CURFEW_RESULT
+        case .void: rule = CURFEW_DIRECT_RULE_VOID
+        }
+        return Int32(rule)
+    }
+
     func map(_ value: Int64) -> curfew_chunk_result {
         switch self {
         case .itemsLeft: value == 0 ? -1 : value > 0 ? 0 : -2

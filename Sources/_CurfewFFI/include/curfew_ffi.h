@@ -5,6 +5,7 @@
 #define CURFEW_FFI_H
 
 #include <ffi.h>
+#include <stdint.h>
 
 ffi_type *curfew_ffi_type_void(void);
 ffi_type *curfew_ffi_type_sint8(void);
@@ -21,5 +22,47 @@ ffi_type *curfew_ffi_type_pointer(void);
 
 /* FFI_DEFAULT_ABI, which Swift cannot import (it is an enum alias). */
 ffi_abi curfew_ffi_default_abi(void);
+
+/* A foreign chunk called without libffi or Swift in between: a function of
+ * up to four integer or pointer arguments, all fixed but the chunk index,
+ * returning an integer, a pointer or nothing. The host's chunk hook for such
+ * a job is curfew_direct_chunk, whose state is this struct. */
+
+/* How a value is narrowed to its C type and widened back. */
+enum {
+    CURFEW_DIRECT_AS_IS = 0, /* 64-bit integers and pointers */
+    CURFEW_DIRECT_INT8, CURFEW_DIRECT_UINT8, CURFEW_DIRECT_INT16, CURFEW_DIRECT_UINT16,
+    CURFEW_DIRECT_INT32, CURFEW_DIRECT_UINT32, CURFEW_DIRECT_VOID
+};
+
+/* The result rules of a manifest, as numbers. */
+enum {
+    CURFEW_DIRECT_ITEMS_LEFT = 0, CURFEW_DIRECT_ZERO_CONTINUES, CURFEW_DIRECT_NONZERO_DONE,
+    CURFEW_DIRECT_NEGATIVE_DONE, CURFEW_DIRECT_CURFEW_RESULT, CURFEW_DIRECT_RULE_VOID
+};
+
+typedef struct curfew_direct_call {
+    int64_t (*function)(int64_t, int64_t, int64_t, int64_t);
+    /* The arguments, each already widened from its type. */
+    int64_t arguments[4];
+    /* The argument that gets the chunk index (saturated to lowest...highest
+     * and narrowed by index_kind), or -1. */
+    int32_t index_slot;
+    int32_t index_kind;
+    int64_t index_lowest;
+    int64_t index_highest;
+    int32_t result_kind;
+    int32_t rule;
+    /* The next chunk's index. */
+    int64_t next_index;
+    /* Called with the value a chunk returned when the rule maps it to a
+     * failure, to log it; and the pointer to give it. */
+    void (*report_failure)(void *owner, int64_t value);
+    void *owner;
+} curfew_direct_call;
+
+/* The chunk hook (curfew_chunk_fn) of a direct foreign job: `state` is its
+ * curfew_direct_call. */
+int64_t curfew_direct_chunk(void *context, void *state);
 
 #endif
