@@ -145,13 +145,17 @@ public struct SafeScanner: Sendable {
     ) -> (result: FileResult, cacheable: Bool)? {
         func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
         guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
-        let worker = launcher.start(channel: channel[1])
+        var forkFailed = false
+        let worker = launcher.start(channel: channel[1], forkFailed: &forkFailed)
         close(channel[1])
         guard let worker else {
             close(channel[0])
+            // Forking is off from now on: a new socket, for a spawned worker.
+            if forkFailed { return scanAlone(file, launcher: launcher, shouldStop: shouldStop, attempt: attempt) }
             return (rejected("Cannot start a scanner worker (\(workerExecutable))."), false)
         }
-        defer { close(channel[0]) }
+        var closed = false
+        defer { if !closed { close(channel[0]) } }
         func end(killing: Bool) -> Int32? { worker.end(killing: killing) }
         var message = JSONLine("type", "scan")
         message.add("protocol", WorkerProtocol.version)
@@ -221,7 +225,10 @@ public struct SafeScanner: Sendable {
         let ended = end(killing: problem != nil || !finished)
         if problem == nil && !loading && attempt < 3 {
             // It ended before it loaded anything (say, forked as its server
-            // died, it left at once): no verdict on the file. Another worker.
+            // died, it left at once): no verdict on the file. Another worker,
+            // on another socket.
+            close(channel[0])
+            closed = true
             return scanAlone(file, launcher: launcher, shouldStop: shouldStop, attempt: attempt + 1)
         }
         if let problem {
@@ -254,10 +261,17 @@ public struct SafeScanner: Sendable {
 
         /// A scanner worker whose fd 3 is `channel` and whose stdout and
         /// stderr go to /dev/null; `nil` when none could start.
-        func start(channel: Int32) -> Worker? {
+        /// When a fork fails, `nil` and `forkFailed`: the server may have
+        /// forked a child with `channel` before it died, so that socket must
+        /// not go to another worker (two would read one message).
+        func start(channel: Int32, forkFailed: inout Bool) -> Worker? {
             let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
             defer { if null >= 0 { Glibc.close(null) } }
-            if let forked = forks.fork(channel: channel, out: null, err: null) { return Worker(forked: forked.child, by: forked.server) }
+            if forks.isOn {
+                if let forked = forks.fork(channel: channel, out: null, err: null) { return Worker(forked: forked.child, by: forked.server) }
+                forkFailed = true
+                return nil
+            }
             let spawned = Syscalls.spawnWorker(
                 executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
                 channel: channel, out: null, err: null)
