@@ -7,6 +7,7 @@
 #include <time.h>
 
 static long step_calls, tick_calls, greet_calls, byte_calls, slow_calls, cleanup_calls, teardown_calls, setup_calls;
+static long float_calls;
 static double first_remaining = -1, last_remaining = -1;
 static long last_seconds = -1;
 static char greeting[64];
@@ -21,6 +22,7 @@ long foreign_count(const char *what) {
     if (strcmp(what, "teardown") == 0) return teardown_calls;
     if (strcmp(what, "setup") == 0) return setup_calls;
     if (strcmp(what, "seconds") == 0) return last_seconds;
+    if (strcmp(what, "float") == 0) return float_calls;
     return -1;
 }
 
@@ -40,6 +42,13 @@ int tick(double remaining, void *state) {
     last_remaining = remaining;
     tick_calls++;
     return ++*calls >= 5 ? 1 : 0;
+}
+
+/* A counter step with a floating-point index and a signed 8-bit result
+ * (libffi calls it): -3 after five steps, a failure under items-left. */
+int8_t step_float(float i, int64_t steps) {
+    float_calls++;
+    return i + 1 >= (float)steps ? (int8_t)-3 : (int8_t)(steps - 1 - (int64_t)i);
 }
 
 /* Takes a string: copies it and is done. */

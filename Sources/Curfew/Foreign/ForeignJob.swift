@@ -61,10 +61,14 @@ final class ForeignJob: Sendable {
     }
 
     /// The hooks this job runs through: the runner calls a foreign job
-    /// exactly as it calls a plugin's C job. A chunk that can be called
-    /// directly with only its index changing (see ``ForeignFrame/direct(owner:)``)
-    /// is called by a C hook, with no Swift or libffi in between.
-    var hooks: JobHooks { ForeignFrame.callsDirectly(chunk, changingOnlyTheIndex: true) ? Self.directHooks : Self.libffiHooks }
+    /// exactly as it calls a plugin's C job. A chunk whose only changing
+    /// argument is the chunk index is called by a C hook, with no Swift in
+    /// between: directly for up to four integer or pointer arguments
+    /// (`curfew_direct_chunk`), else through libffi (`curfew_ffi_chunk`).
+    var hooks: JobHooks {
+        guard ForeignFrame.changesOnlyTheIndex(chunk) else { return Self.libffiHooks }
+        return ForeignFrame.callsDirectly(chunk) ? Self.directHooks : Self.ffiHooks
+    }
 
     /// The hooks of a job whose chunk goes through ``ForeignFrame/call(chunkIndex:run:state:)``.
     static let libffiHooks = JobHooks(
@@ -91,22 +95,31 @@ final class ForeignJob: Sendable {
             frames.release()
         })
 
-    /// The hooks of a job whose chunk is called directly: its state is the
-    /// run's `curfew_direct_call`, whose owner is the run.
-    static let directHooks = JobHooks(
-        create: { context, state in
-            guard let state, libffiHooks.create!(context, state) == CURFEW_OK else { return CURFEW_ERROR }
-            let frames = Unmanaged<ForeignRun>.fromOpaque(state.pointee!).takeUnretainedValue()
-            state.pointee = UnsafeMutableRawPointer(frames.directChunk!)
-            return CURFEW_OK
-        },
-        chunk: unsafeBitCast(curfew_direct_chunk as @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int64,
-                             to: curfew_chunk_fn.self),
-        expire: { context, state, reason in libffiHooks.expire!(context, owner(state), reason) },
-        destroy: { context, state in libffiHooks.destroy!(context, owner(state)) })
+    /// The hooks of a job whose chunk a C hook calls: its state is the
+    /// run's call structure, whose owner is the run.
+    private static func cHooks(chunk: curfew_chunk_fn) -> JobHooks {
+        JobHooks(
+            create: { context, state in
+                guard let state, ForeignJob.libffiHooks.create!(context, state) == CURFEW_OK else { return CURFEW_ERROR }
+                let frames = Unmanaged<ForeignRun>.fromOpaque(state.pointee!).takeUnretainedValue()
+                state.pointee = frames.chunkCall!.state
+                return CURFEW_OK
+            },
+            chunk: chunk,
+            expire: { context, state, reason in ForeignJob.libffiHooks.expire!(context, ForeignJob.ownerOf(state), reason) },
+            destroy: { context, state in ForeignJob.libffiHooks.destroy!(context, ForeignJob.ownerOf(state)) })
+    }
 
-    /// The run a direct chunk's state belongs to.
-    private static func owner(_ state: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
-        state!.assumingMemoryBound(to: curfew_direct_call.self).pointee.owner
+    static let directHooks = cHooks(
+        chunk: unsafeBitCast(curfew_direct_chunk as @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int64,
+                             to: curfew_chunk_fn.self))
+    static let ffiHooks = cHooks(
+        chunk: unsafeBitCast(curfew_ffi_chunk as @convention(c) (UnsafeMutableRawPointer?, UnsafeMutableRawPointer?) -> Int64,
+                             to: curfew_chunk_fn.self))
+
+    /// The run a C-called chunk's state belongs to: both call structures
+    /// name it first.
+    fileprivate static func ownerOf(_ state: UnsafeMutableRawPointer?) -> UnsafeMutableRawPointer? {
+        state!.load(as: UnsafeMutableRawPointer?.self)
     }
 }

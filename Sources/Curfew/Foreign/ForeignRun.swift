@@ -90,50 +90,101 @@ final class ForeignFrame {
         dynamic.deallocate()
     }
 
-    /// Whether `function` is called directly (see ``Direct``); with
-    /// `changingOnlyTheIndex`, also whether no argument but the chunk index
-    /// changes from call to call (the C chunk hook's case).
-    static func callsDirectly(_ function: ForeignFunction, changingOnlyTheIndex: Bool = false) -> Bool {
+    /// Whether `function` is called directly (see ``Direct``).
+    static func callsDirectly(_ function: ForeignFunction) -> Bool {
         #if arch(x86_64) || arch(arm64)
-        let direct = function.argumentTypes.count <= 4 && function.argumentTypes.allSatisfy { !$0.isFloatingPoint && $0 != .void }
+        function.argumentTypes.count <= 4 && function.argumentTypes.allSatisfy { !$0.isFloatingPoint && $0 != .void }
             && !function.returnType.isFloatingPoint
-        guard changingOnlyTheIndex else { return direct }
-        let changing = function.sources.filter {
-            switch $0 {
-            case .constant, .missingParameter: false
-            case .chunkIndex, .timeRemaining, .state: true
-            }
-        }
-        return direct && changing.count <= 1 && changing.allSatisfy { if case .chunkIndex = $0 { true } else { false } }
         #else
         false
         #endif
     }
 
-    /// The C chunk hook's call of this function (see `curfew_direct_chunk`),
-    /// or `nil` when it does not qualify. `owner` is handed to its failure report.
-    func direct(owner: UnsafeMutableRawPointer) -> UnsafeMutablePointer<curfew_direct_call>? {
-        guard let direct, Self.callsDirectly(function, changingOnlyTheIndex: true) else { return nil }
-        let call = UnsafeMutablePointer<curfew_direct_call>.allocate(capacity: 1)
-        call.initialize(to: curfew_direct_call())
-        call.pointee.function = direct
-        withUnsafeMutableBytes(of: &call.pointee.arguments) { arguments in
-            arguments.copyMemory(from: UnsafeRawBufferPointer(start: values, count: 32))
+    /// Whether no argument of `function` but the chunk index changes once
+    /// the run's state is set: then a C hook calls it (`curfew_direct_chunk`
+    /// or `curfew_ffi_chunk`), with no Swift in between.
+    static func changesOnlyTheIndex(_ function: ForeignFunction) -> Bool {
+        var indexes = 0
+        for source in function.sources {
+            switch source {
+            case .constant, .missingParameter, .state: continue
+            case .chunkIndex: indexes += 1
+            case .timeRemaining: return false
+            }
         }
-        call.pointee.index_slot = -1
-        if let index = dynamic.first {
-            call.pointee.index_slot = Int32((index.slot - values) / 8)
-            call.pointee.index_kind = Self.directKind(index.type)
-            call.pointee.index_lowest = index.lowest
-            call.pointee.index_highest = index.highest
-        }
-        call.pointee.result_kind = Self.directKind(returnType)
-        call.pointee.owner = owner
-        return call
+        return indexes <= 1
     }
 
-    /// How `curfew_direct_chunk` narrows a value of `type`.
-    static func directKind(_ type: ForeignType) -> Int32 {
+    /// What the C chunk hooks need of this function, with the run's state
+    /// written into its arguments once; `owner` is handed to their failure
+    /// report. `nil` when the function does not qualify.
+    func chunkCall(owner: UnsafeMutableRawPointer, state: UnsafeMutableRawPointer?, rule: Int32) -> ChunkCall? {
+        guard Self.changesOnlyTheIndex(function) else { return nil }
+        for argument in dynamic where argument.kind == .state {
+            argument.slot.storeBytes(of: state, as: UnsafeMutableRawPointer?.self)
+        }
+        let report: @convention(c) (UnsafeMutableRawPointer?, Int64) -> Void = { owner, value in
+            let run = Unmanaged<ForeignRun>.fromOpaque(owner!).takeUnretainedValue()
+            run.run.log(.error, "\(run.job.chunk.symbol) returned \(value) (\(run.resultRule.rawValue))")
+        }
+        let index = dynamic.first { $0.kind == .chunkIndex }
+        if let direct {
+            let call = UnsafeMutablePointer<curfew_direct_call>.allocate(capacity: 1)
+            call.initialize(to: curfew_direct_call())
+            call.pointee.function = direct
+            withUnsafeMutableBytes(of: &call.pointee.arguments) { arguments in
+                arguments.copyMemory(from: UnsafeRawBufferPointer(start: values, count: 32))
+            }
+            call.pointee.index_slot = index.map { Int32(($0.slot - values) / 8) } ?? -1
+            call.pointee.index_kind = index.map { Self.cKind($0.type) } ?? 0
+            call.pointee.index_lowest = index?.lowest ?? 0
+            call.pointee.index_highest = index?.highest ?? 0
+            call.pointee.result_kind = Self.cKind(returnType)
+            call.pointee.rule = rule
+            call.pointee.report_failure = report
+            call.pointee.owner = owner
+            return .direct(call)
+        }
+        let call = UnsafeMutablePointer<curfew_ffi_call>.allocate(capacity: 1)
+        call.initialize(to: curfew_ffi_call())
+        call.pointee.cif = function.cif
+        call.pointee.function = function.address
+        call.pointee.arguments = pointers
+        call.pointee.index_slot = index?.slot
+        call.pointee.index_kind = index.map { Self.cKind($0.type) } ?? 0
+        call.pointee.index_lowest = index?.lowest ?? 0
+        call.pointee.index_highest = index?.highest ?? 0
+        call.pointee.result_kind = Self.cKind(returnType)
+        call.pointee.rule = rule
+        call.pointee.result = result
+        call.pointee.report_failure = report
+        call.pointee.owner = owner
+        return .libffi(call)
+    }
+
+    /// A chunk's call for one of the C chunk hooks.
+    enum ChunkCall {
+        case direct(UnsafeMutablePointer<curfew_direct_call>)
+        case libffi(UnsafeMutablePointer<curfew_ffi_call>)
+
+        /// The job's state, as the C hook reads it.
+        var state: UnsafeMutableRawPointer {
+            switch self {
+            case .direct(let call): UnsafeMutableRawPointer(call)
+            case .libffi(let call): UnsafeMutableRawPointer(call)
+            }
+        }
+
+        func deallocate() {
+            switch self {
+            case .direct(let call): call.deallocate()
+            case .libffi(let call): call.deallocate()
+            }
+        }
+    }
+
+    /// How the C chunk hooks read or write a value of `type`.
+    static func cKind(_ type: ForeignType) -> Int32 {
         let kind: Int
         switch type {
         case .int8: kind = CURFEW_DIRECT_INT8
@@ -142,8 +193,11 @@ final class ForeignFrame {
         case .uint16: kind = CURFEW_DIRECT_UINT16
         case .int32: kind = CURFEW_DIRECT_INT32
         case .uint32: kind = CURFEW_DIRECT_UINT32
+        case .uint64: kind = CURFEW_FFI_UNSIGNED64
+        case .float: kind = CURFEW_FFI_FLOAT
+        case .double: kind = CURFEW_FFI_DOUBLE
         case .void: kind = CURFEW_DIRECT_VOID
-        default: kind = CURFEW_DIRECT_AS_IS
+        case .int64, .pointer, .string: kind = CURFEW_DIRECT_AS_IS
         }
         return Int32(kind)
     }
@@ -270,7 +324,7 @@ final class ForeignRun {
     let stateBuffer: UnsafeMutableRawPointer?
     var state: UnsafeMutableRawPointer?
     /// The C chunk hook's call, for a job whose chunk qualifies.
-    private(set) var directChunk: UnsafeMutablePointer<curfew_direct_call>?
+    private(set) var chunkCall: ForeignFrame.ChunkCall?
     var chunkIndex: Int64 = 0
     let resultRule: ForeignResultRule
 
@@ -294,7 +348,7 @@ final class ForeignRun {
 
     deinit {
         stateBuffer?.deallocate()
-        directChunk?.deallocate()
+        chunkCall?.deallocate()
     }
 
     /// Checks the parameters and calls `setup`; returns why it failed, if it did.
@@ -304,29 +358,24 @@ final class ForeignRun {
                 return "\(frame.function.symbol) needs --param \(key)=<value>"
             }
         }
-        guard let setupFrame else { return makeDirectChunk() }
+        guard let setupFrame else { return makeChunkCall() }
         setupFrame.call(chunkIndex: 0, run: run, state: state)
         switch setupFrame.function.returnType {
-        case .void: return makeDirectChunk()
+        case .void: return makeChunkCall()
         case .pointer:
             guard let pointer = setupFrame.pointerResult else { return "\(setupFrame.function.symbol) returned NULL" }
             state = pointer
-            return makeDirectChunk()
+            return makeChunkCall()
         default:
             let value = setupFrame.integerResult
-            return value == 0 ? makeDirectChunk() : "\(setupFrame.function.symbol) returned \(value)"
+            return value == 0 ? makeChunkCall() : "\(setupFrame.function.symbol) returned \(value)"
         }
     }
 
-    /// Prepares the C chunk hook's call, when the chunk qualifies; its
-    /// failures are logged as ``callChunk()`` logs them.
-    private func makeDirectChunk() -> String? {
-        directChunk = chunkFrame.direct(owner: Unmanaged.passUnretained(self).toOpaque())
-        directChunk?.pointee.rule = resultRule.directRule
-        directChunk?.pointee.report_failure = { owner, value in
-            let run = Unmanaged<ForeignRun>.fromOpaque(owner!).takeUnretainedValue()
-            run.run.log(.error, "\(run.job.chunk.symbol) returned \(value) (\(run.resultRule.rawValue))")
-        }
+    /// Prepares the C chunk hook's call, when the chunk qualifies (after
+    /// `setup`, which may set the state).
+    private func makeChunkCall() -> String? {
+        chunkCall = chunkFrame.chunkCall(owner: Unmanaged.passUnretained(self).toOpaque(), state: state, rule: resultRule.cRule)
         return nil
     }
 

@@ -84,8 +84,8 @@ enum ForeignResultRule: String, CaseIterable, Sendable {
 
     static let names = "items-left, zero-continues, nonzero-done, negative-done or curfew-result"
 
-    /// The rule as `curfew_direct_chunk` knows it.
-    var directRule: Int32 {
+    /// The rule as the C chunk hooks know it.
+    var cRule: Int32 {
         let rule: Int
         switch self {
         case .itemsLeft: rule = CURFEW_DIRECT_ITEMS_LEFT

@@ -42,6 +42,8 @@ enum {
 };
 
 typedef struct curfew_direct_call {
+    /* First, in both call structures: the run, handed to report_failure. */
+    void *owner;
     int64_t (*function)(int64_t, int64_t, int64_t, int64_t);
     /* The arguments, each already widened from its type. */
     int64_t arguments[4];
@@ -56,13 +58,40 @@ typedef struct curfew_direct_call {
     /* The next chunk's index. */
     int64_t next_index;
     /* Called with the value a chunk returned when the rule maps it to a
-     * failure, to log it; and the pointer to give it. */
+     * failure, to log it. */
     void (*report_failure)(void *owner, int64_t value);
-    void *owner;
 } curfew_direct_call;
 
 /* The chunk hook (curfew_chunk_fn) of a direct foreign job: `state` is its
  * curfew_direct_call. */
 int64_t curfew_direct_chunk(void *context, void *state);
+
+/* The same through libffi, for any other signature whose only changing
+ * argument is the chunk index (a floating-point one, say). */
+enum { CURFEW_FFI_FLOAT = CURFEW_DIRECT_VOID + 1, CURFEW_FFI_DOUBLE, CURFEW_FFI_UNSIGNED64 };
+
+typedef struct curfew_ffi_call {
+    void *owner;
+    ffi_cif *cif;
+    void (*function)(void);
+    void **arguments;
+    /* Where the chunk index goes (saturated, then stored as index_kind: a
+     * CURFEW_DIRECT_* integer kind, CURFEW_FFI_FLOAT or CURFEW_FFI_DOUBLE), or NULL. */
+    void *index_slot;
+    int32_t index_kind;
+    int64_t index_lowest;
+    int64_t index_highest;
+    /* How the result is read: a CURFEW_DIRECT_* kind (AS_IS for 64-bit
+     * signed integers and pointers), CURFEW_FFI_UNSIGNED64, CURFEW_FFI_FLOAT
+     * or CURFEW_FFI_DOUBLE (truncated toward zero; 0 when out of range). */
+    int32_t result_kind;
+    int32_t rule;
+    int64_t next_index;
+    /* At least 16 bytes, 16-aligned. */
+    void *result;
+    void (*report_failure)(void *owner, int64_t value);
+} curfew_ffi_call;
+
+int64_t curfew_ffi_chunk(void *context, void *state);
 
 #endif

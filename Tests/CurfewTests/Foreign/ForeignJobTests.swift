@@ -97,6 +97,25 @@ import Testing
         #expect(result.chunks == 6)
     }
 
+    /// A chunk whose only changing argument is a float index and whose
+    /// result is a signed byte: called by the host's C hook through libffi,
+    /// the index converted, the result read signed and its failure logged.
+    @Test func aFloatIndexAndASignedByteResultThroughLibffi() async throws {
+        try manifest("""
+            {"name": "floats", "summary": "Counts in floats.",
+             "chunk": {"symbol": "step_float", "returns": "int8", "result": "items-left",
+                       "args": [{"type": "float", "from": "chunk-index"}, {"type": "int64", "value": 5}]}}
+            """)
+        let scan = PluginLoader().scan([folder])
+        let hook = try #require(scan.jobs.first?.hooks.chunk)
+        #expect(unsafeBitCast(hook, to: UnsafeRawPointer.self) == unsafeBitCast(ForeignJob.ffiHooks.chunk!, to: UnsafeRawPointer.self))
+        let result = try #require(await run(scan).first)
+        #expect(result.outcome == .failed)
+        #expect(result.reason == "chunk returned failed: step_float returned -3 (items-left)")
+        #expect(result.chunks == 5)
+        #expect(count("float") == 5)
+    }
+
     @Test func aJobThatRunsPastItsBudgetExpiresWithCleanupAndTeardown() async throws {
         try manifest("""
             {"name": "slow", "summary": "Never finishes.",
