@@ -1,6 +1,8 @@
 /* Jobs the benchmarks run, and the same chunk functions exported by name so
  * a baseline loop can call them directly. Parameters: count (chunks before
- * done), spin-ns (busy time per chunk), work (loop iterations per chunk). */
+ * done), spin-ns (busy time per chunk), work (loop iterations per chunk);
+ * for bench-sleep, sleep-ms (the wait between chunks) and lead-ns (the
+ * grant's lead, to measure how late its expire hook runs). */
 #define _POSIX_C_SOURCE 200809L
 #include <curfew.h>
 
