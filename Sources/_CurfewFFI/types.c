@@ -85,9 +85,7 @@ int64_t curfew_direct_chunk(void *context, void *state) {
     (void)context;
     curfew_direct_call *call = state;
     if (call->index_slot >= 0) {
-        int64_t index = call->next_index;
-        if (index < call->index_lowest) index = call->index_lowest;
-        if (index > call->index_highest) index = call->index_highest;
+        int64_t index = curfew_clamp(call->next_index, call->index_lowest, call->index_highest);
         call->arguments[call->index_slot] = curfew_direct_widen(index, call->index_kind);
     }
     call->next_index++;

@@ -272,15 +272,6 @@ public final class Grant: Sendable {
         return true
     }
 
-    /// Runs, once, the end of a grant that never started: see
-    /// ``Runner/warmUp(_:)``. Starts no thread.
-    static func warmUp() {
-        let manager = GrantManager(policy: GrantPolicy(budget: .seconds(1), grace: .milliseconds(100)))
-        guard let grant = try? manager.makeGrant(name: "warm-up", handlerQueue: timerQueue) else { return }
-        _ = grant.closeIfDrained()
-        grant.finish()
-    }
-
     /// Ends the grant: whatever is open, no task can begin and no timer fires.
     public func finish() {
         let timers = state.withLock { state -> [any CurfewTimer] in
