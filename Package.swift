@@ -44,12 +44,14 @@ let package = Package(
         // libffi, from Debian's libffi-dev, and accessors for its type globals.
         .systemLibrary(name: "CLibFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
+        // SQLite, from Debian's libsqlite3-dev: the state store (checkpoints, history).
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         // Formats: the readers every outside text goes through (JSON, worker
         // messages, manifests, sizes and durations) and the line writer: pure,
         // depending on nothing of the host's, so each can be fuzzed alone.
         .target(name: "CurfewFormats"),
-        // The host: grants, loader, runner, isolation, foreign jobs. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats"]),
+        // The host: grants, loader, runner, isolation, foreign jobs, state. Holds no printing.
+        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
         // The Swift SDK for job authors: a protocol and an export helper.
         .target(name: "CurfewJob", dependencies: ["CCurfew"]),
         // The command line, as a library so its parsing and texts are testable.

@@ -64,6 +64,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -86,6 +87,18 @@ extern "C" {
 #define CURFEW_MAX_JOB_NAME 64u       /* bytes in a job name, without NUL */
 #define CURFEW_MAX_SUMMARY 200u       /* bytes in a summary, without NUL */
 #define CURFEW_MAX_OPEN_TASKS 10000u  /* background tasks one job has open */
+#define CURFEW_MAX_CHECKPOINT 1048576u /* bytes in one checkpoint (1 MiB) */
+
+/* Status returned by `create` and by `checkpoint_save`. */
+typedef enum curfew_status {
+    CURFEW_OK = 0,
+    CURFEW_ERROR = 1,
+    /* checkpoint_save: more than CURFEW_MAX_CHECKPOINT bytes; nothing saved. */
+    CURFEW_TOO_LARGE = 2,
+    /* checkpoint_save: the host keeps no state (no state store, or it
+     * failed: the host logs why), or the job is over; nothing saved. */
+    CURFEW_UNAVAILABLE = 3
+} curfew_status;
 
 /* One running job, as the host sees it. Opaque; owned by the host; valid
  * from the job's `create` until its `destroy` returns. Every host function
@@ -204,6 +217,32 @@ typedef struct curfew_host {
      * `host->struct_size > offsetof(curfew_host, job_user_data)` first when
      * a host built from an older header may load you. */
     void *(*job_user_data)(curfew_context *ctx);
+
+    /* Saves the job's checkpoint: `length` bytes from `bytes`, copied, kept
+     * by the host under the job's name across runs and host restarts. Durable
+     * when it returns CURFEW_OK: the write is on disk (in a worker process,
+     * the host has acknowledged it), so a crash, a kill or a power loss after
+     * that keeps it. Zero bytes clear the checkpoint. Returns
+     * CURFEW_TOO_LARGE above CURFEW_MAX_CHECKPOINT bytes and
+     * CURFEW_UNAVAILABLE when the host keeps no state or the job is over;
+     * either way the last saved checkpoint stays. It writes to disk: call it
+     * at a point worth resuming from, not for every chunk of a fast loop.
+     *
+     * A job that completes has its checkpoint cleared, so its next run
+     * starts afresh; one that expires, fails, crashes or is terminated keeps
+     * its last one, and its next run's `create` can load it: save what lets
+     * the work resume, as iOS asks an app to save its state before it
+     * leaves the foreground. Appended in ABI 1: check
+     * `host->struct_size > offsetof(curfew_host, checkpoint_save)` first. */
+    curfew_status (*checkpoint_save)(curfew_context *ctx, const void *bytes,
+                                     size_t length);
+
+    /* The size in bytes of the job's last saved checkpoint (from this run or
+     * an earlier one), or 0 when it has none. When `capacity` is at least
+     * that size, the checkpoint is copied into `buffer` too; else call again
+     * with a buffer that big. `buffer` may be NULL when `capacity` is 0. */
+    size_t (*checkpoint_load)(curfew_context *ctx, void *buffer,
+                              size_t capacity);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */
@@ -229,12 +268,6 @@ typedef int64_t curfew_chunk_result;
  * location). The host runs it only when told to (`--allow-continuous`) and
  * refuses it otherwise. It runs until it finishes or the host shuts down. */
 #define CURFEW_JOB_CONTINUOUS (1u << 0)
-
-/* Status returned by `create`. */
-typedef enum curfew_status {
-    CURFEW_OK = 0,
-    CURFEW_ERROR = 1
-} curfew_status;
 
 /* [job-queue] Makes the job's state. Optional (NULL: state is NULL).
  * Store the state in `*state`; the host passes it to every later hook and

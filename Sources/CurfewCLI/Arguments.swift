@@ -16,7 +16,7 @@ public struct UsageError: Error, Equatable, Sendable {
 
 /// The subcommands.
 public enum Command: String, CaseIterable, Sendable {
-    case run, list, new, test, help
+    case run, list, new, test, state, history, help
 }
 
 /// One option of a subcommand.
@@ -47,6 +47,10 @@ public struct RunOptions: Equatable, Sendable {
     public var allowInsecurePlugins = false
     /// Ignore the scan cache (its entries are replaced by the new answers).
     public var rescan = false
+    /// Where checkpoints and history are kept (`nil`: the default folder).
+    public var stateFolder: String?
+    /// Keep no state: no checkpoints, no history.
+    public var noState = false
 
     public init() {}
 
@@ -67,6 +71,33 @@ public struct ListOptions: Equatable, Sendable {
     public var effectivePaths: [String] { paths.isEmpty ? ["."] : paths }
 }
 
+/// What `curfew state` was asked to do.
+public struct StateOptions: Equatable, Sendable {
+    public enum Action: String, Sendable, CaseIterable {
+        case list, show, clear
+    }
+
+    public var action: Action = .list
+    public var job: String?
+    /// `clear --all`: every job's checkpoint.
+    public var all = false
+    public var json = false
+    public var stateFolder: String?
+
+    public init() {}
+}
+
+/// What `curfew history` was asked to do.
+public struct HistoryOptions: Equatable, Sendable {
+    public var job: String?
+    public var since: Duration?
+    public var limit = 20
+    public var json = false
+    public var stateFolder: String?
+
+    public init() {}
+}
+
 /// A parsed command line.
 public enum Invocation: Equatable, Sendable {
     case help(Command?)
@@ -75,6 +106,8 @@ public enum Invocation: Equatable, Sendable {
     case list(ListOptions)
     case new(NewOptions)
     case test(TestOptions)
+    case state(StateOptions)
+    case history(HistoryOptions)
 }
 
 /// What `curfew test` was asked to do.
@@ -122,6 +155,14 @@ public enum ArgumentParser {
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.new) }
             return .new(try parseNew(rest))
+        case "state":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.state) }
+            return .state(try parseState(rest))
+        case "history":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.history) }
+            return .history(try parseHistory(rest))
         default:
             if first.hasPrefix("-") { throw UsageError("Unknown option '\(first)'", command: nil) }
             throw UsageError("Unknown subcommand '\(first)'", command: nil)
@@ -155,6 +196,8 @@ public enum ArgumentParser {
             case "--rescan": options.rescan = true
             case "--json": options.json = true
             case "--verbose": options.verbose = true
+            case "--state": options.stateFolder = value!
+            case "--no-state": options.noState = true
             case "--isolate":
                 guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none, plugin or job", command: .run) }
                 options.isolation = isolation
@@ -181,6 +224,9 @@ public enum ArgumentParser {
             default: fatalError("option \(name) is in the table but not handled")
             }
         }
+        if options.noState && options.stateFolder != nil {
+            throw UsageError("--state and --no-state contradict each other", command: .run)
+        }
         if options.isolation == .none && options.limits != ResourceLimits() {
             throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)
         }
@@ -190,6 +236,63 @@ public enum ArgumentParser {
                     "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: .run)
             }
             options.grace = grace
+        }
+        return options
+    }
+
+    static func parseState(_ arguments: [String]) throws(UsageError) -> StateOptions {
+        var options = StateOptions()
+        var positional: [String] = []
+        try walk(arguments, command: .state) { (name, value) throws(UsageError) in
+            switch name {
+            case nil: positional.append(value!)
+            case "--json": options.json = true
+            case "--all": options.all = true
+            case "--state": options.stateFolder = value!
+            default: fatalError("option \(name!) is in the table but not handled")
+            }
+        }
+        guard let first = positional.first else { return options }
+        guard let action = StateOptions.Action(rawValue: first) else {
+            throw UsageError("Unknown action '\(first)': use list, show or clear", command: .state)
+        }
+        options.action = action
+        guard positional.count <= 2 else { throw UsageError("Unexpected argument '\(positional[2])'", command: .state) }
+        options.job = positional.count == 2 ? positional[1] : nil
+        switch action {
+        case .list:
+            if let job = options.job { throw UsageError("Unexpected argument '\(job)': list shows every job", command: .state) }
+        case .show:
+            guard options.job != nil else { throw UsageError("show needs a job name", command: .state) }
+        case .clear:
+            guard (options.job != nil) != options.all else {
+                throw UsageError("clear needs a job name, or --all for every job's checkpoint (not both)", command: .state)
+            }
+        }
+        if options.all && action != .clear { throw UsageError("--all goes with clear", command: .state) }
+        return options
+    }
+
+    static func parseHistory(_ arguments: [String]) throws(UsageError) -> HistoryOptions {
+        var options = HistoryOptions()
+        try walk(arguments, command: .history) { (name, value) throws(UsageError) in
+            guard let name else { throw UsageError("Unexpected argument '\(value!)'", command: .history) }
+            let spec = Help.historyOptions.first { $0.names.contains(name) }!
+            switch name {
+            case "--job": options.job = value!
+            case "--since":
+                let since = try duration(value!, for: spec, command: .history)
+                guard since > .zero else { throw invalid(value!, spec, "the duration must be positive", command: .history) }
+                options.since = since
+            case "--limit":
+                guard let limit = Int(value!), (1...1_000_000).contains(limit) else {
+                    throw invalid(value!, spec, "use a whole number from 1 to 1000000", command: .history)
+                }
+                options.limit = limit
+            case "--json": options.json = true
+            case "--state": options.stateFolder = value!
+            default: fatalError("option \(name) is in the table but not handled")
+            }
         }
         return options
     }

@@ -65,6 +65,10 @@ public enum CurfewMain {
             return new(options)
         case .test(let options):
             return test(options)
+        case .state(let options):
+            return state(options)
+        case .history(let options):
+            return history(options)
         }
     }
 
@@ -343,6 +347,14 @@ public enum CurfewMain {
             maxConcurrentJobs: options.jobs, parameters: options.parameters)
         configuration.isolation = options.isolation
         configuration.limits = options.limits
+        if !options.noState {
+            switch openStore(options.stateFolder) {
+            case .success(let store): configuration.state = store
+            case .failure(let error):
+                console.error("Error: \(Untrusted.line(error.message)). (--no-state runs without checkpoints or history.)")
+                return ExitCode.failure
+            }
+        }
         let lead = configuration.policy.lead
         let inProcess = options.isolation == .none
         let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event, time in
@@ -375,6 +387,7 @@ public enum CurfewMain {
         console.setLive([])
 
         reporter.summary(results, rejected: scan.rejected.count, width: console.columns)
+        for problem in runner.stateProblems { console.error("Warning: \(Untrusted.line(problem))") }
         let code = ExitCode.forRun(results, rejected: scan.rejected.count, stop: stop.status)
         if results.contains(where: { $0.outcome == .terminated }) {
             // A terminated job may still be running on a worker thread: do not

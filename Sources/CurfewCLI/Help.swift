@@ -2,7 +2,7 @@ import Curfew
 
 /// The help texts, built from the option tables so they cannot drift.
 public enum Help {
-    public static let version = "0.1.0"
+    public static let version = HostInfo.version
 
     static let helpOption = OptionSpec(names: ["-h", "--help"], value: nil, help: "Show help information.")
 
@@ -21,6 +21,8 @@ public enum Help {
         rescanOption,
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),
         OptionSpec(names: ["--verbose"], value: nil, help: "Also show jobs' debug messages."),
+        stateOption,
+        OptionSpec(names: ["--no-state"], value: nil, help: "Keep no state: jobs cannot save checkpoints, and the run is not in the history."),
         OptionSpec(
             names: ["--isolate"], value: "mode",
             help: "none: jobs run in this process; plugin: a worker process per plugin file; job: a worker process per job, so a crash, a hang or a limit ends only that job. (default: none)"),
@@ -55,6 +57,24 @@ public enum Help {
         rescanOption,
     ]
 
+    static let stateOptions: [OptionSpec] = [
+        OptionSpec(names: ["--all"], value: nil, help: "With clear: every job's checkpoint."),
+        OptionSpec(names: ["--json"], value: nil, help: "Print JSON Lines (show: the checkpoint's bytes in base64)."),
+        stateOption,
+    ]
+
+    static let historyOptions: [OptionSpec] = [
+        OptionSpec(names: ["--job"], value: "name", help: "Only this job's runs."),
+        OptionSpec(names: ["--since"], value: "duration", help: "Only runs that ended within this long, e.g. 1h, 2d."),
+        OptionSpec(names: ["--limit"], value: "n", help: "At most n runs. (default: 20)"),
+        OptionSpec(names: ["--json"], value: nil, help: "Print JSON Lines, one a job run."),
+        stateOption,
+    ]
+
+    static let stateOption = OptionSpec(
+        names: ["--state"], value: "folder",
+        help: "Where checkpoints and run history are kept. (default: $STATE_DIRECTORY, else $XDG_STATE_HOME/curfew, else ~/.local/state/curfew)")
+
     static let rescanOption = OptionSpec(
         names: ["--rescan"], value: nil,
         help: "Load every plugin file again in a scanner worker, whatever the scan cache remembers.")
@@ -69,6 +89,8 @@ public enum Help {
         case .list: listOptions
         case .new: newOptions
         case .test: testOptions
+        case .state: stateOptions
+        case .history: historyOptions
         case .help: []
         }
     }
@@ -84,6 +106,10 @@ public enum Help {
             return (["curfew new <language> <name> [<directory>]"] + options).joined(separator: " ")
         case .test:
             return (["curfew test <plugin>"] + options).joined(separator: " ")
+        case .state:
+            return (["curfew state [list | show <job> | clear <job>]"] + options).joined(separator: " ")
+        case .history:
+            return (["curfew history"] + options).joined(separator: " ")
         case .help:
             return "curfew help [<subcommand>]"
         }
@@ -111,6 +137,8 @@ public enum Help {
                 ("list", "List plugins, their jobs, and the files rejected with the reason."),
                 ("test", "Run one job against virtual time and check that it keeps the contract."),
                 ("new", "Write a ready-to-build job project in C or Swift."),
+                ("state", "List, show or clear the checkpoints jobs saved."),
+                ("history", "Show how recent job runs ended, newest first."),
                 ("help", "Show subcommand help information."),
             ])
             lines += ["", "  See 'curfew help <subcommand>' for detailed help."]
@@ -211,6 +239,43 @@ public enum Help {
             ])
             lines += ["", "OPTIONS:"]
             lines += rows((newOptions + [helpOption]).map { ($0.label, $0.help) })
+        case .state?:
+            lines += [
+                "OVERVIEW: List, show or clear the checkpoints jobs saved.",
+                "",
+                "A job saves a checkpoint with checkpoint_save() and its next run loads it",
+                "with checkpoint_load(), so work goes on across grants and restarts. A job",
+                "that completes has its checkpoint cleared; one that expires, fails,",
+                "crashes or is terminated keeps its last one. Clear one by hand to make",
+                "a job start afresh.",
+                "",
+                "USAGE: \(usage(.state))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([
+                ("list", "Every job that has a checkpoint: its size and when it was saved. (default)"),
+                ("show <job>", "One job's checkpoint: size, time, and its first bytes."),
+                ("clear <job>", "Clear one job's checkpoint (--all: every job's)."),
+            ])
+            lines += ["", "OPTIONS:"]
+            lines += rows((stateOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += ["", "EXIT STATUS:", "  0    done", "  1    no such checkpoint, or the state store cannot be used", "  64   usage error"]
+        case .history?:
+            lines += [
+                "OVERVIEW: Show how recent job runs ended, newest first.",
+                "",
+                "Every run of curfew run keeps, for each job: when it started and ended,",
+                "its outcome and reason, chunks, last progress, checkpoint size, the",
+                "isolation mode, the plugin's path and content hash, and the host's",
+                "version. The last 1000 runs of each job are kept.",
+                "",
+                "USAGE: \(usage(.history))",
+                "",
+                "OPTIONS:",
+            ]
+            lines += rows((historyOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += ["", "EXIT STATUS:", "  0    done (an empty history too)", "  1    the state store cannot be used", "  64   usage error"]
         case .help?:
             lines += [
                 "OVERVIEW: Show subcommand help information.",
@@ -219,7 +284,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<subcommand>", "The subcommand to describe: run, list, test or new.")])
+            lines += rows([("<subcommand>", "The subcommand to describe: run, list, test, new, state or history.")])
         }
         return lines.joined(separator: "\n") + "\n"
     }

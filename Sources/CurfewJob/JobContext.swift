@@ -94,6 +94,57 @@ public struct JobContext: @unchecked Sendable {
     public func endBackgroundTask(_ identifier: BackgroundTaskIdentifier) {
         host.pointee.end_background_task(raw, identifier.rawValue)
     }
+
+    /// The largest checkpoint the host keeps, in bytes (1 MiB).
+    public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
+
+    /// Saves the job's checkpoint, durably: when this returns, the bytes are
+    /// on disk (in a worker, the host has acknowledged them). The job's next
+    /// run, after an expiration, a failure, a crash or a host restart, gets
+    /// them from ``loadCheckpoint()``; a job that completes has its
+    /// checkpoint cleared. Empty bytes clear it now.
+    ///
+    /// - Throws: ``CheckpointError/tooLarge`` above ``maximumCheckpointBytes``;
+    ///   ``CheckpointError/unavailable`` when the host keeps no state or the
+    ///   job is over. The last saved checkpoint stays either way.
+    public func saveCheckpoint(_ bytes: some Collection<UInt8>) throws(CheckpointError) {
+        guard hasCheckpoints else { throw .unavailable }
+        let bytes = Array(bytes)
+        let status = bytes.withUnsafeBytes { host.pointee.checkpoint_save(raw, $0.baseAddress, $0.count) }
+        switch status {
+        case CURFEW_OK: return
+        case CURFEW_TOO_LARGE: throw .tooLarge
+        default: throw .unavailable
+        }
+    }
+
+    /// The job's last saved checkpoint, from this run or an earlier one, or
+    /// `nil` when it has none.
+    public func loadCheckpoint() -> [UInt8]? {
+        guard hasCheckpoints else { return nil }
+        // Asked twice at most: the size, then the bytes (only this job saves them).
+        var bytes: [UInt8] = []
+        while true {
+            let size = bytes.withUnsafeMutableBytes { host.pointee.checkpoint_load(raw, $0.baseAddress, $0.count) }
+            if size == 0 { return nil }
+            if size <= bytes.count { return Array(bytes.prefix(size)) }
+            guard size <= Self.maximumCheckpointBytes else { return nil }
+            bytes = [UInt8](repeating: 0, count: size)
+        }
+    }
+
+    /// Whether the host's table has the checkpoint functions (appended in ABI 1).
+    private var hasCheckpoints: Bool {
+        host.pointee.struct_size >= MemoryLayout<curfew_host>.offset(of: \.checkpoint_load)! + MemoryLayout<UnsafeRawPointer>.size
+    }
+}
+
+/// Why a checkpoint was not saved.
+public enum CheckpointError: Error, Equatable, Sendable {
+    /// More than ``JobContext/maximumCheckpointBytes``.
+    case tooLarge
+    /// The host keeps no state, or the job is over.
+    case unavailable
 }
 
 extension ExpirationReason {

@@ -44,4 +44,9 @@ class HostContext: @unchecked Sendable {
     func parameter(_ key: String) -> UnsafePointer<CChar>? {
         parameters.value(for: key)
     }
+
+    /// Saves the job's checkpoint; `bytes` is at most the limit.
+    func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status { CURFEW_UNAVAILABLE }
+    /// The job's last saved checkpoint, `nil` when it has none.
+    func loadCheckpoint() -> [UInt8]? { nil }
 }

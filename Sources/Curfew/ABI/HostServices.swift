@@ -51,6 +51,25 @@ enum HostServices {
             },
             job_user_data: { context in
                 HostContext.from(context)?.job.hooks.userData
+            },
+            checkpoint_save: { context, bytes, length in
+                guard let run = HostContext.from(context) else { return CURFEW_UNAVAILABLE }
+                guard length <= UInt(StateStore.maximumCheckpointBytes) else {
+                    run.log(.error, "checkpoint not saved: \(length) bytes is over the limit of \(StateStore.maximumCheckpointBytes) (1 MiB)")
+                    return CURFEW_TOO_LARGE
+                }
+                guard length == 0 || bytes != nil else {
+                    run.log(.error, "checkpoint not saved: NULL bytes with a length of \(length)")
+                    return CURFEW_ERROR
+                }
+                return run.saveCheckpoint(UnsafeRawBufferPointer(start: bytes, count: Int(length)))
+            },
+            checkpoint_load: { context, buffer, capacity in
+                guard let bytes = HostContext.from(context)?.loadCheckpoint() else { return 0 }
+                if let buffer, capacity >= UInt(bytes.count) {
+                    bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+                }
+                return size_t(bytes.count)
             }
         ))
         return UnsafePointer(table)

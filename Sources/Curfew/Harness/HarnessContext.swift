@@ -31,6 +31,8 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         var deadline: Duration?
         /// The watchdog gave up on a hook: call no other.
         var abandoned = false
+        /// The prediction of the chunk not started, as the runner would decline it.
+        var declined: Int64?
     }
 
     let harness: JobHarness
@@ -127,7 +129,8 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             finish(.failed, failure, destroy: true)
         } else if expired {
             let cleanup = job.hooks.expire != nil ? "cleanup ran" : "tasks ended"
-            finish(.expired, "\(reason); \(cleanup)", destroy: true)
+            let why = state.withLock { $0.declined }.map { "\(reason): the next chunk, about \(JobRun.milliseconds($0)), would overrun" }
+            finish(.expired, "\(why ?? reason.description); \(cleanup)", destroy: true)
         } else {
             finish(.completed, job.isChunked ? "work done" : "all tasks ended", destroy: true)
         }
@@ -142,10 +145,20 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     /// Calls chunks until the work ends, the grant expires, or a chunk runs
     /// into the hard deadline.
     private func runChunks(_ chunk: curfew_chunk_fn) -> ChunkLoopEnd {
+        var estimate = harness.estimate
         while true {
             let (now, index) = state.withLock { ($0.now, $0.chunk + 1) }
             if case .expireAtChunk(let n) = harness.mode, index >= n { return .expired }
             if now >= expirationPoint { return .expired }
+            // As the runner does: a chunk predicted to run past the expiration point is not started.
+            let left = expirationPoint - now
+            if estimate.predicted > 0 && left <= .nanoseconds(estimate.predicted) {
+                state.withLock { $0.declined = estimate.predicted }
+                record(
+                    "declined", "chunk \(index): it would take about \(JobRun.milliseconds(estimate.predicted)) (estimate), "
+                        + "and \(JobRun.milliseconds(Int64(clamping: left.nanoseconds))) is left before the expiration point")
+                return .expired
+            }
             if index > harness.maximumChunks {
                 violation("The job ran \(harness.maximumChunks) chunks without finishing; stopped there.")
                 return .ended(failure: "stopped after \(harness.maximumChunks) chunks")
@@ -159,7 +172,10 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             let record = { (detail: String) in
                 self.state.withLock { $0.trace.insert(HarnessEvent(time: now, kind: "chunk", detail: detail, chunk: index), at: line) }
             }
-            if case .chunkCost(let cost) = harness.mode { advance(by: cost) }
+            if case .chunkCost(let cost) = harness.mode {
+                advance(by: cost)
+                estimate.add(Int64(clamping: cost.nanoseconds))
+            }
             let (after, deadline) = state.withLock { ($0.now, $0.deadline) }
             if let deadline, after >= deadline {
                 record("still running at the hard deadline")
@@ -366,5 +382,22 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     override func parameter(_ key: String) -> UnsafePointer<CChar>? {
         guard hostCall("param") else { return nil }
         return parameters.value(for: key)
+    }
+
+    override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
+        guard hostCall("checkpoint_save") else { return CURFEW_UNAVAILABLE }
+        do throws(CurfewError) {
+            try harness.checkpoints.saveCheckpoint(job: job.name, bytes: Array(bytes))
+            record("checkpoint", "saved \(bytes.count) bytes")
+            return CURFEW_OK
+        } catch {
+            record("checkpoint", "refused: \(error.description)")
+            return error.code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE
+        }
+    }
+
+    override func loadCheckpoint() -> [UInt8]? {
+        guard hostCall("checkpoint_load") else { return nil }
+        return try? harness.checkpoints.checkpoint(job: job.name)
     }
 }

@@ -30,6 +30,10 @@ public struct JobHarness: Sendable {
     public var hookTimeout: Duration
     /// Chunks after which a job that never finishes nor expires is stopped.
     public var maximumChunks: Int
+    /// Where the job's checkpoints go (memory by default: a test leaves no trace).
+    public var checkpoints: any CheckpointKeeper = MemoryCheckpoints()
+    /// What the job's chunks were seen to take before: the first prediction.
+    public var estimate: ChunkEstimate = .empty
 
     public init(
         job: PluginJob, policy: GrantPolicy = GrantPolicy(), mode: Mode = .chunkCost(.seconds(1)),

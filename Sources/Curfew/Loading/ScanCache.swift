@@ -44,13 +44,9 @@ struct ScanCache {
     /// hashes collide share a shard; entries keep their whole paths.
     static func shardName(for path: String) -> String {
         let parent = path.lastIndex(of: "/").map { path[..<$0] } ?? Substring(path)
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in parent.utf8 {
-            hash ^= UInt64(byte)
-            hash &*= 0x0000_0100_0000_01b3
-        }
-        let hex = String(hash, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex + ".json"
+        var hash = FNV1a()
+        hash.add(parent.utf8)
+        return hash.hex + ".json"
     }
 
     /// The key of a file as it is now, or `nil` when it cannot be read.

@@ -45,6 +45,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var lastProgressEvent: CurfewInstant?
         var lastError: String?
         var startedAt: CurfewInstant?
+        /// What the chunks have taken so far (updated after each slice).
+        var estimate: ChunkEstimate
+        /// The prediction of the chunk the loop declined to start, as it
+        /// began the expiration early instead.
+        var declined: Int64?
 
         var isOver: Bool { stage == .finished || stage == .terminated }
     }
@@ -67,7 +72,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let queue: DispatchQueue
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
-    private let control = Mutex(Control())
+    private let control: Mutex<Control>
+    private let checkpoints: (any CheckpointKeeper)?
 
     // Written by `create` and read by later hooks, all on the job's serial queue.
     private var jobState: UnsafeMutableRawPointer?
@@ -78,17 +84,22 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let cName: UnsafePointer<CChar>
     /// The refusal past the task limit has been logged.
     private let warnedTaskLimit = Atomic<Bool>(false)
+    /// A save without a state store has been logged.
+    private let warnedNoState = Atomic<Bool>(false)
 
     /// - Throws: The grant's refusal (a continuous job the policy does not allow).
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
-        events: EventChannel, onFinish: @escaping @Sendable (JobResult) -> Void
+        events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
+        onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.clock = manager.clock
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
         self.queue = DispatchQueue(label: "curfew.job.\(job.name)")
         self.events = events
         self.onFinish = onFinish
+        self.checkpoints = checkpoints
+        self.control = Mutex(Control(estimate: estimate))
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
         sliceCount.initialize(to: 0)
@@ -168,13 +179,13 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// each that the grant is not expiring. No lock, allocation or dispatch
     /// per chunk: one clock read and one relaxed atomic load.
     private func runSlice() {
-        guard let before = control.withLock({ c -> UInt64? in
+        guard let (before, learnt) = control.withLock({ c -> (UInt64, ChunkEstimate)? in
             guard c.stage == .queued else { return nil }
             c.stage = .running
             // Zeroed under the lock that marks the slice running: a deadline
             // that reads it then never sees the last slice's count.
             sliceCount.pointee = 0
-            return c.chunks
+            return (c.chunks, c.estimate)
         }) else { return }
 
         let chunk = job.hooks.chunk!
@@ -188,22 +199,29 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // that a worker's crash report can say which chunk crashed.
         let count = sliceCount
         var result: curfew_chunk_result = 0
-        enum Stop { case expiring, sliceOver, result }
+        var estimate = learnt
+        enum Stop { case expiring, overrun, sliceOver, result }
         let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
             while true {
                 if now >= expirationPoint || grant.isExpiring { return .expiring }
+                // Budget-aware: a chunk predicted to run past the expiration point is not started.
+                if expirationPoint &- now <= UInt64(estimate.predicted) { return .overrun }
                 if count.pointee > 0 && now >= sliceEnd { return .sliceOver }
                 result = chunk(context, state)
                 count.pointee &+= 1
+                let after = clock.now().nanoseconds
+                estimate.add(Int64(bitPattern: after &- now))
+                now = after
                 if result != 0 { return .result }
-                now = clock.now().nanoseconds
             }
         }
         let ran = count.pointee
+        var declined: Int64?
 
         let next = control.withLock { c -> Next in
             guard c.stage == .running else { return .nothing }  // terminated meanwhile: counted then
             c.chunks &+= ran
+            c.estimate = estimate
             if stop == .result && result < 0 {
                 if result == -1 {
                     return workEnded(&c, failure: nil)
@@ -221,6 +239,12 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 // The grant's expiration is due or under way; it calls `expire`.
                 c.stage = .idle
                 return .nothing
+            case .overrun:
+                // The expiration begins now, so `expire` runs in time.
+                c.stage = .idle
+                c.declined = estimate.predicted
+                declined = estimate.predicted
+                return .nothing
             case .sliceOver:
                 c.stage = .queued
                 return .enqueueSlice
@@ -229,7 +253,18 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 return .delay(nanoseconds: result)
             }
         }
+        if let declined {
+            let left = Int64(bitPattern: expirationPoint &- now)
+            log(.info, "the next chunk, about \(Self.milliseconds(declined)), would overrun the expiration point (\(Self.milliseconds(max(left, 0))) left): expiring now")
+            grant.expireNow(.timeout)
+        }
         perform(next)
+    }
+
+    /// Nanoseconds, in words for a reason: "700 ms", "0.25 ms".
+    static func milliseconds(_ nanoseconds: Int64) -> String {
+        let value = Double(nanoseconds) / 1e6
+        return value >= 10 ? "\(Int(value.rounded())) ms" : "\((value * 100).rounded() / 100) ms"
     }
 
     /// Where a crash in `hook` would be, for a worker's crash report.
@@ -290,7 +325,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
         if let failure = c.failure { return (.failed, failure) }
         if let reason = c.expiredBy, c.expireCalled || !job.isChunked {
-            return (.expired, c.expireCalled ? "\(reason); cleanup ran" : "\(reason); tasks ended")
+            let why = reason == .timeout ? c.declined.map { "\(reason): the next chunk, about \(Self.milliseconds($0)), would overrun" } : nil
+            return (.expired, c.expireCalled ? "\(why ?? reason.description); cleanup ran" : "\(reason); tasks ended")
         }
         return (.completed, job.isChunked ? "work done" : "all tasks ended")
     }
@@ -394,7 +430,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let elapsed = c.startedAt.map { $0.duration(to: clock.now()) } ?? .zero
         return JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress)
+            elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress,
+            estimate: c.estimate.samples > 0 ? c.estimate : nil)
     }
 
     /// With the control lock held, the stage already final: the job's last event.
@@ -461,6 +498,33 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             }
             c.lastProgressEvent = now
             events.post(.progress(job: job.name, progress))
+        }
+    }
+
+    override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
+        guard let checkpoints else {
+            if !warnedNoState.exchange(true, ordering: .relaxed) {
+                log(.warning, "checkpoint not saved: this host keeps no state (run it with a state folder)")
+            }
+            return CURFEW_UNAVAILABLE
+        }
+        // A job past its end (a thread of its own, say) must not bring back what its completion cleared.
+        guard !control.withLock({ $0.isOver }) else { return CURFEW_UNAVAILABLE }
+        do throws(CurfewError) {
+            try checkpoints.saveCheckpoint(job: job.name, bytes: Array(bytes))
+            return CURFEW_OK
+        } catch {
+            log(.error, "checkpoint not saved: \(error.description)")
+            return error.code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE
+        }
+    }
+
+    override func loadCheckpoint() -> [UInt8]? {
+        do throws(CurfewError) {
+            return try checkpoints?.checkpoint(job: job.name)
+        } catch {
+            log(.error, "checkpoint not loaded: \(error.description)")
+            return nil
         }
     }
 

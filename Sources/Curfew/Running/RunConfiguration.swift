@@ -23,6 +23,16 @@ public struct RunConfiguration: Sendable {
     /// started with posix_spawn, from a pool); the spawn path is also the
     /// fallback when the server cannot fork.
     public var usesForkServer = true
+    /// Where checkpoints, run history and chunk-time estimates are kept;
+    /// `nil` keeps none (a job's `checkpoint_save` returns unavailable).
+    public var state: StateStore? {
+        didSet { checkpoints = state }
+    }
+    /// Where jobs' checkpoints go: the state store, or (in a worker) the host.
+    var checkpoints: (any CheckpointKeeper)?
+    /// What each job's chunks were last seen to take, by job name: the
+    /// runner's first predictions (read from the state store when it has one).
+    var estimates: [String: ChunkEstimate] = [:]
 
     /// The number of processors the system has active.
     public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }

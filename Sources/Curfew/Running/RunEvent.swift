@@ -65,6 +65,9 @@ public struct JobResult: Sendable {
     /// Why it ended, in a few words: "work done", "time ran out; cleanup ran", …
     public let reason: String
     public let progress: Progress?
+    /// What the job's chunks were seen to take, this run and before
+    /// (`nil` for a job that ran no chunk).
+    public internal(set) var estimate: ChunkEstimate? = nil
 }
 
 /// What happens to the jobs of a run, in order, per job.

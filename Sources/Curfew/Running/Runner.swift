@@ -30,6 +30,8 @@ public final class Runner: Sendable {
 
     public let jobs: [PluginJob]
     public let configuration: RunConfiguration
+    /// Writes the run into the state store, when there is one.
+    private let recorder: RunRecorder?
     private let manager: GrantManager
     private let parameters: ParameterTable
     private let events: EventChannel
@@ -59,6 +61,16 @@ public final class Runner: Sendable {
         clock: any CurfewClock = MonotonicClock(), timedEvents: @escaping @Sendable (RunEvent, CurfewInstant) -> Void
     ) {
         self.jobs = jobs
+        var configuration = configuration
+        if let store = configuration.state {
+            // What earlier runs learnt of each job's chunks: its first predictions.
+            for name in Set(jobs.map(\.name)) where configuration.estimates[name] == nil {
+                if let known = try? store.estimate(job: name) { configuration.estimates[name] = known }
+            }
+            recorder = RunRecorder(store: store, isolation: configuration.isolation)
+        } else {
+            recorder = nil
+        }
         self.configuration = configuration
         self.manager = GrantManager(clock: clock, policy: configuration.policy)
         self.parameters = ParameterTable(configuration.parameters)
@@ -99,6 +111,7 @@ public final class Runner: Sendable {
             state.completion = completion
             return state.unfinished == 0
         }
+        recorder?.begin()
         if done { resume() } else { admit() }
     }
 
@@ -178,7 +191,8 @@ public final class Runner: Sendable {
                         case .none:
                             try JobRun(
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
-                                events: events, onFinish: onFinish)
+                                events: events, checkpoints: configuration.checkpoints,
+                                estimate: configuration.estimates[jobs[index].name] ?? .empty, onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
                                 job: jobs[index], configuration: configuration, workers: workers!, events: events, onFinish: onFinish)
@@ -230,14 +244,22 @@ public final class Runner: Sendable {
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
             elapsed: .zero, reason: reason, progress: nil)
-        events.post(.finished(result)) { [self] in record(index, result) }
+        events.post(.finished(result)) { [self] in
+            recorder?.record(result)
+            record(index, result)
+        }
     }
 
     private func finished(_ index: Int, _ result: JobResult) {
         state.withLock { _ = $0.running.removeValue(forKey: index) }
+        recorder?.record(result)
         record(index, result)
         admit()
     }
+
+    /// What the state store refused during the run (it does not stop the
+    /// run): each a sentence, for the caller to show.
+    public var stateProblems: [String] { recorder?.problems ?? [] }
 
     private func record(_ index: Int, _ result: JobResult) {
         let done = state.withLock { state -> Bool in
@@ -250,6 +272,7 @@ public final class Runner: Sendable {
 
     private func resume() {
         workers?.close()
+        recorder?.end()
         // Not a tuple out of the lock: see ``warmUp(_:)``.
         var completion: (@Sendable ([JobResult]) -> Void)?
         var results: [JobResult] = []

@@ -37,6 +37,11 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let invalidParameter = Code(rawValue: "invalid-parameter")
         // Grants.
         public static let continuousNotAllowed = Code(rawValue: "continuous-not-allowed")
+        // The state store.
+        public static let stateUnavailable = Code(rawValue: "state-unavailable")
+        public static let stateBusy = Code(rawValue: "state-busy")
+        public static let stateTooNew = Code(rawValue: "state-too-new")
+        public static let checkpointTooLarge = Code(rawValue: "checkpoint-too-large")
     }
 
     public let code: Code

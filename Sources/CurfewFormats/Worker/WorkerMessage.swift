@@ -15,6 +15,11 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The worker is dying of a signal inside one of the job's hooks, with
     /// this many chunks run (written by its crash handler).
     case crashing(job: String, hook: String, chunks: UInt64)
+    /// What the job's chunks were seen to take (sent before `finished`), in nanoseconds.
+    case estimate(job: String, mean: Int64, deviation: Int64, samples: UInt64)
+    /// The job saves a checkpoint (`data`, at most ``maximumCheckpointBytes``);
+    /// the worker waits for the host's `checkpoint-saved` with the same `id`.
+    case checkpoint(job: String, id: UInt64, data: [UInt8])
 
     /// Work done out of work to do, as a job reported it.
     package struct Progress: Equatable, Sendable {
@@ -40,6 +45,8 @@ package enum WorkerMessage: Equatable, Sendable {
     package static let maximumJobNameBytes = 256
     /// The longest reason a `finished` message may carry, in bytes.
     package static let maximumReasonBytes = 64 * 1024
+    /// The largest checkpoint a message may carry, in bytes (decoded).
+    package static let maximumCheckpointBytes = 1 << 20
 
     /// The message on one line of a worker's channel.
     package static func decode(_ line: [UInt8]) throws(Invalid) -> WorkerMessage {
@@ -101,6 +108,20 @@ package enum WorkerMessage: Equatable, Sendable {
             let hook = try reader.string("hook")
             guard hooks.contains(hook) else { throw Invalid(reason: "unknown hook \(quoted(hook))") }
             return .crashing(job: job, hook: hook, chunks: try reader.count("chunks"))
+        case "estimate":
+            try reader.only(["type", "job", "mean", "deviation", "samples"])
+            return .estimate(
+                job: job, mean: try reader.integer("mean"), deviation: try reader.integer("deviation"),
+                samples: try reader.count("samples"))
+        case "checkpoint":
+            try reader.only(["type", "job", "id", "data"])
+            let text = try reader.string("data")
+            // Checked before decoding: the work a message causes stays bounded by the limit.
+            guard text.utf8.count <= (maximumCheckpointBytes + 2) / 3 * 4 else {
+                throw Invalid(reason: "a checkpoint of more than \(maximumCheckpointBytes >> 20) MiB")
+            }
+            guard let data = Base64.decode(text) else { throw Invalid(reason: "\"data\" is not base64") }
+            return .checkpoint(job: job, id: try reader.count("id"), data: data)
         default:
             throw Invalid(reason: "unknown type \(quoted(type))")
         }
@@ -140,7 +161,7 @@ package enum WorkerMessage: Equatable, Sendable {
         /// A count of chunks: a 64-bit integer, not negative.
         func count(_ key: String) throws(Invalid) -> UInt64 {
             let count = try integer(key)
-            guard count >= 0 else { throw Invalid(reason: "a negative chunk count (\(count))") }
+            guard count >= 0 else { throw Invalid(reason: key == "chunks" ? "a negative chunk count (\(count))" : "a negative \"\(key)\" (\(count))") }
             return UInt64(count)
         }
 
@@ -160,7 +181,7 @@ extension WorkerMessage {
         switch self {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
-            .status(let job, _, _), .crashing(let job, _, _):
+            .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _):
             job
         }
     }

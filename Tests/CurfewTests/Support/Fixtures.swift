@@ -23,11 +23,14 @@ enum Fixtures {
     }()
 
     /// The environment for a `curfew` the tests start: this one, with a scan
-    /// cache of the test run's own, so the tests neither read nor grow the
-    /// user's (thousands of fixture files would make every scan slow).
+    /// cache and a state folder of the test run's own, so the tests neither
+    /// read nor grow the user's (thousands of fixture files would make every
+    /// scan slow, and their runs would fill the user's history).
     static let environment: [String: String] = {
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_CACHE_HOME"] = workRoot + "/cache"
+        environment["XDG_STATE_HOME"] = workRoot + "/state"
+        environment.removeValue(forKey: "STATE_DIRECTORY")
         return environment
     }()
 

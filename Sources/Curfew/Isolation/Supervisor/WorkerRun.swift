@@ -37,6 +37,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         /// Set once the run message is sent; expirations before wait in `unsent`.
         var channelReady = false
         var unsent: [ExpirationReason] = []
+        /// What the worker said the job's chunks took.
+        var estimate: ChunkEstimate?
     }
 
     let job: PluginJob
@@ -155,6 +157,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             message.addRaw("deadline", "null")
         }
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
+        // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
+        if let saved = try? configuration.checkpoints?.checkpoint(job: job.name) {
+            message.add("checkpoint", Base64.encode(saved))
+        }
+        if let estimate = configuration.estimates[job.name] {
+            message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
+        }
         message.addRaw("continuous", job.isContinuous ? "true" : "false")
         // With one job per worker, the worker exits when this job ends.
         message.addRaw("last", endsWithItsWorker ? "true" : "false")
@@ -167,6 +176,30 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             "limits",
             "{\"memory\":\(limits.memoryBytes ?? 0),\"cpu\":\(limits.cpuSeconds ?? 0),\"files\":\(limits.openFiles ?? 0)}")
         return message.text
+    }
+
+    /// Saves a checkpoint the job sent and answers the worker, which waits
+    /// for the answer: the save is durable when the job hears "ok".
+    private func saveCheckpoint(id: UInt64, data: [UInt8]) {
+        var status = "ok"
+        var problem = ""
+        if control.withLock({ $0.finished || $0.reported != nil }) {
+            (status, problem) = ("unavailable", "the job is over")
+        } else if let checkpoints = configuration.checkpoints {
+            do throws(CurfewError) {
+                try checkpoints.saveCheckpoint(job: job.name, bytes: data)
+            } catch {
+                (status, problem) = (error.code == .checkpointTooLarge ? "too-large" : "unavailable", error.description)
+            }
+        } else {
+            (status, problem) = ("unavailable", "this host keeps no state (run it with a state folder)")
+        }
+        var message = JSONLine("type", "checkpoint-saved")
+        message.add("job", job.name)
+        message.add("id", Int64(clamping: id))
+        message.add("status", status)
+        if !problem.isEmpty { message.add("message", problem) }
+        process?.send(message.text)
     }
 
     private func send(expire reason: ExpirationReason) {
@@ -256,14 +289,20 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// kept until the worker exits, and what the host sees then (its exit
     /// status, a signal, the deadline) settles the outcome.
     func handle(_ message: WorkerMessage) -> Bool {
+        if case .checkpoint(_, let id, let data) = message {
+            saveCheckpoint(id: id, data: data)
+            return false
+        }
         var ended = false
         var lingerCheck: CurfewInstant?
         var givenUp = false
         control.withLock { c in
             guard !c.finished else { return }
             switch message {
-            case .error:
+            case .error, .checkpoint:
                 break
+            case .estimate(_, let mean, let deviation, let samples):
+                c.estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: samples)
             case .status(_, _, let chunks):
                 // A count sent before the job's last word may arrive after it.
                 guard c.reported == nil && c.crashedIn == nil else { return }
@@ -395,7 +434,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         let end = time ?? clock.now()
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress)
+            elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress,
+            estimate: c.estimate)
         events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }
     }
 

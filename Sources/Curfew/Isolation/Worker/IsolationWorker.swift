@@ -119,6 +119,9 @@ public enum IsolationWorker {
                 host.expire(job, reason)
             case "close":
                 host.closed()
+            case "checkpoint-saved":
+                guard let id = message["id"]?.integerValue, let status = message["status"]?.stringValue else { continue }
+                host.checkpoints.answered(id: UInt64(clamping: id), status: status, message: message["message"]?.stringValue ?? "")
             default: continue
             }
         }
@@ -152,6 +155,15 @@ public enum IsolationWorker {
             line.add("reason", reason.rawValue)
         case .finished(let result):
             line = finishedLine(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
+            line.add("t", Int64(clamping: time.nanoseconds))
+            guard let estimate = result.estimate else { return line.text }
+            // What the chunks took, for the host's store: the line before the job's end.
+            var learnt = JSONLine("type", "estimate")
+            learnt.add("job", result.job)
+            learnt.add("mean", estimate.mean)
+            learnt.add("deviation", estimate.deviation)
+            learnt.add("samples", Int64(clamping: estimate.samples))
+            return learnt.text + "\n" + line.text
         }
         line.add("t", Int64(clamping: time.nanoseconds))
         return line.text

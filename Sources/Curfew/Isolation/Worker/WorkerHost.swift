@@ -29,16 +29,19 @@ final class WorkerHost: Sendable {
     /// worker that is killed or dies.
     static let statusInterval: DispatchTimeInterval = .milliseconds(100)
 
-    private let channel: Int32
+    private let writer: ChannelWriter
     private let state = Mutex(State())
-    private let sendLock = Mutex(())
+    /// The jobs' checkpoints, which the host keeps.
+    let checkpoints: WorkerCheckpoints
 
     init(channel: Int32) {
-        self.channel = channel
+        let writer = ChannelWriter(channel: channel)
+        self.writer = writer
+        checkpoints = WorkerCheckpoints { writer.send($0) }
     }
 
     private func send(_ line: String) {
-        sendLock.withLock { _ in _ = WorkerProtocol.send(line, to: channel) }
+        writer.send(line)
     }
 
     func refuse(_ run: JSONValue, _ reason: String) {
@@ -69,9 +72,16 @@ final class WorkerHost: Sendable {
         // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
         let policy = GrantPolicy(
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
-        let runner = Runner(
-            jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
-        ) { [self] event, time in
+        checkpoints.seed(job: jobName, bytes: run["checkpoint"]?.stringValue.flatMap(Base64.decode))
+        var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
+        configuration.checkpoints = checkpoints
+        if let known = run["estimate"], let mean = known["mean"]?.integerValue, let deviation = known["deviation"]?.integerValue,
+            let samples = known["samples"]?.integerValue,
+            let estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
+        {
+            configuration.estimates[jobName] = estimate
+        }
+        let runner = Runner(jobs: [job], configuration: configuration) { [self] event, time in
             // What the job printed reaches its pipe before the word that it ended:
             // the host drains the pipes before it acts on a channel message.
             if case .finished = event { curfew_shim_flush_stdout() }
@@ -172,6 +182,7 @@ final class WorkerHost: Sendable {
             state.closed = true
             return Array(state.runners.values)
         }
+        checkpoints.hostGone()
         runners.forEach { $0.expireRunning(.shutdown) }
         closed()
         DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) {
@@ -207,6 +218,20 @@ final class WorkerHost: Sendable {
             return state.live == 0 && (state.closed || state.last)
         }
         if exit { Self.leave() }
+    }
+}
+
+/// Writes whole lines to the channel, one thread at a time.
+final class ChannelWriter: Sendable {
+    private let channel: Int32
+    private let lock = Mutex(())
+
+    init(channel: Int32) {
+        self.channel = channel
+    }
+
+    func send(_ line: String) {
+        lock.withLock { _ in _ = WorkerProtocol.send(line, to: channel) }
     }
 }
 

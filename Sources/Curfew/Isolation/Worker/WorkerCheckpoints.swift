@@ -1,0 +1,88 @@
+import CurfewFormats
+import Dispatch
+import Synchronization
+
+/// A worker's checkpoints: the host keeps them. A save goes to the host on
+/// the channel and returns when the host answers (the host has committed it
+/// by then); a load is answered here, from what the run message brought
+/// and what this worker's jobs saved since.
+final class WorkerCheckpoints: CheckpointKeeper {
+    private struct State {
+        var saved: [String: [UInt8]] = [:]
+        var nextID: UInt64 = 1
+        var waiting: [UInt64: Answer] = [:]
+        var hostGone = false
+    }
+
+    /// One save's answer, filled in by the channel's reader.
+    private final class Answer: Sendable {
+        let signal = DispatchSemaphore(value: 0)
+        let outcome = Mutex<(status: String, message: String)?>(nil)
+    }
+
+    private let state = Mutex(State())
+    private let send: @Sendable (String) -> Void
+
+    init(send: @escaping @Sendable (String) -> Void) {
+        self.send = send
+    }
+
+    /// The checkpoint a run message brought for `job`.
+    func seed(job: String, bytes: [UInt8]?) {
+        state.withLock { $0.saved[job] = bytes }
+    }
+
+    func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
+        state.withLock { $0.saved[job] }
+    }
+
+    func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+        guard bytes.count <= StateStore.maximumCheckpointBytes else {
+            throw CurfewError(
+                .checkpointTooLarge,
+                "a checkpoint of \(bytes.count) bytes is over the limit of \(StateStore.maximumCheckpointBytes) bytes (1 MiB)")
+        }
+        let answer = Answer()
+        let id = try state.withLock { state throws(CurfewError) -> UInt64 in
+            guard !state.hostGone else { throw CurfewError(.stateUnavailable, "the host is gone") }
+            defer { state.nextID += 1 }
+            state.waiting[state.nextID] = answer
+            return state.nextID
+        }
+        var message = JSONLine("type", "checkpoint")
+        message.add("job", job)
+        message.add("id", Int64(clamping: id))
+        message.add("data", Base64.encode(bytes))
+        send(message.text)
+        answer.signal.wait()
+        let (status, text) = answer.outcome.withLock { $0 } ?? ("unavailable", "no answer")
+        switch status {
+        case "ok":
+            state.withLock { $0.saved[job] = bytes.isEmpty ? nil : bytes }
+        case "too-large":
+            throw CurfewError(.checkpointTooLarge, text)
+        default:
+            throw CurfewError(.stateUnavailable, text)
+        }
+    }
+
+    /// The host's answer to save `id` (from the channel's reader).
+    func answered(id: UInt64, status: String, message: String) {
+        guard let answer = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+        answer.outcome.withLock { $0 = (status, message) }
+        answer.signal.signal()
+    }
+
+    /// The channel ended: every save waiting, and every later one, fails.
+    func hostGone() {
+        let waiting = state.withLock { state -> [UInt64: Answer] in
+            state.hostGone = true
+            defer { state.waiting.removeAll() }
+            return state.waiting
+        }
+        for answer in waiting.values {
+            answer.outcome.withLock { $0 = ("unavailable", "the host is gone") }
+            answer.signal.signal()
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import Glibc
+import Synchronization
+
+/// Writes one runner's run into the state store: the run when it begins
+/// and ends, and each job's end (with what follows from it: see
+/// ``StateStore/record(_:estimate:)``). A store that fails does not stop
+/// the run: what it said is kept in ``problems`` for the caller to show.
+final class RunRecorder: Sendable {
+    private struct State {
+        var runID: Int64?
+        /// Each plugin file's content hash, read once a run.
+        var hashes: [String: String] = [:]
+        var problems: [String] = []
+    }
+
+    let store: StateStore
+    private let isolation: Isolation
+    private let state = Mutex(State())
+
+    init(store: StateStore, isolation: Isolation) {
+        self.store = store
+        self.isolation = isolation
+    }
+
+    /// Records the run's start.
+    func begin() {
+        do throws(CurfewError) {
+            let id = try store.beginRun(isolation: isolation)
+            state.withLock { $0.runID = id }
+        } catch {
+            note("the run was not recorded: \(error.description)")
+        }
+    }
+
+    /// Records how one job ended.
+    func record(_ result: JobResult) {
+        guard let runID = state.withLock({ $0.runID }) else { return }
+        let end = WallTime.now()
+        let record = JobRecord(
+            runID: runID, job: result.job, pluginPath: result.pluginPath, pluginHash: hash(of: result.pluginPath),
+            isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
+            reason: result.reason, chunks: result.chunks, progress: result.progress)
+        do throws(CurfewError) {
+            try store.record(record, estimate: result.estimate)
+        } catch {
+            note("the end of job '\(result.job)' was not recorded: \(error.description)")
+        }
+    }
+
+    /// Records the run's end.
+    func end() {
+        guard let runID = state.withLock({ $0.runID }) else { return }
+        do throws(CurfewError) {
+            try store.endRun(runID)
+        } catch {
+            note("the end of the run was not recorded: \(error.description)")
+        }
+    }
+
+    /// What the store refused so far, oldest first.
+    var problems: [String] { state.withLock { $0.problems } }
+
+    private func note(_ problem: String) {
+        state.withLock { $0.problems.append(problem) }
+    }
+
+    private func hash(of path: String) -> String {
+        if let known = state.withLock({ $0.hashes[path] }) { return known }
+        let hash = PluginFingerprint.contentHash(of: path) ?? "unreadable"
+        state.withLock { $0.hashes[path] = hash }
+        return hash
+    }
+}
+
+/// A plugin file's content, in 16 hex digits: which build of a plugin a
+/// history row ran.
+enum PluginFingerprint {
+    /// FNV-1a (64-bit) of the file's bytes, prefixed `fnv1a64:`; `nil` when
+    /// it cannot be read. Not a defence against a forger (the file is the
+    /// user's own): it tells builds apart.
+    static func contentHash(of path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var hash = FNV1a()
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 { return nil }
+            if count == 0 { break }
+            hash.add(buffer[..<count])
+        }
+        return "fnv1a64:" + hash.hex
+    }
+}

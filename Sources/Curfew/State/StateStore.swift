@@ -1,0 +1,404 @@
+import CSQLite
+import Glibc
+import Synchronization
+
+/// What the host remembers between runs: each job's checkpoint, the history
+/// of every run and job, and each job's chunk-time estimate. One SQLite
+/// database (`state.db`, WAL) in a folder of this user's, with one
+/// connection, used under a lock.
+///
+/// Durability: a checkpoint save commits with `synchronous=FULL` (on disk
+/// when it returns, power loss included); everything else commits with
+/// `NORMAL`, which in WAL mode survives the host being killed and may lose
+/// the last commits only to a power loss.
+///
+/// Several hosts may share a folder: SQLite serialises their writes, and
+/// each waits up to ``busyTimeout`` for the others.
+public final class StateStore: @unchecked Sendable {
+    // Safe because the connection is only used under `lock`.
+
+    /// The schema this Curfew writes; a store of a higher version is refused.
+    public static let schemaVersion = 1
+    /// The largest checkpoint a job may save.
+    public static let maximumCheckpointBytes = 1 << 20
+    /// How many finished runs of each job the history keeps by default.
+    public static let defaultRetention = 1000
+    /// How long a write waits for another host's before it fails.
+    public static let busyTimeout: Duration = .seconds(10)
+    /// The file's SQLite application id: "Crfw".
+    static let applicationID: Int32 = 0x4372_6677
+
+    /// The folder holding the store.
+    public let folder: String
+    /// The database file.
+    public let path: String
+    /// How many finished runs of each job the history keeps.
+    public let retention: Int
+
+    private let connection: SQLiteConnection
+    private let lock = Mutex(())
+
+    /// Opens the store in `folder`, creating both (the folder with mode 700)
+    /// when missing, and brings an older schema up to date.
+    ///
+    /// - Throws: A folder that is not this user's or that others can write;
+    ///   a file that is not a Curfew store; one written by a newer Curfew
+    ///   (refused, never altered); SQLite's own failures.
+    public init(folder: String, retention: Int = StateStore.defaultRetention) throws(CurfewError) {
+        guard folder.hasPrefix("/") else {
+            throw CurfewError(.stateUnavailable, "the state folder must be an absolute path, not '\(folder)'")
+        }
+        try Self.prepareFolder(folder)
+        self.folder = folder
+        self.path = folder.hasSuffix("/") ? folder + "state.db" : folder + "/state.db"
+        self.retention = max(1, retention)
+        connection = try SQLiteConnection(path: path)
+        try connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))")
+        try checkKind()
+        try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
+        try migrate()
+    }
+
+    /// Where the store lives when `--state` does not say: systemd's
+    /// `$STATE_DIRECTORY` (its first entry), else `$XDG_STATE_HOME/curfew`,
+    /// else `~/.local/state/curfew`; `nil` when none of them is an absolute path.
+    public static func defaultFolder(environment: [String: String]) -> String? {
+        defaultFolder { environment[$0] }
+    }
+
+    /// ``defaultFolder(environment:)`` for this process's environment.
+    public static func defaultFolder() -> String? {
+        defaultFolder { getenv($0).map { String(cString: $0) } }
+    }
+
+    private static func defaultFolder(_ variable: (String) -> String?) -> String? {
+        if let systemd = variable("STATE_DIRECTORY")?.split(separator: ":").first, systemd.hasPrefix("/") {
+            return String(systemd)
+        }
+        if let xdg = variable("XDG_STATE_HOME"), xdg.hasPrefix("/") { return xdg + "/curfew" }
+        if let home = variable("HOME"), home.hasPrefix("/") { return home + "/.local/state/curfew" }
+        return nil
+    }
+
+    // MARK: Checkpoints
+
+    /// Saves `bytes` as `job`'s checkpoint, durably (the commit is on disk
+    /// when this returns). Zero bytes clear it.
+    public func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+        guard bytes.count <= Self.maximumCheckpointBytes else {
+            throw CurfewError(
+                .checkpointTooLarge,
+                "a checkpoint of \(bytes.count) bytes is over the limit of \(Self.maximumCheckpointBytes) bytes (1 MiB)")
+        }
+        try locked { connection throws(CurfewError) in
+            try connection.query("PRAGMA synchronous = FULL")
+            defer { _ = try? connection.query("PRAGMA synchronous = NORMAL") }
+            if bytes.isEmpty {
+                try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(job)])
+            } else {
+                try connection.query(
+                    "INSERT OR REPLACE INTO checkpoints (job, data, saved_at) VALUES (?, ?, ?)",
+                    [.text(job), .blob(bytes), .integer(Self.wallMilliseconds())])
+            }
+        }
+    }
+
+    /// `job`'s last saved checkpoint, or `nil` when it has none.
+    public func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
+        try locked { connection throws(CurfewError) in
+            try connection.query("SELECT data FROM checkpoints WHERE job = ?", [.text(job)]).first?.first?.blob
+        }
+    }
+
+    /// Every job's checkpoint: name, size and when it was saved, by name.
+    public func checkpoints() throws(CurfewError) -> [CheckpointInfo] {
+        try locked { connection throws(CurfewError) in
+            try connection.query("SELECT job, length(data), saved_at FROM checkpoints ORDER BY job").map { row in
+                CheckpointInfo(job: row[0].text ?? "", bytes: Int(row[1].integer ?? 0), savedAt: WallTime(milliseconds: row[2].integer ?? 0))
+            }
+        }
+    }
+
+    /// Clears `job`'s checkpoint, or every job's when `job` is `nil`.
+    ///
+    /// - Returns: How many were cleared.
+    @discardableResult
+    public func clearCheckpoints(job: String?) throws(CurfewError) -> Int {
+        try locked { connection throws(CurfewError) in
+            if let job {
+                try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(job)])
+            } else {
+                try connection.query("DELETE FROM checkpoints")
+            }
+            return connection.changes
+        }
+    }
+
+    // MARK: History
+
+    /// Records the start of a run and returns its id.
+    public func beginRun(isolation: Isolation, hostVersion: String = HostInfo.version) throws(CurfewError) -> Int64 {
+        try locked { connection throws(CurfewError) in
+            try connection.query(
+                "INSERT INTO runs (started_at, host_version, isolation, pid) VALUES (?, ?, ?, ?) RETURNING id",
+                [.integer(Self.wallMilliseconds()), .text(hostVersion), .text(isolation.rawValue), .integer(Int64(getpid()))]
+            ).first?.first?.integer ?? 0
+        }
+    }
+
+    /// Records the end of run `id`.
+    public func endRun(_ id: Int64) throws(CurfewError) {
+        try locked { connection throws(CurfewError) in
+            try connection.query("UPDATE runs SET ended_at = ? WHERE id = ?", [.integer(Self.wallMilliseconds()), .integer(id)])
+        }
+    }
+
+    /// Records how a job's run ended, in one transaction with what follows
+    /// from it: a completed job's checkpoint is cleared (its next run starts
+    /// afresh), its chunk-time estimate is kept, and the job's history
+    /// beyond ``retention`` runs is pruned.
+    public func record(_ record: JobRecord, estimate: ChunkEstimate? = nil) throws(CurfewError) {
+        try locked { connection throws(CurfewError) in
+            try connection.transaction { () throws(CurfewError) in
+                let checkpointBytes = try connection.query(
+                    "SELECT length(data) FROM checkpoints WHERE job = ?", [.text(record.job)]).first?.first?.integer ?? 0
+                if record.outcome == .completed {
+                    try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(record.job)])
+                }
+                try connection.query(
+                    """
+                    INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                        reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
+                        .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
+                        .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
+                        .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
+                        record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
+                        .text(record.hostVersion),
+                    ])
+                if let estimate {
+                    try connection.query(
+                        "INSERT OR REPLACE INTO estimates (job, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?)",
+                        [.text(record.job), .integer(estimate.mean), .integer(estimate.deviation), .integer(Int64(clamping: estimate.samples))])
+                }
+                // The oldest runs of this job beyond the retention.
+                try connection.query(
+                    """
+                    DELETE FROM job_runs WHERE job = ?1 AND id <= (
+                        SELECT id FROM job_runs WHERE job = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
+                    """, [.text(record.job), .integer(Int64(retention))])
+                if connection.changes > 0 {
+                    try connection.query(
+                        "DELETE FROM runs WHERE id < ? AND NOT EXISTS (SELECT 1 FROM job_runs WHERE run_id = runs.id)",
+                        [.integer(record.runID)])
+                }
+            }
+        }
+    }
+
+    /// Finished job runs, newest first: of `job` only when given, ended at
+    /// or after `since` when given, at most `limit`.
+    public func history(job: String? = nil, since: WallTime? = nil, limit: Int = 50) throws(CurfewError) -> [JobRecord] {
+        try locked { connection throws(CurfewError) in
+            try connection.query(
+                """
+                SELECT id, run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome, reason, chunks,
+                    progress_completed, progress_total, checkpoint_bytes, host_version
+                FROM job_runs WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR ended_at >= ?2)
+                ORDER BY id DESC LIMIT ?3
+                """,
+                [job.map { .text($0) } ?? .null, since.map { .integer($0.milliseconds) } ?? .null, .integer(Int64(max(0, limit)))]
+            ).map(JobRecord.init(row:))
+        }
+    }
+
+    // MARK: Estimates
+
+    /// What the store knows of how long `job`'s chunks take.
+    public func estimate(job: String) throws(CurfewError) -> ChunkEstimate? {
+        try locked { connection throws(CurfewError) in
+            guard let row = try connection.query(
+                "SELECT mean_ns, deviation_ns, samples FROM estimates WHERE job = ?", [.text(job)]).first,
+                let mean = row[0].integer, let deviation = row[1].integer, let samples = row[2].integer
+            else { return nil }
+            return ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
+        }
+    }
+
+    // MARK: Opening
+
+    @discardableResult
+    private func locked<T>(_ body: (SQLiteConnection) throws(CurfewError) -> T) throws(CurfewError) -> T {
+        try lock.withLock { _ throws(CurfewError) -> T in try body(connection) }
+    }
+
+    /// Refuses a file that is some other program's database.
+    private func checkKind() throws(CurfewError) {
+        let id = try connection.query("PRAGMA application_id").first?.first?.integer ?? 0
+        if id == Int64(Self.applicationID) { return }
+        let tables = try connection.query("SELECT count(*) FROM sqlite_schema").first?.first?.integer ?? 0
+        guard id == 0 && tables == 0 else {
+            throw CurfewError(.stateUnavailable, "\(path) is not a Curfew state store; it was left as it is. Choose another folder with --state")
+        }
+    }
+
+    /// The schema, one list of statements per version: `migrations[n]` takes
+    /// a store from version n to n + 1. Released entries are never edited.
+    static let migrations: [[String]] = [
+        [
+            "PRAGMA application_id = \(applicationID)",
+            "CREATE TABLE checkpoints (job TEXT PRIMARY KEY, data BLOB NOT NULL, saved_at INTEGER NOT NULL)",
+            """
+            CREATE TABLE runs (id INTEGER PRIMARY KEY, started_at INTEGER NOT NULL, ended_at INTEGER,
+                host_version TEXT NOT NULL, isolation TEXT NOT NULL, pid INTEGER NOT NULL)
+            """,
+            """
+            CREATE TABLE job_runs (id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, job TEXT NOT NULL,
+                plugin_path TEXT NOT NULL, plugin_hash TEXT NOT NULL, isolation TEXT NOT NULL,
+                started_at INTEGER NOT NULL, ended_at INTEGER NOT NULL, outcome TEXT NOT NULL, reason TEXT NOT NULL,
+                chunks INTEGER NOT NULL, progress_completed INTEGER, progress_total INTEGER,
+                checkpoint_bytes INTEGER NOT NULL, host_version TEXT NOT NULL)
+            """,
+            "CREATE INDEX job_runs_by_job ON job_runs (job, id)",
+            "CREATE INDEX job_runs_by_run ON job_runs (run_id)",
+            "CREATE TABLE estimates (job TEXT PRIMARY KEY, mean_ns INTEGER NOT NULL, deviation_ns INTEGER NOT NULL, samples INTEGER NOT NULL)",
+        ]
+    ]
+
+    /// Brings the schema up to ``schemaVersion`` in one transaction, or
+    /// refuses a store from a newer Curfew before changing anything.
+    private func migrate() throws(CurfewError) {
+        try connection.transaction { () throws(CurfewError) in
+            let version = Int(try connection.query("PRAGMA user_version").first?.first?.integer ?? 0)
+            guard version <= Self.schemaVersion else {
+                throw CurfewError(
+                    .stateTooNew,
+                    "the state store \(path) was written by a newer Curfew (schema version \(version); this one knows up to \(Self.schemaVersion)); it was left as it is. Run that Curfew, or choose another folder with --state")
+            }
+            for step in version..<Self.schemaVersion {
+                for statement in Self.migrations[step] { try connection.execute(statement) }
+            }
+            if version < Self.schemaVersion { try connection.execute("PRAGMA user_version = \(Self.schemaVersion)") }
+        }
+    }
+
+    /// Makes `folder` (mode 700, and any missing folder above it) and checks
+    /// it is a real folder of this user's that nobody else can write.
+    private static func prepareFolder(_ folder: String) throws(CurfewError) {
+        var current = ""
+        for component in folder.split(separator: "/") {
+            current += "/" + component
+            if mkdir(current, 0o700) != 0 && errno != EEXIST {
+                throw CurfewError(.stateUnavailable, "cannot make the state folder \(current): \(String(cString: strerror(errno)))")
+            }
+        }
+        var info = stat()
+        guard lstat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw CurfewError(.stateUnavailable, "the state folder \(folder) is not a folder (a symlink is not accepted)")
+        }
+        guard info.st_uid == geteuid() else {
+            throw CurfewError(.stateUnavailable, "the state folder \(folder) belongs to another user (uid \(info.st_uid))")
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            throw CurfewError(
+                .stateUnavailable,
+                "others can write the state folder \(folder) (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod go-w on it")
+        }
+    }
+
+    static func wallMilliseconds() -> Int64 { WallTime.now().milliseconds }
+}
+
+/// A job's saved checkpoint, as `curfew state list` shows it.
+public struct CheckpointInfo: Sendable, Equatable {
+    public let job: String
+    public let bytes: Int
+    public let savedAt: WallTime
+}
+
+/// A moment on the wall clock, in milliseconds since the Unix epoch: when
+/// history happened, comparable across restarts (unlike ``CurfewInstant``).
+public struct WallTime: Sendable, Hashable, Comparable {
+    public let milliseconds: Int64
+
+    public init(milliseconds: Int64) { self.milliseconds = milliseconds }
+
+    public static func now() -> WallTime {
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        return WallTime(milliseconds: Int64(time.tv_sec) &* 1000 &+ Int64(time.tv_nsec) / 1_000_000)
+    }
+
+    public static func < (a: WallTime, b: WallTime) -> Bool { a.milliseconds < b.milliseconds }
+
+    /// `duration` earlier, saturating.
+    public func earlier(by duration: Duration) -> WallTime {
+        let (seconds, attoseconds) = duration.components
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        let span = overflow ? Int64.max : whole.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue
+        let (value, underflow) = milliseconds.subtractingReportingOverflow(span)
+        return WallTime(milliseconds: underflow ? .min : value)
+    }
+}
+
+/// How one job's run ended, as the history keeps it.
+public struct JobRecord: Sendable, Equatable {
+    public var id: Int64 = 0
+    public var runID: Int64
+    public var job: String
+    public var pluginPath: String
+    /// The plugin file's content hash when it ran (see ``PluginFingerprint``).
+    public var pluginHash: String
+    public var isolation: Isolation
+    public var startedAt: WallTime
+    public var endedAt: WallTime
+    public var outcome: Outcome
+    public var reason: String
+    public var chunks: UInt64
+    public var progress: Progress?
+    /// The size of the job's checkpoint when it ended (before a completed job's is cleared).
+    public var checkpointBytes: Int = 0
+    public var hostVersion: String = HostInfo.version
+
+    public init(
+        runID: Int64, job: String, pluginPath: String, pluginHash: String, isolation: Isolation, startedAt: WallTime,
+        endedAt: WallTime, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?
+    ) {
+        self.runID = runID
+        self.job = job
+        self.pluginPath = pluginPath
+        self.pluginHash = pluginHash
+        self.isolation = isolation
+        self.startedAt = startedAt
+        self.endedAt = endedAt
+        self.outcome = outcome
+        self.reason = reason
+        self.chunks = chunks
+        self.progress = progress
+    }
+
+    /// A row of `job_runs`, in the order ``StateStore/history(job:since:limit:)`` selects.
+    init(row: [SQLiteConnection.Value]) {
+        let completed = row[11].integer
+        let total = row[12].integer
+        self.init(
+            runID: row[1].integer ?? 0, job: row[2].text ?? "", pluginPath: row[3].text ?? "", pluginHash: row[4].text ?? "",
+            isolation: row[5].text.flatMap(Isolation.init(rawValue:)) ?? .none,
+            startedAt: WallTime(milliseconds: row[6].integer ?? 0), endedAt: WallTime(milliseconds: row[7].integer ?? 0),
+            outcome: row[8].text.flatMap(Outcome.init(rawValue:)) ?? .failed, reason: row[9].text ?? "",
+            chunks: UInt64(clamping: row[10].integer ?? 0),
+            progress: completed.flatMap { completed in total.map { Progress(completed: completed, total: $0) } })
+        id = row[0].integer ?? 0
+        checkpointBytes = Int(row[13].integer ?? 0)
+        hostVersion = row[14].text ?? ""
+    }
+}
+
+/// What Curfew is, for the records it keeps.
+public enum HostInfo {
+    /// This Curfew's version.
+    public static let version = "0.1.0"
+}
