@@ -34,11 +34,7 @@ extension CurfewMain {
 
     /// `path` from the working folder, when it is relative.
     static func absolute(_ path: String) -> String {
-        guard !path.hasPrefix("/") else { return path }
-        guard let current = getcwd(nil, 0) else { return path }
-        defer { free(current) }
-        let folder = String(cString: current)
-        return (folder.hasSuffix("/") ? folder : folder + "/") + path
+        StateStore.absolutePath(path)
     }
 
     static func state(_ options: StateOptions) -> Int32 {

@@ -152,8 +152,11 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             if now >= expirationPoint { return .expired }
             // As the runner does: a chunk predicted to run past the expiration point is not started.
             let left = expirationPoint - now
-            if estimate.predicted > 0 && left <= .nanoseconds(estimate.predicted) {
-                state.withLock { $0.declined = estimate.predicted }
+            if left < .nanoseconds(estimate.predicted) {
+                // Named in the reason when the chunk would have run past the deadline, as the runner does.
+                state.withLock { state in
+                    if let deadline = state.deadline, deadline - now < .nanoseconds(estimate.predicted) { state.declined = estimate.predicted }
+                }
                 record(
                     "declined", "chunk \(index): it would take about \(JobRun.milliseconds(estimate.predicted)) (estimate), "
                         + "and \(JobRun.milliseconds(Int64(clamping: left.nanoseconds))) is left before the expiration point")

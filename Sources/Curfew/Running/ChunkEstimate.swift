@@ -31,6 +31,14 @@ public struct ChunkEstimate: Sendable, Equatable {
     @inline(__always)
     public var predicted: Int64 { mean &+ deviation &* 2 }
 
+    /// Counts for less: what a run that declined its first chunk on an
+    /// earlier run's word leaves for the next, so a stale estimate cannot
+    /// keep a job from ever running a chunk again.
+    public mutating func decay() {
+        mean -= mean >> 2
+        deviation >>= 1
+    }
+
     /// Learns one chunk's duration (nanoseconds, clamped to an hour).
     @inline(__always)
     public mutating func add(_ nanoseconds: Int64) {

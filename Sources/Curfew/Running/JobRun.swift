@@ -205,7 +205,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             while true {
                 if now >= expirationPoint || grant.isExpiring { return .expiring }
                 // Budget-aware: a chunk predicted to run past the expiration point is not started.
-                if expirationPoint &- now <= UInt64(estimate.predicted) { return .overrun }
+                if expirationPoint &- now < UInt64(estimate.predicted) { return .overrun }
                 if count.pointee > 0 && now >= sliceEnd { return .sliceOver }
                 result = chunk(context, state)
                 count.pointee &+= 1
@@ -240,10 +240,19 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.stage = .idle
                 return .nothing
             case .overrun:
-                // The expiration begins now, so `expire` runs in time.
+                // The expiration begins now, so `expire` runs in time. Said
+                // when the chunk would have run past the hard deadline (it
+                // saved the job from termination); else it only brings the
+                // expiration a little forward.
                 c.stage = .idle
-                c.declined = estimate.predicted
-                declined = estimate.predicted
+                let deadline = grant.deadline?.nanoseconds ?? .max
+                if deadline &- now < UInt64(estimate.predicted) { c.declined = estimate.predicted }
+                declined = c.declined
+                // Declined before any chunk, on what earlier runs learnt: that
+                // may be stale, so it counts for less each time, and a later
+                // run tries a chunk and learns afresh.
+                if before == 0 && ran == 0 { estimate.decay() }
+                c.estimate = estimate
                 return .nothing
             case .sliceOver:
                 c.stage = .queued
@@ -253,17 +262,23 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 return .delay(nanoseconds: result)
             }
         }
-        if let declined {
-            let left = Int64(bitPattern: expirationPoint &- now)
-            log(.info, "the next chunk, about \(Self.milliseconds(declined)), would overrun the expiration point (\(Self.milliseconds(max(left, 0))) left): expiring now")
+        if stop == .overrun {
+            if let declined {
+                let left = Int64(bitPattern: expirationPoint &- now)
+                log(.info, "the next chunk, about \(Self.milliseconds(declined)), would overrun the expiration point (\(Self.milliseconds(max(left, 0))) left): expiring now")
+            }
             grant.expireNow(.timeout)
         }
         perform(next)
     }
 
-    /// Nanoseconds, in words for a reason: "700 ms", "0.25 ms".
+    /// Nanoseconds, in words for a reason: "40 s", "700 ms", "2.25 ms".
     static func milliseconds(_ nanoseconds: Int64) -> String {
         let value = Double(nanoseconds) / 1e6
+        if value >= 10_000 {
+            let tenths = Int64((value / 100).rounded())
+            return tenths % 10 == 0 ? "\(tenths / 10) s" : "\(tenths / 10).\(tenths % 10) s"
+        }
         return value >= 10 ? "\(Int(value.rounded())) ms" : "\((value * 100).rounded() / 100) ms"
     }
 

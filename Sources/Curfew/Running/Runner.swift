@@ -64,8 +64,8 @@ public final class Runner: Sendable {
         var configuration = configuration
         if let store = configuration.state {
             // What earlier runs learnt of each job's chunks: its first predictions.
-            for name in Set(jobs.map(\.name)) where configuration.estimates[name] == nil {
-                if let known = try? store.estimate(job: name) { configuration.estimates[name] = known }
+            for job in jobs where configuration.estimates[job.name] == nil {
+                if let known = try? store.estimate(job: job.name, plugin: StateStore.absolutePath(job.pluginPath)) { configuration.estimates[job.name] = known }
             }
             recorder = RunRecorder(store: store, isolation: configuration.isolation)
         } else {

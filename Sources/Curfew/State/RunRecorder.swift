@@ -37,7 +37,7 @@ final class RunRecorder: Sendable {
         guard let runID = state.withLock({ $0.runID }) else { return }
         let end = WallTime.now()
         let record = JobRecord(
-            runID: runID, job: result.job, pluginPath: result.pluginPath, pluginHash: hash(of: result.pluginPath),
+            runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.pluginPath),
             isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
             reason: result.reason, chunks: result.chunks, progress: result.progress)
         do throws(CurfewError) {

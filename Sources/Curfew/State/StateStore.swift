@@ -80,6 +80,16 @@ public final class StateStore: @unchecked Sendable {
         return nil
     }
 
+    /// `path` made absolute from the working folder (symlinks kept): how the
+    /// store names plugins, so runs from elsewhere name the same file.
+    public static func absolutePath(_ path: String) -> String {
+        guard !path.hasPrefix("/"), let current = getcwd(nil, 0) else { return path }
+        defer { free(current) }
+        var folder = String(cString: current)
+        if !folder.hasSuffix("/") { folder += "/" }
+        return folder + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
+    }
+
     // MARK: Checkpoints
 
     /// Saves `bytes` as `job`'s checkpoint, durably (the commit is on disk
@@ -181,8 +191,11 @@ public final class StateStore: @unchecked Sendable {
                     ])
                 if let estimate {
                     try connection.query(
-                        "INSERT OR REPLACE INTO estimates (job, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?)",
-                        [.text(record.job), .integer(estimate.mean), .integer(estimate.deviation), .integer(Int64(clamping: estimate.samples))])
+                        "INSERT OR REPLACE INTO estimates (job, plugin_path, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?, ?)",
+                        [
+                            .text(record.job), .text(record.pluginPath), .integer(estimate.mean), .integer(estimate.deviation),
+                            .integer(Int64(clamping: estimate.samples)),
+                        ])
                 }
                 // The oldest runs of this job beyond the retention.
                 try connection.query(
@@ -217,11 +230,12 @@ public final class StateStore: @unchecked Sendable {
 
     // MARK: Estimates
 
-    /// What the store knows of how long `job`'s chunks take.
-    public func estimate(job: String) throws(CurfewError) -> ChunkEstimate? {
+    /// What the store knows of how long the chunks of `job`, of the plugin at
+    /// `plugin`, take (a job of the same name in another plugin is another job).
+    public func estimate(job: String, plugin: String) throws(CurfewError) -> ChunkEstimate? {
         try locked { connection throws(CurfewError) in
             guard let row = try connection.query(
-                "SELECT mean_ns, deviation_ns, samples FROM estimates WHERE job = ?", [.text(job)]).first,
+                "SELECT mean_ns, deviation_ns, samples FROM estimates WHERE job = ? AND plugin_path = ?", [.text(job), .text(plugin)]).first,
                 let mean = row[0].integer, let deviation = row[1].integer, let samples = row[2].integer
             else { return nil }
             return ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
@@ -264,7 +278,10 @@ public final class StateStore: @unchecked Sendable {
             """,
             "CREATE INDEX job_runs_by_job ON job_runs (job, id)",
             "CREATE INDEX job_runs_by_run ON job_runs (run_id)",
-            "CREATE TABLE estimates (job TEXT PRIMARY KEY, mean_ns INTEGER NOT NULL, deviation_ns INTEGER NOT NULL, samples INTEGER NOT NULL)",
+            """
+            CREATE TABLE estimates (job TEXT NOT NULL, plugin_path TEXT NOT NULL, mean_ns INTEGER NOT NULL,
+                deviation_ns INTEGER NOT NULL, samples INTEGER NOT NULL, PRIMARY KEY (job, plugin_path))
+            """,
         ]
     ]
 

@@ -25,6 +25,8 @@ import Testing
               test                    Run one job against virtual time and check that it
                                       keeps the contract.
               new                     Write a ready-to-build job project in C or Swift.
+              state                   List, show or clear the checkpoints jobs saved.
+              history                 Show how recent job runs ended, newest first.
               help                    Show subcommand help information.
 
               See 'curfew help <subcommand>' for detailed help.
@@ -43,7 +45,7 @@ import Testing
             SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
             within the lead time; so does closing its output (| head).
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -69,6 +71,11 @@ import Testing
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
+              --state <folder>        Where checkpoints and run history are kept. (default:
+                                      $STATE_DIRECTORY, else $XDG_STATE_HOME/curfew, else
+                                      ~/.local/state/curfew)
+              --no-state              Keep no state: jobs cannot save checkpoints, and the
+                                      run is not in the history.
               --isolate <mode>        none: jobs run in this process; plugin: a worker
                                       process per plugin file; job: a worker process per
                                       job, so a crash, a hang or a limit ends only that job.
@@ -174,7 +181,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func usageErrors() {
         #expect(usageErrorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)

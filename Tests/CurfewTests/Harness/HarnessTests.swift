@@ -30,9 +30,11 @@ import Testing
         #expect(first.trace.count > 100, "a 180 s grant, a tick every 3 s of virtual time")
         #expect(first.outcome == .expired)
         #expect(first.violations.isEmpty)
-        // The chunk in flight across the expiration point (174 s to 176 s) returns, then expire runs.
+        // The chunk that would run across the expiration point (174 s to 176 s) is not started.
+        let declined = try #require(first.trace.first { $0.kind == "declined" })
+        #expect(declined.time == .seconds(174))
         let expiring = try #require(first.trace.first { $0.kind == "expiring" })
-        #expect(expiring.time == .seconds(176))
+        #expect(expiring.time == .seconds(175))
         #expect(first.trace.last?.kind == "destroy")
     }
 
@@ -92,20 +94,39 @@ import Testing
     }
 
     @Test func aChunkThatRunsIntoTheDeadline() throws {
-        // Five 40 s chunks: the fifth runs from 160 s through the deadline at 180 s.
-        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(40))).run()
+        // One 200 s chunk: nothing was known of it, and it runs through the deadline at 180 s.
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(200))).run()
         #expect(report.outcome == .terminated)
-        #expect(report.reason == "chunk 5 was still running at the hard deadline")
+        #expect(report.reason == "chunk 1 was still running at the hard deadline")
         #expect(report.violations == [
-            "Chunk 5 ran from 160.000s to 200.000s, into the hard deadline at 180.000s: a chunk that long is terminated "
+            "Chunk 1 ran from 0.000s to 200.000s, into the hard deadline at 180.000s: a chunk that long is terminated "
                 + "in a real run. Keep chunks shorter than the lead (5.000s), or watch time_remaining() inside them.",
         ])
         #expect(!report.trace.contains { $0.kind == "expire" || $0.kind == "destroy" }, "as in the runner: never called again")
-        // 6 s chunks against a 5 s lead: the one in flight at the expiration point ends at the deadline.
+        // The same job told what its chunks took before: the first is not started.
+        var told = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(200)))
+        told.estimate = ChunkEstimate(mean: 200_000_000_000, deviation: 0, samples: 1)!
+        #expect(told.run().outcome == .expired)
+    }
+
+    /// Budget-aware dispatch, as the runner does it: a chunk predicted to run
+    /// past the expiration point is not started, and the job expires with
+    /// its cleanup instead of being terminated mid-chunk.
+    @Test func aChunkPredictedToOverrunIsDeclined() throws {
+        // Five 40 s chunks: the fifth would run from 160 s through the deadline at 180 s.
+        let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(40))).run()
+        #expect(report.outcome == .expired)
+        #expect(report.reason == "time ran out: the next chunk, about 40 s, would overrun; cleanup ran")
+        #expect(report.chunks == 4)
+        #expect(report.violations.isEmpty)
+        let declined = try #require(report.trace.first { $0.kind == "declined" })
+        #expect(declined.detail == "chunk 5: it would take about 40 s (estimate), and 15 s is left before the expiration point")
+        #expect(report.trace.contains { $0.kind == "expire" })
+        // 6 s chunks against a 5 s lead: before, the one in flight at the expiration point ended at the deadline.
         let sum = try PluginLoader().load(Fixtures.examplePlugins[1]).jobs[0]
         let overrun = JobHarness(job: sum, mode: .chunkCost(.seconds(6)), parameters: ["count": "1000000000"]).run()
-        #expect(overrun.outcome == .terminated)
-        #expect(overrun.chunks == 30)
+        #expect(overrun.outcome == .expired)
+        #expect(overrun.chunks == 29)
     }
 
     @Test func aTaskDrivenJobWithNoOpenTaskCompletes() throws {

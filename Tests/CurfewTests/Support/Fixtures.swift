@@ -34,6 +34,16 @@ enum Fixtures {
         return environment
     }()
 
+    /// The environment for one `curfew` with `arguments`: a state folder of
+    /// its own unless the test chose one, so what one test's run learns (a
+    /// job's chunk times, its checkpoint) cannot change another's.
+    static func environment(for arguments: [String]) -> [String: String] {
+        guard !arguments.contains("--state") else { return environment }
+        var environment = environment
+        environment["XDG_STATE_HOME"] = temporaryFolder("state")
+        return environment
+    }
+
     /// Whether this run is the suite's pass under a sanitizer (`.ci/run` sets
     /// `CURFEW_TEST_SANITIZER`): then the few tests that need an address-space
     /// limit, measure memory, or race a tight budget with megabytes of output
@@ -101,7 +111,7 @@ enum Fixtures {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
-        process.environment = environment.merging(extra) { $1 }
+        process.environment = environment(for: arguments).merging(extra) { $1 }
         if let folder { process.currentDirectoryURL = URL(fileURLWithPath: folder) }
         let out = Pipe()
         let err = Pipe()
@@ -192,7 +202,7 @@ extension Fixtures {
     static func startCurfew(_ arguments: [String]) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: curfewExecutable)
-        process.environment = environment
+        process.environment = environment(for: arguments)
         process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output

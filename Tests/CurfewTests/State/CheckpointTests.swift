@@ -1,0 +1,157 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+extension ProcessTests {
+    /// Checkpoints and history through `curfew` as a user runs it, with the
+    /// jobs of `checkpoint_jobs.c` and a state folder of each test's own.
+    @Suite(.timeLimit(.minutes(3))) struct CheckpointTests {
+        func curfew(_ arguments: [String]) async throws -> (status: Int32, events: [OutputEvent], stdout: String) {
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, arguments)
+            let events = arguments.contains("--json") ? try OutputEvent.all(in: result.stdout) : []
+            return (result.status, events, result.stdout + result.stderr)
+        }
+
+        func logs(_ events: [OutputEvent], _ job: String) -> [String] {
+            events.filter { $0.event == "log" && $0.job == job }.compactMap(\.message)
+        }
+
+        /// The job counts to 30 in chunks of 20 ms under 300 ms grants: each run
+        /// expires, and the next one goes on from the number its checkpoint holds.
+        @Test(arguments: ["none", "plugin", "job"])
+        func aJobResumesAfterExpiryFromItsCheckpoint(isolation: String) async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            var done = 0
+            var runs = 0
+            var outcomes: [String] = []
+            while runs < 10 {
+                runs += 1
+                let (_, events, _) = try await curfew(
+                    ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "300ms", "--state", state, "--json"])
+                let finished = try #require(events.first { $0.event == "finished" })
+                #expect(logs(events, "resume").first == "resumed at \(done)", "run \(runs) goes on where the last one stopped")
+                done += finished.chunks ?? 0
+                outcomes.append(finished.outcome ?? "")
+                if finished.outcome == "completed" { break }
+                #expect(finished.outcome == "expired")
+            }
+            #expect(outcomes.last == "completed")
+            #expect(outcomes.count >= 2, "the first run expired")
+            #expect(done == 30, "every number counted once")
+            // Completed: its checkpoint is cleared, and its next run starts afresh.
+            let store = try StateStore(folder: state)
+            #expect(try store.checkpoint(job: "resume") == nil)
+            let history = try store.history(job: "resume")
+            #expect(history.map(\.outcome.rawValue) == outcomes.reversed())
+            #expect(history.allSatisfy { $0.isolation.rawValue == isolation && $0.pluginHash.hasPrefix("fnv1a64:") })
+        }
+
+        @Test(arguments: ["none", "job"])
+        func aCheckpointOverTheLimitIsRefusedAndOneAtTheLimitKept(isolation: String) async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            let (status, events, _) = try await curfew(["run", plugin, "--only", "oversize", "--isolate", isolation, "--state", state, "--json"])
+            #expect(status == 2)
+            let said = logs(events, "oversize")
+            #expect(said.contains("over the limit: 2"), "CURFEW_TOO_LARGE")
+            #expect(said.contains("checkpoint not saved: 1048577 bytes is over the limit of 1048576 (1 MiB)"))
+            #expect(said.contains("at the limit: 0"))
+            #expect(said.contains("size: 1048576"))
+            #expect(said.contains("loaded back: 1"))
+            let shown = try await curfew(["state", "show", "oversize", "--state", state, "--json"])
+            #expect(shown.status == 0)
+            #expect(shown.stdout.contains(#""bytes":1048576"#))
+        }
+
+        @Test func withoutStateASaveIsUnavailable() async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let (status, events, _) = try await curfew(["run", plugin, "--only", "resume", "--no-state", "--json"])
+            #expect(status == 2)
+            #expect(logs(events, "resume").contains("checkpoint_save returned 3"))
+            #expect(logs(events, "resume").contains("checkpoint not saved: this host keeps no state (run it with a state folder)"))
+        }
+
+        @Test func stateAndHistoryCommands() async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            _ = try await curfew(["run", plugin, "--only", "resume", "--budget", "200ms", "--state", state, "--json"])
+            let list = try await curfew(["state", "list", "--state", state])
+            #expect(list.status == 0)
+            #expect(list.stdout.contains("resume") && list.stdout.contains("       8  "))
+            let history = try await curfew(["history", "--state", state, "--job", "resume"])
+            #expect(history.status == 0)
+            let lines = history.stdout.split(separator: "\n")
+            #expect(lines.count == 2)
+            #expect(lines.allSatisfy { $0.count <= 80 })
+            #expect(lines.last?.contains("resume           expired") == true)
+            let none = try await curfew(["history", "--state", state, "--job", "other"])
+            #expect(none.stdout.contains("No runs recorded of job 'other'"))
+            let cleared = try await curfew(["state", "clear", "resume", "--state", state])
+            #expect(cleared.stdout.contains("Cleared 1 checkpoint."))
+            let again = try await curfew(["state", "clear", "resume", "--state", state])
+            #expect(again.status == 1)
+            #expect(again.stdout.contains("Job 'resume' has no checkpoint."))
+            let usage = try await curfew(["state", "clear", "--state", state])
+            #expect(usage.status == 64)
+            #expect(usage.stdout.contains("clear needs a job name, or --all"))
+        }
+
+        @Test func aStoreFromANewerCurfewStopsTheRunBeforeAnyJob() async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            let store = try StateStore(folder: state)
+            try SQLiteConnection(path: store.path).execute("PRAGMA user_version = 7")
+            let (status, _, output) = try await curfew(["run", plugin, "--only", "resume", "--state", state])
+            #expect(status == 1)
+            #expect(output.contains("was written by a newer Curfew (schema version 7; this one knows up to 1)"))
+            #expect(!output.contains("started"))
+        }
+
+        /// `kill -9` of the host while its job saves checkpoints as fast as it
+        /// can, again and again: the store always opens, passes SQLite's
+        /// integrity check, and holds one of the last two acknowledged values
+        /// whole (4 KiB of one number), never a torn mix.
+        @Test func killingTheHostMidSaveNeverTearsTheCheckpoint() async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            let acks = state + "/acks"
+            let rounds = Fixtures.sanitized ? 20 : 100
+            var lastAck: UInt64 = 0
+            for round in 0..<rounds {
+                let (process, _) = try Fixtures.startCurfew(
+                    ["run", plugin, "--only", "tight", "--state", state, "--param", "ack-file=\(acks)", "--budget", "30s"])
+                // Wait for this round's first acknowledged save, then a little more.
+                let seen = lastAck
+                let started = ContinuousClock.now
+                while try Self.lastAck(acks) <= seen {
+                    try #require(ContinuousClock.now - started < .seconds(20), "round \(round): no save acknowledged")
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+                try await Task.sleep(for: .microseconds(Int.random(in: 0...3000)))
+                kill(process.processIdentifier, SIGKILL)
+                await Fixtures.wait(for: process)
+                lastAck = try Self.lastAck(acks)
+                let connection = try SQLiteConnection(path: state + "/state.db")
+                #expect(try connection.query("PRAGMA integrity_check").first?.first == .text("ok"))
+                let saved = try #require(try StateStore(folder: state).checkpoint(job: "tight"))
+                #expect(saved.count == 4096)
+                let words = saved.withUnsafeBytes { Array($0.bindMemory(to: UInt64.self)) }
+                #expect(Set(words).count == 1, "round \(round): a torn checkpoint")
+                #expect(words[0] == lastAck || words[0] == lastAck + 1, "round \(round): \(words[0]) after ack \(lastAck)")
+                // The next round goes on from what is saved, as the job does.
+                if words[0] == lastAck + 1 { lastAck += 1 }
+            }
+            #expect(lastAck >= UInt64(rounds), "each round saw a save of its own")
+        }
+
+        /// The number on the last whole line of the ack file.
+        static func lastAck(_ path: String) throws -> UInt64 {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return 0 }
+            // The last piece is empty after a newline, or a line being written.
+            let complete = text.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            return complete.last.flatMap { UInt64($0.dropFirst(4)) } ?? 0
+        }
+    }
+}

@@ -1,0 +1,174 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+/// The state store on its own: where it lives, what it refuses, and what
+/// it keeps (checkpoints, history, estimates).
+@Suite struct StateStoreTests {
+    @Test func theFolderComesFromTheFlagThenSystemdThenXDGThenHome() {
+        #expect(StateStore.defaultFolder(environment: ["STATE_DIRECTORY": "/var/lib/curfew:/var/lib/other", "HOME": "/h"]) == "/var/lib/curfew")
+        #expect(StateStore.defaultFolder(environment: ["XDG_STATE_HOME": "/x", "HOME": "/h"]) == "/x/curfew")
+        #expect(StateStore.defaultFolder(environment: ["HOME": "/h"]) == "/h/.local/state/curfew")
+        // Relative values are no location (the XDG rule): the next one is used.
+        #expect(StateStore.defaultFolder(environment: ["STATE_DIRECTORY": "rel", "XDG_STATE_HOME": "rel", "HOME": "/h"]) == "/h/.local/state/curfew")
+        #expect(StateStore.defaultFolder(environment: ["HOME": "relhome"]) == nil)
+    }
+
+    @Test func aNewStoreIsMadeInAFolderOfMode700() throws {
+        let folder = Fixtures.temporaryFolder("state") + "/a/b"
+        let store = try StateStore(folder: folder)
+        var info = stat()
+        #expect(stat(folder, &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o700)
+        #expect(FileManager.default.fileExists(atPath: store.path))
+    }
+
+    @Test func aFolderOthersCanWriteIsRefused() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        chmod(folder, 0o777)
+        #expect {
+            try StateStore(folder: folder)
+        } throws: { error in
+            (error as? CurfewError)?.description.contains("others can write the state folder") == true
+        }
+    }
+
+    @Test func aStoreFromANewerCurfewIsRefusedAndLeftAsItIs() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let path = try StateStore(folder: folder).path
+        try setUserVersion(path, 99)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect {
+            try StateStore(folder: folder)
+        } throws: { error in
+            let error = error as? CurfewError
+            return error?.code == .stateTooNew
+                && error?.description.contains("written by a newer Curfew (schema version 99; this one knows up to 1)") == true
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+    }
+
+    @Test func aDatabaseOfAnotherProgramIsRefused() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let connection = try SQLiteConnection(path: folder + "/state.db")
+        try connection.execute("CREATE TABLE notes (text TEXT)")
+        #expect {
+            try StateStore(folder: folder)
+        } throws: { error in
+            (error as? CurfewError)?.description.contains("is not a Curfew state store") == true
+        }
+    }
+
+    @Test func aCheckpointIsKeptUntilClearedAndTheLimitIsOneMiB() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        #expect(try store.checkpoint(job: "a") == nil)
+        try store.saveCheckpoint(job: "a", bytes: [1, 2, 3])
+        try store.saveCheckpoint(job: "b", bytes: [UInt8](repeating: 7, count: StateStore.maximumCheckpointBytes))
+        #expect(try store.checkpoint(job: "a") == [1, 2, 3])
+        #expect {
+            try store.saveCheckpoint(job: "a", bytes: [UInt8](repeating: 0, count: StateStore.maximumCheckpointBytes + 1))
+        } throws: { error in
+            (error as? CurfewError)?.code == .checkpointTooLarge
+        }
+        #expect(try store.checkpoint(job: "a") == [1, 2, 3], "a refused save keeps the last checkpoint")
+        #expect(try store.checkpoints().map(\.job) == ["a", "b"])
+        #expect(try store.checkpoints().map(\.bytes) == [3, StateStore.maximumCheckpointBytes])
+        try store.saveCheckpoint(job: "a", bytes: [])
+        #expect(try store.checkpoint(job: "a") == nil, "zero bytes clear it")
+        #expect(try store.clearCheckpoints(job: nil) == 1)
+        #expect(try store.checkpoints().isEmpty)
+    }
+
+    @Test func historyKeepsEveryOutcomeNewestFirstAndACompletedJobsCheckpointIsCleared() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let run = try store.beginRun(isolation: .job)
+        try store.saveCheckpoint(job: "j", bytes: [9, 9])
+        let outcomes = Outcome.allCases.filter { $0 != .completed } + [.completed]
+        for outcome in outcomes {
+            try store.record(record(run, "j", outcome, chunks: 3))
+        }
+        let history = try store.history(job: "j")
+        #expect(history.map(\.outcome) == outcomes.reversed())
+        #expect(history.allSatisfy { $0.isolation == .job && $0.chunks == 3 && $0.hostVersion == HostInfo.version })
+        // Until `completed` the checkpoint was there; then it was cleared.
+        let sizes = Dictionary(uniqueKeysWithValues: history.map { ($0.outcome, $0.checkpointBytes) })
+        #expect(sizes[.failed] == 2)
+        #expect(sizes[.completed] == 2, "the size it had when the job ended")
+        #expect(try store.checkpoint(job: "j") == nil)
+        #expect(try store.history(job: "other").isEmpty)
+        #expect(try store.history(limit: 2).count == 2)
+    }
+
+    @Test func historyKeepsTheLastNRunsOfEachJob() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"), retention: 5)
+        let run = try store.beginRun(isolation: .none)
+        for index in 0..<12 {
+            try store.record(record(run, "a", .completed, chunks: UInt64(index)))
+            try store.record(record(run, "b", .expired, chunks: UInt64(index)))
+        }
+        #expect(try store.history(job: "a").map(\.chunks) == [11, 10, 9, 8, 7])
+        #expect(try store.history(job: "b").map(\.chunks) == [11, 10, 9, 8, 7])
+    }
+
+    @Test func historySinceAWallTime() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let run = try store.beginRun(isolation: .none)
+        var old = record(run, "a", .completed, chunks: 1)
+        old.endedAt = WallTime.now().earlier(by: .seconds(7200))
+        try store.record(old)
+        try store.record(record(run, "a", .completed, chunks: 2))
+        #expect(try store.history(since: WallTime.now().earlier(by: .seconds(3600))).map(\.chunks) == [2])
+    }
+
+    @Test func anEstimateIsKeptAndOneOutOfRangeIsNoEstimate() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let run = try store.beginRun(isolation: .none)
+        var estimate = ChunkEstimate.empty
+        estimate.add(700_000_000)
+        try store.record(record(run, "a", .expired, chunks: 1), estimate: estimate)
+        #expect(try store.estimate(job: "a", plugin: "/p/a.so") == estimate)
+        #expect(try store.estimate(job: "a", plugin: "/other/a.so") == nil, "another plugin's job of that name is another job")
+        // A file is outside data: a negative mean is no estimate.
+        let connection = try SQLiteConnection(path: store.path)
+        try connection.execute("UPDATE estimates SET mean_ns = -5")
+        #expect(try store.estimate(job: "a", plugin: "/p/a.so") == nil)
+    }
+
+    @Test func twoStoresOnOneFolderBothWrite() async throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let first = try StateStore(folder: folder)
+        let second = try StateStore(folder: folder)
+        await withTaskGroup(of: Void.self) { group in
+            for (index, store) in [first, second].enumerated() {
+                group.addTask {
+                    for step in 0..<50 { try? store.saveCheckpoint(job: "job-\(index)", bytes: [UInt8(step)]) }
+                }
+            }
+        }
+        #expect(try first.checkpoint(job: "job-1") == [49])
+        #expect(try second.checkpoint(job: "job-0") == [49])
+    }
+
+    @Test func anEstimateLearnsSteadyChunksAndWidensForVaryingOnes() {
+        var steady = ChunkEstimate.empty
+        for _ in 0..<10 { steady.add(700_000_000) }
+        #expect(steady.predicted == 700_000_000)
+        var varying = ChunkEstimate.empty
+        for index in 0..<20 { varying.add(index % 2 == 0 ? 10_000_000 : 90_000_000) }
+        #expect(varying.predicted > 90_000_000, "mean plus twice the deviation covers the long ones")
+        #expect(ChunkEstimate(mean: 3_600_000_000_001, deviation: 0, samples: 1) == nil)
+    }
+
+    private func record(_ run: Int64, _ job: String, _ outcome: Outcome, chunks: UInt64) -> JobRecord {
+        JobRecord(
+            runID: run, job: job, pluginPath: "/p/\(job).so", pluginHash: "fnv1a64:0", isolation: .job,
+            startedAt: WallTime.now().earlier(by: .seconds(1)), endedAt: WallTime.now(), outcome: outcome, reason: "r",
+            chunks: chunks, progress: nil)
+    }
+
+    private func setUserVersion(_ path: String, _ version: Int) throws {
+        let connection = try SQLiteConnection(path: path)
+        try connection.execute("PRAGMA user_version = \(version)")
+    }
+}
