@@ -58,7 +58,7 @@ let package = Package(
         .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
         // Benchmarks: each case against its baseline in the same run.
-        .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI"]),
+        .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
         cExample("BenchmarkJobs"),
         .executableTarget(name: "CurfewFuzz", dependencies: ["Curfew", "CurfewFormats"]),
 

@@ -2,11 +2,13 @@
  * a baseline loop can call them directly. Parameters: count (chunks before
  * done), spin-ns (busy time per chunk), work (loop iterations per chunk);
  * for bench-sleep, sleep-ms (the wait between chunks) and lead-ns (the
- * grant's lead, to measure how late its expire hook runs). */
+ * grant's lead, to measure how late its expire hook runs); for
+ * bench-checkpoint, bytes (each checkpoint's size). */
 #define _POSIX_C_SOURCE 200809L
 #include <curfew.h>
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static const curfew_host *host;
@@ -158,16 +160,28 @@ static const curfew_job sleep_job = {
         .create = bench_create, .chunk = jchunk, .expire = bench_expire, .destroy = bench_destroy, \
     };
 
+/* One checkpoint save a chunk, `bytes` long (default 64), the chunk number first. */
+static curfew_chunk_result bench_checkpoint_chunk(curfew_context *ctx, void *state) {
+    bench_state *s = state;
+    unsigned char block[4096] = {0};
+    int64_t bytes = param(ctx, "bytes", 64);
+    if (bytes < 8 || bytes > (int64_t)sizeof block) return CURFEW_CHUNK_FAILED;
+    memcpy(block, &s->done, sizeof s->done);
+    if (host->checkpoint_save(ctx, block, (size_t)bytes) != CURFEW_OK) return CURFEW_CHUNK_FAILED;
+    return ++s->done >= s->limit ? CURFEW_CHUNK_DONE : CURFEW_CHUNK_CONTINUE;
+}
+
 BENCH_JOB(noop_job, "bench-noop", bench_noop_chunk)
 BENCH_JOB(spin_job, "bench-spin", bench_spin_chunk)
 BENCH_JOB(cpu_job, "bench-cpu", bench_cpu_chunk)
+BENCH_JOB(checkpoint_job, "bench-checkpoint", bench_checkpoint_chunk)
 
-static const curfew_job *const jobs[] = {&noop_job, &spin_job, &cpu_job, &sleep_job};
+static const curfew_job *const jobs[] = {&noop_job, &spin_job, &cpu_job, &sleep_job, &checkpoint_job};
 
 static const curfew_plugin plugin = {
     .abi_version = CURFEW_ABI_VERSION,
     .struct_size = sizeof(curfew_plugin),
-    .job_count = 4,
+    .job_count = sizeof jobs / sizeof jobs[0],
     .jobs = jobs,
 };
 

@@ -69,6 +69,7 @@ enum BenchCase: String, CaseIterable {
     case liveJobs = "live-jobs"
     case foreign
     case tasks
+    case checkpoint
     // The CLI's paths, each a fresh `curfew` process.
     case isolateJob = "isolate-job"
     case isolatePlugin = "isolate-plugin"
@@ -552,6 +553,7 @@ struct Bench {
         if selected(.liveJobs) { rows += try liveJobs() }
         if selected(.foreign) { rows += try await ffiNoop() }
         if selected(.tasks) { rows += tasks() }
+        if selected(.checkpoint) { rows += try await checkpoint() }
         let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
         if selected(.isolateJob) { rows += try cli.processPerJob() }
         if selected(.isolatePlugin) { rows += try cli.pluginMode() }
