@@ -2,10 +2,16 @@
  * of 1...N in chunks of 100,000, reports its progress, and says done. It
  * declares itself with the header's CURFEW_JOB and CURFEW_PLUGIN helpers.
  *
+ * When its grant expires first, its expire hook saves where it got to as a
+ * checkpoint (as iOS asks an app to save its state when it leaves the
+ * foreground), and its next run goes on from there: give it a count too big
+ * for one grant and run it twice.
+ *
  * Parameter: --param count=N (default 50,000,000). */
 #include <curfew.h>
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,6 +22,14 @@ typedef struct {
     uint64_t count;
     uint64_t sum; /* modulo 2^64 */
 } sum_state;
+
+/* The checkpoint is the state itself: plain numbers, no pointers. */
+_Static_assert(sizeof(sum_state) == 24, "the checkpoint's layout");
+
+/* Whether this host has the checkpoint functions (appended in ABI 1). */
+static int has_checkpoints(void) {
+    return host->struct_size >= offsetof(curfew_host, checkpoint_load) + sizeof host->checkpoint_load;
+}
 
 enum { STEP = 100000 };
 
@@ -28,6 +42,15 @@ static curfew_status sum_create(curfew_context *ctx, void **state) {
     const char *count = host->param(ctx, "count");
     sum->count = count != NULL ? strtoull(count, NULL, 10) : 50000000u;
     sum->next = 1;
+    /* Go on from the last run's checkpoint, if it was counting to the same N. */
+    sum_state saved;
+    if (has_checkpoints() && host->checkpoint_load(ctx, &saved, sizeof saved) == sizeof saved &&
+        saved.count == sum->count && saved.next >= 1 && saved.next <= saved.count + 1) {
+        *sum = saved;
+        char line[96];
+        snprintf(line, sizeof line, "resumed at %" PRIu64 " of %" PRIu64 " from its checkpoint", sum->next, sum->count);
+        host->log(ctx, CURFEW_LOG_INFO, line);
+    }
     *state = sum;
     return CURFEW_OK;
 }
@@ -49,8 +72,10 @@ static curfew_chunk_result sum_chunk(curfew_context *ctx, void *state) {
 static void sum_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
     (void)reason;
     sum_state *sum = state;
-    char line[96];
-    snprintf(line, sizeof line, "stopped at %" PRIu64 " of %" PRIu64, sum->next - 1, sum->count);
+    int saved = has_checkpoints() && host->checkpoint_save(ctx, sum, sizeof *sum) == CURFEW_OK;
+    char line[128];
+    snprintf(line, sizeof line, "stopped at %" PRIu64 " of %" PRIu64 "%s", sum->next - 1, sum->count,
+             saved ? "; checkpoint saved, the next run goes on from here" : "");
     host->log(ctx, CURFEW_LOG_WARNING, line);
 }
 

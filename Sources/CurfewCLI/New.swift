@@ -106,7 +106,8 @@ enum Scaffold {
          *
          * Each chunk handles one item, then asks to be called again 200 ms later
          * (a timer-like job never sleeps on a worker thread). If the grant expires
-         * first, `expire` saves what must last.
+         * first, `expire` saves how many are done as a checkpoint, and the next
+         * run goes on from there.
          *
          * Parameter: --param items=N (default 10). */
         #include "curfew.h"
@@ -129,6 +130,14 @@ enum Scaffold {
             }
             const char *items = host->param(ctx, "items");
             s->items = items != NULL ? strtol(items, NULL, 10) : 10;
+            /* Go on from the last run's checkpoint, if it left one. */
+            long done = 0;
+            if (host->checkpoint_load(ctx, &done, sizeof done) == sizeof done && done > 0 && done < s->items) {
+                s->done = done;
+                char line[80];
+                snprintf(line, sizeof line, "resuming after %ld of %ld items", s->done, s->items);
+                host->log(ctx, CURFEW_LOG_INFO, line);
+            }
             *state = s;
             return CURFEW_OK;
         }
@@ -146,8 +155,11 @@ enum Scaffold {
         static void \(symbol)_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
             \(symbol)_state *s = state;
             (void)reason;
-            char line[80];
-            snprintf(line, sizeof line, "out of time after %ld of %ld items: saving the position", s->done, s->items);
+            /* Durable when it returns: the next run's create loads it. */
+            curfew_status saved = host->checkpoint_save(ctx, &s->done, sizeof s->done);
+            char line[96];
+            snprintf(line, sizeof line, "out of time after %ld of %ld items%s", s->done, s->items,
+                     saved == CURFEW_OK ? ": checkpoint saved" : "");
             host->log(ctx, CURFEW_LOG_WARNING, line);
         }
 
@@ -235,7 +247,8 @@ enum Scaffold {
         // \(name): a Curfew background job in Swift.
         //
         // Each chunk handles one item, then asks to be called again 200 ms later.
-        // If the grant expires first, `expire` saves what must last.
+        // If the grant expires first, `expire` saves how many are done as a
+        // checkpoint, and the next run goes on from there.
         //
         // Parameter: --param items=N (default 10).
         import CurfewJob
@@ -249,6 +262,14 @@ enum Scaffold {
 
             init(context: JobContext) throws {
                 items = context.parameter("items").flatMap { Int($0) } ?? 10
+                // Go on from the last run's checkpoint, if it left one.
+                if let saved = context.loadCheckpoint(), saved.count == 8 {
+                    let count = Int(saved.withUnsafeBytes { $0.loadUnaligned(as: Int64.self) })
+                    if count > 0 && count < items {
+                        done = count
+                        context.log("resuming after \\(done) of \\(items) items")
+                    }
+                }
             }
 
             mutating func chunk(_ context: JobContext) -> ChunkResult {
@@ -259,7 +280,9 @@ enum Scaffold {
             }
 
             mutating func expire(reason: ExpirationReason, context: JobContext) {
-                context.log("out of time after \\(done) of \\(items) items: saving the position", level: .warning)
+                // Durable when it returns: the next run's init loads it.
+                let saved = (try? context.saveCheckpoint(withUnsafeBytes(of: Int64(done)) { Array($0) })) != nil
+                context.log("out of time after \\(done) of \\(items) items\\(saved ? ": checkpoint saved" : "")", level: .warning)
             }
         }
 
