@@ -165,13 +165,15 @@ extension CurfewMain {
 
     /// Local time: "12-01 08:40:12"; or, with `iso`, UTC in ISO 8601 with milliseconds.
     static func formatTimestamp(_ time: WallTime, iso: Bool) -> String {
-        var seconds = time_t(time.milliseconds / 1000)
+        // Floored, so a time before 1970 (a file says what it likes) still reads right.
+        let millisecond = (time.milliseconds % 1000 + 1000) % 1000
+        var seconds = time_t((time.milliseconds - millisecond) / 1000)
         var parts = tm()
         if iso { gmtime_r(&seconds, &parts) } else { localtime_r(&seconds, &parts) }
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
         let clock = "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
         guard iso else { return "\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) \(clock)" }
-        let millis = String(time.milliseconds % 1000)
+        let millis = String(millisecond)
         return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(clock)."
             + String(repeating: "0", count: 3 - millis.count) + millis + "Z"
     }

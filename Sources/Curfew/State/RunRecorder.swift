@@ -34,7 +34,17 @@ final class RunRecorder: Sendable {
 
     /// Records how one job ended.
     func record(_ result: JobResult) {
-        guard let runID = state.withLock({ $0.runID }) else { return }
+        guard let runID = state.withLock({ $0.runID }) else {
+            // No history, but a completed job's checkpoint still goes: its next run starts afresh.
+            if result.outcome == .completed {
+                do throws(CurfewError) {
+                    try store.clearCheckpoints(job: result.job)
+                } catch {
+                    note("the checkpoint of completed job '\(result.job)' was not cleared: \(error.description)")
+                }
+            }
+            return
+        }
         let end = WallTime.now()
         let record = JobRecord(
             runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.pluginPath),

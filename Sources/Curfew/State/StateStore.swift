@@ -169,6 +169,10 @@ public final class StateStore: @unchecked Sendable {
     /// beyond ``retention`` runs is pruned.
     public func record(_ record: JobRecord, estimate: ChunkEstimate? = nil) throws(CurfewError) {
         try locked { connection throws(CurfewError) in
+            // Clearing a completed job's checkpoint is as durable as saving one:
+            // a power loss must not bring back finished work.
+            if record.outcome == .completed { try connection.query("PRAGMA synchronous = FULL") }
+            defer { if record.outcome == .completed { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
             try connection.transaction { () throws(CurfewError) in
                 let checkpointBytes = try connection.query(
                     "SELECT length(data) FROM checkpoints WHERE job = ?", [.text(record.job)]).first?.first?.integer ?? 0
@@ -205,7 +209,10 @@ public final class StateStore: @unchecked Sendable {
                     """, [.text(record.job), .integer(Int64(retention))])
                 if connection.changes > 0 {
                     try connection.query(
-                        "DELETE FROM runs WHERE id < ? AND NOT EXISTS (SELECT 1 FROM job_runs WHERE run_id = runs.id)",
+                        """
+                        DELETE FROM runs WHERE id < ? AND ended_at IS NOT NULL
+                            AND NOT EXISTS (SELECT 1 FROM job_runs WHERE run_id = runs.id)
+                        """,
                         [.integer(record.runID)])
                 }
             }

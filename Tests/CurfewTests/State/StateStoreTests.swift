@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Curfew
+@testable import CurfewCLI
 
 /// The state store on its own: where it lives, what it refuses, and what
 /// it keeps (checkpoints, history, estimates).
@@ -109,6 +110,24 @@ import Testing
         }
         #expect(try store.history(job: "a").map(\.chunks) == [11, 10, 9, 8, 7])
         #expect(try store.history(job: "b").map(\.chunks) == [11, 10, 9, 8, 7])
+    }
+
+    /// Before: pruning removed every run without job rows, a live run of
+    /// another host on the same folder among them.
+    @Test func pruningKeepsARunStillGoing() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let other = try StateStore(folder: folder).beginRun(isolation: .none)
+        let store = try StateStore(folder: folder, retention: 1)
+        let run = try store.beginRun(isolation: .none)
+        for index in 0..<3 { try store.record(record(run, "a", .completed, chunks: UInt64(index))) }
+        let rows = try SQLiteConnection(path: store.path).query("SELECT count(*) FROM runs WHERE id = ?", [.integer(other)])
+        #expect(rows.first?.first == .integer(1))
+    }
+
+    /// Before: a time before 1970 (a file may hold one) trapped the formatter.
+    @Test func aTimeBefore1970IsFormattedNotATrap() {
+        #expect(CurfewMain.formatTimestamp(WallTime(milliseconds: -1), iso: true) == "1969-12-31T23:59:59.999Z")
+        #expect(CurfewMain.formatTimestamp(WallTime(milliseconds: 1_500), iso: true) == "1970-01-01T00:00:01.500Z")
     }
 
     @Test func historySinceAWallTime() throws {

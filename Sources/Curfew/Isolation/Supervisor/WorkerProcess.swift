@@ -38,6 +38,11 @@ final class WorkerProcess: @unchecked Sendable {
     let pid: pid_t
     private let channel: Int32
     private let state = Mutex(State())
+    /// Held while a line is written to the channel, and when it is closed
+    /// (true from then on). Not the state lock: a long write (a run message
+    /// with a 1 MiB checkpoint, to a worker busy loading) must not keep a
+    /// kill at the deadline, or the reader, waiting.
+    private let channelLock = Mutex(false)
     /// The fork server that forked this worker (and reaps it), with the fork's
     /// number, or `nil` when this process started it and reaps it itself.
     private let server: ForkServer?
@@ -91,17 +96,22 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// Adds a job and sends its `run` message; false when the worker cannot take it.
     func host(_ run: WorkerRun, message: String) -> Bool {
-        state.withLock { state in
+        let added = state.withLock { state -> Bool in
             guard !state.exited && state.killedFor == nil else { return false }
             state.jobs[run.job.name] = run
             state.given.insert(run.job.name)
-            return WorkerProtocol.send(message, to: channel)
+            return true
         }
+        return added && write(message)
     }
 
     @discardableResult
     func send(_ line: String) -> Bool {
-        state.withLock { state in !state.exited && WorkerProtocol.send(line, to: channel) }
+        state.withLock { !$0.exited } && write(line)
+    }
+
+    private func write(_ line: String) -> Bool {
+        channelLock.withLock { closed in !closed && WorkerProtocol.send(line, to: channel) }
     }
 
     /// Whether the worker has ended, though this process may not have
@@ -251,7 +261,10 @@ final class WorkerProcess: @unchecked Sendable {
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
         // handed to the next worker.
-        state.withLock { _ in _ = Glibc.close(channel) }
+        channelLock.withLock { closed in
+            closed = true
+            _ = Glibc.close(channel)
+        }
         ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + (adopted.map { [$0] } ?? []) + exitPipe).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }

@@ -20,6 +20,9 @@ final class WorkerCheckpoints: CheckpointKeeper {
         let outcome = Mutex<(status: String, message: String)?>(nil)
     }
 
+    /// How long a save waits for the host: longer than the host waits for a busy store.
+    static let answerTimeout: DispatchTimeInterval = .seconds(Int(StateStore.busyTimeout.seconds) + 5)
+
     private let state = Mutex(State())
     private let send: @Sendable (String) -> Void
 
@@ -54,8 +57,12 @@ final class WorkerCheckpoints: CheckpointKeeper {
         message.add("id", Int64(clamping: id))
         message.add("data", Base64.encode(bytes))
         send(message.text)
-        answer.signal.wait()
-        let (status, text) = answer.outcome.withLock { $0 } ?? ("unavailable", "no answer")
+        // The host answers every save it gets; one it never gets (the job
+        // left the worker meanwhile) must not hold the thread for ever.
+        if answer.signal.wait(timeout: .now() + Self.answerTimeout) == .timedOut {
+            state.withLock { _ = $0.waiting.removeValue(forKey: id) }
+        }
+        let (status, text) = answer.outcome.withLock { $0 } ?? ("unavailable", "the host did not answer")
         switch status {
         case "ok":
             state.withLock { $0.saved[job] = bytes.isEmpty ? nil : bytes }
