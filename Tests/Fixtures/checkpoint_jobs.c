@@ -12,18 +12,7 @@
 
 static const curfew_host *host;
 
-static long param_long(curfew_context *ctx, const char *key, long fallback) {
-    const char *value = host->param(ctx, key);
-    return value ? strtol(value, NULL, 10) : fallback;
-}
-
-static void spin_ms(long ms) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    do {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while ((now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < ms);
-}
+#include "fixture_util.h"
 
 static void logf_(curfew_context *ctx, curfew_log_level level, const char *format, uint64_t value) {
     char text[128];
@@ -60,7 +49,7 @@ static curfew_status resume_create(curfew_context *ctx, void **state) {
 
 static curfew_chunk_result resume_chunk(curfew_context *ctx, void *state) {
     counter_state *s = state;
-    spin_ms(s->chunk_ms);
+    spin_us(s->chunk_ms * 1000);
     s->next++;
     curfew_status status = host->checkpoint_save(ctx, &s->next, sizeof s->next);
     if (status != CURFEW_OK) {
@@ -134,7 +123,7 @@ static curfew_chunk_result tight_chunk(curfew_context *ctx, void *state) {
 /* paced: chunks of `chunk-ms` (default 70) of CPU, forever; expire logs. */
 static curfew_chunk_result paced_chunk(curfew_context *ctx, void *state) {
     (void)state;
-    spin_ms(param_long(ctx, "chunk-ms", 70));
+    spin_us(param_long(ctx, "chunk-ms", 70) * 1000);
     return CURFEW_CHUNK_CONTINUE;
 }
 
@@ -144,33 +133,11 @@ static void paced_expire(curfew_context *ctx, void *state, curfew_expire_reason 
     host->log(ctx, CURFEW_LOG_INFO, "cleanup ran");
 }
 
-static const curfew_job resume_job = {
-    .struct_size = sizeof(curfew_job), .name = "resume", .summary = "Counts across grants from its checkpoint.",
-    .create = resume_create, .chunk = resume_chunk, .expire = resume_expire, .destroy = free_destroy,
-};
-static const curfew_job oversize_job = {
-    .struct_size = sizeof(curfew_job), .name = "oversize", .summary = "Saves checkpoints over and at the limit.",
-    .chunk = oversize_chunk, .expire = quiet_expire,
-};
-static const curfew_job tight_job = {
-    .struct_size = sizeof(curfew_job), .name = "tight", .summary = "Saves checkpoints in a tight loop.",
-    .chunk = tight_chunk, .expire = quiet_expire,
-};
-static const curfew_job paced_job = {
-    .struct_size = sizeof(curfew_job), .name = "paced", .summary = "Runs chunks of chunk-ms.",
-    .chunk = paced_chunk, .expire = paced_expire,
-};
+CURFEW_JOB(resume_job, "resume", "Counts across grants from its checkpoint.",
+           .create = resume_create, .chunk = resume_chunk, .expire = resume_expire, .destroy = free_destroy);
+CURFEW_JOB(oversize_job, "oversize", "Saves checkpoints over and at the limit.",
+           .chunk = oversize_chunk, .expire = quiet_expire);
+CURFEW_JOB(tight_job, "tight", "Saves checkpoints in a tight loop.", .chunk = tight_chunk, .expire = quiet_expire);
+CURFEW_JOB(paced_job, "paced", "Runs chunks of chunk-ms.", .chunk = paced_chunk, .expire = paced_expire);
 
-static const curfew_job *const jobs[] = {&resume_job, &oversize_job, &tight_job, &paced_job};
-
-static const curfew_plugin plugin = {
-    .abi_version = CURFEW_ABI_VERSION,
-    .struct_size = sizeof(curfew_plugin),
-    .job_count = sizeof jobs / sizeof jobs[0],
-    .jobs = jobs,
-};
-
-CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *services) {
-    host = services;
-    return &plugin;
-}
+CURFEW_PLUGIN(host, &resume_job, &oversize_job, &tight_job, &paced_job)

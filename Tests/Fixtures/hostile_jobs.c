@@ -14,10 +14,7 @@
 
 static const curfew_host *host;
 
-static long param_long(curfew_context *ctx, const char *key, long fallback) {
-    const char *text = host->param(ctx, key);
-    return text ? strtol(text, NULL, 10) : fallback;
-}
+#include "fixture_util.h"
 
 /* Logs, and with the parameter `marker` appends a line to that file, so a
  * test can see the cleanup ran even when the host's output is gone. */

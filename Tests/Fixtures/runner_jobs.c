@@ -28,6 +28,7 @@ static const char *job_names[MAX_JOBS];
 static atomic_llong counters[MAX_JOBS][C_COUNT];
 
 #include "fixture_release.h"
+#include "fixture_util.h"
 
 /* The value of one counter of one job, or -1 for an unknown name. */
 CURFEW_EXPORT long long fixture_count(const char *job, const char *counter) {
@@ -67,19 +68,6 @@ static void enter(run_state *run) {
 
 static void leave(run_state *run) {
     atomic_store(&run->in_hook, 0);
-}
-
-static long param_long(curfew_context *ctx, const char *key, long fallback) {
-    const char *value = host->param(ctx, key);
-    return value ? strtol(value, NULL, 10) : fallback;
-}
-
-static void spin_us(long us) {
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    do {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-    } while ((now.tv_sec - start.tv_sec) * 1000000L + (now.tv_nsec - start.tv_nsec) / 1000 < us);
 }
 
 static void sleep_ms(long ms) {

@@ -1,6 +1,10 @@
 /// How long a job's chunks take, learnt as they run, so the runner can
 /// decline to start a chunk that would run past the expiration point.
 ///
+/// The runner adds one sample a time slice, the slice's longest chunk: a
+/// chunk longer than a slice (the kind worth predicting) is a sample of its
+/// own, and a loop of tiny chunks pays one comparison a chunk for it.
+///
 /// An exponentially weighted mean and mean deviation, the way TCP estimates
 /// a round trip (RFC 6298, gains 1/8 and 1/4), in whole nanoseconds so the
 /// chunk loop updates it with a few integer operations. The prediction is

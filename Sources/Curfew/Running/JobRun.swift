@@ -200,22 +200,30 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let count = sliceCount
         var result: curfew_chunk_result = 0
         var estimate = learnt
+        // Budget-aware: no chunk starts once what is left before the expiration
+        // point is less than the prediction (one that would end on it still
+        // starts). One comparison a chunk, as before: `stopAt` is never after
+        // the expiration point.
+        let margin = min(UInt64(estimate.predicted), expirationPoint)
+        let stopAt = margin == 0 ? expirationPoint : expirationPoint - margin + 1
+        // The slice's longest chunk: the estimate learns one sample a slice,
+        // so a chunk longer than a slice (the ones that matter) is a sample of its own.
+        var longest: UInt64 = 0
         enum Stop { case expiring, overrun, sliceOver, result }
         let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
             while true {
-                if now >= expirationPoint || grant.isExpiring { return .expiring }
-                // Budget-aware: a chunk predicted to run past the expiration point is not started.
-                if expirationPoint &- now < UInt64(estimate.predicted) { return .overrun }
+                if now >= stopAt || grant.isExpiring { return now >= expirationPoint || grant.isExpiring ? .expiring : .overrun }
                 if count.pointee > 0 && now >= sliceEnd { return .sliceOver }
                 result = chunk(context, state)
                 count.pointee &+= 1
                 let after = clock.now().nanoseconds
-                estimate.add(Int64(bitPattern: after &- now))
+                longest = max(longest, after &- now)
                 now = after
                 if result != 0 { return .result }
             }
         }
         let ran = count.pointee
+        if ran > 0 { estimate.add(Int64(clamping: longest)) }
         var declined: Int64?
 
         let next = control.withLock { c -> Next in

@@ -244,15 +244,11 @@ public final class Runner: Sendable {
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
             elapsed: .zero, reason: reason, progress: nil)
-        events.post(.finished(result)) { [self] in
-            recorder?.record(result)
-            record(index, result)
-        }
+        events.post(.finished(result)) { [self] in record(index, result) }
     }
 
     private func finished(_ index: Int, _ result: JobResult) {
         state.withLock { _ = $0.running.removeValue(forKey: index) }
-        recorder?.record(result)
         record(index, result)
         admit()
     }
@@ -261,7 +257,9 @@ public final class Runner: Sendable {
     /// run): each a sentence, for the caller to show.
     public var stateProblems: [String] { recorder?.problems ?? [] }
 
+    /// Keeps a job's result, in the history too, and completes the run after the last.
     private func record(_ index: Int, _ result: JobResult) {
+        recorder?.record(result)
         let done = state.withLock { state -> Bool in
             state.results[index] = result
             state.unfinished -= 1

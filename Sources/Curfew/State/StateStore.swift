@@ -297,6 +297,10 @@ public final class StateStore: @unchecked Sendable {
     private func migrate() throws(CurfewError) {
         try connection.transaction { () throws(CurfewError) in
             let version = Int(try connection.query("PRAGMA user_version").first?.first?.integer ?? 0)
+            // The file is outside data: a negative version is no version of ours.
+            guard version >= 0 else {
+                throw CurfewError(.stateUnavailable, "\(path) has schema version \(version), which no Curfew writes; it was left as it is")
+            }
             guard version <= Self.schemaVersion else {
                 throw CurfewError(
                     .stateTooNew,

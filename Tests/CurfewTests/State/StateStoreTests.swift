@@ -50,6 +50,31 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
     }
 
+    /// Before: a negative `user_version` (the file is outside data) indexed
+    /// the migrations below zero and trapped.
+    @Test func aNegativeSchemaVersionIsRefusedNotATrap() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let path = try StateStore(folder: folder).path
+        try setUserVersion(path, -1)
+        #expect {
+            try StateStore(folder: folder)
+        } throws: { error in
+            (error as? CurfewError)?.description.contains("has schema version -1, which no Curfew writes") == true
+        }
+    }
+
+    /// Before: with no run in the history (its start could not be written),
+    /// a completed job kept its checkpoint, and its next run resumed finished work.
+    @Test func aCompletedJobsCheckpointIsClearedEvenWithoutARunRecorded() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        try store.saveCheckpoint(job: "j", bytes: [1])
+        let recorder = RunRecorder(store: store, isolation: .none)
+        recorder.record(JobResult(
+            job: "j", pluginPath: "/p/j.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
+            progress: nil))
+        #expect(try store.checkpoint(job: "j") == nil)
+    }
+
     @Test func aDatabaseOfAnotherProgramIsRefused() throws {
         let folder = Fixtures.temporaryFolder("state")
         let connection = try SQLiteConnection(path: folder + "/state.db")
