@@ -101,3 +101,32 @@ int note_seconds(int8_t seconds) {
     last_seconds = seconds;
     return 1;
 }
+
+/* A job of `total` 1 ms steps that resumes across grants: steady_step
+ * records the first index each run sees, steady_cleanup where the grant
+ * expired and steady_teardown the index it was given last. */
+static long steady_first = -1, steady_first_seen = -1, steady_cleanup_index = -1, steady_teardown_index = -1;
+
+long steady_count(const char *what) {
+    if (strcmp(what, "first") == 0) return steady_first_seen;
+    if (strcmp(what, "cleanup") == 0) return steady_cleanup_index;
+    if (strcmp(what, "teardown") == 0) return steady_teardown_index;
+    return -1;
+}
+
+int64_t steady_step(int64_t i, int64_t total) {
+    if (steady_first < 0) steady_first = steady_first_seen = i;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 1000000L);
+    return total - 1 - i;
+}
+
+void steady_cleanup(int64_t i) { steady_cleanup_index = i; }
+
+void steady_teardown(int64_t i) {
+    steady_teardown_index = i;
+    steady_first = -1;
+}

@@ -45,6 +45,8 @@ class HostContext: @unchecked Sendable {
         parameters.value(for: key)
     }
 
+    /// Whether the job's checkpoints are kept anywhere (not with `--no-state`).
+    var keepsCheckpoints: Bool { false }
     /// Saves the job's checkpoint; `bytes` is at most the limit.
     func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status { CURFEW_UNAVAILABLE }
     /// The job's last saved checkpoint, `nil` when it has none.

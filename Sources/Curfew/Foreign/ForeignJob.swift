@@ -48,9 +48,12 @@ final class ForeignJob: Sendable {
     let resultRule: ForeignResultRule
     /// Bytes of the zeroed state buffer the host owns for each run; 0 for none.
     let stateSize: Int
+    /// Whether the chunk index goes on across runs: the host saves it as the
+    /// job's checkpoint when the grant expires and starts the next run there.
+    let resumes: Bool
 
     init(libraryPath: String, setup: ForeignFunction?, chunk: ForeignFunction, cleanup: ForeignFunction?,
-         teardown: ForeignFunction?, resultRule: ForeignResultRule, stateSize: Int) {
+         teardown: ForeignFunction?, resultRule: ForeignResultRule, stateSize: Int, resumes: Bool = false) {
         self.libraryPath = libraryPath
         self.setup = setup
         self.chunk = chunk
@@ -58,6 +61,14 @@ final class ForeignJob: Sendable {
         self.teardown = teardown
         self.resultRule = resultRule
         self.stateSize = stateSize
+        self.resumes = resumes
+    }
+
+    /// Whether any of the job's functions takes the chunk index.
+    static func takesTheIndex(_ functions: [ForeignFunction?]) -> Bool {
+        functions.contains { function in
+            function?.sources.contains { if case .chunkIndex = $0 { true } else { false } } ?? false
+        }
     }
 
     /// The hooks this job runs through: the runner calls a foreign job

@@ -136,7 +136,7 @@ package struct ForeignManifestReader {
     }
 
     private func readJob(_ value: JSONValue, index: Int, library: String, handle: UnsafeMutableRawPointer) throws(CurfewError) -> PluginJob {
-        let fields = try members(value, allowed: ["name", "summary", "continuous", "state", "setup", "chunk", "cleanup", "teardown"], what: "Job #\(index)")
+        let fields = try members(value, allowed: ["name", "summary", "continuous", "resume", "state", "setup", "chunk", "cleanup", "teardown"], what: "Job #\(index)")
         guard case .string(let name)? = fields["name"] else {
             throw CurfewError(.invalidJobName, "Job #\(index) needs a \"name\" string.")
         }
@@ -156,6 +156,13 @@ package struct ForeignManifestReader {
                 throw CurfewError(.invalidManifest, "\(job): \"continuous\" must be true or false, not \(flag.kind).")
             }
             continuous = value
+        }
+        var resume = true
+        if let flag = fields["resume"] {
+            guard case .bool(let value) = flag else {
+                throw CurfewError(.invalidManifest, "\(job): \"resume\" must be true or false, not \(flag.kind).")
+            }
+            resume = value
         }
         var stateSize = 0
         if let state = fields["state"] {
@@ -194,7 +201,7 @@ package struct ForeignManifestReader {
         }
         let foreign = ForeignJob(
             libraryPath: library, setup: setup, chunk: chunk, cleanup: cleanup, teardown: teardown, resultRule: rule,
-            stateSize: stateSize)
+            stateSize: stateSize, resumes: resume && ForeignJob.takesTheIndex([setup, chunk, cleanup, teardown]))
         return PluginJob(name: name, summary: summary, pluginPath: path, isContinuous: continuous,
                          hooks: foreign.hooks, foreign: foreign, index: index)
     }

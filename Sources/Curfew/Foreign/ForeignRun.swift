@@ -175,6 +175,22 @@ final class ForeignFrame {
             }
         }
 
+        /// The index the C hook gives the next chunk.
+        var nextIndex: Int64 {
+            get {
+                switch self {
+                case .direct(let call): call.pointee.next_index
+                case .libffi(let call): call.pointee.next_index
+                }
+            }
+            nonmutating set {
+                switch self {
+                case .direct(let call): call.pointee.next_index = newValue
+                case .libffi(let call): call.pointee.next_index = newValue
+                }
+            }
+        }
+
         func deallocate() {
             switch self {
             case .direct(let call): call.deallocate()
@@ -358,8 +374,9 @@ final class ForeignRun {
                 return "\(frame.function.symbol) needs --param \(key)=<value>"
             }
         }
+        if job.resumes { chunkIndex = resumedIndex() }
         guard let setupFrame else { return makeChunkCall() }
-        setupFrame.call(chunkIndex: 0, run: run, state: state)
+        setupFrame.call(chunkIndex: chunkIndex, run: run, state: state)
         switch setupFrame.function.returnType {
         case .void: return makeChunkCall()
         case .pointer:
@@ -376,7 +393,22 @@ final class ForeignRun {
     /// `setup`, which may set the state).
     private func makeChunkCall() -> String? {
         chunkCall = chunkFrame.chunkCall(owner: Unmanaged.passUnretained(self).toOpaque(), state: state, rule: resultRule.cRule)
+        chunkCall?.nextIndex = chunkIndex
         return nil
+    }
+
+    /// The index the next chunk gets: the C hook counts for a chunk it calls.
+    var nextIndex: Int64 { chunkCall?.nextIndex ?? chunkIndex }
+
+    /// Where the last run's grant expired, from the job's checkpoint; 0 with
+    /// none, or with one the host did not write (another job of that name).
+    private func resumedIndex() -> Int64 {
+        guard let bytes = run.loadCheckpoint() else { return 0 }
+        guard let index = ForeignResume.index(from: bytes) else {
+            run.log(.warning, "the checkpoint is not a chunk index the host saved (\(bytes.count) bytes); starting at chunk 0")
+            return 0
+        }
+        return index
     }
 
     func callChunk() -> curfew_chunk_result {
@@ -390,11 +422,33 @@ final class ForeignRun {
         return result
     }
 
+    /// Calls `cleanup`, then saves where the job got to, for a job that resumes.
     func callCleanup() {
-        cleanupFrame?.call(chunkIndex: chunkIndex, run: run, state: state)
+        let index = nextIndex
+        cleanupFrame?.call(chunkIndex: index, run: run, state: state)
+        if job.resumes && run.keepsCheckpoints {
+            _ = ForeignResume.bytes(for: index).withUnsafeBytes { run.saveCheckpoint($0) }
+        }
     }
 
     func callTeardown() {
-        teardownFrame?.call(chunkIndex: chunkIndex, run: run, state: state)
+        teardownFrame?.call(chunkIndex: nextIndex, run: run, state: state)
+    }
+}
+
+/// The checkpoint the host keeps for a foreign job that resumes: the next
+/// chunk's index, as the text `chunk-index N`, so `curfew state show` reads it.
+enum ForeignResume {
+    static let prefix = Array("chunk-index ".utf8)
+
+    static func bytes(for index: Int64) -> [UInt8] { prefix + Array(String(index).utf8) }
+
+    /// The index in `bytes`, or `nil` unless they are exactly what
+    /// ``bytes(for:)`` writes for an index from 0 up.
+    static func index(from bytes: [UInt8]) -> Int64? {
+        guard bytes.count <= prefix.count + 19, bytes.starts(with: prefix) else { return nil }
+        let digits = bytes[prefix.count...]
+        guard !digits.isEmpty, digits.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
+        return Int64(String(decoding: digits, as: UTF8.self))
     }
 }

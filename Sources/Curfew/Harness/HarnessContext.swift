@@ -387,6 +387,8 @@ final class HarnessContext: HostContext, @unchecked Sendable {
         return parameters.value(for: key)
     }
 
+    override var keepsCheckpoints: Bool { true }
+
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard hostCall("checkpoint_save") else { return CURFEW_UNAVAILABLE }
         do throws(CurfewError) {

@@ -524,6 +524,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         }
     }
 
+    override var keepsCheckpoints: Bool { checkpoints != nil }
+
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard let checkpoints else {
             if !warnedNoState.exchange(true, ordering: .relaxed) {

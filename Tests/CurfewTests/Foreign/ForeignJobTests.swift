@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -39,9 +40,86 @@ import Testing
         return path
     }
 
-    func run(_ scan: PluginScan, budget: Duration = .seconds(2), parameters: [String: String] = [:]) async -> [JobResult] {
-        let configuration = RunConfiguration(policy: GrantPolicy(budget: budget), parameters: parameters)
+    func run(_ scan: PluginScan, budget: Duration = .seconds(2), parameters: [String: String] = [:],
+             checkpoints: (any CheckpointKeeper)? = nil) async -> [JobResult] {
+        var configuration = RunConfiguration(policy: GrantPolicy(budget: budget), parameters: parameters)
+        configuration.checkpoints = checkpoints
         return await Runner(jobs: scan.jobs, configuration: configuration).run()
+    }
+
+    /// What `steady_step` and its hooks saw: `first`, `cleanup` or `teardown` (an index), -1 before.
+    func steady(_ what: String) throws -> Int {
+        let handle = try #require(dlopen(library, RTLD_NOW | RTLD_LOCAL))
+        let function = try #require(dlsym(handle, "steady_count"))
+        let count = unsafeBitCast(function, to: (@convention(c) (UnsafePointer<CChar>) -> Int).self)
+        return what.withCString { count($0) }
+    }
+
+    /// A job of 1 ms steps that never runs out of them, taking its chunk index.
+    static func steadyJob(resume: String? = nil) -> String {
+        """
+        {"name": "steady", "summary": "Steps for as long as it may.", \(resume.map { "\"resume\": \($0)," } ?? "")
+         "chunk": {"symbol": "steady_step", "returns": "int64", "result": "items-left",
+                   "args": [{"type": "int64", "from": "chunk-index"}, {"type": "int64", "value": 1000000000}]},
+         "cleanup": {"symbol": "steady_cleanup", "args": [{"type": "int64", "from": "chunk-index"}]},
+         "teardown": {"symbol": "steady_teardown", "args": [{"type": "int64", "from": "chunk-index"}]}}
+        """
+    }
+
+    @Test func aJobThatTakesTheChunkIndexResumesWhereItsGrantExpired() async throws {
+        try manifest(Self.steadyJob())
+        let scan = PluginLoader().scan([folder])
+        let checkpoints = MemoryCheckpoints()
+        let first = try #require(await run(scan, budget: .milliseconds(300), checkpoints: checkpoints).first)
+        #expect(first.outcome == .expired)
+        let reached = Int(first.chunks)
+        #expect(reached > 0)
+        #expect(try steady("first") == 0)
+        // Cleanup and teardown get the next chunk's index, not 0, though a C hook counted the chunks.
+        #expect(try steady("cleanup") == reached)
+        #expect(try steady("teardown") == reached)
+        #expect(try checkpoints.checkpoint(job: "steady") == Array("chunk-index \(reached)".utf8))
+
+        let second = try #require(await run(scan, budget: .milliseconds(300), checkpoints: checkpoints).first)
+        #expect(second.outcome == .expired)
+        #expect(try steady("first") == reached)
+        #expect(try steady("cleanup") == reached + Int(second.chunks))
+        #expect(try checkpoints.checkpoint(job: "steady") == Array("chunk-index \(reached + Int(second.chunks))".utf8))
+    }
+
+    @Test func resumeFalseStartsEveryRunAtChunkZero() async throws {
+        try manifest(Self.steadyJob(resume: "false"))
+        let scan = PluginLoader().scan([folder])
+        let checkpoints = MemoryCheckpoints()
+        for _ in 0..<2 {
+            let result = try #require(await run(scan, budget: .milliseconds(200), checkpoints: checkpoints).first)
+            #expect(result.outcome == .expired)
+            #expect(try steady("first") == 0)
+        }
+        #expect(try checkpoints.checkpoint(job: "steady") == nil)
+    }
+
+    @Test func aCheckpointTheHostDidNotWriteStartsAtZeroAndSaysSo() async throws {
+        try manifest(Self.steadyJob())
+        let scan = PluginLoader().scan([folder])
+        for foreign in ["chunk-index -4", "chunk-index 99999999999999999999", "chunk-index ", "{\"position\": 3}"] {
+            let checkpoints = MemoryCheckpoints(["steady": Array(foreign.utf8)])
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(200)))
+            configuration.checkpoints = checkpoints
+            let logs = Mutex<[String]>([])
+            let runner = Runner(jobs: scan.jobs, configuration: configuration) { event in
+                if case .log(_, _, let message) = event { logs.withLock { $0.append(message) } }
+            }
+            let result = try #require(await runner.run().first)
+            #expect(result.outcome == .expired)
+            #expect(try steady("first") == 0, "\(foreign)")
+            #expect(logs.withLock { $0 }.contains { $0.hasPrefix("the checkpoint is not a chunk index the host saved") }, "\(foreign)")
+        }
+    }
+
+    @Test func resumeMustBeABoolean() throws {
+        let error = try rejection(Self.steadyJob(resume: "\"yes\""))
+        #expect(error.description == "Job 'steady': \"resume\" must be true or false, not a string.")
     }
 
     static let stepJob = """
@@ -268,7 +346,7 @@ import Testing
         let error = try rejection("""
             {"name": "count", "summary": "s", "chunck": {"symbol": "step"}}
             """)
-        #expect(error.description == "Job #0 has unknown key \"chunck\"; known: chunk, cleanup, continuous, name, setup, state, summary, teardown.")
+        #expect(error.description == "Job #0 has unknown key \"chunck\"; known: chunk, cleanup, continuous, name, resume, setup, state, summary, teardown.")
     }
 
     @Test func invalidJSONGivesLineAndColumn() throws {

@@ -48,6 +48,31 @@ extension ProcessTests {
             #expect(history.allSatisfy { $0.isolation.rawValue == isolation && $0.pluginHash.hasPrefix("fnv1a64:") })
         }
 
+        /// A manifest job's chunk index goes on across runs in every mode: the
+        /// host saves it when the grant expires, and the worker's run starts there.
+        @Test(arguments: ["none", "plugin", "job"])
+        func aForeignJobsChunkIndexGoesOnAcrossRuns(isolation: String) async throws {
+            let folder = Fixtures.temporaryFolder("foreign-resume")
+            try FileManager.default.copyItem(
+                atPath: try Fixtures.compile("foreign_lib.c", extraFlags: ["-fvisibility=default"]), toPath: folder + "/steps.so")
+            try ("{\"jobs\": [" + ForeignJobTests.steadyJob() + "]}").write(toFile: folder + "/steps.curfew.json", atomically: true, encoding: .utf8)
+            let state = Fixtures.temporaryFolder("state")
+            var reached = 0
+            for run in 1...2 {
+                let (_, events, output) = try await curfew(
+                    ["run", folder, "--isolate", isolation, "--budget", "300ms", "--state", state, "--json"])
+                let finished = try #require(events.first { $0.event == "finished" }, "\(output)")
+                #expect(finished.outcome == "expired", "run \(run)")
+                reached += finished.chunks ?? 0
+                let saved = try StateStore(folder: state).checkpoint(job: "steady")
+                #expect(saved == Array("chunk-index \(reached)".utf8), "run \(run) saved where its grant expired")
+            }
+            // Without a state folder there is nothing to resume from, and nothing to warn about.
+            let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "200ms", "--no-state", "--json"])
+            #expect(events.first { $0.event == "finished" }?.outcome == "expired")
+            #expect(logs(events, "steady").isEmpty)
+        }
+
         @Test(arguments: ["none", "job"])
         func aCheckpointOverTheLimitIsRefusedAndOneAtTheLimitKept(isolation: String) async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")

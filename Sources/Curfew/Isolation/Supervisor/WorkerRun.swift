@@ -158,6 +158,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
         // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
+        message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
         if let saved = try? configuration.checkpoints?.checkpoint(job: job.name) {
             message.add("checkpoint", Base64.encode(saved))
         }

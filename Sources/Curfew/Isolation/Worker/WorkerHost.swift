@@ -74,7 +74,8 @@ final class WorkerHost: Sendable {
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
         checkpoints.seed(job: jobName, bytes: run["checkpoint"]?.stringValue.flatMap(Base64.decode))
         var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
-        configuration.checkpoints = checkpoints
+        // A host that keeps no state says so: the job hears it as in process.
+        configuration.checkpoints = run["state"] == .bool(false) ? nil : checkpoints
         if let known = run["estimate"], let mean = known["mean"]?.integerValue, let deviation = known["deviation"]?.integerValue,
             let samples = known["samples"]?.integerValue,
             let estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
