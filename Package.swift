@@ -53,7 +53,8 @@ let package = Package(
         // The host: grants, loader, runner, isolation, foreign jobs, state. Holds no printing.
         .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
         // The Swift SDK for job authors: a protocol and an export helper.
-        .target(name: "CurfewJob", dependencies: ["CCurfew"]),
+        // It reads and writes Codable checkpoints as JSON with the formats' reader.
+        .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewFormats"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),

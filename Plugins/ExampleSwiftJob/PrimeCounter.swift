@@ -14,14 +14,21 @@ struct PrimeCounter: Job {
     var next = 2
     var primes = 0
 
+    /// Where a run got to: saved when its grant expires, loaded by the next run.
+    struct Position: Codable {
+        var limit: Int
+        var next: Int
+        var primes: Int
+    }
+
     init(context: JobContext) throws {
         limit = context.parameter("limit").flatMap { Int($0) } ?? 3_000_000
         guard limit >= 2 else { throw PrimeCounterError.limitTooSmall(limit) }
-        // The checkpoint: limit, next and primes, 8 bytes each, little-endian.
-        if let saved = context.loadCheckpoint().flatMap(Self.numbers), saved.count == 3, saved[0] == limit,
-            (2...limit).contains(saved[1]), (0...saved[1]).contains(saved[2])
+        // A checkpoint for another limit, or one that does not decode, is no place to resume.
+        if let saved = try? context.loadCheckpoint(as: Position.self), saved.limit == limit,
+            (2...limit).contains(saved.next), (0...saved.next).contains(saved.primes)
         {
-            (next, primes) = (saved[1], saved[2])
+            (next, primes) = (saved.next, saved.primes)
             context.log("resumed at \(next) with \(primes) primes so far, from its checkpoint")
         }
     }
@@ -39,17 +46,8 @@ struct PrimeCounter: Job {
     }
 
     mutating func expire(reason: ExpirationReason, context: JobContext) {
-        let bytes = [limit, next, primes].flatMap { number in (0..<8).map { UInt8(truncatingIfNeeded: Int64(number) >> ($0 * 8)) } }
-        let saved = (try? context.saveCheckpoint(bytes)) != nil
+        let saved = (try? context.saveCheckpoint(encoding: Position(limit: limit, next: next, primes: primes))) != nil
         context.log("stopped at \(next) with \(primes) primes so far\(saved ? "; checkpoint saved" : "")", level: .warning)
-    }
-
-    /// 8-byte little-endian numbers, or `nil` for bytes that are not whole ones.
-    static func numbers(_ bytes: [UInt8]) -> [Int]? {
-        guard bytes.count % 8 == 0 else { return nil }
-        return stride(from: 0, to: bytes.count, by: 8).map { start in
-            Int((0..<8).reduce(Int64(0)) { $0 | Int64(bytes[start + $1]) << ($1 * 8) })
-        }
     }
 
     static func isPrime(_ n: Int) -> Bool {

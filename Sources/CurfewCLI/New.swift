@@ -257,18 +257,20 @@ enum Scaffold {
             static let name = "\(name)"
             static let summary = "Handles items one per chunk."
 
+            /// What a run saves when its grant expires: any Codable value.
+            struct Checkpoint: Codable {
+                var done: Int
+            }
+
             let items: Int
             var done = 0
 
             init(context: JobContext) throws {
                 items = context.parameter("items").flatMap { Int($0) } ?? 10
                 // Go on from the last run's checkpoint, if it left one.
-                if let saved = context.loadCheckpoint(), saved.count == 8 {
-                    let count = Int(saved.withUnsafeBytes { $0.loadUnaligned(as: Int64.self) })
-                    if count > 0 && count < items {
-                        done = count
-                        context.log("resuming after \\(done) of \\(items) items")
-                    }
+                if let saved = try? context.loadCheckpoint(as: Checkpoint.self), saved.done > 0, saved.done < items {
+                    done = saved.done
+                    context.log("resuming after \\(done) of \\(items) items")
                 }
             }
 
@@ -281,7 +283,7 @@ enum Scaffold {
 
             mutating func expire(reason: ExpirationReason, context: JobContext) {
                 // Durable when it returns: the next run's init loads it.
-                let saved = (try? context.saveCheckpoint(withUnsafeBytes(of: Int64(done)) { Array($0) })) != nil
+                let saved = (try? context.saveCheckpoint(encoding: Checkpoint(done: done))) != nil
                 context.log("out of time after \\(done) of \\(items) items\\(saved ? ": checkpoint saved" : "")", level: .warning)
             }
         }

@@ -133,6 +133,27 @@ public struct JobContext: @unchecked Sendable {
         }
     }
 
+    /// Saves `value` as the job's checkpoint, as JSON text (so `curfew state
+    /// show` reads it), durably, as ``saveCheckpoint(_:)`` does.
+    ///
+    /// - Throws: ``CheckpointError/notEncodable(_:)`` for a value JSON cannot
+    ///   hold (a NaN, an object of more than 10,000 keys, more than 64 levels
+    ///   deep), and what ``saveCheckpoint(_:)`` throws.
+    public func saveCheckpoint(encoding value: some Encodable) throws(CheckpointError) {
+        guard hasCheckpoints else { throw .unavailable }
+        try saveCheckpoint(try CheckpointEncoding.encode(value))
+    }
+
+    /// The job's last saved checkpoint decoded as `type`, or `nil` when it has none.
+    ///
+    /// - Throws: ``CheckpointError/notDecodable(_:)`` when the checkpoint is
+    ///   not JSON of that shape (one an older version of the job saved, say):
+    ///   the job decides whether to start afresh.
+    public func loadCheckpoint<Value: Decodable>(as type: Value.Type) throws(CheckpointError) -> Value? {
+        guard let bytes = loadCheckpoint() else { return nil }
+        return try CheckpointDecoding.decode(type, from: bytes)
+    }
+
     /// Whether the host's table has the checkpoint functions (appended in ABI 1).
     private var hasCheckpoints: Bool {
         host.pointee.struct_size >= MemoryLayout<curfew_host>.offset(of: \.checkpoint_load)! + MemoryLayout<UnsafeRawPointer>.size
@@ -145,6 +166,10 @@ public enum CheckpointError: Error, Equatable, Sendable {
     case tooLarge
     /// The host keeps no state, or the job is over.
     case unavailable
+    /// The value cannot be saved as JSON; the text says where and why.
+    case notEncodable(String)
+    /// The saved checkpoint is not JSON of the type asked for; the text says where and why.
+    case notDecodable(String)
 }
 
 extension ExpirationReason {

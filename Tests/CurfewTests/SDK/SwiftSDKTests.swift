@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -33,6 +34,26 @@ import Testing
         #expect(result.outcome == .expired)
         // The SDK gives every job an expire hook (TaskDrivenJob's default does nothing).
         #expect(result.reason == "time ran out; cleanup ran")
+    }
+
+    /// swift-primes saves a Codable position when its grant expires; the next run decodes it and goes on.
+    @Test func aCodableCheckpointCarriesASwiftJobAcrossRuns() async throws {
+        let primes = try jobs().filter { $0.name == "swift-primes" }
+        var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(300)), parameters: ["limit": "200000000"])
+        let checkpoints = MemoryCheckpoints()
+        configuration.checkpoints = checkpoints
+        let first = try #require(await Runner(jobs: primes, configuration: configuration).run().first)
+        #expect(first.outcome == .expired)
+        let saved = String(decoding: try #require(try checkpoints.checkpoint(job: "swift-primes")), as: UTF8.self)
+        let next = try #require(first.progress?.completed)
+        #expect(saved.hasPrefix("{\"limit\":200000000,\"next\":\(next),\"primes\":"), "\(saved)")
+        let logs = Mutex<[String]>([])
+        let second = try #require(
+            await Runner(jobs: primes, configuration: configuration) { event in
+                if case .log(_, _, let message) = event { logs.withLock { $0.append(message) } }
+            }.run().first)
+        #expect(second.outcome == .expired)
+        #expect(logs.withLock { $0 }.first?.hasPrefix("resumed at \(next) with ") == true, "\(logs.withLock { $0 })")
     }
 
     @Test func delaysBecomePositiveNanoseconds() {
