@@ -18,6 +18,9 @@ public final class Runner: Sendable {
         /// The next job to start: every job before it has started or been refused.
         var next = 0
         var running: [Int: any JobExecution] = [:]
+        /// The jobs that count against `maxConcurrentJobs`: a job's slot is
+        /// free once its worker reports its end, before the worker exits.
+        var holdingSlots: Set<Int> = []
         var results: [JobResult?]
         var unfinished: Int
         var shutdown: ExpirationReason?
@@ -181,7 +184,7 @@ public final class Runner: Sendable {
                     defer { state.next += 1 }
                     return .refuse(state.next, why)
                 }
-                guard state.running.count < configuration.maxConcurrentJobs else { return .none }
+                guard state.holdingSlots.count < configuration.maxConcurrentJobs else { return .none }
                 let index = state.next
                 state.next += 1
                 do throws(CurfewError) {
@@ -195,9 +198,11 @@ public final class Runner: Sendable {
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
-                                job: jobs[index], configuration: configuration, workers: workers!, events: events, onFinish: onFinish)
+                                job: jobs[index], configuration: configuration, workers: workers!, events: events,
+                                onSlotFree: { [self] in freeSlot(index) }, onFinish: onFinish)
                         }
                     state.running[index] = run
+                    state.holdingSlots.insert(index)
                     return .start(run)
                 } catch {
                     return .refuse(index, error.description)
@@ -229,6 +234,9 @@ public final class Runner: Sendable {
             func status() -> JobStatus { preconditionFailure("a warm-up job has no status") }
         }
         var running: [Int: any JobExecution] = [:]
+        /// The jobs that count against `maxConcurrentJobs`: a job's slot is
+        /// free once its worker reports its end, before the worker exits.
+        var holdingSlots: Set<Int> = []
         running[0] = Idle(job: job)
         precondition(running.removeValue(forKey: 0) != nil)
     }
@@ -248,9 +256,18 @@ public final class Runner: Sendable {
     }
 
     private func finished(_ index: Int, _ result: JobResult) {
-        state.withLock { _ = $0.running.removeValue(forKey: index) }
+        state.withLock { state in
+            _ = state.running.removeValue(forKey: index)
+            state.holdingSlots.remove(index)
+        }
         record(index, result)
         admit()
+    }
+
+    /// A job's work is over (its worker said so) though its outcome waits
+    /// for the worker's exit: the next job may start.
+    private func freeSlot(_ index: Int) {
+        if state.withLock({ $0.holdingSlots.remove(index) }) != nil { admit() }
     }
 
     /// What the state store refused during the run (it does not stop the

@@ -40,6 +40,19 @@ extension ProcessTests {
             #expect((end.elapsed ?? 99) < 4, "killed after the grace, not at the deadline")
         }
 
+        /// A job's turn under `--jobs` ends when its worker reports its end:
+        /// the next job starts while the first worker exits (here it never
+        /// does, and is killed a second later, its outcome still settled by that).
+        @Test func theNextJobStartsWhenAWorkerReportsItsEnd() async throws {
+            let events = try await run(
+                ["--isolate", "job", "--jobs", "1", "--only", "lies", "--only", "inspects", "--param", Self.forgedEnd, "--param", "then=hang"])
+            let lies = try #require(events.firstIndex { $0.event == "finished" && $0.job == "lies" })
+            let next = try #require(events.firstIndex { $0.event == "started" && $0.job == "inspects" })
+            #expect(next < lies, "the second job started before the first worker was gone")
+            #expect(events[lies].outcome == "terminated", "its exit still settles its outcome")
+            #expect(finished(events, "inspects")?.outcome == "completed")
+        }
+
         @Test(arguments: [
             (#"{"type":"finished","job":"lies","outcome":"completed","reason":"","chunks":-1}"#, "a negative chunk count (-1)"),
             (#"{"type":"finished","job":"lies","outcome":"won","reason":"","chunks":1}"#, "unknown outcome 'won'"),

@@ -66,8 +66,11 @@ import Testing
         #expect(fixture.count("spin", "after-destroy") == 0)
         #expect(fixture.count("spin", "overlaps") == 0)
         #expect(events.expirations(of: "spin") == [.timeout])
-        // The expiration point of a 300 ms budget is 225 ms in; the job ends soon after.
-        #expect(result.elapsed >= .milliseconds(225))
+        // The expiration point of a 300 ms budget is 225 ms in; the job ends soon
+        // after, or a little before: budget-aware dispatch begins the expiration
+        // early when the next chunk is predicted to pass it, and on a busy machine
+        // a preempted 20 µs chunk can teach it a few milliseconds.
+        #expect(result.elapsed >= .milliseconds(200))
         #expect(result.elapsed < .milliseconds(300))
     }
 

@@ -47,13 +47,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private let clock = MonotonicClock()
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
+    private let onSlotFree: @Sendable () -> Void
     private let control = Mutex(Control())
     private var process: WorkerProcess?
 
     /// - Throws: The refusal of a continuous job the policy does not allow.
     init(
         job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
-        onFinish: @escaping @Sendable (JobResult) -> Void
+        onSlotFree: @escaping @Sendable () -> Void = {}, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous) { throw refusal }
         self.job = job
@@ -61,6 +62,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         self.workers = workers
         self.events = events
         self.onFinish = onFinish
+        self.onSlotFree = onSlotFree
     }
 
     private var policy: GrantPolicy { configuration.policy }
@@ -335,6 +337,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 if endsWithItsWorker && outcome == .terminated && c.deadline.map({ clock.now() >= $0 }) == true {
                     givenUp = true
                 } else if endsWithItsWorker {
+                    // The job's work is over; its worker has a second to exit.
                     lingerCheck = clock.now().advanced(by: Self.exitGrace)
                 } else {
                     finishLocked(&c, outcome: outcome, reason: reason, at: c.reportedAt)
@@ -342,7 +345,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 }
             }
         }
-        if let lingerCheck { arm(at: lingerCheck) { [self] in killLingering() } }
+        if let lingerCheck {
+            arm(at: lingerCheck) { [self] in killLingering() }
+            onSlotFree()
+        }
         if givenUp { killGivenUp() }
         return ended
     }
