@@ -97,6 +97,51 @@ enum Programs {
 
         """
 
+    /// The floor of a scan where each verdict comes from a process that
+    /// loaded that file alone: a child per file `dlopen`s it and looks up the
+    /// entry, twice as many at once as there are cores (as the scanner runs).
+    static let forkPerFile = """
+        #define _GNU_SOURCE
+        #include <dirent.h>
+        #include <dlfcn.h>
+        #include <stdio.h>
+        #include <string.h>
+        #include <sys/wait.h>
+        #include <unistd.h>
+        static int reap(void) {
+            int status;
+            if (wait(&status) < 0) return -1;
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : 0;
+        }
+        int main(int argc, char **argv) {
+            if (argc != 2) return 64;
+            DIR *folder = opendir(argv[1]);
+            if (!folder) return 1;
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            int most = cores > 0 ? 2 * (int)cores : 2, running = 0, loaded = 0;
+            struct dirent *entry;
+            char path[4096];
+            while ((entry = readdir(folder))) {
+                size_t length = strlen(entry->d_name);
+                if (length < 4 || strcmp(entry->d_name + length - 3, ".so") != 0) continue;
+                snprintf(path, sizeof path, "%s/%s", argv[1], entry->d_name);
+                if (running == most) { loaded += reap(); running--; }
+                pid_t child = fork();
+                if (child < 0) return 3;
+                if (child == 0) {
+                    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+                    _exit(handle && dlsym(handle, "curfew_plugin_entry") ? 0 : 2);
+                }
+                running++;
+            }
+            while (running > 0) { loaded += reap(); running--; }
+            closedir(folder);
+            printf("%d\\n", loaded);
+            return 0;
+        }
+
+        """
+
     /// One job, `print`, whose every chunk writes 1 MiB of 1 KiB lines to
     /// stdout; done after the `chunks` parameter's count (default 64).
     static let printPlugin = """
