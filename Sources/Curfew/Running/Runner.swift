@@ -87,7 +87,8 @@ public final class Runner: Sendable {
                 executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
             workers = WorkerSource(
-                pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct)
+                pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
+                jobs: jobs)
         }
         self.state = Mutex(State(results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
     }
@@ -234,11 +235,10 @@ public final class Runner: Sendable {
             func status() -> JobStatus { preconditionFailure("a warm-up job has no status") }
         }
         var running: [Int: any JobExecution] = [:]
-        /// The jobs that count against `maxConcurrentJobs`: a job's slot is
-        /// free once its worker reports its end, before the worker exits.
         var holdingSlots: Set<Int> = []
         running[0] = Idle(job: job)
-        precondition(running.removeValue(forKey: 0) != nil)
+        holdingSlots.insert(0)
+        precondition(running.removeValue(forKey: 0) != nil && holdingSlots.remove(0) != nil)
     }
 
     private enum Admission {
@@ -252,6 +252,7 @@ public final class Runner: Sendable {
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
             elapsed: .zero, reason: reason, progress: nil)
+        workers?.jobEnded(job)
         events.post(.finished(result)) { [self] in record(index, result) }
     }
 
@@ -260,6 +261,7 @@ public final class Runner: Sendable {
             _ = state.running.removeValue(forKey: index)
             state.holdingSlots.remove(index)
         }
+        workers?.jobEnded(jobs[index])
         record(index, result)
         admit()
     }

@@ -22,6 +22,23 @@ extension ProcessTests {
                 == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
         }
 
+        /// A plugin's worker leaves when the last of its jobs ends, not at the
+        /// end of the run: a folder of many plugins does not keep a process each.
+        @Test func aPluginsWorkerLeavesWithItsLastJob() async throws {
+            let folder = Fixtures.temporaryFolder("siblings")
+            for name in ["a", "b", "c"] {
+                let plugin = try Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"sib-\(name)\"", "WAITS=\(name == "c" ? 1 : 0)"])
+                try FileManager.default.copyItem(atPath: plugin, toPath: "\(folder)/\(name).so")
+            }
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", folder, "--isolate", "plugin", "--json", "--jobs", "1", "--budget", "5s"])
+            let events = try OutputEvent.all(in: result.stdout)
+            let last = try #require(events.last { $0.event == "log" }, "\(result.stdout)")
+            #expect(last.job == "sib-c")
+            #expect(last.message == "siblings: 0", "the workers of a and b are gone by the time c runs")
+            #expect(events.filter { $0.event == "finished" }.allSatisfy { $0.outcome == "completed" })
+        }
+
         @Test func aStuckJobDoesNotTakeItsSiblingsDown() async throws {
             // One job's chunk never returns; its worker's own runner gives up on it at the
             // deadline, as in process, and the sibling on the same worker expires cleanly.

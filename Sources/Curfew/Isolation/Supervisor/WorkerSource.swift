@@ -34,7 +34,14 @@ final class WorkerSource: Sendable {
 
     private let pool: WorkerPool
     private let isolation: Isolation
-    private let shared = Mutex<[String: WorkerProcess]>([:])
+    /// Under `--isolate plugin`: each plugin's worker, and how many of the
+    /// run's jobs of that plugin have not ended (its worker leaves at 0).
+    private struct Shared {
+        var workers: [String: WorkerProcess] = [:]
+        var jobsLeft: [String: Int] = [:]
+    }
+
+    private let shared = Mutex(Shared())
     /// The fork server, started on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
     private let spares: Mutex<Spares>
@@ -42,9 +49,14 @@ final class WorkerSource: Sendable {
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
     /// - Parameter expected: How many workers the run will ask for at most.
-    init(pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int) {
+    /// - Parameter jobs: The run's jobs: under `--isolate plugin` a plugin's
+    ///   worker is closed when the last of them ends.
+    init(pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = []) {
         self.pool = pool
         self.isolation = isolation
+        if isolation == .plugin {
+            shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 } }
+        }
         forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
         spares = Mutex(Spares(wanted: expected))
     }
@@ -125,12 +137,29 @@ final class WorkerSource: Sendable {
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
         guard isolation == .plugin else { return try newWorker() }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
-        return try shared.withLock { workers throws(SystemError) -> WorkerProcess in
-            if let live = workers[job.pluginPath], live.isUsable { return live }
+        return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
+            if let live = shared.workers[job.pluginPath], live.isUsable { return live }
             let process = try newWorker()
-            workers[job.pluginPath] = process
+            shared.workers[job.pluginPath] = process
             return process
         }
+    }
+
+    /// One of the run's jobs has ended (or was refused): under `--isolate
+    /// plugin`, the last of a plugin's jobs closes its worker, so a folder
+    /// of many plugins does not keep a process per plugin to the run's end.
+    func jobEnded(_ job: PluginJob) {
+        guard isolation == .plugin else { return }
+        let done = shared.withLock { shared -> WorkerProcess? in
+            guard let left = shared.jobsLeft[job.pluginPath] else { return nil }
+            guard left <= 1 else {
+                shared.jobsLeft[job.pluginPath] = left - 1
+                return nil
+            }
+            shared.jobsLeft[job.pluginPath] = nil
+            return shared.workers.removeValue(forKey: job.pluginPath)
+        }
+        done?.close()
     }
 
     /// The run is over: idle workers exit, shared ones once their jobs end,
@@ -138,9 +167,9 @@ final class WorkerSource: Sendable {
     func close() {
         // Shared workers first (they leave when their jobs are done), then the
         // idle pool, then the fork server, which kills and reaps what is left.
-        shared.withLock { workers in
-            workers.values.forEach { $0.close() }
-            workers.removeAll()
+        shared.withLock { shared in
+            shared.workers.values.forEach { $0.close() }
+            shared.workers.removeAll()
         }
         let unused = spares.withLock { state -> [Spare] in
             state.closed = true
