@@ -165,9 +165,11 @@ extension CurfewMain {
 
     /// Local time: "12-01 08:40:12"; or, with `iso`, UTC in ISO 8601 with milliseconds.
     static func formatTimestamp(_ time: WallTime, iso: Bool) -> String {
-        // Floored, so a time before 1970 (a file says what it likes) still reads right.
-        let millisecond = (time.milliseconds % 1000 + 1000) % 1000
-        var seconds = time_t((time.milliseconds - millisecond) / 1000)
+        // Floored, so a time before 1970 (a file says what it likes) still
+        // reads right; divided before any subtraction, so no value traps.
+        let remainder = time.milliseconds % 1000
+        let millisecond = remainder < 0 ? remainder + 1000 : remainder
+        var seconds = time_t(time.milliseconds / 1000 - (remainder < 0 ? 1 : 0))
         var parts = tm()
         if iso { gmtime_r(&seconds, &parts) } else { localtime_r(&seconds, &parts) }
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }

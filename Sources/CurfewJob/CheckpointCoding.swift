@@ -20,7 +20,8 @@ enum CheckpointEncoding {
             throw .notEncodable("\(error)")
         }
         var text: [UInt8] = []
-        try root.write(to: &text, depth: 0, path: [])
+        var path: [Slot.PathStep] = []
+        try root.write(to: &text, depth: 0, path: &path)
         return text
     }
 
@@ -138,21 +139,25 @@ private final class Slot {
     }
 
     /// Writes the JSON text, refusing what the host's reader would refuse.
-    func write(to text: inout [UInt8], depth: Int, path: [String]) throws(CheckpointError) {
+    /// `path` is where this slot is (the keys and indexes down to it), a
+    /// stack that is put into words only for an error.
+    func write(to text: inout [UInt8], depth: Int, path: inout [PathStep]) throws(CheckpointError) {
         switch content {
-        case .empty, .leaf(.null): text += Array("null".utf8)
-        case .leaf(.bool(let flag)): text += Array((flag ? "true" : "false").utf8)
-        case .leaf(.number(let number)): text += Array(number.utf8)
-        case .leaf(.string(let string)): text += Array(JSONLine.quote(string).utf8)
-        case .leaf: text += Array("null".utf8)  // containers are never leaves
+        case .empty, .leaf(.null): text.append(contentsOf: "null".utf8)
+        case .leaf(.bool(let flag)): text.append(contentsOf: (flag ? "true" : "false").utf8)
+        case .leaf(.number(let number)): text.append(contentsOf: number.utf8)
+        case .leaf(.string(let string)): text.append(contentsOf: JSONLine.quote(string).utf8)
+        case .leaf(.object), .leaf(.array): preconditionFailure("a container is never a leaf")
         case .object(let keys, let members):
             try Self.check(depth: depth, count: keys.count, path: path)
             text.append(UInt8(ascii: "{"))
             for (index, key) in keys.enumerated() {
                 if index > 0 { text.append(UInt8(ascii: ",")) }
-                text += Array(JSONLine.quote(key).utf8)
+                text.append(contentsOf: JSONLine.quote(key).utf8)
                 text.append(UInt8(ascii: ":"))
-                try members[key]!.write(to: &text, depth: depth + 1, path: path + [key])
+                path.append(.key(key))
+                try members[key]!.write(to: &text, depth: depth + 1, path: &path)
+                path.removeLast()
             }
             text.append(UInt8(ascii: "}"))
         case .array(let items):
@@ -160,14 +165,29 @@ private final class Slot {
             text.append(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
                 if index > 0 { text.append(UInt8(ascii: ",")) }
-                try item.write(to: &text, depth: depth + 1, path: path + ["[\(index)]"])
+                path.append(.index(index))
+                try item.write(to: &text, depth: depth + 1, path: &path)
+                path.removeLast()
             }
             text.append(UInt8(ascii: "]"))
         }
     }
 
-    private static func check(depth: Int, count: Int, path: [String]) throws(CheckpointError) {
-        let place = path.isEmpty ? "the value" : path.joined(separator: ".")
+    enum PathStep {
+        case key(String)
+        case index(Int)
+    }
+
+    private static func check(depth: Int, count: Int, path: [PathStep]) throws(CheckpointError) {
+        var place: String {
+            guard !path.isEmpty else { return "the value" }
+            return path.map { step in
+                switch step {
+                case .key(let key): key
+                case .index(let index): "[\(index)]"
+                }
+            }.joined(separator: ".")
+        }
         guard depth < JSONReader.maximumDepth else {
             throw .notEncodable("\(place) nests deeper than \(JSONReader.maximumDepth) levels")
         }

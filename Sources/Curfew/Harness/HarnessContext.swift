@@ -129,8 +129,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             finish(.failed, failure, destroy: true)
         } else if expired {
             let cleanup = job.hooks.expire != nil ? "cleanup ran" : "tasks ended"
-            let why = state.withLock { $0.declined }.map { "\(reason): the next chunk, about \(JobRun.milliseconds($0)), would overrun" }
-            finish(.expired, "\(why ?? reason.description); \(cleanup)", destroy: true)
+            finish(.expired, "\(Reason.expired(reason, declined: state.withLock { $0.declined })); \(cleanup)", destroy: true)
         } else {
             finish(.completed, job.isChunked ? "work done" : "all tasks ended", destroy: true)
         }
@@ -397,7 +396,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             return CURFEW_OK
         } catch {
             record("checkpoint", "refused: \(error.description)")
-            return error.code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE
+            return error.checkpointStatus
         }
     }
 

@@ -348,8 +348,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
         if let failure = c.failure { return (.failed, failure) }
         if let reason = c.expiredBy, c.expireCalled || !job.isChunked {
-            let why = reason == .timeout ? c.declined.map { "\(reason): the next chunk, about \(Self.milliseconds($0)), would overrun" } : nil
-            return (.expired, c.expireCalled ? "\(why ?? reason.description); cleanup ran" : "\(reason); tasks ended")
+            return (.expired, c.expireCalled ? "\(Reason.expired(reason, declined: c.declined)); cleanup ran" : "\(reason); tasks ended")
         }
         return (.completed, job.isChunked ? "work done" : "all tasks ended")
     }
@@ -540,7 +539,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             return CURFEW_OK
         } catch {
             log(.error, "checkpoint not saved: \(error.description)")
-            return error.code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE
+            return error.checkpointStatus
         }
     }
 

@@ -29,6 +29,14 @@ enum Reason {
         cut(name, to: maximumNameBytes)
     }
 
+    /// Why a job expired: `reason`, and for a timeout begun early because
+    /// the next chunk (predicted to take `declined` nanoseconds) would have
+    /// overrun, that chunk.
+    static func expired(_ reason: ExpirationReason, declined: Int64?) -> String {
+        guard reason == .timeout, let declined else { return reason.description }
+        return "\(reason): the next chunk, about \(JobRun.milliseconds(declined)), would overrun"
+    }
+
     /// `reason`, cut to ``maximumBytes`` with an ellipsis.
     static func bounded(_ reason: String) -> String {
         cut(reason, to: maximumBytes)

@@ -66,9 +66,10 @@ public final class Runner: Sendable {
         self.jobs = jobs
         var configuration = configuration
         if let store = configuration.state {
-            // What earlier runs learnt of each job's chunks: its first predictions.
+            // What earlier runs learnt of each job's chunks: its first predictions (one query).
+            let known = (try? store.estimates()) ?? [:]
             for job in jobs where configuration.estimates[job.name] == nil {
-                if let known = try? store.estimate(job: job.name, plugin: StateStore.absolutePath(job.pluginPath)) { configuration.estimates[job.name] = known }
+                configuration.estimates[job.name] = known[EstimateKey(job: job.name, plugin: StateStore.absolutePath(job.pluginPath))]
             }
             recorder = RunRecorder(store: store, isolation: configuration.isolation)
         } else {

@@ -1,3 +1,4 @@
+import CCurfew
 import Synchronization
 
 /// Where a run's checkpoints are kept: the state store in the host, the
@@ -11,6 +12,11 @@ public protocol CheckpointKeeper: Sendable {
 
 extension StateStore: CheckpointKeeper {}
 
+extension CurfewError {
+    /// What `checkpoint_save` returns for a save that failed with this error.
+    var checkpointStatus: curfew_status { code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE }
+}
+
 /// Checkpoints kept in memory for one process's life: `curfew test`'s,
 /// where a job's saves and loads behave as in a run but leave no trace.
 public final class MemoryCheckpoints: CheckpointKeeper {
@@ -21,9 +27,7 @@ public final class MemoryCheckpoints: CheckpointKeeper {
     }
 
     public func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
-        guard bytes.count <= StateStore.maximumCheckpointBytes else {
-            throw CurfewError(.checkpointTooLarge, "a checkpoint of \(bytes.count) bytes is over the limit of \(StateStore.maximumCheckpointBytes) bytes (1 MiB)")
-        }
+        try StateStore.checkSize(bytes.count)
         saved.withLock { $0[job] = bytes.isEmpty ? nil : bytes }
     }
 

@@ -1,3 +1,4 @@
+import CCurfew
 import CSQLite
 import Glibc
 import Synchronization
@@ -19,8 +20,8 @@ public final class StateStore: @unchecked Sendable {
 
     /// The schema this Curfew writes; a store of a higher version is refused.
     public static let schemaVersion = 1
-    /// The largest checkpoint a job may save.
-    public static let maximumCheckpointBytes = 1 << 20
+    /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
+    public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
     public static let defaultRetention = 1000
     /// How long a write waits for another host's before it fails.
@@ -95,11 +96,7 @@ public final class StateStore: @unchecked Sendable {
     /// Saves `bytes` as `job`'s checkpoint, durably (the commit is on disk
     /// when this returns). Zero bytes clear it.
     public func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
-        guard bytes.count <= Self.maximumCheckpointBytes else {
-            throw CurfewError(
-                .checkpointTooLarge,
-                "a checkpoint of \(bytes.count) bytes is over the limit of \(Self.maximumCheckpointBytes) bytes (1 MiB)")
-        }
+        try Self.checkSize(bytes.count)
         try locked { connection throws(CurfewError) in
             try connection.query("PRAGMA synchronous = FULL")
             defer { _ = try? connection.query("PRAGMA synchronous = NORMAL") }
@@ -113,10 +110,30 @@ public final class StateStore: @unchecked Sendable {
         }
     }
 
+    /// Refuses a checkpoint of `count` bytes, over the limit, wherever it is kept.
+    static func checkSize(_ count: Int) throws(CurfewError) {
+        guard count <= maximumCheckpointBytes else {
+            throw CurfewError(
+                .checkpointTooLarge, "a checkpoint of \(count) bytes is over the limit of \(maximumCheckpointBytes) bytes (1 MiB)")
+        }
+    }
+
     /// `job`'s last saved checkpoint, or `nil` when it has none.
+    ///
+    /// - Throws: For one over the limit (the file was written by something
+    ///   else): it is refused unread, not handed to a job whole.
     public func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
         try locked { connection throws(CurfewError) in
-            try connection.query("SELECT data FROM checkpoints WHERE job = ?", [.text(job)]).first?.first?.blob
+            guard let row = try connection.query(
+                "SELECT length(data), CASE WHEN length(data) <= ?2 THEN data END FROM checkpoints WHERE job = ?1",
+                [.text(job), .integer(Int64(Self.maximumCheckpointBytes))]).first
+            else { return nil }
+            guard let bytes = row[1].blob else {
+                throw CurfewError(
+                    .checkpointTooLarge,
+                    "the stored checkpoint of '\(job)' is \(row[0].integer ?? 0) bytes, over the limit of \(Self.maximumCheckpointBytes) bytes (1 MiB)")
+            }
+            return bytes
         }
     }
 
@@ -237,16 +254,26 @@ public final class StateStore: @unchecked Sendable {
 
     // MARK: Estimates
 
+    /// Every estimate the store keeps, by job name and plugin path: read in
+    /// one query when a run starts.
+    public func estimates() throws(CurfewError) -> [EstimateKey: ChunkEstimate] {
+        try locked { connection throws(CurfewError) in
+            var all: [EstimateKey: ChunkEstimate] = [:]
+            for row in try connection.query("SELECT job, plugin_path, mean_ns, deviation_ns, samples FROM estimates") {
+                guard let job = row[0].text, let plugin = row[1].text, let mean = row[2].integer, let deviation = row[3].integer,
+                    let samples = row[4].integer,
+                    let estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
+                else { continue }
+                all[EstimateKey(job: job, plugin: plugin)] = estimate
+            }
+            return all
+        }
+    }
+
     /// What the store knows of how long the chunks of `job`, of the plugin at
     /// `plugin`, take (a job of the same name in another plugin is another job).
     public func estimate(job: String, plugin: String) throws(CurfewError) -> ChunkEstimate? {
-        try locked { connection throws(CurfewError) in
-            guard let row = try connection.query(
-                "SELECT mean_ns, deviation_ns, samples FROM estimates WHERE job = ? AND plugin_path = ?", [.text(job), .text(plugin)]).first,
-                let mean = row[0].integer, let deviation = row[1].integer, let samples = row[2].integer
-            else { return nil }
-            return ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
-        }
+        try estimates()[EstimateKey(job: job, plugin: plugin)]
     }
 
     // MARK: Opening
@@ -338,6 +365,12 @@ public final class StateStore: @unchecked Sendable {
     }
 
     static func wallMilliseconds() -> Int64 { WallTime.now().milliseconds }
+}
+
+/// Whose chunk-time estimate: a job of the same name in another plugin is another job.
+public struct EstimateKey: Hashable, Sendable {
+    public let job: String
+    public let plugin: String
 }
 
 /// A job's saved checkpoint, as `curfew state list` shows it.

@@ -1,4 +1,5 @@
 import Foundation
+import CurfewFormats
 import Testing
 
 @testable import Curfew
@@ -89,6 +90,9 @@ import Testing
     @Test func aCheckpointIsKeptUntilClearedAndTheLimitIsOneMiB() throws {
         let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
         #expect(try store.checkpoint(job: "a") == nil)
+        // One limit: the header's, which a worker's channel message enforces too.
+        #expect(StateStore.maximumCheckpointBytes == 1 << 20)
+        #expect(WorkerMessage.maximumCheckpointBytes == StateStore.maximumCheckpointBytes)
         try store.saveCheckpoint(job: "a", bytes: [1, 2, 3])
         try store.saveCheckpoint(job: "b", bytes: [UInt8](repeating: 7, count: StateStore.maximumCheckpointBytes))
         #expect(try store.checkpoint(job: "a") == [1, 2, 3])
@@ -153,6 +157,29 @@ import Testing
     @Test func aTimeBefore1970IsFormattedNotATrap() {
         #expect(CurfewMain.formatTimestamp(WallTime(milliseconds: -1), iso: true) == "1969-12-31T23:59:59.999Z")
         #expect(CurfewMain.formatTimestamp(WallTime(milliseconds: 1_500), iso: true) == "1970-01-01T00:00:01.500Z")
+        // The extremes a row may hold: formatted, whatever the year reads, never a trap.
+        for extreme in [Int64.min, .max, .min + 1] {
+            #expect(!CurfewMain.formatTimestamp(WallTime(milliseconds: extreme), iso: true).isEmpty)
+            #expect(!CurfewMain.formatTimestamp(WallTime(milliseconds: extreme), iso: false).isEmpty)
+        }
+    }
+
+    /// The store is a file: a checkpoint written into it past the limit (by
+    /// hand, or by another program) is refused when read, not handed to a job
+    /// or a worker's run message whole.
+    @Test func aStoredCheckpointOverTheLimitIsRefusedWhenRead() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let connection = try SQLiteConnection(path: store.path)
+        try connection.query(
+            "INSERT INTO checkpoints (job, data, saved_at) VALUES ('big', zeroblob(?), 0)",
+            [.integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
+        #expect {
+            try store.checkpoint(job: "big")
+        } throws: { error in
+            (error as? CurfewError)?.code == .checkpointTooLarge
+                && (error as? CurfewError)?.description == "the stored checkpoint of 'big' is 1048577 bytes, over the limit of 1048576 bytes (1 MiB)"
+        }
+        #expect(try store.checkpoints().map(\.bytes) == [StateStore.maximumCheckpointBytes + 1], "listed, to be cleared")
     }
 
     @Test func historySinceAWallTime() throws {

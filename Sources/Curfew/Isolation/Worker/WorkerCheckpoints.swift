@@ -40,11 +40,7 @@ final class WorkerCheckpoints: CheckpointKeeper {
     }
 
     func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
-        guard bytes.count <= StateStore.maximumCheckpointBytes else {
-            throw CurfewError(
-                .checkpointTooLarge,
-                "a checkpoint of \(bytes.count) bytes is over the limit of \(StateStore.maximumCheckpointBytes) bytes (1 MiB)")
-        }
+        try StateStore.checkSize(bytes.count)
         let answer = Answer()
         let id = try state.withLock { state throws(CurfewError) -> UInt64 in
             guard !state.hostGone else { throw CurfewError(.stateUnavailable, "the host is gone") }
