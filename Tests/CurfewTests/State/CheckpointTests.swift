@@ -73,6 +73,24 @@ extension ProcessTests {
             #expect(logs(events, "steady").isEmpty)
         }
 
+        /// A checkpoint the store refuses to read (over the limit: written by
+        /// something else) is said in the job's log in every mode, and the
+        /// job starts afresh.
+        @Test(arguments: ["none", "job"])
+        func aStoredCheckpointThatCannotBeReadIsSaid(isolation: String) async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            let store = try StateStore(folder: state)
+            try SQLiteConnection(path: store.path).query(
+                "INSERT INTO checkpoints (job, data, saved_at) VALUES ('resume', zeroblob(?), 0)",
+                [.integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
+            let (_, events, _) = try await curfew(
+                ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json"])
+            let said = logs(events, "resume")
+            #expect(said.contains("checkpoint not loaded: the stored checkpoint of 'resume' is 1048577 bytes, over the limit of 1048576 bytes (1 MiB)"), "\(said)")
+            #expect(said.contains("resumed at 0"))
+        }
+
         @Test(arguments: ["none", "job"])
         func aCheckpointOverTheLimitIsRefusedAndOneAtTheLimitKept(isolation: String) async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")

@@ -161,8 +161,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
         // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
         message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
-        if let saved = try? configuration.checkpoints?.checkpoint(job: job.name) {
-            message.add("checkpoint", Base64.encode(saved))
+        do throws(CurfewError) {
+            if let saved = try configuration.checkpoints?.checkpoint(job: job.name) {
+                message.add("checkpoint", Base64.encode(saved))
+            }
+        } catch {
+            // Said as a job in process says it: its create finds no checkpoint.
+            events.post(.log(job: job.name, level: .error, message: "checkpoint not loaded: \(error.description)"))
         }
         if let estimate = configuration.estimates[job.name] {
             message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
