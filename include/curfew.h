@@ -243,6 +243,19 @@ typedef struct curfew_host {
      * with a buffer that big. `buffer` may be NULL when `capacity` is 0. */
     size_t (*checkpoint_load)(curfew_context *ctx, void *buffer,
                               size_t capacity);
+
+    /* Asks for the job's next run no sooner than `earliest_seconds` from
+     * now, as an iOS app submits a refresh request with an earliest begin
+     * date. `curfew serve` schedules the job then (the operator's config
+     * may set a later time, or disable the job); `curfew run`, a batch,
+     * records nothing. The last call of a run wins; a run that makes none
+     * follows the job's `every` in the config, or runs no more. Returns
+     * CURFEW_OK, or CURFEW_ERROR for a negative, NaN or infinite value, or
+     * one over ten years (the request is logged and dropped), and
+     * CURFEW_UNAVAILABLE once the job is over. Appended in ABI 1: check
+     * `host->struct_size > offsetof(curfew_host, request_next_run)` first. */
+    curfew_status (*request_next_run)(curfew_context *ctx,
+                                      double earliest_seconds);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */

@@ -107,6 +107,9 @@ final class Reporter: Sendable {
             return "\(owner) [\(stream)] \(Untrusted.line(line))"
         case .expiring(let job, let reason):
             return tag("expiring", .yellow) + "\(job): \(reason)"
+        case .nextRunRequested(let job, let delay):
+            guard verbose else { return nil }
+            return tag("next run") + "\(job) asks to run again in \(format(delay))"
         case .finished(let result):
             var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(Untrusted.line(result.reason)))"
             if result.outcome != .refused {
@@ -142,6 +145,11 @@ final class Reporter: Sendable {
             var line = line("expiring")
             line.add("job", job)
             line.add("reason", reason.rawValue)
+            return line.text
+        case .nextRunRequested(let job, let delay):
+            var line = line("next-run")
+            line.add("job", job)
+            line.add("after", delay.seconds)
             return line.text
         case .output(let plugin, let stream, let text):
             var line = line("output")

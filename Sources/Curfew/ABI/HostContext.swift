@@ -51,4 +51,19 @@ class HostContext: @unchecked Sendable {
     func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status { CURFEW_UNAVAILABLE }
     /// The job's last saved checkpoint, `nil` when it has none.
     func loadCheckpoint() -> [UInt8]? { nil }
+    /// Asks for the job's next run `delay` from now (checked by the caller).
+    func requestNextRun(after delay: Duration) -> curfew_status { CURFEW_UNAVAILABLE }
+}
+
+/// `request_next_run`'s argument, checked: plugin code may pass anything.
+enum NextRunRequest {
+    /// The longest delay a job may ask for.
+    static let maximum: Duration = .seconds(10 * 366 * 24 * 3600)
+
+    /// `seconds` as a delay, or `nil` when it is negative, NaN, infinite or over ``maximum``.
+    static func delay(seconds: Double) -> Duration? {
+        guard seconds.isFinite, seconds >= 0, seconds <= Double(maximum.components.seconds) else { return nil }
+        // Whole milliseconds: exact, and a Double this small converts without trapping.
+        return .milliseconds(Int64((seconds * 1000).rounded(.down)))
+    }
 }

@@ -70,6 +70,14 @@ enum HostServices {
                     bytes.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
                 }
                 return size_t(bytes.count)
+            },
+            request_next_run: { context, seconds in
+                guard let run = HostContext.from(context) else { return CURFEW_UNAVAILABLE }
+                guard let delay = NextRunRequest.delay(seconds: seconds) else {
+                    run.log(.error, "next run not requested: \(seconds) seconds is not a delay from 0 to ten years")
+                    return CURFEW_ERROR
+                }
+                return run.requestNextRun(after: delay)
             }
         ))
         return UnsafePointer(table)

@@ -388,6 +388,12 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     override var keepsCheckpoints: Bool { true }
 
+    override func requestNextRun(after delay: Duration) -> curfew_status {
+        guard hostCall("request_next_run") else { return CURFEW_UNAVAILABLE }
+        record("next-run", "asks to run again in \(delay.seconds) s")
+        return CURFEW_OK
+    }
+
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard hostCall("checkpoint_save") else { return CURFEW_UNAVAILABLE }
         do throws(CurfewError) {

@@ -525,6 +525,14 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     override var keepsCheckpoints: Bool { checkpoints != nil }
 
+    override func requestNextRun(after delay: Duration) -> curfew_status {
+        control.withLock { c in
+            guard !c.isOver else { return CURFEW_UNAVAILABLE }
+            events.post(.nextRunRequested(job: job.name, after: delay))
+            return CURFEW_OK
+        }
+    }
+
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard let checkpoints else {
             if !warnedNoState.exchange(true, ordering: .relaxed) {

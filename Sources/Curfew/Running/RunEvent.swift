@@ -80,6 +80,9 @@ public enum RunEvent: Sendable {
     case progress(job: String, Progress)
     /// The job's grant started to expire.
     case expiring(job: String, reason: ExpirationReason)
+    /// The job asked for its next run no sooner than `after` from when it asked
+    /// (`request_next_run`); the last request of a run is the one that counts.
+    case nextRunRequested(job: String, after: Duration)
     /// The job ended. Its last event.
     case finished(JobResult)
     /// A line plugin code wrote to stdout or stderr (`stream`) that no single

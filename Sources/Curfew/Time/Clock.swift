@@ -72,6 +72,16 @@ extension Duration {
         return sum
     }
 
+    /// The duration in whole milliseconds, saturating at `Int64`'s range.
+    public var milliseconds: Int64 {
+        let (seconds, attoseconds) = components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return seconds < 0 ? .min : .max }
+        let (sum, overflow2) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+        if overflow2 { return seconds < 0 ? .min : .max }
+        return sum
+    }
+
     /// The duration in seconds, as a `Double`.
     public var seconds: Double {
         let (seconds, attoseconds) = components

@@ -20,6 +20,9 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The job saves a checkpoint (`data`, at most ``maximumCheckpointBytes``);
     /// the worker waits for the host's `checkpoint-saved` with the same `id`.
     case checkpoint(job: String, id: UInt64, data: [UInt8])
+    /// The job asks for its next run `milliseconds` from now (at most
+    /// ``maximumNextRunMilliseconds``).
+    case nextRun(job: String, time: UInt64?, milliseconds: UInt64)
 
     /// Work done out of work to do, as a job reported it.
     package struct Progress: Equatable, Sendable {
@@ -45,6 +48,8 @@ package enum WorkerMessage: Equatable, Sendable {
     package static let maximumJobNameBytes = 256
     /// The longest reason a `finished` message may carry, in bytes.
     package static let maximumReasonBytes = 64 * 1024
+    /// The longest delay a `next-run` message may ask for: ten years of 366 days.
+    package static let maximumNextRunMilliseconds: UInt64 = 10 * 366 * 24 * 3600 * 1000
     /// The largest checkpoint a message may carry, in bytes (decoded).
     package static let maximumCheckpointBytes = 1 << 20
 
@@ -122,6 +127,11 @@ package enum WorkerMessage: Equatable, Sendable {
             }
             guard let data = Base64.decode(text) else { throw Invalid(reason: "\"data\" is not base64") }
             return .checkpoint(job: job, id: try reader.count("id"), data: data)
+        case "next-run":
+            try reader.only(["type", "job", "t", "ms"])
+            let milliseconds = try reader.count("ms")
+            guard milliseconds <= maximumNextRunMilliseconds else { throw Invalid(reason: "a next run more than ten years away") }
+            return .nextRun(job: job, time: time, milliseconds: milliseconds)
         default:
             throw Invalid(reason: "unknown type \(quoted(type))")
         }
@@ -181,7 +191,8 @@ extension WorkerMessage {
         switch self {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
-            .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _):
+            .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _),
+            .nextRun(let job, _, _):
             job
         }
     }

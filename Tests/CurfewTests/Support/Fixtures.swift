@@ -312,6 +312,8 @@ struct OutputEvent: Decodable {
     let elapsed: Double?
     let code: String?
     let message: String?
+    /// A `next-run` event's delay, in seconds.
+    let after: Double?
 
     /// Every line of `text`, decoded.
     static func all(in text: String) throws -> [OutputEvent] {

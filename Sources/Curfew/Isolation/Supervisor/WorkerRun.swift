@@ -330,6 +330,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 let reason = ExpirationReason(rawValue: reason) ?? .timeout
                 if c.expiredBy == nil { c.expiredBy = reason }
                 events.post(.expiring(job: job.name, reason: reason), at: reportedTime(t, c))
+            case .nextRun(_, let t, let milliseconds):
+                // Bounded by the decoder: ten years of milliseconds fits an Int64.
+                events.post(.nextRunRequested(job: job.name, after: .milliseconds(Int64(milliseconds))), at: reportedTime(t, c))
             case .finished(_, let t, let outcome, let reason, let chunks, let progress):
                 guard c.reported == nil else { return }
                 c.chunks = chunks

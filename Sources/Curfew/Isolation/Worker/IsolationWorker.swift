@@ -153,6 +153,10 @@ public enum IsolationWorker {
             line = JSONLine("type", "expiring")
             line.add("job", job)
             line.add("reason", reason.rawValue)
+        case .nextRunRequested(let job, let delay):
+            line = JSONLine("type", "next-run")
+            line.add("job", job)
+            line.add("ms", delay.milliseconds)
         case .finished(let result):
             line = finishedLine(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
             line.add("t", Int64(clamping: time.nanoseconds))
