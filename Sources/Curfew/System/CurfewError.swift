@@ -42,6 +42,8 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let stateBusy = Code(rawValue: "state-busy")
         public static let stateTooNew = Code(rawValue: "state-too-new")
         public static let checkpointTooLarge = Code(rawValue: "checkpoint-too-large")
+        // `curfew serve`.
+        public static let badConfig = Code(rawValue: "bad-config")
     }
 
     public let code: Code

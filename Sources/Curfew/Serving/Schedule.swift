@@ -1,0 +1,226 @@
+/// When each job of `curfew serve` runs next: the job's own requests, the
+/// operator's policy, retries with backoff, catch-up after a restart and
+/// one instance of a job at a time.
+///
+/// A value with no clock and no timer: every call is given the wall time,
+/// so tests step it by hand and a year of schedules runs in microseconds.
+/// The server persists ``Entry/nextRun`` so that a restart keeps it.
+public struct Schedule: Sendable {
+    public struct Entry: Sendable, Equatable {
+        public var policy: JobPolicy
+        public let isContinuous: Bool
+        /// When the job runs next; `nil`: not until asked (`curfew ctl run`).
+        public var nextRun: WallTime?
+        /// The slot of a job with `every`, before jitter: slots come every
+        /// `every` from the first, whatever the runs take.
+        public var slot: WallTime?
+        public var isRunning = false
+        /// Failed runs in a row (the retry count).
+        public var failures = 0
+        /// Paused by the operator: it runs only when asked.
+        public var isPaused = false
+        /// Runs that came due while the last was still going.
+        public var skipped = 0
+        public var lastOutcome: Outcome?
+        public var lastEnded: WallTime?
+        /// When the running run began.
+        public var runningSince: WallTime?
+    }
+
+    /// What a run that came due became.
+    public enum Due: Sendable, Equatable {
+        case start(String)
+        /// Still running from the last time: skipped and recorded.
+        case skip(String)
+    }
+
+    public private(set) var entries: [String: Entry] = [:]
+    private var random: SplitMix64
+
+    /// - Parameter seed: Seeds the jitter; tests give a fixed one.
+    public init(seed: UInt64) {
+        random = SplitMix64(seed: seed)
+    }
+
+    /// Adds a job, or updates the policy of one known already. A new job's
+    /// first run is `persisted` when the store remembers one (at once when
+    /// that time has passed: a schedule missed while the host was down runs
+    /// once, not once per missed slot), else now; never sooner than its
+    /// `earliest_begin` after `now`, plus jitter.
+    public mutating func add(job: String, policy: JobPolicy, isContinuous: Bool, persisted: WallTime?, now: WallTime) {
+        if var entry = entries[job] {
+            entry.policy = policy
+            entries[job] = entry
+            return
+        }
+        var entry = Entry(policy: policy, isContinuous: isContinuous)
+        let earliest = now.later(by: policy.earliestBegin ?? .zero)
+        let first = max(persisted ?? earliest, earliest)
+        entry.slot = policy.every == nil ? nil : first
+        entry.nextRun = first.later(by: jitter(policy))
+        entries[job] = entry
+    }
+
+    public mutating func remove(job: String) {
+        entries[job] = nil
+    }
+
+    /// The earliest next run of a job that may start, for the server's timer.
+    public var nextWake: WallTime? {
+        entries.values.filter { $0.policy.enabled != false && !$0.isPaused }.compactMap(\.nextRun).min()
+    }
+
+    /// The runs due at `now`, in name order: to start, or to skip because
+    /// the last run of that job is still going. Either way a job with
+    /// `every` moves on to its first slot after `now` (slots missed meanwhile
+    /// are not made up one by one); one without waits for the run's end.
+    public mutating func takeDue(now: WallTime) -> [Due] {
+        var due: [Due] = []
+        for name in entries.keys.sorted() {
+            guard var entry = entries[name], entry.policy.enabled != false, !entry.isPaused,
+                let next = entry.nextRun, next <= now
+            else { continue }
+            if entry.isRunning {
+                entry.skipped += 1
+                due.append(.skip(name))
+            } else {
+                entry.isRunning = true
+                entry.runningSince = now
+                due.append(.start(name))
+            }
+            advanceSlot(&entry, now: now)
+            entries[name] = entry
+        }
+        return due
+    }
+
+    /// Moves a job with `every` to its first slot after `now` (with jitter);
+    /// one without has no next run until its run ends.
+    private mutating func advanceSlot(_ entry: inout Entry, now: WallTime) {
+        guard let every = entry.policy.every, every > .zero else {
+            entry.slot = nil
+            entry.nextRun = nil
+            return
+        }
+        let step = max(every.milliseconds, 1)
+        let slot = entry.slot ?? now
+        // A retry run between slots leaves the slots as they are.
+        if slot > now {
+            entry.nextRun = slot.later(by: jitter(entry.policy))
+            return
+        }
+        let behind = max(0, now.milliseconds &- slot.milliseconds)
+        let slots = behind / step + 1
+        let (span, overflow) = slots.multipliedReportingOverflow(by: step)
+        entry.slot = overflow ? WallTime(milliseconds: .max) : slot.later(by: .milliseconds(span))
+        entry.nextRun = entry.slot!.later(by: jitter(entry.policy))
+    }
+
+    /// Starts `job` now whatever its schedule (`curfew ctl run`), unless it
+    /// is running: returns whether it started.
+    public mutating func startNow(job: String, now: WallTime) -> Bool {
+        guard var entry = entries[job], !entry.isRunning else { return false }
+        entry.isRunning = true
+        entry.runningSince = now
+        if entry.slot == nil { entry.nextRun = nil }
+        entries[job] = entry
+        return true
+    }
+
+    /// Records a run's end and returns the job's next run:
+    /// - failed, crashed or terminated: retried with backoff while the
+    ///   policy's attempts last, then back on its schedule;
+    /// - completed or expired (not a failure: the next run resumes from the
+    ///   checkpoint): the later of its next `every` slot and the time the
+    ///   job asked for (`request_next_run`), whichever it has;
+    /// - a continuous job that ends for any reason but a stop is restarted
+    ///   with backoff, its failures forgotten once it ran a `maximumDelay`;
+    /// - refused (the host was stopping), or a stop: as completed.
+    @discardableResult
+    public mutating func finished(
+        job: String, outcome: Outcome, requested: Duration?, stopped: Bool = false, now: WallTime
+    ) -> WallTime? {
+        guard var entry = entries[job] else { return nil }
+        entry.isRunning = false
+        entry.lastOutcome = outcome
+        entry.lastEnded = now
+        let retry = entry.policy.retry ?? .standard
+        defer {
+            entry.runningSince = nil
+            entries[job] = entry
+        }
+        if entry.isContinuous && !stopped {
+            let ranLong = entry.runningSince.map { now.milliseconds &- $0.milliseconds >= retry.maximumDelay.milliseconds } ?? false
+            entry.failures = ranLong ? 1 : entry.failures + 1
+            entry.nextRun = now.later(by: backoff(retry, attempt: entry.failures))
+            return entry.nextRun
+        }
+        let isFailure = outcome == .failed || outcome == .crashed || outcome == .terminated
+        if isFailure && !stopped && entry.failures < retry.attempts {
+            entry.failures += 1
+            entry.nextRun = now.later(by: backoff(retry, attempt: entry.failures))
+            return entry.nextRun
+        }
+        entry.failures = 0
+        if let slot = entry.slot, slot <= now { advanceSlot(&entry, now: now) }
+        let scheduled = entry.slot == nil ? nil : entry.nextRun
+        let asked = requested.map { now.later(by: $0).later(by: jitter(entry.policy)) }
+        entry.nextRun =
+            switch (asked, scheduled) {
+            case (let asked?, let scheduled?): max(asked, scheduled)
+            case (let asked?, nil): asked
+            case (nil, let scheduled): scheduled
+            }
+        return entry.nextRun
+    }
+
+    public mutating func setPaused(job: String, _ paused: Bool) -> Bool {
+        guard entries[job] != nil else { return false }
+        entries[job]!.isPaused = paused
+        return true
+    }
+
+    /// A wait between half of retry `attempt`'s ceiling and all of it.
+    private mutating func backoff(_ retry: RetryPolicy, attempt: Int) -> Duration {
+        let ceiling = retry.ceiling(attempt: attempt).milliseconds
+        let half = ceiling / 2
+        return .milliseconds(half + Int64(random.next(upTo: UInt64(ceiling - half))))
+    }
+
+    /// From zero to the policy's jitter.
+    private mutating func jitter(_ policy: JobPolicy) -> Duration {
+        guard let jitter = policy.jitter, jitter > .zero else { return .zero }
+        return .milliseconds(Int64(random.next(upTo: UInt64(jitter.milliseconds))))
+    }
+}
+
+/// A small, fast, seedable generator (Steele, Lea and Flood's SplitMix64):
+/// jitter needs spread, not secrecy, and tests need it repeatable.
+struct SplitMix64: Sendable {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A value from 0 to `bound`, both included.
+    mutating func next(upTo bound: UInt64) -> UInt64 {
+        guard bound > 0 else { return 0 }
+        guard bound < .max else { return next() }
+        return next() % (bound + 1)
+    }
+}
+
+extension WallTime {
+    /// `duration` later, saturating.
+    public func later(by duration: Duration) -> WallTime {
+        let (value, overflow) = milliseconds.addingReportingOverflow(duration.milliseconds)
+        return WallTime(milliseconds: overflow ? (duration > .zero ? .max : .min) : value)
+    }
+}

@@ -1,0 +1,286 @@
+import CurfewFormats
+import Glibc
+
+/// How `curfew serve` runs one job: its schedule, its grant, its worker and
+/// what to do when it fails. Every field is optional in the config file; a
+/// field left out takes the `defaults` entry's value, then the host's.
+public struct JobPolicy: Sendable, Equatable {
+    /// Run again this long after each run ends (the later of this and the
+    /// job's own `request_next_run`, when it asks); `nil`: only when asked.
+    public var every: Duration?
+    /// The first run comes no sooner than this after the host starts (or
+    /// the job appears in the folder).
+    public var earliestBegin: Duration?
+    /// Each scheduled run moves a random amount from zero to this later, so
+    /// that jobs of many hosts do not all start at once.
+    public var jitter: Duration?
+    public var budget: Duration?
+    public var grace: Duration?
+    /// Parameters for this job only, over the host's `--param` values.
+    public var parameters: [String: String] = [:]
+    public var isolation: Isolation?
+    public var limits = ResourceLimits()
+    public var retry: RetryPolicy?
+    public var enabled: Bool?
+
+    public init() {}
+
+    /// This policy with every field it leaves out taken from `base`.
+    public func over(_ base: JobPolicy) -> JobPolicy {
+        var merged = self
+        merged.every = every ?? base.every
+        merged.earliestBegin = earliestBegin ?? base.earliestBegin
+        merged.jitter = jitter ?? base.jitter
+        merged.budget = budget ?? base.budget
+        merged.grace = grace ?? base.grace
+        merged.parameters = base.parameters.merging(parameters) { _, own in own }
+        merged.isolation = isolation ?? base.isolation
+        merged.limits = ResourceLimits(
+            memoryBytes: limits.memoryBytes ?? base.limits.memoryBytes, cpuSeconds: limits.cpuSeconds ?? base.limits.cpuSeconds,
+            openFiles: limits.openFiles ?? base.limits.openFiles)
+        merged.retry = retry ?? base.retry
+        merged.enabled = enabled ?? base.enabled
+        return merged
+    }
+}
+
+/// How a job that fails, crashes or is terminated is tried again: after
+/// `delay`, doubling each time up to `maximumDelay`, at most `attempts`
+/// times in a row; each wait is drawn between half of that and all of it
+/// (jitter, so that many failing jobs do not retry in step).
+public struct RetryPolicy: Sendable, Equatable {
+    public var attempts: Int
+    public var delay: Duration
+    public var maximumDelay: Duration
+
+    public static let standard = RetryPolicy(attempts: 3, delay: .seconds(1), maximumDelay: .seconds(300))
+
+    public init(attempts: Int, delay: Duration, maximumDelay: Duration) {
+        self.attempts = attempts
+        self.delay = delay
+        self.maximumDelay = maximumDelay
+    }
+
+    /// The longest wait before retry number `attempt` (1 for the first).
+    public func ceiling(attempt: Int) -> Duration {
+        var wait = delay
+        var step = 1
+        while step < attempt && wait < maximumDelay {
+            wait = wait * 2
+            step += 1
+        }
+        return min(wait, maximumDelay)
+    }
+}
+
+/// The operator's `--config` file: JSON, an object with `defaults` (a
+/// policy for every job) and `jobs` (a policy per job name), both optional.
+///
+/// ```json
+/// {"defaults": {"budget": "30s"},
+///  "jobs": {"tally": {"every": "5s", "jitter": "1s", "params": {"next": "3"},
+///                     "retry": {"attempts": 5, "delay": "2s", "max_delay": "1m"}}}}
+/// ```
+///
+/// Every key is checked: an unknown one is an error that names the file,
+/// the job and the key, so a misspelt `evry` does not silently do nothing.
+public struct ServeConfig: Sendable, Equatable {
+    public var defaults = JobPolicy()
+    public var jobs: [String: JobPolicy] = [:]
+
+    /// The largest config file read, in bytes.
+    public static let maximumBytes = 1 << 20
+
+    public init() {}
+
+    /// The policy for `job`: its entry over the defaults.
+    public func policy(for job: String) -> JobPolicy {
+        (jobs[job] ?? JobPolicy()).over(defaults)
+    }
+
+    /// Reads and checks the file at `path`.
+    public static func load(path: String) throws(CurfewError) -> ServeConfig {
+        let bytes: [UInt8]
+        do throws(SystemError) {
+            bytes = try Syscalls.readFile(path, limit: maximumBytes)
+        } catch {
+            throw CurfewError(.unreadable, "\(path): cannot be read: \(error.message)")
+        }
+        return try parse(bytes, file: path)
+    }
+
+    /// Checks `bytes` as a config file named `file` in errors.
+    public static func parse(_ bytes: [UInt8], file: String) throws(CurfewError) -> ServeConfig {
+        let value: JSONValue
+        do throws(JSONSyntaxError) {
+            value = try JSONReader.parse(bytes)
+        } catch {
+            throw CurfewError(.badConfig, "\(file): line \(error.line), column \(error.column): \(error.message)")
+        }
+        guard case .object(let members) = value else {
+            throw CurfewError(.badConfig, "\(file): the config must be a JSON object, not \(value.kind)")
+        }
+        var config = ServeConfig()
+        for (key, member) in members {
+            switch key {
+            case "defaults":
+                config.defaults = try JobPolicy(member, at: PolicyPlace(file: file, job: nil))
+            case "jobs":
+                guard case .object(let entries) = member else {
+                    throw CurfewError(.badConfig, "\(file): \"jobs\" must be an object of job names, not \(member.kind)")
+                }
+                for (name, entry) in entries {
+                    guard JobNaming.isValidName(name) else {
+                        throw CurfewError(.badConfig, "\(file): \(quote(name)) in \"jobs\" is not a job name (1 to 64 of a-z, 0-9, '.', '_', '-')")
+                    }
+                    config.jobs[name] = try JobPolicy(entry, at: PolicyPlace(file: file, job: name))
+                }
+            default:
+                throw CurfewError(.badConfig, "\(file): unknown key \(quote(key)) (the config has \"defaults\" and \"jobs\")")
+            }
+        }
+        return config
+    }
+}
+
+/// Where a policy is in the config, for its errors.
+struct PolicyPlace {
+    let file: String
+    let job: String?
+
+    func error(_ key: String, _ problem: String) -> CurfewError {
+        let owner = job.map { "job '\($0)'" } ?? "defaults"
+        return CurfewError(.badConfig, "\(file): \(owner): \(quote(key)): \(problem)")
+    }
+}
+
+extension JobPolicy {
+    /// The keys a policy may have.
+    static let keys = [
+        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled",
+    ]
+
+    init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
+        self.init()
+        guard case .object(let members) = value else {
+            throw CurfewError(.badConfig, "\(place.file): \(place.job.map { "job '\($0)'" } ?? "defaults") must be an object, not \(value.kind)")
+        }
+        // The reader has refused a key given twice.
+        for (key, member) in members {
+            switch key {
+            case "every":
+                let every = try Self.duration(member, key, place)
+                guard every >= .milliseconds(100) else { throw place.error(key, "must be at least 100ms") }
+                self.every = every
+            case "earliest_begin": earliestBegin = try Self.duration(member, key, place)
+            case "jitter": jitter = try Self.duration(member, key, place)
+            case "budget":
+                let budget = try Self.duration(member, key, place)
+                guard budget > .zero else { throw place.error(key, "must be positive") }
+                self.budget = budget
+            case "grace":
+                let grace = try Self.duration(member, key, place)
+                guard grace > .zero else { throw place.error(key, "must be positive") }
+                self.grace = grace
+            case "params":
+                guard case .object(let pairs) = member else { throw place.error(key, "must be an object of strings, not \(member.kind)") }
+                for (name, text) in pairs {
+                    guard let text = text.stringValue else { throw place.error(key, "\(quote(name)) must be a string, not \(text.kind)") }
+                    guard !name.isEmpty, !name.utf8.contains(0), !text.utf8.contains(0) else {
+                        throw place.error(key, "a parameter's name must not be empty, and neither may hold a NUL byte")
+                    }
+                    parameters[name] = text
+                }
+            case "isolate":
+                guard let text = member.stringValue, let isolation = Isolation(rawValue: text) else {
+                    throw place.error(key, "must be \"none\", \"plugin\" or \"job\"")
+                }
+                self.isolation = isolation
+            case "limits": limits = try Self.limits(member, place)
+            case "retry": retry = try Self.retry(member, place)
+            case "enabled":
+                guard case .bool(let flag) = member else { throw place.error(key, "must be true or false, not \(member.kind)") }
+                enabled = flag
+            default:
+                throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
+            }
+        }
+        if let budget, let grace, grace >= budget {
+            throw place.error("grace", "must be shorter than the budget")
+        }
+    }
+
+    /// A duration: a string such as "1m30s" or a number of seconds.
+    static func duration(_ value: JSONValue, _ key: String, _ place: PolicyPlace) throws(CurfewError) -> Duration {
+        let text: String
+        switch value {
+        case .string(let string): text = string
+        case .number(let digits): text = digits
+        default: throw place.error(key, "must be a duration such as \"30s\" or \"1m30s\", not \(value.kind)")
+        }
+        guard let duration = Quantities.duration(text) else {
+            throw place.error(key, "\(quote(text)) is not a duration such as \"500ms\", \"30s\" or \"1h\"")
+        }
+        return duration
+    }
+
+    static func limits(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> ResourceLimits {
+        guard case .object(let members) = value else { throw place.error("limits", "must be an object, not \(value.kind)") }
+        var limits = ResourceLimits()
+        for (key, member) in members {
+            let where_ = "limits." + key
+            switch key {
+            case "memory":
+                guard let text = member.stringValue, let bytes = Quantities.size(text), bytes >= ResourceLimits.minimumMemoryBytes else {
+                    throw place.error(where_, "must be a size of at least \(ResourceLimits.minimumMemoryBytes >> 20)MiB, such as \"512MiB\"")
+                }
+                limits.memoryBytes = bytes
+            case "cpu_time":
+                let cpu = try duration(member, where_, place)
+                guard cpu >= .seconds(1) else { throw place.error(where_, "must be at least 1s") }
+                limits.cpuSeconds = UInt64(cpu.components.seconds) + (cpu.components.attoseconds > 0 ? 1 : 0)
+            case "open_files":
+                let ceiling = ResourceLimits.maximumOpenFiles
+                guard let count = member.integerValue, count >= 16, UInt64(count) <= ceiling else {
+                    throw place.error(where_, "must be a whole number from 16 to \(ceiling)")
+                }
+                limits.openFiles = UInt64(count)
+            default:
+                throw place.error(where_, "unknown key (limits are \"memory\", \"cpu_time\" and \"open_files\")")
+            }
+        }
+        return limits
+    }
+
+    static func retry(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> RetryPolicy {
+        guard case .object(let members) = value else { throw place.error("retry", "must be an object, not \(value.kind)") }
+        var retry = RetryPolicy.standard
+        for (key, member) in members {
+            let where_ = "retry." + key
+            switch key {
+            case "attempts":
+                guard let count = member.integerValue, (0...1000).contains(count) else {
+                    throw place.error(where_, "must be a whole number from 0 to 1000")
+                }
+                retry.attempts = Int(count)
+            case "delay":
+                retry.delay = try duration(member, where_, place)
+                guard retry.delay >= .milliseconds(10) else { throw place.error(where_, "must be at least 10ms") }
+            case "max_delay":
+                retry.maximumDelay = try duration(member, where_, place)
+            default:
+                throw place.error(where_, "unknown key (retry has \"attempts\", \"delay\" and \"max_delay\")")
+            }
+        }
+        guard retry.maximumDelay >= retry.delay else {
+            throw place.error("retry.max_delay", "must be at least the delay")
+        }
+        return retry
+    }
+}
+
+/// `text` in double quotes, cut to 64 bytes: a config's keys and values are
+/// the operator's, but may be anything.
+private func quote(_ text: String) -> String {
+    "\"" + Reason.cut(text, to: 64) + "\""
+}

@@ -1,0 +1,165 @@
+import Testing
+
+@testable import Curfew
+
+/// `curfew serve`'s schedules on a hand-stepped wall clock: no test waits.
+@Suite struct ScheduleTests {
+    let start = WallTime(milliseconds: 1_000_000)
+
+    func at(_ seconds: Double) -> WallTime { start.later(by: .milliseconds(Int64(seconds * 1000))) }
+
+    func policy(every: Duration? = nil, jitter: Duration? = nil, earliest: Duration? = nil, retry: RetryPolicy? = nil) -> JobPolicy {
+        var policy = JobPolicy()
+        policy.every = every
+        policy.jitter = jitter
+        policy.earliestBegin = earliest
+        policy.retry = retry
+        return policy
+    }
+
+    @Test func aJobWithEveryRunsOnEachSlotFromTheFirst() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "a", policy: policy(every: .seconds(10)), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("a")], "a new job runs at once")
+        #expect(schedule.takeDue(now: at(1)).isEmpty, "one instance at a time, and nothing is due yet")
+        // The run took 3 s: the next slot is still 10 s after the first, not after the end.
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(3)) == at(10))
+        #expect(schedule.takeDue(now: at(9.999)).isEmpty)
+        #expect(schedule.takeDue(now: at(10)) == [.start("a")])
+        #expect(schedule.nextWake == at(20))
+    }
+
+    @Test func aRunThatComesDueWhileTheLastGoesOnIsSkippedAndRecorded() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "slow", policy: policy(every: .seconds(2)), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("slow")])
+        #expect(schedule.takeDue(now: at(2)) == [.skip("slow")])
+        #expect(schedule.takeDue(now: at(4)) == [.skip("slow")])
+        #expect(schedule.entries["slow"]?.skipped == 2)
+        #expect(schedule.finished(job: "slow", outcome: .completed, requested: nil, now: at(5)) == at(6))
+        #expect(schedule.takeDue(now: at(6)) == [.start("slow")])
+    }
+
+    @Test func aJobsOwnRequestSetsItsNextRunOrTheLaterOfItAndEvery() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "asks", policy: policy(), isContinuous: false, persisted: nil, now: start)
+        schedule.add(job: "both", policy: policy(every: .seconds(60)), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("asks"), .start("both")])
+        #expect(schedule.finished(job: "asks", outcome: .completed, requested: .seconds(30), now: at(1)) == at(31))
+        // The operator's every is a floor: a job cannot ask to run more often.
+        #expect(schedule.finished(job: "both", outcome: .expired, requested: .seconds(5), now: at(1)) == at(60))
+        #expect(schedule.takeDue(now: at(60)) == [.start("asks"), .start("both")])
+        #expect(schedule.finished(job: "both", outcome: .completed, requested: .seconds(500), now: at(61)) == at(561))
+        // No request and no every: it runs no more until asked.
+        #expect(schedule.finished(job: "asks", outcome: .completed, requested: nil, now: at(61)) == nil)
+        #expect(schedule.nextWake == at(561))
+    }
+
+    @Test func earliestBeginHoldsTheFirstRunBack() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "late", policy: policy(every: .seconds(5), earliest: .seconds(30)), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.nextWake == at(30))
+        #expect(schedule.takeDue(now: at(29)).isEmpty)
+        #expect(schedule.takeDue(now: at(30)) == [.start("late")])
+    }
+
+    @Test func jitterStaysWithinItsBoundsAndSpreads() {
+        var seen = Set<Int64>()
+        for seed in 0..<200 as Range<UInt64> {
+            var schedule = Schedule(seed: seed)
+            schedule.add(job: "j", policy: policy(every: .seconds(10), jitter: .seconds(2)), isContinuous: false, persisted: nil, now: start)
+            let first = schedule.nextWake!.milliseconds - start.milliseconds
+            #expect((0...2000).contains(first))
+            _ = schedule.takeDue(now: schedule.nextWake!)
+            // Jitter moves each run, never the slots: no drift.
+            let second = schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(1))!.milliseconds - start.milliseconds
+            #expect((10_000...12_000).contains(second))
+            seen.insert(first / 100)
+        }
+        #expect(seen.count > 15, "200 seeds spread over the 2 s")
+    }
+
+    @Test func aScheduleMissedWhileTheHostWasDownRunsOnceAtStart() {
+        var schedule = Schedule(seed: 1)
+        // The store says the next run was an hour ago: 360 slots of 10 s were missed.
+        schedule.add(job: "a", policy: policy(every: .seconds(10)), isContinuous: false, persisted: at(-3600), now: start)
+        schedule.add(job: "future", policy: policy(every: .seconds(10)), isContinuous: false, persisted: at(7), now: start)
+        #expect(schedule.takeDue(now: start) == [.start("a")], "once, not once per missed slot")
+        #expect(schedule.takeDue(now: at(0.5)).isEmpty)
+        #expect(schedule.entries["a"]?.nextRun == at(10))
+        #expect(schedule.entries["future"]?.nextRun == at(7), "a time still to come is kept")
+    }
+
+    @Test func failuresRetryWithExponentialBackoffThenGoBackToTheSchedule() {
+        let retry = RetryPolicy(attempts: 3, delay: .seconds(1), maximumDelay: .seconds(3))
+        var schedule = Schedule(seed: 7)
+        schedule.add(job: "f", policy: policy(every: .seconds(60), retry: retry), isContinuous: false, persisted: nil, now: start)
+        var now = start
+        var waits: [Int64] = []
+        for outcome in [Outcome.failed, .crashed, .terminated] {
+            #expect(schedule.takeDue(now: now) == [.start("f")])
+            let next = schedule.finished(job: "f", outcome: outcome, requested: nil, now: now)!
+            waits.append(next.milliseconds - now.milliseconds)
+            now = next
+        }
+        // Each wait is between half its ceiling (1 s, 2 s, then 3 s: capped) and all of it.
+        #expect((500...1000).contains(waits[0]) && (1000...2000).contains(waits[1]) && (1500...3000).contains(waits[2]), "\(waits)")
+        #expect(schedule.entries["f"]?.failures == 3)
+        // Attempts spent: the next failure waits for the schedule's next slot.
+        #expect(schedule.takeDue(now: now) == [.start("f")])
+        #expect(schedule.finished(job: "f", outcome: .failed, requested: nil, now: now) == at(60))
+        #expect(schedule.entries["f"]?.failures == 0)
+    }
+
+    @Test func expiringIsNotAFailure() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "e", policy: policy(every: .seconds(5)), isContinuous: false, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        #expect(schedule.finished(job: "e", outcome: .expired, requested: nil, now: at(1)) == at(5))
+        #expect(schedule.entries["e"]?.failures == 0)
+    }
+
+    @Test func aContinuousJobIsRestartedWithBackoffUnlessTheHostStopped() {
+        let retry = RetryPolicy(attempts: 3, delay: .seconds(1), maximumDelay: .seconds(8))
+        var schedule = Schedule(seed: 3)
+        schedule.add(job: "c", policy: policy(retry: retry), isContinuous: true, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        let first = schedule.finished(job: "c", outcome: .completed, requested: nil, now: at(1))!
+        #expect((500...1000).contains(first.milliseconds - at(1).milliseconds))
+        _ = schedule.takeDue(now: first)
+        let second = schedule.finished(job: "c", outcome: .crashed, requested: nil, now: first)!
+        #expect((1000...2000).contains(second.milliseconds - first.milliseconds))
+        // A run that lasted the longest delay forgets earlier failures.
+        _ = schedule.takeDue(now: second)
+        let later = second.later(by: .seconds(9))
+        let third = schedule.finished(job: "c", outcome: .crashed, requested: nil, now: later)!
+        #expect((500...1000).contains(third.milliseconds - later.milliseconds))
+        _ = schedule.takeDue(now: third)
+        #expect(schedule.finished(job: "c", outcome: .expired, requested: nil, stopped: true, now: third) == nil)
+    }
+
+    @Test func pausedAndDisabledJobsDoNotRunButCanBeStartedByHand() {
+        var schedule = Schedule(seed: 1)
+        var off = policy(every: .seconds(1))
+        off.enabled = false
+        schedule.add(job: "off", policy: off, isContinuous: false, persisted: nil, now: start)
+        schedule.add(job: "p", policy: policy(every: .seconds(1)), isContinuous: false, persisted: nil, now: start)
+        let paused = schedule.setPaused(job: "p", true)
+        #expect(paused)
+        #expect(schedule.takeDue(now: at(5)).isEmpty)
+        #expect(schedule.nextWake == nil)
+        let started = schedule.startNow(job: "p", now: at(5))
+        let again = schedule.startNow(job: "p", now: at(5))
+        let unknown = schedule.startNow(job: "nobody", now: at(5))
+        #expect(started)
+        #expect(!again, "one instance at a time")
+        #expect(!unknown)
+    }
+
+    @Test func retryCeilingsDoubleUpToTheMaximumWithoutOverflow() {
+        let retry = RetryPolicy(attempts: 1000, delay: .seconds(1), maximumDelay: .seconds(100))
+        #expect(retry.ceiling(attempt: 1) == .seconds(1))
+        #expect(retry.ceiling(attempt: 4) == .seconds(8))
+        #expect(retry.ceiling(attempt: 1000) == .seconds(100))
+    }
+}
