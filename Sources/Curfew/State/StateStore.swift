@@ -19,7 +19,7 @@ public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
     /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
     public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
@@ -158,6 +158,35 @@ public final class StateStore: @unchecked Sendable {
                 try connection.query("DELETE FROM checkpoints")
             }
             return connection.changes
+        }
+    }
+
+    // MARK: Schedules
+
+    /// Keeps `job`'s schedule: its next run (`nil`: none until asked), its
+    /// failures in a row and the runs skipped because it was still running.
+    public func saveSchedule(_ schedule: ScheduleRecord) throws(CurfewError) {
+        try locked { connection throws(CurfewError) in
+            try connection.query(
+                "INSERT OR REPLACE INTO schedules (job, next_run, failures, skipped, updated_at) VALUES (?, ?, ?, ?, ?)",
+                [.text(schedule.job), schedule.nextRun.map { .integer($0.milliseconds) } ?? .null,
+                 .integer(Int64(schedule.failures)), .integer(Int64(schedule.skipped)), .integer(Self.wallMilliseconds())])
+        }
+    }
+
+    /// Every job's kept schedule, by name.
+    public func schedules() throws(CurfewError) -> [String: ScheduleRecord] {
+        try locked { connection throws(CurfewError) in
+            var records: [String: ScheduleRecord] = [:]
+            for row in try connection.query("SELECT job, next_run, failures, skipped FROM schedules") {
+                // Outside data: counts are clamped, not trusted.
+                let record = ScheduleRecord(
+                    job: row[0].text ?? "", nextRun: row[1].integer.map { WallTime(milliseconds: $0) },
+                    failures: Int(clamping: max(0, min(row[2].integer ?? 0, 1_000_000))),
+                    skipped: Int(clamping: max(0, row[3].integer ?? 0)))
+                records[record.job] = record
+            }
+            return records
         }
     }
 
@@ -316,7 +345,14 @@ public final class StateStore: @unchecked Sendable {
             CREATE TABLE estimates (job TEXT NOT NULL, plugin_path TEXT NOT NULL, mean_ns INTEGER NOT NULL,
                 deviation_ns INTEGER NOT NULL, samples INTEGER NOT NULL, PRIMARY KEY (job, plugin_path))
             """,
-        ]
+        ],
+        [
+            // `curfew serve`'s schedules: each job's next run, so a restart keeps it.
+            """
+            CREATE TABLE schedules (job TEXT PRIMARY KEY, next_run INTEGER, failures INTEGER NOT NULL,
+                skipped INTEGER NOT NULL, updated_at INTEGER NOT NULL)
+            """,
+        ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
@@ -371,6 +407,21 @@ public final class StateStore: @unchecked Sendable {
 public struct EstimateKey: Hashable, Sendable {
     public let job: String
     public let plugin: String
+}
+
+/// One job's schedule as the store keeps it for `curfew serve`.
+public struct ScheduleRecord: Sendable, Equatable {
+    public var job: String
+    public var nextRun: WallTime?
+    public var failures: Int
+    public var skipped: Int
+
+    public init(job: String, nextRun: WallTime?, failures: Int, skipped: Int) {
+        self.job = job
+        self.nextRun = nextRun
+        self.failures = failures
+        self.skipped = skipped
+    }
 }
 
 /// A job's saved checkpoint, as `curfew state list` shows it.

@@ -46,7 +46,7 @@ import Testing
         } throws: { error in
             let error = error as? CurfewError
             return error?.code == .stateTooNew
-                && error?.description.contains("written by a newer Curfew (schema version 99; this one knows up to 1)") == true
+                && error?.description.contains("written by a newer Curfew (schema version 99; this one knows up to 2)") == true
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
     }
@@ -236,6 +236,32 @@ import Testing
             runID: run, job: job, pluginPath: "/p/\(job).so", pluginHash: "fnv1a64:0", isolation: .job,
             startedAt: WallTime.now().earlier(by: .seconds(1)), endedAt: WallTime.now(), outcome: outcome, reason: "r",
             chunks: chunks, progress: nil)
+    }
+
+    @Test func aSchedulesNextRunFailuresAndSkipsAreKept() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let store = try StateStore(folder: folder)
+        try store.saveSchedule(ScheduleRecord(job: "a", nextRun: WallTime(milliseconds: 42), failures: 2, skipped: 1))
+        try store.saveSchedule(ScheduleRecord(job: "b", nextRun: nil, failures: 0, skipped: 0))
+        try store.saveSchedule(ScheduleRecord(job: "a", nextRun: WallTime(milliseconds: 43), failures: 0, skipped: 1))
+        let kept = try StateStore(folder: folder).schedules()
+        #expect(kept == [
+            "a": ScheduleRecord(job: "a", nextRun: WallTime(milliseconds: 43), failures: 0, skipped: 1),
+            "b": ScheduleRecord(job: "b", nextRun: nil, failures: 0, skipped: 0),
+        ])
+    }
+
+    /// A store of schema 1 (before schedules) gains the table and keeps its checkpoints.
+    @Test func aVersionOneStoreIsBroughtUpToDate() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let store = try StateStore(folder: folder)
+        try store.saveCheckpoint(job: "j", bytes: [7])
+        let connection = try SQLiteConnection(path: store.path)
+        try connection.execute("DROP TABLE schedules; PRAGMA user_version = 1")
+        let reopened = try StateStore(folder: folder)
+        #expect(try reopened.checkpoint(job: "j") == [7])
+        #expect(try reopened.schedules().isEmpty)
+        try reopened.saveSchedule(ScheduleRecord(job: "j", nextRun: nil, failures: 0, skipped: 0))
     }
 
     private func setUserVersion(_ path: String, _ version: Int) throws {
