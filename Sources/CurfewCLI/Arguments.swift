@@ -16,7 +16,7 @@ public struct UsageError: Error, Equatable, Sendable {
 
 /// The subcommands.
 public enum Command: String, CaseIterable, Sendable {
-    case run, list, new, test, state, history, help
+    case run, serve, status, ctl, list, new, test, state, history, help
 }
 
 /// One option of a subcommand.
@@ -56,6 +56,33 @@ public struct RunOptions: Equatable, Sendable {
 
     /// The folder or files to load, `.` when none was given.
     public var effectivePaths: [String] { paths.isEmpty ? ["."] : paths }
+}
+
+/// What `curfew serve` was asked to do.
+public struct ServeOptions: Equatable, Sendable {
+    /// The grant, isolation (default: job), limits, state and output options `run` has.
+    public var run = RunOptions()
+    /// The operator's per-job policy file.
+    public var config: String?
+    /// The control socket (default: see ``ControlSocket/defaultPath``).
+    public var socket: String?
+
+    public init() { run.isolation = .job }
+}
+
+/// What `curfew status` or `curfew ctl` was asked to do.
+public struct ControlOptions: Equatable, Sendable {
+    /// `ctl`'s action; `nil` for `status`.
+    public var action: ControlAction?
+    public var json = false
+    public var socket: String?
+
+    public init() {}
+}
+
+/// What `curfew ctl` asks a serving host.
+public enum ControlAction: Equatable, Sendable {
+    case run(String), cancel(String), pause(String), resume(String), reload
 }
 
 /// What `curfew list` was asked to do.
@@ -103,6 +130,8 @@ public enum Invocation: Equatable, Sendable {
     case help(Command?)
     case version
     case run(RunOptions)
+    case serve(ServeOptions)
+    case control(ControlOptions)
     case list(ListOptions)
     case new(NewOptions)
     case test(TestOptions)
@@ -143,6 +172,15 @@ public enum ArgumentParser {
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.run) }
             return .run(try parseRun(rest))
+        case "serve":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.serve) }
+            return .serve(try parseServe(rest))
+        case "status", "ctl":
+            let rest = Array(arguments.dropFirst())
+            let command: Command = first == "status" ? .status : .ctl
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(command) }
+            return .control(try parseControl(rest, command: command))
         case "list":
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.list) }
@@ -170,27 +208,94 @@ public enum ArgumentParser {
     }
 
     static func parseRun(_ arguments: [String]) throws(UsageError) -> RunOptions {
+        try parseRun(arguments, command: .run) { _, _ throws(UsageError) in false }
+    }
+
+    static func parseServe(_ arguments: [String]) throws(UsageError) -> ServeOptions {
+        var options = ServeOptions()
+        var config: String?
+        var socket: String?
+        options.run = try parseRun(arguments, command: .serve) { name, value throws(UsageError) in
+            switch name {
+            case "--config": config = value!
+            case "--socket": socket = value!
+            default: return false
+            }
+            return true
+        }
+        options.config = config
+        options.socket = socket
+        if options.run.isolation == .none {
+            throw UsageError(
+                "serve runs every job in a worker, so that a replaced plugin loads its new code: use --isolate job or plugin",
+                command: .serve)
+        }
+        return options
+    }
+
+    static func parseControl(_ arguments: [String], command: Command) throws(UsageError) -> ControlOptions {
+        var options = ControlOptions()
+        var positional: [String] = []
+        try walk(arguments, command: command) { (name, value) throws(UsageError) in
+            switch name {
+            case nil: positional.append(value!)
+            case "--json": options.json = true
+            case "--socket": options.socket = value!
+            default: fatalError("option \(name!) is in the table but not handled")
+            }
+        }
+        guard command == .ctl else {
+            if let extra = positional.first { throw UsageError("Unexpected argument '\(extra)'", command: command) }
+            return options
+        }
+        guard let verb = positional.first else {
+            throw UsageError("Missing the action: run, cancel, pause or resume a job, or reload", command: command)
+        }
+        if verb == "reload" {
+            guard positional.count == 1 else { throw UsageError("Unexpected argument '\(positional[1])'", command: command) }
+            options.action = .reload
+            return options
+        }
+        let makers: [String: (String) -> ControlAction] = [
+            "run": ControlAction.run, "cancel": ControlAction.cancel, "pause": ControlAction.pause, "resume": ControlAction.resume,
+        ]
+        guard let make = makers[verb] else {
+            throw UsageError("Unknown action '\(verb)': use run, cancel, pause, resume or reload", command: command)
+        }
+        guard positional.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: command) }
+        guard positional.count == 2 else { throw UsageError("Unexpected argument '\(positional[2])'", command: command) }
+        options.action = make(positional[1])
+        return options
+    }
+
+    /// `run`'s options, or those of a command that shares them (`serve`),
+    /// whose own options `other` takes (returning whether it did).
+    static func parseRun(
+        _ arguments: [String], command: Command, other: (String, String?) throws(UsageError) -> Bool
+    ) throws(UsageError) -> RunOptions {
         var options = RunOptions()
+        if command == .serve { options.isolation = .job }
         var grace: Duration?
-        try walk(arguments, command: .run) { (name, value) throws(UsageError) in
+        try walk(arguments, command: command) { (name, value) throws(UsageError) in
             guard let name else {
                 options.paths.append(value!)
                 return
             }
-            let spec = Help.runOptions.first { $0.names.contains(name) }!
+            if try other(name, value) { return }
+            let spec = Help.options(for: command).first { $0.names.contains(name) }!
             switch name {
             case "--budget":
-                options.budget = try duration(value!, for: spec, command: .run)
-                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: .run) }
-            case "--grace": grace = try duration(value!, for: spec, command: .run)
+                options.budget = try duration(value!, for: spec, command: command)
+                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: command) }
+            case "--grace": grace = try duration(value!, for: spec, command: command)
             case "--jobs":
                 guard let count = Int(value!), (1...1024).contains(count) else {
-                    throw invalid(value!, spec, "use a whole number from 1 to 1024", command: .run)
+                    throw invalid(value!, spec, "use a whole number from 1 to 1024", command: command)
                 }
                 options.jobs = count
             case "--only": options.only.append(value!)
             case "--param":
-                options.parameters.merge([try keyValue(value!, spec, command: .run)]) { $1 }
+                options.parameters.merge([try keyValue(value!, spec, command: command)]) { $1 }
             case "--allow-continuous": options.allowContinuous = true
             case "--allow-insecure-plugins": options.allowInsecurePlugins = true
             case "--rescan": options.rescan = true
@@ -199,7 +304,7 @@ public enum ArgumentParser {
             case "--state": options.stateFolder = value!
             case "--no-state": options.noState = true
             case "--isolate":
-                guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none, plugin or job", command: .run) }
+                guard let isolation = Isolation(rawValue: value!) else { throw invalid(value!, spec, "use none, plugin or job", command: command) }
                 options.isolation = isolation
             case "--memory":
                 guard let bytes = parseSize(value!), bytes >= ResourceLimits.minimumMemoryBytes else {
@@ -207,33 +312,33 @@ public enum ArgumentParser {
                     throw invalid(
                         value!, spec,
                         "use a size of at least \(floor)MiB (a worker needs that much address space to load any plugin), such as 256MiB or 2GiB",
-                        command: .run)
+                        command: command)
                 }
                 options.limits.memoryBytes = bytes
             case "--cpu-time":
-                let cpu = try duration(value!, for: spec, command: .run)
-                guard cpu >= .seconds(1) else { throw invalid(value!, spec, "use at least 1s", command: .run) }
+                let cpu = try duration(value!, for: spec, command: command)
+                guard cpu >= .seconds(1) else { throw invalid(value!, spec, "use at least 1s", command: command) }
                 options.limits.cpuSeconds = UInt64(cpu.seconds.rounded(.up))
             case "--open-files":
                 let ceiling = ResourceLimits.maximumOpenFiles
                 guard value!.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let count = UInt64(value!), count >= 16, count <= ceiling else {
                     throw invalid(
-                        value!, spec, "use a whole number from 16 to \(ceiling) (the most this user may open here)", command: .run)
+                        value!, spec, "use a whole number from 16 to \(ceiling) (the most this user may open here)", command: command)
                 }
                 options.limits.openFiles = count
             default: fatalError("option \(name) is in the table but not handled")
             }
         }
         if options.noState && options.stateFolder != nil {
-            throw UsageError("--state and --no-state contradict each other", command: .run)
+            throw UsageError("--state and --no-state contradict each other", command: command)
         }
         if options.isolation == .none && options.limits != ResourceLimits() {
-            throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)
+            throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: command)
         }
         if let grace {
             guard grace > .zero && grace < options.budget else {
                 throw UsageError(
-                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: .run)
+                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: command)
             }
             options.grace = grace
         }

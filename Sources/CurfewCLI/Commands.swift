@@ -61,6 +61,10 @@ public enum CurfewMain {
             return list(options)
         case .run(let options):
             return await run(options)
+        case .serve(let options):
+            return await serve(options)
+        case .control(let options):
+            return control(options)
         case .new(let options):
             return new(options)
         case .test(let options):

@@ -31,6 +31,31 @@ public enum Help {
         OptionSpec(names: ["--open-files"], value: "n", help: "With --isolate: each worker's limit on open files."),
     ]
 
+    /// `run`'s options that serve shares (not --only or --rescan), its own
+    /// --isolate (a worker always), and --config and --socket.
+    static let serveOptions: [OptionSpec] =
+        runOptions.filter { !["--only", "--rescan", "--isolate"].contains($0.names[0]) }
+        + [
+            OptionSpec(
+                names: ["--isolate"], value: "mode",
+                help: "job: a fresh worker process per run; plugin: one per plugin file for the runs that start together. (default: job)"),
+            OptionSpec(
+                names: ["--config"], value: "file",
+                help: "A JSON file of per-job policy: every, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled (see the README). Read again on SIGHUP."),
+            socketOption,
+        ]
+
+    static let statusOptions: [OptionSpec] = [
+        OptionSpec(names: ["--json"], value: nil, help: "Print one JSON object per job."),
+        socketOption,
+    ]
+
+    static let ctlOptions: [OptionSpec] = [socketOption]
+
+    static let socketOption = OptionSpec(
+        names: ["--socket"], value: "path",
+        help: "The serving host's control socket. (default: $RUNTIME_DIRECTORY/serve.sock, else $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock)")
+
     static let testOptions: [OptionSpec] = [
         OptionSpec(names: ["--job"], value: "name", help: "The job to test. (default: the plugin's only job)"),
         OptionSpec(names: ["--budget"], value: "duration", help: "The grant's budget, in virtual time. (default: 180s)"),
@@ -86,6 +111,9 @@ public enum Help {
     static func options(for command: Command) -> [OptionSpec] {
         switch command {
         case .run: runOptions
+        case .serve: serveOptions
+        case .status: statusOptions
+        case .ctl: ctlOptions
         case .list: listOptions
         case .new: newOptions
         case .test: testOptions
@@ -102,6 +130,12 @@ public enum Help {
         switch command {
         case .run, .list:
             return (["curfew \(command.rawValue)", "[<paths> ...]"] + options).joined(separator: " ")
+        case .serve:
+            return (["curfew serve <folders> ..."] + options).joined(separator: " ")
+        case .status:
+            return (["curfew status"] + options).joined(separator: " ")
+        case .ctl:
+            return (["curfew ctl (run | cancel | pause | resume) <job> | curfew ctl reload"] + options).joined(separator: " ")
         case .new:
             return (["curfew new <language> <name> [<directory>]"] + options).joined(separator: " ")
         case .test:
@@ -134,6 +168,9 @@ public enum Help {
             lines += ["", "SUBCOMMANDS:"]
             lines += rows([
                 ("run", "Load plugins and run their jobs, each under a background-task grant."),
+                ("serve", "Stay running over live plugin folders, running each job on its schedule."),
+                ("status", "Show what a serving host runs, and when each job runs next."),
+                ("ctl", "Tell a serving host to run, cancel, pause or resume a job, or to rescan."),
                 ("list", "List plugins, their jobs, and the files rejected with the reason."),
                 ("test", "Run one job against virtual time and check that it keeps the contract."),
                 ("new", "Write a ready-to-build job project in C or Swift."),
@@ -172,6 +209,70 @@ public enum Help {
                 "  130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up",
                 "  141  its output was closed (| head); the jobs cleaned up",
             ]
+        case .serve?:
+            lines += [
+                "OVERVIEW: Stay running over live plugin folders, running each job on its schedule.",
+                "",
+                "Every job runs once at start, then when it asks (request_next_run) or",
+                "every interval its policy sets (--config), one run of a job at a time;",
+                "failed, crashed and terminated runs are retried with backoff. Each run",
+                "has a worker process of its own: a plugin file written into a folder",
+                "(closed, or moved in) is loaded and its jobs scheduled; a replaced one",
+                "runs its new code from its next run, while a running job finishes its",
+                "grant on the old; a removed one's jobs stop (cancelled). Schedules are",
+                "kept in the state store, so a restart goes on where the host stopped,",
+                "and a run missed while it was down runs once at start.",
+                "SIGHUP rescans the folders and reads --config again. SIGINT or SIGTERM",
+                "expires every running job with the shutdown reason and exits within",
+                "the lead time. curfew status and curfew ctl talk to it over its control",
+                "socket (mode 0600; only this user and root are served).",
+                "",
+                "USAGE: \(usage(.serve))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<folders>", "Plugin folders to serve (*.so and *.curfew.json); at least one.")])
+            lines += ["", "OPTIONS:"]
+            lines += rows((serveOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += [
+                "",
+                "EXIT STATUS:",
+                "  0    stopped by SIGINT or SIGTERM after the running jobs cleaned up",
+                "  1    a folder, the config, the state store or the control socket cannot be used",
+                "  64   usage error",
+            ]
+        case .status?:
+            lines += [
+                "OVERVIEW: Show what a serving host runs, and when each job runs next.",
+                "",
+                "For each job: running (with time remaining and progress), waiting for",
+                "a --jobs slot, paused, disabled or idle; its next run, its last outcome,",
+                "failures in a row and runs skipped because the last was still going.",
+                "",
+                "USAGE: \(usage(.status))",
+                "",
+                "OPTIONS:",
+            ]
+            lines += rows((statusOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += ["", "EXIT STATUS:", "  0    done", "  1    no host serves on the socket, or it refused", "  64   usage error"]
+        case .ctl?:
+            lines += [
+                "OVERVIEW: Tell a serving host to run, cancel, pause or resume a job, or to rescan.",
+                "",
+                "USAGE: \(usage(.ctl))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([
+                ("run <job>", "Run the job now, whatever its schedule (not while it runs)."),
+                ("cancel <job>", "Expire the job's running grant now, with the cancelled reason."),
+                ("pause <job>", "Run the job no more on its schedule (ctl run still does)."),
+                ("resume <job>", "Put a paused job back on its schedule."),
+                ("reload", "Rescan the folders, ignoring the scan cache, and read --config again."),
+            ])
+            lines += ["", "OPTIONS:"]
+            lines += rows((ctlOptions + [helpOption]).map { ($0.label, $0.help) })
+            lines += ["", "EXIT STATUS:", "  0    done", "  1    no host serves on the socket, or it refused (the reason is printed)", "  64   usage error"]
         case .list?:
             lines += [
                 "OVERVIEW: List plugins, their jobs, and the files rejected with the reason.",

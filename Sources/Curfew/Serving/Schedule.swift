@@ -42,23 +42,33 @@ public struct Schedule: Sendable {
         random = SplitMix64(seed: seed)
     }
 
-    /// Adds a job, or updates the policy of one known already. A new job's
-    /// first run is `persisted` when the store remembers one (at once when
+    /// Adds a job; one known already keeps its schedule. A new job's first
+    /// run is the one `persisted` when the store remembers one (at once when
     /// that time has passed: a schedule missed while the host was down runs
     /// once, not once per missed slot), else now; never sooner than its
-    /// `earliest_begin` after `now`, plus jitter.
-    public mutating func add(job: String, policy: JobPolicy, isContinuous: Bool, persisted: WallTime?, now: WallTime) {
-        if var entry = entries[job] {
-            entry.policy = policy
+    /// `earliest_begin` after `now`, plus jitter. Its failures in a row go on
+    /// from the store's count.
+    public mutating func add(job: String, policy: JobPolicy, isContinuous: Bool, persisted: ScheduleRecord?, now: WallTime) {
+        guard entries[job] == nil else { return }
+        var entry = Entry(policy: policy, isContinuous: isContinuous)
+        entry.failures = persisted?.failures ?? 0
+        entry.skipped = persisted?.skipped ?? 0
+        let earliest = now.later(by: policy.earliestBegin ?? .zero)
+        let remembered = persisted == nil ? earliest : persisted?.nextRun
+        guard let remembered else {
+            // The store says it had no next run: it waits to be asked.
             entries[job] = entry
             return
         }
-        var entry = Entry(policy: policy, isContinuous: isContinuous)
-        let earliest = now.later(by: policy.earliestBegin ?? .zero)
-        let first = max(persisted ?? earliest, earliest)
+        let first = max(remembered, earliest)
         entry.slot = policy.every == nil ? nil : first
         entry.nextRun = first.later(by: jitter(policy))
         entries[job] = entry
+    }
+
+    /// Gives a known job a new policy (the config was read again).
+    public mutating func update(job: String, policy: JobPolicy) {
+        entries[job]?.policy = policy
     }
 
     public mutating func remove(job: String) {

@@ -41,6 +41,18 @@ package indirect enum JSONValue: Equatable, Sendable {
 }
 
 extension JSONValue {
+    /// The value as JSON text on one line (numbers as they were read).
+    package var text: String {
+        switch self {
+        case .object(let members): "{" + members.map { JSONLine.quote($0.key) + ":" + $0.value.text }.joined(separator: ",") + "}"
+        case .array(let values): "[" + values.map(\.text).joined(separator: ",") + "]"
+        case .string(let string): JSONLine.quote(string)
+        case .number(let digits): digits
+        case .bool(let flag): flag ? "true" : "false"
+        case .null: "null"
+        }
+    }
+
     package var stringValue: String? {
         if case .string(let text) = self { return text }
         return nil

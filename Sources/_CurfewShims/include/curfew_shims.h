@@ -124,4 +124,11 @@ static inline unsigned long long curfew_shim_load_count(const unsigned long long
     return *(const volatile unsigned long long *)count;
 }
 
+/* accept4(fd, NULL, NULL, SOCK_CLOEXEC): -1 with errno set on failure. */
+int curfew_shim_accept(int fd);
+
+/* The user id of the peer of a connected Unix socket, from SO_PEERCRED
+ * (the kernel's record, not the peer's claim): 0 on success, -1 with errno. */
+int curfew_shim_peer_uid(int fd, unsigned int *uid);
+
 #endif

@@ -82,8 +82,8 @@ import Testing
     @Test func aScheduleMissedWhileTheHostWasDownRunsOnceAtStart() {
         var schedule = Schedule(seed: 1)
         // The store says the next run was an hour ago: 360 slots of 10 s were missed.
-        schedule.add(job: "a", policy: policy(every: .seconds(10)), isContinuous: false, persisted: at(-3600), now: start)
-        schedule.add(job: "future", policy: policy(every: .seconds(10)), isContinuous: false, persisted: at(7), now: start)
+        schedule.add(job: "a", policy: policy(every: .seconds(10)), isContinuous: false, persisted: ScheduleRecord(job: "a", nextRun: at(-3600), failures: 0, skipped: 0), now: start)
+        schedule.add(job: "future", policy: policy(every: .seconds(10)), isContinuous: false, persisted: ScheduleRecord(job: "future", nextRun: at(7), failures: 0, skipped: 0), now: start)
         #expect(schedule.takeDue(now: start) == [.start("a")], "once, not once per missed slot")
         #expect(schedule.takeDue(now: at(0.5)).isEmpty)
         #expect(schedule.entries["a"]?.nextRun == at(10))

@@ -1,0 +1,72 @@
+import CurfewFormats
+
+/// The control socket's requests and answers: one JSON object each way.
+///
+/// Requests: `{"command": "status"}`, `{"command": "run" | "cancel" |
+/// "pause" | "resume", "job": NAME}`, `{"command": "reload"}`. Answers:
+/// `{"ok": true, "message": …}`, `{"ok": true, "jobs": [...]}` for status,
+/// or `{"ok": false, "error": …}`.
+extension Server {
+    /// The answer to one request line.
+    public func answer(_ request: [UInt8]) -> String {
+        let value: JSONValue
+        do throws(JSONSyntaxError) {
+            value = try JSONReader.parse(request)
+        } catch {
+            return Self.failure("the request is not JSON: \(error.message)")
+        }
+        guard case .object(let members) = value else { return Self.failure("the request must be an object") }
+        for member in members where member.key != "command" && member.key != "job" {
+            return Self.failure("unknown key \"\(Reason.cut(member.key, to: 64))\" in the request")
+        }
+        guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
+        if verb == "status" { return status() }
+        if verb == "reload" { return Self.reply(perform(.reload)) }
+        let makers: [String: (String) -> Command] = ["run": Command.run, "cancel": Command.cancel, "pause": Command.pause, "resume": Command.resume]
+        guard let make = makers[verb] else { return Self.failure("unknown command \"\(Reason.cut(verb, to: 64))\"") }
+        guard let job = value["job"]?.stringValue, JobNaming.isValidName(job) else {
+            return Self.failure("\(verb) needs a job name")
+        }
+        return Self.reply(perform(make(job)))
+    }
+
+    private func status() -> String {
+        let jobs = states().map { state -> String in
+            var line = JSONLine("job", state.job)
+            line.add("plugin", state.pluginPath)
+            let word =
+                if state.running != nil { "running" } else if state.isWaiting { "waiting" } else if state.entry.policy.enabled == false {
+                    "disabled"
+                } else if state.entry.isPaused { "paused" } else { "idle" }
+            line.add("state", word)
+            if let next = state.entry.nextRun { line.add("next_run", next.milliseconds) } else { line.addRaw("next_run", "null") }
+            line.add("last_outcome", state.entry.lastOutcome?.rawValue)
+            line.add("failures", Int64(state.entry.failures))
+            line.add("skipped", Int64(state.entry.skipped))
+            line.add("remaining", state.running?.timeRemaining?.seconds)
+            if let chunks = state.running?.chunks { line.add("chunks", Int64(clamping: chunks)) }
+            if let progress = state.running?.progress {
+                line.addRaw("progress", "{\"completed\":\(progress.completed),\"total\":\(progress.total)}")
+            }
+            return line.text
+        }
+        return "{\"ok\":true,\"jobs\":[\(jobs.joined(separator: ","))]}"
+    }
+
+    private static func reply(_ result: Result<String, CurfewError>) -> String {
+        switch result {
+        case .success(let message):
+            var line = JSONLine("message", message)
+            line.addRaw("ok", "true")
+            return line.text
+        case .failure(let error):
+            return failure(error.description)
+        }
+    }
+
+    static func failure(_ message: String) -> String {
+        var line = JSONLine("error", message)
+        line.addRaw("ok", "false")
+        return line.text
+    }
+}

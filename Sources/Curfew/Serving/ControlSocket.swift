@@ -1,0 +1,218 @@
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// The Unix socket `curfew status` and `curfew ctl` talk to a serving host
+/// over: one request line of JSON in, one answer line out, then the
+/// connection closes.
+///
+/// Only this user and root are served: each peer's credentials are read
+/// with `SO_PEERCRED` (the kernel's word, not the peer's) and any other
+/// user gets a refusal. The socket is mode 0600 in a folder of mode 0700.
+/// A peer that sends nothing, or more than ``maximumRequestBytes``, is
+/// dropped after ``readTimeout``: one slow client cannot hold the host.
+public final class ControlSocket: Sendable {
+    public let path: String
+    private let descriptor: Int32
+    private let closed = Flag()
+
+    private final class Flag: Sendable {
+        let value = Atomic<Bool>(false)
+    }
+
+    public static let maximumRequestBytes = 4096
+    public static let readTimeout: Duration = .seconds(1)
+
+    /// The default path: `$RUNTIME_DIRECTORY/serve.sock` (systemd's
+    /// `RuntimeDirectory=`), else `$XDG_RUNTIME_DIR/curfew/serve.sock`, else
+    /// `/tmp/curfew-UID/serve.sock`.
+    public static func defaultPath(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) -> String {
+        if let runtime = environment("RUNTIME_DIRECTORY"), runtime.hasPrefix("/") {
+            // systemd may list several, separated by colons: the first is ours.
+            return String(runtime.split(separator: ":").first ?? Substring(runtime)) + "/serve.sock"
+        }
+        if let runtime = environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/") {
+            return runtime + "/curfew/serve.sock"
+        }
+        return "/tmp/curfew-\(geteuid())/serve.sock"
+    }
+
+    /// Whether a peer of user `uid` may use the socket of a host run by `owner`.
+    static func admits(uid: uid_t, owner: uid_t) -> Bool {
+        uid == owner || uid == 0
+    }
+
+    /// Binds `path` (making its folder, mode 0700, when missing) and serves
+    /// each request with `handle`, on a thread of its own.
+    ///
+    /// - Throws: When another host serves there already, or the path cannot be bound.
+    public init(path: String, handle: @escaping @Sendable (_ request: [UInt8]) -> String) throws(CurfewError) {
+        self.path = path
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard path.utf8.count < capacity, !path.utf8.contains(0) else {
+            throw CurfewError(.unreadable, "the control socket path \(path) is longer than \(capacity - 1) bytes; choose a shorter one with --socket")
+        }
+        try Self.prepareFolder(Self.folder(of: path))
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        if Self.answers(path) {
+            throw CurfewError(.unreadable, "another curfew serve answers on \(path); stop it, or choose another socket with --socket")
+        }
+        var info = stat()
+        if lstat(path, &info) == 0 {
+            guard info.st_mode & S_IFMT == S_IFSOCK else {
+                throw CurfewError(.unreadable, "\(path) exists and is not a socket; it was left as it is")
+            }
+            unlink(path)  // a socket no host answers on: left by one that died
+        }
+        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { throw CurfewError(.unreadable, "cannot make the control socket: \(String(cString: strerror(errno)))") }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 16) == 0 else {
+            let why = String(cString: strerror(errno))
+            Glibc.close(descriptor)
+            throw CurfewError(.unreadable, "cannot serve the control socket \(path): \(why)")
+        }
+        let fd = descriptor
+        let closed = self.closed
+        let owner = geteuid()
+        let started = Thread.detach {
+            while !closed.value.load(ordering: .relaxed) {
+                let client = curfew_shim_accept(fd)
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
+                    return  // shut down
+                }
+                Self.serve(client, owner: owner, handle: handle)
+                Glibc.close(client)
+            }
+        }
+        guard started else {
+            Glibc.close(descriptor)
+            unlink(path)
+            throw CurfewError(.unreadable, "cannot start the control socket's thread")
+        }
+    }
+
+    /// Stops serving and removes the socket file.
+    public func close() {
+        guard !closed.value.exchange(true, ordering: .relaxed) else { return }
+        unlink(path)
+        // Wakes the accept: the thread sees the socket shut down and leaves.
+        shutdown(descriptor, Int32(SHUT_RDWR))
+        Glibc.close(descriptor)
+    }
+
+    private static func serve(_ client: Int32, owner: uid_t, handle: @Sendable ([UInt8]) -> String) {
+        var peer: UInt32 = 0
+        guard curfew_shim_peer_uid(client, &peer) == 0 else { return }
+        guard admits(uid: peer, owner: owner) else {
+            send(client, "{\"ok\":false,\"error\":\"refused: uid \(peer) is neither this host's user (uid \(owner)) nor root\"}")
+            return
+        }
+        var timeout = timeval(tv_sec: Int(readTimeout.components.seconds), tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var request: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while !request.contains(UInt8(ascii: "\n")) {
+            let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            request += buffer[..<count]
+            guard request.count <= maximumRequestBytes else {
+                send(client, "{\"ok\":false,\"error\":\"a request of more than \(maximumRequestBytes) bytes\"}")
+                return
+            }
+        }
+        guard let end = request.firstIndex(of: UInt8(ascii: "\n")) else { return }
+        send(client, handle(Array(request[..<end])))
+    }
+
+    private static func send(_ client: Int32, _ line: String) {
+        var bytes = Array((line + "\n").utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeMutableBytes { Glibc.send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            if written < 0 && errno == EINTR { continue }
+            guard written > 0 else { return }
+            offset += written
+        }
+    }
+
+    /// Sends `request` to the host serving on `path` and returns its answer line.
+    public static func ask(path: String, request: String) throws(CurfewError) -> [UInt8] {
+        let fd = try connect(path)
+        defer { Glibc.close(fd) }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        send(fd, request)
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            answer += buffer[..<count]
+            guard answer.count <= 64 << 20 else { break }
+        }
+        if let end = answer.firstIndex(of: UInt8(ascii: "\n")) { return Array(answer[..<end]) }
+        throw CurfewError(.unreadable, "the host on \(path) closed the connection without an answer")
+    }
+
+    private static func connect(_ path: String) throws(CurfewError) -> Int32 {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw CurfewError(.unreadable, "the control socket path \(path) is too long")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw CurfewError(.unreadable, "cannot make a socket: \(String(cString: strerror(errno)))") }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            let why = errno == ENOENT || errno == ECONNREFUSED ? "no curfew serve is running there" : String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw CurfewError(.unreadable, "cannot reach \(path): \(why)")
+        }
+        return fd
+    }
+
+    private static func answers(_ path: String) -> Bool {
+        guard let fd = try? connect(path) else { return false }
+        Glibc.close(fd)
+        return true
+    }
+
+    private static func folder(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// Makes `folder` (mode 0700) when missing; one of another user's, or one
+    /// that others can write, is refused: its owner could swap the socket.
+    private static func prepareFolder(_ folder: String) throws(CurfewError) {
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST {
+            throw CurfewError(.unreadable, "cannot make the control socket's folder \(folder): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard stat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            throw CurfewError(.unreadable, "the control socket's folder \(folder) is not a folder")
+        }
+        guard info.st_uid == geteuid() else {
+            throw CurfewError(.unreadable, "the control socket's folder \(folder) belongs to another user (uid \(info.st_uid))")
+        }
+        guard info.st_mode & 0o022 == 0 else {
+            throw CurfewError(.unreadable, "others can write the control socket's folder \(folder); run chmod go-w on it")
+        }
+    }
+}

@@ -1,0 +1,427 @@
+import Dispatch
+import Glibc
+import Synchronization
+
+/// `curfew serve`: a resident host over live plugin folders. It scans the
+/// folders, keeps each job on its ``Schedule``, runs each due job under a
+/// ``Runner`` of its own (in a fresh worker, so a replaced plugin file runs
+/// its new code while a run of the old one finishes its grant), rescans
+/// when inotify says a file was written or removed, and keeps schedules in
+/// the state store so a restart goes on where the last host stopped.
+///
+/// Everything the server decides happens on one serial queue; plugin code
+/// never runs in this process.
+public final class Server: @unchecked Sendable {
+    // Safe because every mutable property is used on `queue` only.
+
+    /// What the server tells its user, besides its runs' events.
+    public enum Notice: Sendable {
+        case info(String)
+        case warning(String)
+    }
+
+    /// What the server was started with.
+    public struct Options: Sendable {
+        public var folders: [String]
+        public var config = ServeConfig()
+        /// Where `config` came from, for `reload`; `nil`: none.
+        public var configPath: String?
+        /// The grant, isolation, limits, parameters and `--jobs` of every
+        /// run, before the config's policy for the job.
+        public var run = RunConfiguration()
+        public var allowsInsecurePlugins = false
+        /// Seeds the schedule's jitter.
+        public var seed: UInt64 = UInt64.random(in: 0...UInt64.max)
+
+        public init(folders: [String]) {
+            self.folders = folders
+            run.isolation = .job
+        }
+    }
+
+    /// A job's line in `curfew status`.
+    public struct JobState: Sendable {
+        public let job: String
+        public let pluginPath: String
+        public let entry: Schedule.Entry
+        /// While it runs.
+        public let running: JobStatus?
+        /// Due, waiting for a `--jobs` slot.
+        public let isWaiting: Bool
+    }
+
+    public let options: Options
+    private let queue = DispatchQueue(label: "curfew.serve")
+    private let onEvent: @Sendable (RunEvent, CurfewInstant) -> Void
+    private let onNotice: @Sendable (Notice) -> Void
+
+    private var config: ServeConfig
+    private var schedule: Schedule
+    private var catalog: [String: PluginJob] = [:]
+    /// Each plugin file's identity when last scanned: a change is an upgrade.
+    private var identities: [String: FileIdentity] = [:]
+    private var rejections: [String: String] = [:]
+    /// Files written to and not closed yet: never loaded until they are.
+    private var writing: Set<String> = []
+    private var active: [String: ActiveRun] = [:]
+    /// Due jobs waiting for a slot, in the order they came due.
+    private var waiting: [String] = []
+    private var watcher: FolderWatcher?
+    private var timer: (any DispatchSourceTimer)?
+    private var rescanPending = false
+    private var stopping = false
+    private var onStopped: (@Sendable () -> Void)?
+    private var started = false
+
+    private final class ActiveRun: Sendable {
+        let runner: Runner
+        let requested = Mutex<Duration?>(nil)
+        init(runner: Runner) { self.runner = runner }
+    }
+
+    private struct FileIdentity: Equatable {
+        let device: UInt64
+        let inode: UInt64
+        let size: Int64
+        let modified: Int64
+    }
+
+    public init(
+        options: Options, onEvent: @escaping @Sendable (RunEvent, CurfewInstant) -> Void,
+        onNotice: @escaping @Sendable (Notice) -> Void
+    ) throws(CurfewError) {
+        try Self.check(options.config, base: options.run)
+        self.options = options
+        self.config = options.config
+        self.schedule = Schedule(seed: options.seed)
+        self.onEvent = onEvent
+        self.onNotice = onNotice
+    }
+
+    /// Refuses what serve cannot do: a job in process could never load a
+    /// replaced plugin's new code.
+    static func check(_ config: ServeConfig, base: RunConfiguration) throws(CurfewError) {
+        if base.isolation == .none {
+            throw CurfewError(
+                .badConfig, "serve runs every job in a worker, so a replaced plugin loads its new code: use --isolate job or plugin")
+        }
+        for (name, policy) in [("defaults", config.defaults)] + config.jobs.map({ ("job '\($0.key)'", $0.value) })
+        where policy.isolation == Isolation.none {
+            throw CurfewError(.badConfig, "\(name): \"isolate\": serve runs every job in a worker; use \"job\" or \"plugin\"")
+        }
+    }
+
+    /// Scans the folders, starts watching them and schedules every job.
+    /// Returns once the first scan is done (the jobs run on).
+    public func start() throws(CurfewError) {
+        let outcome = queue.sync { () -> Result<Void, CurfewError> in
+            precondition(!started, "Server.start() called twice")
+            started = true
+            do throws(CurfewError) {
+                watcher = try FolderWatcher(folders: options.folders, queue: queue) { [unowned self] changes in
+                    self.changed(changes)
+                }
+            } catch {
+                return .failure(error)
+            }
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.setEventHandler { [unowned self] in self.tick() }
+            timer.activate()
+            self.timer = timer
+            rescan(full: false)
+            return .success(())
+        }
+        try outcome.get()
+    }
+
+    /// Scans every folder again, ignoring the scan cache (SIGHUP, `curfew ctl reload`),
+    /// and reads the config file again when there is one.
+    public func reload() {
+        queue.async { [self] in
+            guard !stopping else { return }
+            if let path = options.configPath {
+                do throws(CurfewError) {
+                    let fresh = try ServeConfig.load(path: path)
+                    try Self.check(fresh, base: options.run)
+                    config = fresh
+                    for name in catalog.keys { schedule.update(job: name, policy: policy(for: name)) }
+                    onNotice(.info("Read \(path) again."))
+                } catch {
+                    onNotice(.warning("\(error.description); the config in use stays."))
+                }
+            }
+            rescan(full: true)
+        }
+    }
+
+    /// Expires every running job with `reason` (shutdown for SIGTERM),
+    /// starts nothing more, and calls `completion` once every run has ended
+    /// and its history is written.
+    public func stop(reason: ExpirationReason = .shutdown, completion: @escaping @Sendable () -> Void) {
+        queue.async { [self] in
+            if !stopping {
+                stopping = true
+                watcher?.cancel()
+                watcher = nil
+                timer?.cancel()
+                waiting.removeAll()
+                for run in active.values {
+                    if reason == .shutdown { run.runner.shutdown() } else { run.runner.cancel() }
+                }
+            }
+            onStopped = completion
+            finishStopIfIdle()
+        }
+    }
+
+    // MARK: Control
+
+    /// What `curfew ctl` asks.
+    public enum Command: Sendable, Equatable {
+        case run(String)
+        case cancel(String)
+        case pause(String)
+        case resume(String)
+        case reload
+    }
+
+    /// Carries out `command`; the answer is a sentence, or an error's.
+    public func perform(_ command: Command) -> Result<String, CurfewError> {
+        if command == .reload {
+            reload()
+            return .success("Rescanning the plugin folders.")
+        }
+        return queue.sync { () -> Result<String, CurfewError> in
+            guard !stopping else { return .failure(CurfewError(.badConfig, "the host is shutting down")) }
+            switch command {
+            case .run(let name):
+                guard catalog[name] != nil else { return .failure(unknown(name)) }
+                guard schedule.startNow(job: name, now: .now()) else {
+                    return .failure(CurfewError(.badConfig, "job '\(name)' is running already; one run of a job at a time"))
+                }
+                launch([name])
+                return .success("Started '\(name)'.")
+            case .cancel(let name):
+                guard catalog[name] != nil else { return .failure(unknown(name)) }
+                guard let run = active[name] else {
+                    return .failure(CurfewError(.badConfig, "job '\(name)' is not running"))
+                }
+                run.runner.cancel(job: name)
+                return .success("Cancelling '\(name)': its grant expires now with the cancelled reason.")
+            case .pause(let name), .resume(let name):
+                guard schedule.setPaused(job: name, command == .pause(name)) else { return .failure(unknown(name)) }
+                armTimer()
+                return .success(command == .pause(name) ? "Paused '\(name)': it runs only when asked." : "Resumed '\(name)'.")
+            case .reload:
+                preconditionFailure("handled above")
+            }
+        }
+    }
+
+    private func unknown(_ name: String) -> CurfewError {
+        let known = catalog.keys.sorted()
+        return CurfewError(.badConfig, "no job is named '\(name)' (serving: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
+    }
+
+    /// Every job served, by name.
+    public func states() -> [JobState] {
+        queue.sync {
+            catalog.keys.sorted().compactMap { name -> JobState? in
+                guard let job = catalog[name], let entry = schedule.entries[name] else { return nil }
+                let running = active[name]?.runner.status().first { $0.job == name }
+                return JobState(job: name, pluginPath: job.pluginPath, entry: entry, running: running, isWaiting: waiting.contains(name))
+            }
+        }
+    }
+
+    // MARK: Scanning
+
+    private func changed(_ changes: [FolderWatcher.Change]) {
+        var relevant = false
+        for change in changes {
+            switch change {
+            case .writing(let path):
+                writing.insert(path)
+            case .written(let path), .removed(let path):
+                writing.remove(path)
+                relevant = true
+            case .overflow:
+                onNotice(.warning("inotify dropped events (its queue overflowed); rescanning every folder"))
+                writing.removeAll()
+                relevant = true
+            case .folderGone(let folder):
+                onNotice(.warning("the plugin folder \(folder) was deleted or moved; its jobs run no more"))
+                relevant = true
+            }
+        }
+        guard relevant, !rescanPending else { return }
+        // A burst of changes (a copy of many files) becomes one rescan.
+        rescanPending = true
+        queue.asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in
+            rescanPending = false
+            rescan(full: false)
+        }
+    }
+
+    private func rescan(full: Bool) {
+        guard !stopping else { return }
+        var scanner = SafeScanner()
+        scanner.rescan = full
+        let loader = PluginLoader(allowsInsecurePlugins: options.allowsInsecurePlugins)
+        let scan = scanner.scan(options.folders, loader: loader) { [self] in stopping }.scan
+        var fresh: [String: PluginJob] = [:]
+        var identities: [String: FileIdentity] = [:]
+        for plugin in scan.plugins where !writing.contains(plugin.path) {
+            identities[plugin.path] = Self.identity(plugin.path)
+            for job in plugin.jobs { fresh[job.name] = job }
+        }
+        // A file still being written keeps the jobs of the version before it.
+        for (name, job) in catalog where writing.contains(job.pluginPath) && fresh[name] == nil {
+            fresh[name] = job
+            identities[job.pluginPath] = self.identities[job.pluginPath]
+        }
+        var rejections: [String: String] = [:]
+        for rejected in scan.rejected where !writing.contains(rejected.path) {
+            rejections[rejected.path] = rejected.error.description
+            if self.rejections[rejected.path] != rejected.error.description {
+                onNotice(.warning("\(rejected.path) rejected: \(rejected.error.description)"))
+            }
+        }
+        self.rejections = rejections
+        let persisted = (try? options.run.state?.schedules()) ?? [:]
+        let now = WallTime.now()
+        for name in fresh.keys.sorted() {
+            let job = fresh[name]!
+            if let old = catalog[name] {
+                if old.pluginPath != job.pluginPath || self.identities[old.pluginPath] != identities[job.pluginPath] {
+                    onNotice(.info("'\(name)' was replaced in \(job.pluginPath); its next run loads the new code"))
+                }
+            } else {
+                onNotice(.info("serving '\(name)' from \(job.pluginPath)"))
+            }
+            schedule.add(
+                job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: persisted[name], now: now)
+        }
+        for name in catalog.keys where fresh[name] == nil {
+            onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
+            schedule.remove(job: name)
+            waiting.removeAll { $0 == name }
+            active[name]?.runner.cancel(job: name)
+        }
+        catalog = fresh
+        self.identities = identities
+        for name in catalog.keys { save(name) }
+        tick()
+    }
+
+    private static func identity(_ path: String) -> FileIdentity? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return FileIdentity(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: Int64(info.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(info.st_mtim.tv_nsec))
+    }
+
+    private func policy(for name: String) -> JobPolicy {
+        config.policy(for: name)
+    }
+
+    // MARK: Running
+
+    /// Starts what is due and arms the timer for what comes next.
+    private func tick() {
+        guard !stopping else { return }
+        for due in schedule.takeDue(now: .now()) {
+            switch due {
+            case .start(let name):
+                waiting.append(name)
+            case .skip(let name):
+                onNotice(.info("'\(name)' came due while its last run was still going; this run is skipped"))
+                save(name)
+            }
+        }
+        launch([])
+        armTimer()
+    }
+
+    /// Starts `names` now, then waiting jobs while `--jobs` allows.
+    private func launch(_ names: [String]) {
+        waiting.insert(contentsOf: names, at: 0)
+        while !waiting.isEmpty && active.count < options.run.maxConcurrentJobs {
+            let name = waiting.removeFirst()
+            guard let job = catalog[name] else { continue }
+            start(job)
+        }
+    }
+
+    private func start(_ job: PluginJob) {
+        let policy = policy(for: job.name)
+        var configuration = options.run
+        let budget = policy.budget ?? configuration.policy.budget
+        var grace = policy.grace ?? configuration.policy.grace
+        if let given = grace, given >= budget {
+            onNotice(.warning("'\(job.name)': the grace \(given) is not shorter than the budget \(budget); using the default lead"))
+            grace = nil
+        }
+        configuration.policy = GrantPolicy(budget: budget, grace: grace, allowsContinuous: configuration.policy.allowsContinuous)
+        configuration.parameters.merge(policy.parameters) { _, own in own }
+        configuration.isolation = policy.isolation ?? configuration.isolation
+        configuration.limits = ResourceLimits(
+            memoryBytes: policy.limits.memoryBytes ?? configuration.limits.memoryBytes,
+            cpuSeconds: policy.limits.cpuSeconds ?? configuration.limits.cpuSeconds,
+            openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
+        configuration.maxConcurrentJobs = 1
+        let holder = Mutex<ActiveRun?>(nil)
+        let forward = onEvent
+        let runner = Runner(jobs: [job], configuration: configuration) { event, time in
+            if case .nextRunRequested(_, let delay) = event { holder.withLock { $0 }?.requested.withLock { $0 = delay } }
+            forward(event, time)
+        }
+        let run = ActiveRun(runner: runner)
+        holder.withLock { $0 = run }
+        active[job.name] = run
+        runner.start { [self] results in
+            queue.async { self.ended(job.name, run, results.first) }
+        }
+    }
+
+    private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
+        if active[name] === run { active[name] = nil }
+        if let result {
+            schedule.finished(
+                job: name, outcome: result.outcome, requested: run.requested.withLock { $0 }, stopped: stopping, now: .now())
+            save(name)
+        }
+        if stopping {
+            finishStopIfIdle()
+        } else {
+            tick()
+        }
+    }
+
+    private func finishStopIfIdle() {
+        guard stopping, active.isEmpty, let done = onStopped else { return }
+        onStopped = nil
+        done()
+    }
+
+    private func armTimer() {
+        guard let timer, !stopping else { return }
+        guard let next = schedule.nextWake else {
+            timer.schedule(deadline: .distantFuture)
+            return
+        }
+        // Re-armed at least once a minute: a wall clock that jumps is caught up with.
+        let wait = min(max(next.milliseconds &- WallTime.now().milliseconds, 0), 60_000)
+        timer.schedule(deadline: .now() + .milliseconds(Int(wait)), leeway: .milliseconds(1))
+    }
+
+    private func save(_ name: String) {
+        guard let store = options.run.state, let entry = schedule.entries[name] else { return }
+        do throws(CurfewError) {
+            try store.saveSchedule(ScheduleRecord(job: name, nextRun: entry.nextRun, failures: entry.failures, skipped: entry.skipped))
+        } catch {
+            onNotice(.warning("the schedule of '\(name)' was not saved: \(error.description)"))
+        }
+    }
+}

@@ -1,0 +1,201 @@
+import Curfew
+import CurfewFormats
+import Glibc
+import Synchronization
+
+extension CurfewMain {
+    static func serve(_ options: ServeOptions) async -> Int32 {
+        let console = Console(json: options.run.json)
+        guard !options.run.paths.isEmpty else {
+            console.error(String(Help.errorText(UsageError("Missing expected argument '<folders>'", command: .serve)).dropLast()))
+            return ExitCode.usage
+        }
+        if let missing = missingPath(options.run.paths) {
+            console.error(missing)
+            return ExitCode.failure
+        }
+        for path in options.run.paths {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                console.error("Error: \(Untrusted.line(path)) is not a folder; serve watches folders.")
+                return ExitCode.failure
+            }
+        }
+        let reporter = Reporter(console: console, json: options.run.json, verbose: options.run.verbose)
+        // Stop requests are caught before anything else happens.
+        let stop = StopRequest()
+        let reloads = Mutex<(@Sendable () -> Void)?>(nil)
+        let signals: SignalMonitor
+        do throws(CurfewError) {
+            let signalled = Atomic<Bool>(false)
+            signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { number in
+                if number == SIGHUP {
+                    reloads.withLock { $0 }?()
+                    return
+                }
+                // A second signal stops waiting for cleanups.
+                if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
+                stop.request(status: ExitCode.success, reason: number == SIGINT ? "SIGINT" : "SIGTERM")
+            }
+        } catch {
+            console.error("Error: \(error.description)")
+            return ExitCode.failure
+        }
+        defer { signals.cancel() }
+        ChildProcesses.adoptOrphans()
+
+        var serverOptions = Server.Options(folders: options.run.paths.map(absolute))
+        if let path = options.config {
+            do throws(CurfewError) {
+                serverOptions.config = try ServeConfig.load(path: path)
+                serverOptions.configPath = absolute(path)
+            } catch {
+                console.error("Error: \(Untrusted.line(error.description))")
+                return ExitCode.failure
+            }
+        }
+        var run = RunConfiguration(
+            policy: GrantPolicy(budget: options.run.budget, grace: options.run.grace, allowsContinuous: options.run.allowContinuous),
+            maxConcurrentJobs: options.run.jobs, parameters: options.run.parameters)
+        run.isolation = options.run.isolation
+        run.limits = options.run.limits
+        if !options.run.noState {
+            switch openStore(options.run.stateFolder) {
+            case .success(let store): run.state = store
+            case .failure(let error):
+                console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
+                return ExitCode.failure
+            }
+        }
+        serverOptions.run = run
+        serverOptions.allowsInsecurePlugins = options.run.allowInsecurePlugins
+        let server: Server
+        do throws(CurfewError) {
+            server = try Server(options: serverOptions, onEvent: { event, time in reporter.event(event, at: time) }) { notice in
+                reporter.notice(notice)
+            }
+        } catch {
+            console.error("Error: \(Untrusted.line(error.description))")
+            return ExitCode.failure
+        }
+        let socketPath = options.socket ?? ControlSocket.defaultPath()
+        let socket: ControlSocket
+        do throws(CurfewError) {
+            socket = try ControlSocket(path: socketPath) { request in server.answer(request) }
+        } catch {
+            console.error("Error: \(Untrusted.line(error.description))")
+            return ExitCode.failure
+        }
+        defer { socket.close() }
+        reloads.withLock { $0 = { server.reload() } }
+        do throws(CurfewError) {
+            try server.start()
+        } catch {
+            console.error("Error: \(Untrusted.line(error.description))")
+            return ExitCode.failure
+        }
+        reporter.notice(.info("serving \(pathList(serverOptions.folders)); control socket \(socketPath)"))
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            stop.onRequest { reason in
+                console.error("\(reason): expiring every running job now; they have up to their lead time to clean up.")
+                server.stop { done.resume() }
+            }
+        }
+        return stop.status ?? ExitCode.success
+    }
+
+    static func control(_ options: ControlOptions) -> Int32 {
+        let console = Console(json: options.json)
+        let path = options.socket ?? ControlSocket.defaultPath()
+        var request = JSONLine("command", "status")
+        switch options.action {
+        case nil: break
+        case .reload: request = JSONLine("command", "reload")
+        case .run(let job), .cancel(let job), .pause(let job), .resume(let job):
+            let verb: String =
+                switch options.action! {
+                case .run: "run"
+                case .cancel: "cancel"
+                case .pause: "pause"
+                default: "resume"
+                }
+            request = JSONLine("command", verb)
+            request.add("job", job)
+        }
+        let answer: JSONValue
+        do throws(CurfewError) {
+            let line = try ControlSocket.ask(path: path, request: request.text)
+            do throws(JSONSyntaxError) {
+                answer = try JSONReader.parse(line)
+            } catch {
+                console.error("Error: the host on \(Untrusted.line(path)) answered with something that is not JSON.")
+                return ExitCode.failure
+            }
+        } catch {
+            console.error("Error: \(Untrusted.line(error.description))")
+            return ExitCode.failure
+        }
+        guard answer["ok"] == .bool(true) else {
+            console.error("Error: \(Untrusted.line(answer["error"]?.stringValue ?? "the host refused"))")
+            return ExitCode.failure
+        }
+        if options.action != nil {
+            console.human(Untrusted.line(answer["message"]?.stringValue ?? "Done."))
+            return ExitCode.success
+        }
+        guard case .array(let jobs)? = answer["jobs"] else {
+            console.error("Error: the host's answer has no job list.")
+            return ExitCode.failure
+        }
+        if options.json {
+            for job in jobs { console.machine(job.text) }
+            return ExitCode.success
+        }
+        if jobs.isEmpty { console.human("No job is served.") }
+        let now = WallTime.now().milliseconds
+        for job in jobs {
+            let name = Untrusted.line(job["job"]?.stringValue ?? "?")
+            let state = job["state"]?.stringValue ?? "?"
+            var parts = [state]
+            if state == "running", let remaining = job["remaining"]?.numberValue {
+                parts[0] += " (\(formatSeconds(remaining))s left)"
+            }
+            if let progress = job["progress"], let done = progress["completed"]?.integerValue, let total = progress["total"]?.integerValue {
+                parts.append(total > 0 ? "\(done)/\(total)" : "\(done) done")
+            }
+            if state == "disabled" || state == "paused" {
+                // Its schedule is kept, but it does not run on it.
+            } else if let next = job["next_run"]?.integerValue {
+                let wait = max(0, next - now)
+                parts.append("next in \(formatSeconds(Double(wait) / 1000))s")
+            } else {
+                parts.append("no next run")
+            }
+            if let last = job["last_outcome"]?.stringValue { parts.append("last \(last)") }
+            if let failures = job["failures"]?.integerValue, failures > 0 { parts.append("\(failures) failed in a row") }
+            if let skipped = job["skipped"]?.integerValue, skipped > 0 { parts.append("\(skipped) skipped") }
+            console.human("\(name)  " + parts.joined(separator: ", "))
+        }
+        return ExitCode.success
+    }
+}
+
+extension Reporter {
+    /// What the server says of itself: its scans, replaced and removed
+    /// files, skipped runs, and the warnings that change nothing.
+    func notice(_ notice: Server.Notice) {
+        let (level, text): (String, String) =
+            switch notice {
+            case .info(let text): ("info", text)
+            case .warning(let text): ("warning", text)
+            }
+        if json {
+            var line = JSONLine(event: "serve")
+            line.add("level", level)
+            line.add("message", text)
+            console.machine(line.text)
+        } else {
+            console.human((level == "warning" ? console.paint("serve", .yellow) : "serve") + "     " + Untrusted.line(text))
+        }
+    }
+}
