@@ -1,0 +1,277 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+/// A `curfew serve` the test talks to while it runs: its JSON Lines read as
+/// they come, waits that end on what it says (never on a sleep), a kill
+/// after 60 s so a test that waits for what never comes cannot hang.
+final class ServeProcess: @unchecked Sendable {
+    // Safe because `text` is used by the one test that owns the process.
+    let process: Process
+    let output: Pipe
+    let folder: String
+    let state: String
+    let socket: String
+    var text = ""
+
+    init(folder: String, state: String, extra: [String] = []) throws {
+        self.folder = folder
+        self.state = state
+        socket = Fixtures.temporaryFolder("sock") + "/s.sock"
+        let arguments = ["serve", folder, "--json", "--state", state, "--socket", socket, "--budget", "300ms"] + extra
+        (process, output) = try Fixtures.startCurfew(arguments)
+        let pid = process.processIdentifier
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60) { kill(pid, SIGKILL) }
+    }
+
+    /// Reads until `done` holds of everything said so far (or the output ends).
+    @discardableResult
+    func wait(until done: @escaping @Sendable (String) -> Bool) async -> String {
+        text = await Fixtures.read(output.fileHandleForReading, startingWith: text, until: done)
+        return text
+    }
+
+    /// Reads until the server has said `fragment` `count` times.
+    @discardableResult
+    func wait(for fragment: String, count: Int = 1) async -> String {
+        await wait { $0.components(separatedBy: fragment).count > count }
+    }
+
+    func events() throws -> [OutputEvent] {
+        // Only whole lines: the last one may still be coming.
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: true).dropLast(text.hasSuffix("\n") ? 0 : 1)
+        return try lines.map { try JSONDecoder().decode(OutputEvent.self, from: Data($0.utf8)) }
+    }
+
+    func logs(_ job: String) throws -> [String] {
+        try events().filter { $0.event == "log" && $0.job == job }.compactMap(\.message)
+    }
+
+    /// `curfew ctl`/`status` against this server.
+    func control(_ arguments: [String]) async throws -> (status: Int32, out: String) {
+        let result = try await Fixtures.run(Fixtures.curfewExecutable, arguments + ["--socket", socket])
+        return (result.status, result.stdout + result.stderr)
+    }
+
+    /// SIGTERM, then the exit status once it is gone.
+    func stop() async -> Int32 {
+        kill(process.processIdentifier, SIGTERM)
+        await wait { _ in false }
+        await Fixtures.wait(for: process)
+        return process.terminationStatus
+    }
+}
+
+extension ProcessTests {
+    @Suite(.timeLimit(.minutes(3))) struct ServeTests {
+        /// The serve fixture, built as version `version`.
+        func plugin(version: Int = 1) throws -> String {
+            try Fixtures.compile("serve_jobs.c", defines: ["VERSION=\(version)"])
+        }
+
+        func config(_ text: String) throws -> String {
+            let path = Fixtures.temporaryFolder("config") + "/curfew.json"
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+
+        /// Drops `source` into the folder as `name` the way a deploy should:
+        /// written beside it under a dotfile name, then renamed in.
+        func drop(_ source: String, into folder: String, as name: String = "jobs.so") throws {
+            let hidden = folder + "/.\(name).part"
+            try? FileManager.default.removeItem(atPath: hidden)
+            try FileManager.default.copyItem(atPath: source, toPath: hidden)
+            #expect(rename(hidden, folder + "/" + name) == 0)
+        }
+
+        @Test func aDroppedPluginRunsOnItsScheduleAndResumesAfterARestart() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            let config = try config(#"{"jobs": {"tally": {"every": "400ms", "budget": "150ms"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            #expect(try serve.events().filter { $0.event == "started" }.isEmpty, "an empty folder runs nothing")
+            try drop(try plugin(), into: folder)
+            await serve.wait(for: "\"message\":\"v1 run 3\"")
+            #expect(try serve.logs("tally").filter { $0.hasPrefix("v1 run") } == ["v1 run 1", "v1 run 2", "v1 run 3"], "each run goes on from the last one's checkpoint")
+            await serve.wait(for: "\"event\":\"finished\"", count: 3)
+            #expect(await serve.stop() == 0)
+            let finished = try serve.events().filter { $0.event == "finished" && $0.job == "tally" }
+            #expect(finished.count >= 3 && finished.allSatisfy { $0.outcome == "expired" }, "\(finished.map { $0.outcome ?? "" })")
+            let history = try StateStore(folder: state).history(job: "tally")
+            #expect(history.count == finished.count, "history shows every run")
+
+            // A restart goes on with the schedule and the checkpoint.
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await again.wait(for: "\"message\":\"v1 run \(finished.count + 1)\"")
+            #expect(await again.stop() == 0)
+        }
+
+        @Test func aReplacedPluginRunsItsNewCodeFromItsNextRunWithNoWorkLost() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let config = try config(#"{"jobs": {"tally": {"every": "100ms", "budget": "600ms"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            try drop(try plugin(version: 1), into: folder)
+            await serve.wait(for: "\"message\":\"v1 run 1\"")
+            // Replaced while its first run goes on: that run finishes its grant on the old code.
+            try drop(try plugin(version: 2), into: folder)
+            await serve.wait(for: "\"message\":\"v2 run 2\"")
+            let logs = try serve.logs("tally")
+            #expect(logs.prefix(3) == ["v1 run 1", "expired by reason 1", "v2 run 2"], "\(logs)")
+            #expect(try serve.events().contains { $0.event == "serve" && ($0.message ?? "").contains("'tally' was replaced") })
+            #expect(await serve.stop() == 0)
+        }
+
+        @Test func aRemovedPluginsRunningJobIsCancelledAndRunsNoMore() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let config = try config(#"{"jobs": {"tally": {"every": "100ms", "budget": "10s"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            try drop(try plugin(), into: folder)
+            await serve.wait(for: "\"message\":\"v1 run 1\"")
+            try FileManager.default.removeItem(atPath: folder + "/jobs.so")
+            await serve.wait(for: "\"event\":\"finished\"")
+            let finished = try #require(try serve.events().first { $0.event == "finished" })
+            #expect(finished.outcome == "expired" && (finished.reason ?? "").contains("cancel"), "\(finished.reason ?? "")")
+            #expect(try serve.logs("tally").contains("expired by reason 3"), "the cleanup hears the cancelled reason")
+            #expect(try serve.events().contains { ($0.message ?? "").contains("'tally' is gone") })
+            let status = try await serve.control(["status"])
+            #expect(status.out.contains("No job is served"), "\(status.out)")
+            #expect(await serve.stop() == 0)
+            #expect(try serve.events().filter { $0.event == "started" }.count == 1)
+        }
+
+        @Test func halfWrittenFilesAndDotfilesNeverLoad() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"))
+            await serve.wait(for: "control socket")
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: try plugin()))
+            // Half a plugin, still open for writing, and a whole one under a dotfile name.
+            #expect(FileManager.default.createFile(atPath: folder + "/partial.so", contents: nil))
+            let partial = try #require(FileHandle(forWritingAtPath: folder + "/partial.so"))
+            partial.write(bytes.prefix(bytes.count / 2))
+            try bytes.write(to: URL(fileURLWithPath: folder + "/.hidden.so"))
+            // Something loadable, to see a rescan happen after both.
+            let other = try Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"other\""])
+            try drop(other, into: folder, as: "other.so")
+            await serve.wait(for: "serving 'other'")
+            var said = try serve.events().compactMap(\.message)
+            #expect(!said.contains { $0.contains("partial.so") || $0.contains("hidden") || $0.contains("'tally'") }, "\(said)")
+            // Its writer closes it whole: now it loads.
+            partial.write(bytes.suffix(from: bytes.count / 2))
+            try partial.close()
+            await serve.wait(for: "serving 'tally'")
+            said = try serve.events().compactMap(\.message)
+            #expect(said.contains { $0.contains("serving 'tally' from \(folder)/partial.so") })
+            #expect(!said.contains { $0.contains("rejected") }, "\(said)")
+            #expect(await serve.stop() == 0)
+        }
+
+        @Test func theControlSocketRunsCancelsPausesAndReports() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let config = try config(#"{"jobs": {"tally": {"enabled": true, "budget": "20s"}, "asks": {"params": {"next": "3600"}}, "flaky": {"retry": {"attempts": 0}}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            // Every job runs once at start; asks then asks for an hour's wait.
+            await serve.wait(for: "\"message\":\"v1 run 1\"")
+            await serve.wait(for: "\"event\":\"next-run\"")
+            var status = try await serve.control(["status", "--json"])
+            #expect(status.status == 0, "\(status.out)")
+            let jobs = status.out.split(separator: "\n").map(String.init)
+            #expect(jobs.count == 3)
+            #expect(jobs.contains { $0.contains("\"job\":\"tally\"") && $0.contains("\"state\":\"running\"") }, "\(jobs)")
+            #expect(try await serve.control(["ctl", "run", "tally"]).out.contains("running already"))
+            let cancel = try await serve.control(["ctl", "cancel", "tally"])
+            #expect(cancel.status == 0, "\(cancel.out)")
+            await serve.wait { $0.contains("\"message\":\"expired by reason 3\"") }
+            #expect(try await serve.control(["ctl", "pause", "asks"]).status == 0)
+            status = try await serve.control(["status"])
+            #expect(status.out.contains("asks  paused"), "\(status.out)")
+            #expect(try await serve.control(["ctl", "resume", "asks"]).status == 0)
+            #expect(try await serve.control(["ctl", "run", "asks"]).status == 0)
+            await serve.wait(for: "\"message\":\"request answered 0\"", count: 2)
+            let unknown = try await serve.control(["ctl", "run", "nobody"])
+            #expect(unknown.status == 1 && unknown.out.contains("no job is named 'nobody'"), "\(unknown.out)")
+            #expect(try await serve.control(["ctl", "reload"]).status == 0)
+            #expect(await serve.stop() == 0)
+            // Gone with the host: the socket, and its answers.
+            #expect(!FileManager.default.fileExists(atPath: serve.socket))
+            let gone = try await serve.control(["status"])
+            #expect(gone.status == 1 && gone.out.contains("no curfew serve is running there"), "\(gone.out)")
+        }
+
+        /// A peer of another user is refused by its credentials, even where the
+        /// socket's mode would let it connect. Needs root (to be another user).
+        @Test(.enabled(if: geteuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+        func aPeerOfAnotherUserIsRefused() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"))
+            await serve.wait(for: "control socket")
+            // Opened up by hand, as a careless operator might.
+            chmod((serve.socket as NSString).deletingLastPathComponent, 0o755)
+            chmod(serve.socket, 0o666)
+            chmod(Fixtures.curfewExecutable, 0o755)
+            let result = try await Fixtures.run(
+                "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Fixtures.curfewExecutable, "status", "--socket", serve.socket])
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("refused: uid 65534 is neither this host's user"), "\(result.stdout) \(result.stderr)")
+            #expect(await serve.stop() == 0)
+        }
+
+        @Test func aBadConfigIsRefusedWithTheFileTheJobAndTheKey() async throws {
+            let config = try config(#"{"jobs": {"tally": {"evry": "5s"}}}"#)
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["serve", Fixtures.temporaryFolder("served"), "--config", config, "--no-state"])
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("\(config): job 'tally': \"evry\": unknown key"), "\(result.stderr)")
+        }
+    }
+}
+
+/// The parts of serve a test can reach without a process.
+@Suite struct ServePartsTests {
+    @Test func onlyThisUserAndRootAreAdmitted() {
+        #expect(ControlSocket.admits(uid: 1000, owner: 1000))
+        #expect(ControlSocket.admits(uid: 0, owner: 1000))
+        #expect(!ControlSocket.admits(uid: 1001, owner: 1000))
+    }
+
+    @Test func theSocketGoesInTheRuntimeFolderSystemdOrTheSessionGives() {
+        #expect(ControlSocket.defaultPath { ["RUNTIME_DIRECTORY": "/run/curfew:/run/other"][$0] } == "/run/curfew/serve.sock")
+        #expect(ControlSocket.defaultPath { ["XDG_RUNTIME_DIR": "/run/user/1000"][$0] } == "/run/user/1000/curfew/serve.sock")
+        #expect(ControlSocket.defaultPath { _ in nil } == "/tmp/curfew-\(geteuid())/serve.sock")
+    }
+
+    /// inotify records, as the kernel lays them out.
+    func record(_ watch: Int32, _ mask: Int32, _ name: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        func put(_ value: UInt32) { bytes += withUnsafeBytes(of: value.littleEndian, Array.init) }
+        let padded = name.isEmpty ? 0 : (name.utf8.count / 16 + 1) * 16
+        put(UInt32(bitPattern: watch))
+        put(UInt32(bitPattern: mask))
+        put(0)
+        put(UInt32(padded))
+        bytes += Array(name.utf8) + [UInt8](repeating: 0, count: padded - name.utf8.count)
+        return bytes
+    }
+
+    @Test func watcherEventsBecomeChangesAndAnOverflowAsksForARescan() {
+        let folders: [Int32: String] = [1: "/p"]
+        let bytes =
+            record(1, Int32(IN_MODIFY), "a.so") + record(1, Int32(IN_CLOSE_WRITE), "a.so") + record(1, Int32(IN_MOVED_TO), ".b.so")
+            + record(1, Int32(IN_DELETE), "c.so") + record(-1, Int32(IN_Q_OVERFLOW), "") + record(1, Int32(IN_DELETE_SELF), "")
+            + record(1, Int32(IN_CLOSE_WRITE) | Int32(IN_ISDIR), "dir")
+        #expect(FolderWatcher.parse(bytes[...], folders: folders) == [
+            .writing("/p/a.so"), .written("/p/a.so"), .removed("/p/c.so"), .overflow, .folderGone("/p"),
+        ])
+    }
+
+    @Test func aTruncatedOrLyingRecordEndsTheParseWithoutATrap() {
+        var bytes = record(1, Int32(IN_CLOSE_WRITE), "a.so")
+        bytes[12] = 0xFF  // a name length past the end
+        #expect(FolderWatcher.parse(bytes[...], folders: [1: "/p"]).isEmpty)
+        #expect(FolderWatcher.parse(bytes.prefix(10), folders: [1: "/p"]).isEmpty)
+    }
+}
