@@ -75,8 +75,17 @@ public final class Server: @unchecked Sendable {
 
     private final class ActiveRun: Sendable {
         let runner: Runner
-        let requested = Mutex<Duration?>(nil)
-        init(runner: Runner) { self.runner = runner }
+        let requested: NextRun
+        init(runner: Runner, requested: NextRun) {
+            self.runner = runner
+            self.requested = requested
+        }
+    }
+
+    /// The next run a job asked for during its run: the runner's event
+    /// handler holds this, not the ``ActiveRun`` (which holds the runner).
+    private final class NextRun: Sendable {
+        let delay = Mutex<Duration?>(nil)
     }
 
     private struct FileIdentity: Equatable {
@@ -371,14 +380,13 @@ public final class Server: @unchecked Sendable {
             cpuSeconds: policy.limits.cpuSeconds ?? configuration.limits.cpuSeconds,
             openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
         configuration.maxConcurrentJobs = 1
-        let holder = Mutex<ActiveRun?>(nil)
+        let requested = NextRun()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in
-            if case .nextRunRequested(_, let delay) = event { holder.withLock { $0 }?.requested.withLock { $0 = delay } }
+            if case .nextRunRequested(_, let delay) = event { requested.delay.withLock { $0 = delay } }
             forward(event, time)
         }
-        let run = ActiveRun(runner: runner)
-        holder.withLock { $0 = run }
+        let run = ActiveRun(runner: runner, requested: requested)
         active[job.name] = run
         runner.start { [self] results in
             queue.async { self.ended(job.name, run, results.first) }
@@ -389,7 +397,7 @@ public final class Server: @unchecked Sendable {
         if active[name] === run { active[name] = nil }
         if let result {
             schedule.finished(
-                job: name, outcome: result.outcome, requested: run.requested.withLock { $0 }, stopped: stopping, now: .now())
+                job: name, outcome: result.outcome, requested: run.requested.delay.withLock { $0 }, stopped: stopping, now: .now())
             save(name)
         }
         if stopping {
