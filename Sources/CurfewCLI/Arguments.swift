@@ -225,6 +225,7 @@ public enum ArgumentParser {
         }
         options.config = config
         options.socket = socket
+        guard !options.run.paths.isEmpty else { throw UsageError("Missing expected argument '<folders>'", command: .serve) }
         if options.run.isolation == .none {
             throw UsageError(
                 "serve runs every job in a worker, so that a replaced plugin loads its new code: use --isolate job or plugin",

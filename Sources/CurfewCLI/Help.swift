@@ -385,7 +385,7 @@ public enum Help {
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<subcommand>", "The subcommand to describe: run, list, test, new, state or history.")])
+            lines += rows([("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state or history.")])
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -6,10 +6,6 @@ import Synchronization
 extension CurfewMain {
     static func serve(_ options: ServeOptions) async -> Int32 {
         let console = Console(json: options.run.json)
-        guard !options.run.paths.isEmpty else {
-            console.error(String(Help.errorText(UsageError("Missing expected argument '<folders>'", command: .serve)).dropLast()))
-            return ExitCode.usage
-        }
         if let missing = missingPath(options.run.paths) {
             console.error(missing)
             return ExitCode.failure

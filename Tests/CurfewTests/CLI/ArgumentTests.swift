@@ -20,6 +20,12 @@ import Testing
             SUBCOMMANDS:
               run                     Load plugins and run their jobs, each under a
                                       background-task grant.
+              serve                   Stay running over live plugin folders, running each
+                                      job on its schedule.
+              status                  Show what a serving host runs, and when each job runs
+                                      next.
+              ctl                     Tell a serving host to run, cancel, pause or resume a
+                                      job, or to rescan.
               list                    List plugins, their jobs, and the files rejected with
                                       the reason.
               test                    Run one job against virtual time and check that it
@@ -182,6 +188,25 @@ import Testing
 
     static let runUsage =
         "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+
+    @Test func serveAndControlArguments() throws {
+        guard case .serve(let serve) = try ArgumentParser.parse(["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])
+        else { Issue.record("not serve"); return }
+        #expect(serve.run.paths == ["plugins"] && serve.config == "c.json" && serve.socket == "/run/s")
+        #expect(serve.run.isolation == .job, "a worker per job by default")
+        #expect(serve.run.budget == .seconds(2))
+        #expect(try ArgumentParser.parse(["ctl", "cancel", "tally"]) == .control({ var o = ControlOptions(); o.action = .cancel("tally"); return o }()))
+        #expect(try ArgumentParser.parse(["ctl", "reload"]) == .control({ var o = ControlOptions(); o.action = .reload; return o }()))
+        #expect(try ArgumentParser.parse(["status", "--json"]) == .control({ var o = ControlOptions(); o.json = true; return o }()))
+        #expect(usageErrorText(["serve"])?.hasPrefix("Error: Missing expected argument '<folders>'\nUsage: curfew serve <folders> ...") == true)
+        #expect(usageErrorText(["serve", "p", "--isolate", "none"])?.hasPrefix("Error: serve runs every job in a worker") == true)
+        #expect(usageErrorText(["serve", "p", "--only", "x"])?.hasPrefix("Error: Unknown option '--only'") == true)
+        #expect(usageErrorText(["ctl"])?.hasPrefix("Error: Missing the action") == true)
+        #expect(usageErrorText(["ctl", "stop", "x"])?.hasPrefix("Error: Unknown action 'stop'") == true)
+        #expect(usageErrorText(["ctl", "run"])?.hasPrefix("Error: Missing the job: curfew ctl run <job>") == true)
+        #expect(usageErrorText(["ctl", "run", "a", "b"])?.hasPrefix("Error: Unexpected argument 'b'") == true)
+        #expect(usageErrorText(["status", "x"])?.hasPrefix("Error: Unexpected argument 'x'") == true)
+    }
 
     @Test func usageErrors() {
         #expect(usageErrorText(["run", "--bogus"]) == "Error: Unknown option '--bogus'\n" + Self.runUsage)
