@@ -3,7 +3,8 @@
 // When its grant expires first, it saves where it got to as a checkpoint,
 // and its next run goes on from there.
 //
-// Parameter: --param limit=N (default 3,000,000).
+// Parameters: --param limit=N (default 3,000,000); --param again=S asks
+// `curfew serve` to run it again S seconds after it completes.
 import CurfewJob
 
 struct PrimeCounter: Job {
@@ -42,6 +43,7 @@ struct PrimeCounter: Job {
         context.reportProgress(completed: Int64(next), total: Int64(limit))
         guard next >= limit else { return .continue }
         context.log("\(primes) primes below \(limit)")
+        if let again = context.parameter("again").flatMap({ Int64($0) }) { context.requestNextRun(after: .seconds(again)) }
         return .done
     }
 

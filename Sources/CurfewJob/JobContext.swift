@@ -154,6 +154,23 @@ public struct JobContext: @unchecked Sendable {
         return try CheckpointDecoding.decode(type, from: bytes)
     }
 
+    /// Asks for the job's next run no sooner than `delay` from now, as an iOS
+    /// app submits a refresh request with an earliest begin date. `curfew
+    /// serve` schedules it then (or later, when the operator's `every` says
+    /// so); a batch `curfew run` records nothing. The last request of a run
+    /// counts.
+    ///
+    /// - Returns: Whether the host took it: not for a negative delay or one
+    ///   over ten years, nor once the job is over, nor from a host that
+    ///   predates the call.
+    @discardableResult
+    public func requestNextRun(after delay: Duration) -> Bool {
+        let offset = MemoryLayout<curfew_host>.offset(of: \.request_next_run)!
+        guard host.pointee.struct_size >= offset + MemoryLayout<UnsafeRawPointer>.size else { return false }
+        let (seconds, attoseconds) = delay.components
+        return host.pointee.request_next_run(raw, Double(seconds) + Double(attoseconds) * 1e-18) == CURFEW_OK
+    }
+
     /// Whether the host's table has the checkpoint functions (appended in ABI 1).
     private var hasCheckpoints: Bool {
         host.pointee.struct_size >= MemoryLayout<curfew_host>.offset(of: \.checkpoint_load)! + MemoryLayout<UnsafeRawPointer>.size

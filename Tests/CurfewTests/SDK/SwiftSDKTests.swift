@@ -56,6 +56,18 @@ import Testing
         #expect(logs.withLock { $0 }.first?.hasPrefix("resumed at \(next) with ") == true, "\(logs.withLock { $0 })")
     }
 
+    @Test func aSwiftJobAsksForItsNextRun() async throws {
+        let primes = try jobs().filter { $0.name == "swift-primes" }
+        let configuration = RunConfiguration(parameters: ["limit": "1000", "again": "90"])
+        let asked = Mutex<[Duration]>([])
+        let result = try #require(
+            await Runner(jobs: primes, configuration: configuration) { event in
+                if case .nextRunRequested(_, let delay) = event { asked.withLock { $0.append(delay) } }
+            }.run().first)
+        #expect(result.outcome == .completed)
+        #expect(asked.withLock { $0 } == [.seconds(90)])
+    }
+
     @Test func delaysBecomePositiveNanoseconds() {
         #expect(delayNanoseconds(.milliseconds(200)) == 200_000_000)
         #expect(delayNanoseconds(.zero) == 1)
