@@ -66,9 +66,21 @@ public struct Schedule: Sendable {
         entries[job] = entry
     }
 
-    /// Gives a known job a new policy (the config was read again).
-    public mutating func update(job: String, policy: JobPolicy) {
-        entries[job]?.policy = policy
+    /// Gives a known job a new policy (the config was read again). A new
+    /// `every` starts its slots from `now`; one taken away leaves the job
+    /// its next run, if it has one, and then only its own requests.
+    public mutating func update(job: String, policy: JobPolicy, now: WallTime) {
+        guard var entry = entries[job] else { return }
+        let changed = entry.policy.every != policy.every
+        entry.policy = policy
+        if changed {
+            entry.slot = policy.every.map { now.later(by: $0) }
+            if let slot = entry.slot {
+                let next = slot.later(by: jitter(policy))
+                entry.nextRun = entry.nextRun.map { min($0, next) } ?? next
+            }
+        }
+        entries[job] = entry
     }
 
     public mutating func remove(job: String) {

@@ -61,6 +61,8 @@ public final class Server: @unchecked Sendable {
     /// Each plugin file's identity when last scanned: a change is an upgrade.
     private var identities: [String: FileIdentity] = [:]
     private var rejections: [String: String] = [:]
+    /// Continuous jobs not served (no `--allow-continuous`): said once each.
+    private var refusedContinuous: Set<String> = []
     /// Files written to and not closed yet: never loaded until they are.
     private var writing: Set<String> = []
     private var active: [String: ActiveRun] = [:]
@@ -153,7 +155,7 @@ public final class Server: @unchecked Sendable {
                     let fresh = try ServeConfig.load(path: path)
                     try Self.check(fresh, base: options.run)
                     config = fresh
-                    for name in catalog.keys { schedule.update(job: name, policy: policy(for: name)) }
+                    for name in catalog.keys { schedule.update(job: name, policy: policy(for: name), now: .now()) }
                     onNotice(.info("Read \(path) again."))
                 } catch {
                     onNotice(.warning("\(error.description); the config in use stays."))
@@ -301,6 +303,15 @@ public final class Server: @unchecked Sendable {
         let now = WallTime.now()
         for name in fresh.keys.sorted() {
             let job = fresh[name]!
+            if job.isContinuous && !options.run.policy.allowsContinuous {
+                // Refused at every start, it would only fill the log: said once, not scheduled.
+                if catalog[name] == nil && !refusedContinuous.contains(name) {
+                    onNotice(.warning("'\(name)' is continuous (it runs without a budget); serve it with --allow-continuous"))
+                }
+                refusedContinuous.insert(name)
+                fresh[name] = nil
+                continue
+            }
             if let old = catalog[name] {
                 if old.pluginPath != job.pluginPath || self.identities[old.pluginPath] != identities[job.pluginPath] {
                     onNotice(.info("'\(name)' was replaced in \(job.pluginPath); its next run loads the new code"))

@@ -156,6 +156,23 @@ import Testing
         #expect(!unknown)
     }
 
+    /// Before: a job given `every` by a config read again had no slot, and
+    /// after its next run it ran no more.
+    @Test func anEveryGivenByAReloadedConfigStartsItsSlots() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "a", policy: policy(), isContinuous: false, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(1)) == nil)
+        schedule.update(job: "a", policy: policy(every: .seconds(10)), now: at(2))
+        #expect(schedule.nextWake == at(12))
+        #expect(schedule.takeDue(now: at(12)) == [.start("a")])
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(13)) == at(22))
+        // Taken away again: the run it has stays, then it runs only when asked.
+        schedule.update(job: "a", policy: policy(), now: at(14))
+        #expect(schedule.takeDue(now: at(22)) == [.start("a")])
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(23)) == nil)
+    }
+
     @Test func retryCeilingsDoubleUpToTheMaximumWithoutOverflow() {
         let retry = RetryPolicy(attempts: 1000, delay: .seconds(1), maximumDelay: .seconds(100))
         #expect(retry.ceiling(attempt: 1) == .seconds(1))
