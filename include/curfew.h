@@ -88,6 +88,7 @@ extern "C" {
 #define CURFEW_MAX_SUMMARY 200u       /* bytes in a summary, without NUL */
 #define CURFEW_MAX_OPEN_TASKS 10000u  /* background tasks one job has open */
 #define CURFEW_MAX_CHECKPOINT 1048576u /* bytes in one checkpoint (1 MiB) */
+#define CURFEW_MAX_MODES 16u          /* background modes of one job */
 
 /* Status returned by `create` and by `checkpoint_save`. */
 typedef enum curfew_status {
@@ -370,6 +371,19 @@ typedef struct curfew_job {
      * and hands it back through `host->job_user_data(ctx)`. Appended in
      * ABI 1: a descriptor whose struct_size ends before it has none. */
     void *user_data;
+    /* The background modes a continuous job runs in, as an iOS app lists
+     * UIBackgroundModes: comma-separated names, such as "audio,location".
+     * The seven of iOS: audio, voip, location, newsstand-content,
+     * external-accessory, bluetooth-central, bluetooth-peripheral; a mode of
+     * your own is named "x-" and 1 to 62 of [a-z0-9-] ("x-sensor-feed").
+     * At most CURFEW_MAX_MODES names, each once, in at most 512 bytes; only
+     * a continuous job may have them. The operator allows a mode by name
+     * (`--allow-mode audio`); the job runs when every mode it declares is
+     * allowed, or with `--allow-continuous`, which allows every mode (and is
+     * the only way to run a continuous job that declares none). NULL: none.
+     * Appended in ABI 1: a descriptor whose struct_size ends before it has
+     * none. */
+    const char *background_modes;
 } curfew_job;
 
 /* The plugin descriptor returned by `curfew_plugin_entry`. Owned by the

@@ -40,6 +40,8 @@ public struct RunOptions: Equatable, Sendable {
     public var only: [String] = []
     public var parameters: [String: String] = [:]
     public var allowContinuous = false
+    /// `--allow-mode`: background modes allowed by name.
+    public var allowedModes: Set<String> = []
     public var json = false
     public var verbose = false
     public var isolation: Isolation = .none
@@ -298,6 +300,12 @@ public enum ArgumentParser {
             case "--param":
                 options.parameters.merge([try keyValue(value!, spec, command: command)]) { $1 }
             case "--allow-continuous": options.allowContinuous = true
+            case "--allow-mode":
+                guard BackgroundMode.isValidName(value!) else {
+                    throw invalid(
+                        value!, spec, "use one of \(BackgroundMode.known.joined(separator: ", ")), or x- and a name of your own", command: command)
+                }
+                options.allowedModes.insert(value!)
             case "--allow-insecure-plugins": options.allowInsecurePlugins = true
             case "--rescan": options.rescan = true
             case "--json": options.json = true

@@ -230,6 +230,7 @@ public enum CurfewMain {
                     line.add("kind", job.foreignLibrary != nil ? "foreign" : job.isChunked ? "chunked" : "task-driven")
                     if let library = job.foreignLibrary { line.add("library", library) }
                     line.addRaw("continuous", job.isContinuous ? "true" : "false")
+                    if !job.backgroundModes.isEmpty { line.add("modes", job.backgroundModes) }
                     console.machine(line.text)
                 }
             }
@@ -248,7 +249,9 @@ public enum CurfewMain {
                     var notes: [String] = []
                     if !job.isChunked { notes.append("task-driven") }
                     if let library = job.foreignLibrary { notes.append("foreign: \(library)") }
-                    if job.isContinuous { notes.append("continuous") }
+                    if job.isContinuous {
+                        notes.append(job.backgroundModes.isEmpty ? "continuous" : "continuous: " + job.backgroundModes.joined(separator: ", "))
+                    }
                     let suffix = notes.isEmpty ? "" : " [\(notes.joined(separator: ", "))]"
                     console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + Untrusted.line(job.summary + suffix))
                 }
@@ -349,6 +352,7 @@ public enum CurfewMain {
         var configuration = RunConfiguration(
             policy: GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: options.allowContinuous),
             maxConcurrentJobs: options.jobs, parameters: options.parameters)
+        configuration.policy.allowedModes = options.allowedModes
         configuration.isolation = options.isolation
         configuration.limits = options.limits
         if !options.noState {

@@ -16,7 +16,11 @@ public enum Help {
         OptionSpec(names: ["--jobs"], value: "n", help: "Run at most n jobs at once. (default: the number of active processors)"),
         OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more.", repeatable: true),
         OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more.", repeatable: true),
-        OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops."),
+        OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops: every background mode is allowed."),
+        OptionSpec(
+            names: ["--allow-mode"], value: "mode",
+            help: "Allow a background mode (audio, voip, location, newsstand-content, external-accessory, bluetooth-central, bluetooth-peripheral, or x-NAME): a continuous job runs when every mode it declares is allowed; repeat for more.",
+            repeatable: true),
         insecureOption,
         rescanOption,
         OptionSpec(names: ["--json"], value: nil, help: "Print events as JSON Lines on stdout; human messages go to stderr."),

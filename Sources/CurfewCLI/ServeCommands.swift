@@ -53,6 +53,7 @@ extension CurfewMain {
         var run = RunConfiguration(
             policy: GrantPolicy(budget: options.run.budget, grace: options.run.grace, allowsContinuous: options.run.allowContinuous),
             maxConcurrentJobs: options.run.jobs, parameters: options.run.parameters)
+        run.policy.allowedModes = options.run.allowedModes
         run.isolation = options.run.isolation
         run.limits = options.run.limits
         if !options.run.noState {

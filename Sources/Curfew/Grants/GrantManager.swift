@@ -21,8 +21,10 @@ public final class GrantManager: Sendable {
     ///   - handlerQueue: The serial queue the tasks' expiration handlers run on.
     /// - Throws: ``CurfewError/Code/continuousNotAllowed`` for a continuous
     ///   job when the policy does not allow those.
-    public func makeGrant(name: String, continuous: Bool = false, handlerQueue: DispatchQueue) throws(CurfewError) -> Grant {
-        if let refusal = policy.refusal(job: name, continuous: continuous) { throw refusal }
+    public func makeGrant(
+        name: String, continuous: Bool = false, modes: [String] = [], handlerQueue: DispatchQueue
+    ) throws(CurfewError) -> Grant {
+        if let refusal = policy.refusal(job: name, continuous: continuous, modes: modes) { throw refusal }
         return Grant(
             name: name, manager: self, budget: continuous ? nil : policy.budget,
             lead: continuous ? policy.shutdownLead : policy.lead, handlerQueue: handlerQueue)

@@ -13,8 +13,11 @@ public struct GrantPolicy: Sendable, Equatable {
     /// The lead of the expiration point before the deadline, as given; `nil`
     /// uses ``defaultGrace`` scaled down for small budgets (see ``lead``).
     public var grace: Duration?
-    /// Whether jobs flagged continuous may run (without a budget).
+    /// Whether jobs flagged continuous may run (without a budget), whatever their modes.
     public var allowsContinuous: Bool
+    /// The background modes allowed (`--allow-mode`): a continuous job runs
+    /// when it declares modes and every one of them is here.
+    public var allowedModes: Set<String> = []
 
     public init(budget: Duration = GrantPolicy.defaultBudget, grace: Duration? = nil, allowsContinuous: Bool = false) {
         precondition(budget > .zero, "a grant's budget must be positive")
@@ -35,12 +38,21 @@ public struct GrantPolicy: Sendable, Equatable {
     }
 
     /// Why a job may not run under this policy, or `nil`: a continuous job
-    /// (no budget) runs only where the policy allows it.
-    public func refusal(job name: String, continuous: Bool) -> CurfewError? {
+    /// (no budget) runs where the policy allows every mode, or every mode it
+    /// declares.
+    public func refusal(job name: String, continuous: Bool, modes: [String] = []) -> CurfewError? {
         guard continuous && !allowsContinuous else { return nil }
+        let missing = modes.filter { !allowedModes.contains($0) }
+        if !modes.isEmpty && missing.isEmpty { return nil }
+        if modes.isEmpty {
+            return CurfewError(
+                .continuousNotAllowed,
+                "Job '\(name)' is continuous (it runs without a budget) and declares no background mode; run it with --allow-continuous.")
+        }
+        let flags = missing.map { "--allow-mode \($0)" }.joined(separator: " ")
         return CurfewError(
             .continuousNotAllowed,
-            "Job '\(name)' is continuous (it runs without a budget, like an iOS background mode); run it with --allow-continuous.")
+            "Job '\(name)' is continuous in background mode\(modes.count == 1 ? "" : "s") \(modes.joined(separator: ", ")); allow \(missing.count == 1 ? "it" : "them") with \(flags) (or --allow-continuous).")
     }
 
     /// The lead a continuous job gets to clean up when the host shuts down.

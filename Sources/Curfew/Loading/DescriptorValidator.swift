@@ -10,6 +10,8 @@ struct DescriptorValidator {
     /// The first version of `curfew_job` ended before `user_data`.
     static let minimumJobSize = UInt32(MemoryLayout<curfew_job>.offset(of: \curfew_job.user_data)!)
     static let jobSizeWithUserData = minimumJobSize + UInt32(MemoryLayout<UnsafeMutableRawPointer?>.size)
+    static let jobSizeWithModes = UInt32(MemoryLayout<curfew_job>.offset(of: \curfew_job.background_modes)!)
+        + UInt32(MemoryLayout<UnsafePointer<CChar>?>.size)
     static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
 
     func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
@@ -117,11 +119,24 @@ struct DescriptorValidator {
         if job.chunk == nil && job.create == nil {
             throw CurfewError(.missingHook, "Job '\(name)' has neither chunk nor create; a task-driven job starts its work in create.")
         }
+        let continuous = job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0
+        var modes: [String] = []
+        if size >= Self.jobSizeWithModes, let text = field(\.background_modes) {
+            // One byte past the limit at most: the text may not be terminated.
+            let length = strnlen(text, BackgroundMode.maximumTextBytes + 1)
+            switch BackgroundMode.parse(Array(UnsafeRawBufferPointer(start: text, count: length))) {
+            case .success(let parsed): modes = parsed
+            case .failure(let problem): throw CurfewError(.invalidDescriptor, "Job '\(name)': \(problem.message).")
+            }
+            guard continuous else {
+                throw CurfewError(.invalidDescriptor, "Job '\(name)' declares background modes but is not continuous; modes are for jobs without a budget.")
+            }
+        }
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
             isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
             hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData),
-            index: index)
+            index: index, backgroundModes: modes)
     }
 
     private func jobName(_ pointer: UnsafePointer<CChar>?, index: Int) throws(CurfewError) -> String {

@@ -23,6 +23,8 @@ public struct PluginJob: Sendable, Identifiable {
     /// Whether the job is continuous: it has no budget, like an app with an
     /// iOS background mode, and runs only where the host allows it.
     public let isContinuous: Bool
+    /// The background modes a continuous job declares (`background_modes`).
+    public let backgroundModes: [String]
     let hooks: JobHooks
     /// The manifest's functions, for a job called through libffi.
     let foreign: ForeignJob?
@@ -36,9 +38,10 @@ public struct PluginJob: Sendable, Identifiable {
 
     init(
         name: String, summary: String, pluginPath: String, isContinuous: Bool, hooks: JobHooks, foreign: ForeignJob? = nil,
-        index: Int
+        index: Int, backgroundModes: [String] = []
     ) {
         self.index = index
+        self.backgroundModes = backgroundModes
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath
@@ -53,9 +56,10 @@ public struct PluginJob: Sendable, Identifiable {
     /// loaded its plugin, so it has no hooks and runs only in a worker.
     init(
         scannedName name: String, summary: String, pluginPath: String, isContinuous: Bool, isChunked: Bool, foreignLibrary: String?,
-        index: Int
+        index: Int, backgroundModes: [String] = []
     ) {
         self.index = index
+        self.backgroundModes = backgroundModes
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath

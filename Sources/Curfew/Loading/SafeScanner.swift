@@ -386,8 +386,10 @@ struct ScannedJob: Sendable, Equatable {
     let continuous: Bool
     let chunked: Bool
     let foreignLibrary: String?
+    let modes: [String]
 
     init(_ job: PluginJob) {
+        modes = job.backgroundModes
         name = job.name
         summary = job.summary
         continuous = job.isContinuous
@@ -402,6 +404,14 @@ struct ScannedJob: Sendable, Equatable {
         continuous = value["continuous"] == .bool(true)
         chunked = value["chunked"] == .bool(true)
         foreignLibrary = value["library"]?.stringValue
+        // From the cache or a scanner worker: kept only if still a list of modes.
+        if case .array(let names)? = value["modes"] {
+            let texts = names.compactMap(\.stringValue)
+            modes = texts.count == names.count && texts.count <= BackgroundMode.maximumCount && texts.allSatisfy(BackgroundMode.isValidName)
+                ? texts : []
+        } else {
+            modes = []
+        }
     }
 
     var json: String {
@@ -410,6 +420,7 @@ struct ScannedJob: Sendable, Equatable {
         line.addRaw("continuous", continuous ? "true" : "false")
         line.addRaw("chunked", chunked ? "true" : "false")
         line.add("library", foreignLibrary)
+        if !modes.isEmpty { line.add("modes", modes) }
         return line.text
     }
 }
@@ -451,7 +462,7 @@ enum FileResult: Sendable, Equatable {
             return .success(LoadedPlugin(path: path, jobs: jobs.enumerated().map { index, job in
                 PluginJob(
                     scannedName: job.name, summary: job.summary, pluginPath: path, isContinuous: job.continuous,
-                    isChunked: job.chunked, foreignLibrary: job.foreignLibrary, index: index)
+                    isChunked: job.chunked, foreignLibrary: job.foreignLibrary, index: index, backgroundModes: job.modes)
             }))
         case .rejected(let code, let reason):
             return .failure(CurfewError(CurfewError.Code(rawValue: code), reason))

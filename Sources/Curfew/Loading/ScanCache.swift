@@ -30,6 +30,8 @@ struct ScanCache {
 
     /// The largest shard read.
     static let maximumBytes = 16 << 20
+    /// The shards' format: one of another version is not read (3: jobs carry their background modes).
+    static let version = 3
 
     /// - Parameter folder: The cache folder. It must be this user's and
     ///   writable by nobody else (it is made so, mode 700, if missing), and
@@ -79,7 +81,7 @@ struct ScanCache {
                 "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
                     + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
             }
-            let text = "{\"version\":2,\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
+            let text = "{\"version\":\(Self.version),\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
             Self.replace(folder + "/" + name, with: Array(text.utf8))
         }
     }
@@ -96,7 +98,8 @@ struct ScanCache {
 
     private static func parse(_ bytes: [UInt8]) -> Shard {
         var shard = Shard()
-        guard let root = try? JSONReader.parse(bytes), root["abi"]?.numberValue == Double(PluginLoader.abiVersion),
+        guard let root = try? JSONReader.parse(bytes), root["version"]?.integerValue == Int64(version),
+            root["abi"]?.numberValue == Double(PluginLoader.abiVersion),
             case .array(let list)? = root["entries"]
         else { return shard }
         for entry in list {

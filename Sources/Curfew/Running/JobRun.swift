@@ -101,7 +101,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         self.checkpoints = checkpoints
         self.control = Mutex(Control(estimate: estimate))
         self.grant = try manager.makeGrant(
-            name: job.name, continuous: job.isContinuous, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
+            name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
         sliceCount.initialize(to: 0)
         cName = UnsafePointer(strdup(job.name)!)
         super.init(job: job, parameters: parameters)

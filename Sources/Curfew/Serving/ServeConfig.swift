@@ -22,6 +22,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var limits = ResourceLimits()
     public var retry: RetryPolicy?
     public var enabled: Bool?
+    /// Background modes this job may run in, besides those of `--allow-mode`.
+    public var allowedModes: Set<String> = []
 
     public init() {}
 
@@ -40,6 +42,7 @@ public struct JobPolicy: Sendable, Equatable {
             openFiles: limits.openFiles ?? base.limits.openFiles)
         merged.retry = retry ?? base.retry
         merged.enabled = enabled ?? base.enabled
+        merged.allowedModes = allowedModes.union(base.allowedModes)
         return merged
     }
 }
@@ -157,7 +160,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled",
+        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -201,6 +204,15 @@ extension JobPolicy {
             case "enabled":
                 guard case .bool(let flag) = member else { throw place.error(key, "must be true or false, not \(member.kind)") }
                 enabled = flag
+            case "modes":
+                guard case .array(let names) = member else { throw place.error(key, "must be an array of background modes, not \(member.kind)") }
+                for name in names {
+                    guard let name = name.stringValue, BackgroundMode.isValidName(name) else {
+                        throw place.error(
+                            key, "each is a background mode: \(BackgroundMode.known.joined(separator: ", ")), or x- and a name of your own")
+                    }
+                    allowedModes.insert(name)
+                }
             default:
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }

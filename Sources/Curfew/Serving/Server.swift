@@ -303,15 +303,14 @@ public final class Server: @unchecked Sendable {
         let now = WallTime.now()
         for name in fresh.keys.sorted() {
             let job = fresh[name]!
-            if job.isContinuous && !options.run.policy.allowsContinuous {
+            if let refusal = grantPolicy(for: name).refusal(job: name, continuous: job.isContinuous, modes: job.backgroundModes) {
                 // Refused at every start, it would only fill the log: said once, not scheduled.
-                if catalog[name] == nil && !refusedContinuous.contains(name) {
-                    onNotice(.warning("'\(name)' is continuous (it runs without a budget); serve it with --allow-continuous"))
-                }
+                if !refusedContinuous.contains(name) { onNotice(.warning(refusal.description)) }
                 refusedContinuous.insert(name)
                 fresh[name] = nil
                 continue
             }
+            refusedContinuous.remove(name)
             if let old = catalog[name] {
                 if old.pluginPath != job.pluginPath || self.identities[old.pluginPath] != identities[job.pluginPath] {
                     onNotice(.info("'\(name)' was replaced in \(job.pluginPath); its next run loads the new code"))
@@ -346,6 +345,22 @@ public final class Server: @unchecked Sendable {
         config.policy(for: name)
     }
 
+    /// The grant a job's runs get: `--budget`, `--grace` and the modes
+    /// allowed, under the job's policy.
+    private func grantPolicy(for name: String, warn: Bool = false) -> GrantPolicy {
+        let policy = policy(for: name)
+        let base = options.run.policy
+        let budget = policy.budget ?? base.budget
+        var grace = policy.grace ?? base.grace
+        if let given = grace, given >= budget {
+            if warn { onNotice(.warning("'\(name)': the grace \(given) is not shorter than the budget \(budget); using the default lead")) }
+            grace = nil
+        }
+        var grant = GrantPolicy(budget: budget, grace: grace, allowsContinuous: base.allowsContinuous)
+        grant.allowedModes = base.allowedModes.union(policy.allowedModes)
+        return grant
+    }
+
     // MARK: Running
 
     /// Starts what is due and arms the timer for what comes next.
@@ -377,13 +392,7 @@ public final class Server: @unchecked Sendable {
     private func start(_ job: PluginJob) {
         let policy = policy(for: job.name)
         var configuration = options.run
-        let budget = policy.budget ?? configuration.policy.budget
-        var grace = policy.grace ?? configuration.policy.grace
-        if let given = grace, given >= budget {
-            onNotice(.warning("'\(job.name)': the grace \(given) is not shorter than the budget \(budget); using the default lead"))
-            grace = nil
-        }
-        configuration.policy = GrantPolicy(budget: budget, grace: grace, allowsContinuous: configuration.policy.allowsContinuous)
+        configuration.policy = grantPolicy(for: job.name, warn: true)
         configuration.parameters.merge(policy.parameters) { _, own in own }
         configuration.isolation = policy.isolation ?? configuration.isolation
         configuration.limits = ResourceLimits(

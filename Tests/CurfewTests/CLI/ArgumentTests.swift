@@ -51,7 +51,7 @@ import Testing
             SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
             within the lead time; so does closing its output (| head).
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -68,7 +68,13 @@ import Testing
               --param <key=value>     A parameter every job can read with param(); repeat
                                       for more.
               --allow-continuous      Run continuous jobs, without a budget, until they
-                                      finish or the host stops.
+                                      finish or the host stops: every background mode is
+                                      allowed.
+              --allow-mode <mode>     Allow a background mode (audio, voip, location,
+                                      newsstand-content, external-accessory,
+                                      bluetooth-central, bluetooth-peripheral, or x-NAME): a
+                                      continuous job runs when every mode it declares is
+                                      allowed; repeat for more.
               --allow-insecure-plugins
                                       Load plugin files and folders that are writable by
                                       group or others, or owned by another user.
@@ -187,7 +193,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func serveAndControlArguments() throws {
         guard case .serve(let serve) = try ArgumentParser.parse(["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])
@@ -205,6 +211,7 @@ import Testing
         #expect(usageErrorText(["ctl", "stop", "x"])?.hasPrefix("Error: Unknown action 'stop'") == true)
         #expect(usageErrorText(["ctl", "run"])?.hasPrefix("Error: Missing the job: curfew ctl run <job>") == true)
         #expect(usageErrorText(["ctl", "run", "a", "b"])?.hasPrefix("Error: Unexpected argument 'b'") == true)
+        #expect(usageErrorText(["run", "--allow-mode", "radio"])?.hasPrefix("Error: The value 'radio' is invalid for '--allow-mode <mode>': use one of audio, voip") == true)
         #expect(usageErrorText(["status", "x"])?.hasPrefix("Error: Unexpected argument 'x'") == true)
     }
 

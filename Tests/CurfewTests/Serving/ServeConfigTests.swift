@@ -27,7 +27,8 @@ import Testing
              "jobs": {"tally": {"every": "1m30s", "earliest_begin": 10, "jitter": "500ms", "grace": "2s",
                                 "params": {"mode": "slow"}, "isolate": "job",
                                 "limits": {"memory": "512MiB", "cpu_time": "1.5s", "open_files": 64},
-                                "retry": {"attempts": 5, "delay": "2s", "max_delay": "1m"}, "enabled": false}}}
+                                "retry": {"attempts": 5, "delay": "2s", "max_delay": "1m"}, "enabled": false,
+                                "modes": ["audio", "x-feed"]}}}
             """)
         let tally = config.policy(for: "tally")
         #expect(tally.every == .seconds(90))
@@ -40,6 +41,7 @@ import Testing
         #expect(tally.limits == ResourceLimits(memoryBytes: 512 << 20, cpuSeconds: 2, openFiles: 64))
         #expect(tally.retry == RetryPolicy(attempts: 5, delay: .seconds(2), maximumDelay: .seconds(60)))
         #expect(tally.enabled == false)
+        #expect(tally.allowedModes == ["audio", "x-feed"])
         let other = config.policy(for: "other")
         #expect(other.isolation == .plugin && other.budget == .seconds(30) && other.retry?.attempts == 2)
         #expect(other.retry?.delay == RetryPolicy.standard.delay)
@@ -62,6 +64,7 @@ import Testing
         #expect(error(#"{"jobs": {"t": {"enabled": "yes"}}}"#).contains(#""enabled": must be true or false, not a string"#))
         #expect(error(#"{"jobs": {"t": {"params": {"k": 1}}}}"#).contains(#""params": "k" must be a string, not a number"#))
         #expect(error(#"{"jobs": {"t": {"every": "1s", "every": "2s"}}}"#).contains(#"duplicate key "every""#), "the reader refuses it")
+        #expect(error(#"{"jobs": {"t": {"modes": ["radio"]}}}"#).contains(#""modes": each is a background mode: audio, voip"#))
         #expect(error(#"{"jobs": {"Bad Name": {}}}"#).contains(#""Bad Name" in "jobs" is not a job name"#))
         #expect(error(#"{"job": {}}"#) == #"/etc/curfew.json: unknown key "job" (the config has "defaults" and "jobs")"#)
         #expect(error(#"[1]"#) == "/etc/curfew.json: the config must be a JSON object, not an array")

@@ -317,3 +317,57 @@ extension ProcessTests {
         #expect(FolderWatcher.parse(bytes.prefix(10), folders: [1: "/p"]).isEmpty)
     }
 }
+
+extension ProcessTests {
+    /// Background modes: a continuous job declares them, the operator allows them by name.
+    @Suite(.timeLimit(.minutes(2))) struct BackgroundModeTests {
+        func run(_ plugin: String, _ extra: [String]) async throws -> (status: Int32, text: String) {
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--no-state"] + extra)
+            return (result.status, result.stdout + result.stderr)
+        }
+
+        @Test func aContinuousJobRunsWhenEveryModeItDeclaresIsAllowed() async throws {
+            let plugin = try Fixtures.compile("modes_jobs.c")
+            let listed = try await Fixtures.run(Fixtures.curfewExecutable, ["list", plugin])
+            #expect(listed.stdout.contains("[continuous: audio, location]"), "\(listed.stdout)")
+            let none = try await run(plugin, [])
+            #expect(none.status == 2)
+            #expect(none.text.contains("is continuous in background modes audio, location; allow them with --allow-mode audio --allow-mode location"), "\(none.text)")
+            let half = try await run(plugin, ["--allow-mode", "audio", "--isolate", "job"])
+            #expect(half.status == 2)
+            #expect(half.text.contains("allow it with --allow-mode location"), "\(half.text)")
+            for allowed in [["--allow-mode", "location", "--allow-mode", "audio"], ["--allow-continuous"]] {
+                let result = try await run(plugin, allowed)
+                #expect(result.status == 0, "\(allowed): \(result.text)")
+                #expect(result.text.contains("player: completed"), "\(result.text)")
+            }
+        }
+
+        @Test(arguments: [
+            ("\"audio,,location\"", "background mode \"\" is none of"),
+            ("\"teleport\"", "background mode \"teleport\" is none of"),
+            ("\"audio,audio\"", "background mode 'audio' is given twice"),
+            ("\"x-\"", "background mode \"x-\" is none of"),
+            ("\"X-Feed\"", "background mode \"X-Feed\" is none of"),
+        ])
+        func aBadModeListRejectsThePlugin(modes: String, reason: String) async throws {
+            let plugin = try Fixtures.compile("modes_jobs.c", defines: ["MODES=\(modes)"])
+            let listed = try await Fixtures.run(Fixtures.curfewExecutable, ["list", plugin])
+            #expect(listed.status == 3)
+            #expect(listed.stdout.contains(reason), "\(listed.stdout)")
+        }
+
+        @Test func modesOnAJobThatIsNotContinuousRejectThePlugin() async throws {
+            let plugin = try Fixtures.compile("modes_jobs.c", defines: ["NOT_CONTINUOUS"])
+            let listed = try await Fixtures.run(Fixtures.curfewExecutable, ["list", plugin])
+            #expect(listed.status == 3)
+            #expect(listed.stdout.contains("declares background modes but is not continuous"), "\(listed.stdout)")
+        }
+
+        @Test func aModeOfItsOwnIsAllowedByName() async throws {
+            let plugin = try Fixtures.compile("modes_jobs.c", defines: ["MODES=\"x-sensor-feed,voip\""])
+            let result = try await run(plugin, ["--allow-mode", "x-sensor-feed", "--allow-mode", "voip"])
+            #expect(result.status == 0, "\(result.text)")
+        }
+    }
+}

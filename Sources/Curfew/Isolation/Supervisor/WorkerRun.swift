@@ -56,7 +56,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
         onSlotFree: @escaping @Sendable () -> Void = {}, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
-        if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous) { throw refusal }
+        if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous, modes: job.backgroundModes) { throw refusal }
         self.job = job
         self.configuration = configuration
         self.workers = workers
