@@ -12,6 +12,10 @@ enum FuzzTarget: String, CaseIterable {
     case manifest
     /// The size and duration parsers of the command line.
     case quantities
+    /// `curfew serve`'s config file, and inotify's records as the watcher reads them.
+    case serveConfig = "serve-config"
+    /// A request on `curfew serve`'s control socket, answered by a server with no jobs.
+    case controlRequest = "control-request"
 
     /// The one input the target runs.
     func run(_ bytes: [UInt8]) {
@@ -29,8 +33,16 @@ enum FuzzTarget: String, CaseIterable {
             let text = String(decoding: bytes, as: UTF8.self)
             _ = Quantities.size(text)
             _ = Quantities.duration(text)
+        case .serveConfig:
+            _ = try? ServeConfig.parse(bytes, file: "fuzz.json")
+            _ = FolderWatcher.parse(bytes[...], folders: [1: "/p", 2: "/q"])
+        case .controlRequest:
+            _ = Self.server?.answer(bytes)
         }
     }
+
+    /// A server that was never started: it answers from an empty catalog.
+    private static let server = try? Server(options: Server.Options(folders: []), onEvent: { _, _ in }, onNotice: { _ in })
 
     /// The target a process fuzzes: `CURFEW_FUZZ_TARGET` names it.
     static func fromEnvironment(_ value: String?) -> FuzzTarget? {

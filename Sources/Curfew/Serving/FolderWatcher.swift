@@ -9,11 +9,11 @@ import Glibc
 /// loads half a plugin. Dotfiles are ignored (editors and `rsync` write
 /// there first). A full event queue (`IN_Q_OVERFLOW`) is reported as
 /// ``Change/overflow``: what was lost is unknown, so the caller rescans.
-final class FolderWatcher: @unchecked Sendable {
+package final class FolderWatcher: @unchecked Sendable {
     // Safe because `watches` is written in init only, and everything else
     // happens on `queue`.
 
-    enum Change: Equatable, Sendable {
+    package enum Change: Equatable, Sendable {
         /// Written and closed, or moved in.
         case written(String)
         /// Opened for writing and written to, not closed yet.
@@ -78,7 +78,7 @@ final class FolderWatcher: @unchecked Sendable {
 
     /// The changes in a run of `inotify_event`s. The kernel wrote them, but
     /// every length is still checked against what was read.
-    static func parse(_ bytes: ArraySlice<UInt8>, folders: [Int32: String]) -> [Change] {
+    package static func parse(_ bytes: ArraySlice<UInt8>, folders: [Int32: String]) -> [Change] {
         var changes: [Change] = []
         var offset = bytes.startIndex
         let header = 16  // wd, mask, cookie, len: four 32-bit fields
