@@ -42,7 +42,7 @@ public enum Help {
         + [
             OptionSpec(
                 names: ["--isolate"], value: "mode",
-                help: "job: a fresh worker process per run; plugin: one per plugin file for the runs that start together. (default: job)"),
+                help: "job: each run in a fresh worker process of its own. plugin is accepted and does the same here; none is refused. (default: job)"),
             OptionSpec(
                 names: ["--config"], value: "file",
                 help: "A JSON file of per-job policy: every, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled (see the README). Read again on SIGHUP."),

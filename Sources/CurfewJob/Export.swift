@@ -71,7 +71,8 @@ final class JobEntry {
             chunk: chunked ? chunkHook : nil,
             expire: expireHook,
             destroy: destroyHook,
-            user_data: entry))
+            user_data: entry,
+            background_modes: type.backgroundModes.isEmpty ? nil : UnsafePointer(strdup(type.backgroundModes.joined(separator: ",")))))
         return job
     }
 

@@ -53,6 +53,11 @@ public protocol BackgroundJob {
     /// A continuous job has no budget (like an iOS background mode) and
     /// runs only where the host allows it. Default `false`.
     static var isContinuous: Bool { get }
+    /// The background modes a continuous job runs in, as an iOS app's
+    /// `UIBackgroundModes`: `"audio"`, `"location"`, … or `"x-NAME"` (see
+    /// `background_modes` in curfew.h). The operator allows them by name
+    /// (`--allow-mode`). Default: none.
+    static var backgroundModes: [String] { get }
 
     /// Makes the job (the C ABI's `create`). Throw to fail it at once: the
     /// error's description is the reason, no other method is called, and
@@ -72,6 +77,7 @@ public protocol BackgroundJob {
 
 extension BackgroundJob {
     public static var isContinuous: Bool { false }
+    public static var backgroundModes: [String] { [] }
     public mutating func teardown(context: JobContext) {}
 }
 

@@ -262,6 +262,25 @@ extension ProcessTests {
             #expect(await serve.stop() == 0)
         }
 
+        /// SIGHUP reads the config again and rescans: a job enabled there runs;
+        /// a config that no longer parses is said, and the last good one stays.
+        @Test func sighupReadsTheConfigAgain() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let config = try config(#"{"jobs": {"asks": {"enabled": false}, "tally": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            try #"{"jobs": {"asks": {"evry": "1s"}}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            kill(serve.process.processIdentifier, SIGHUP)
+            await serve.wait(for: "the config in use stays")
+            try #"{"jobs": {"tally": {"enabled": false}, "flaky": {"enabled": false}}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            kill(serve.process.processIdentifier, SIGHUP)
+            await serve.wait(for: "\"message\":\"request answered 0\"")
+            #expect(try serve.events().contains { ($0.message ?? "").hasPrefix("Read \(config) again") })
+            #expect(try serve.events().filter { $0.event == "started" }.map(\.job) == ["asks"], "only the job the new config enables")
+            #expect(await serve.stop() == 0)
+        }
+
         @Test func aBadConfigIsRefusedWithTheFileTheJobAndTheKey() async throws {
             let config = try config(#"{"jobs": {"tally": {"evry": "5s"}}}"#)
             let result = try await Fixtures.run(
