@@ -262,6 +262,24 @@ extension ProcessTests {
             #expect(await serve.stop() == 0)
         }
 
+        /// A failing job is tried again with backoff, as often as its policy
+        /// says, then waits for its schedule (it has none: it runs no more).
+        @Test func aFailingJobIsRetriedAsItsPolicySaysThenStops() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let config = try config(
+                #"{"jobs": {"flaky": {"retry": {"attempts": 2, "delay": "50ms", "max_delay": "100ms"}}, "asks": {"enabled": false}, "tally": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "\"message\":\"flaky failed\"", count: 3)
+            await serve.wait(for: "\"event\":\"finished\"", count: 3)
+            let status = try await serve.control(["status", "--json"])
+            let line = try #require(status.out.split(separator: "\n").first { $0.contains("\"job\":\"flaky\"") })
+            #expect(line.contains("\"next_run\":null") && line.contains("\"last_outcome\":\"failed\""), "\(line)")
+            #expect(line.contains("\"failures\":0"), "attempts spent: back on its (empty) schedule")
+            #expect(await serve.stop() == 0)
+            #expect(try serve.events().filter { $0.event == "started" }.count == 3, "the first run and two retries")
+        }
+
         /// SIGHUP reads the config again and rescans: a job enabled there runs;
         /// a config that no longer parses is said, and the last good one stays.
         @Test func sighupReadsTheConfigAgain() async throws {
