@@ -75,7 +75,7 @@ extension CurfewMain {
             console.error("Error: \(Untrusted.line(error.description))")
             return ExitCode.failure
         }
-        let socketPath = options.socket ?? ControlSocket.defaultPath()
+        let socketPath = options.socket.map(absolute) ?? ControlSocket.defaultPath()
         let socket: ControlSocket
         do throws(CurfewError) {
             socket = try ControlSocket(path: socketPath) { request in server.answer(request) }
@@ -103,7 +103,7 @@ extension CurfewMain {
 
     static func control(_ options: ControlOptions) -> Int32 {
         let console = Console(json: options.json)
-        let path = options.socket ?? ControlSocket.defaultPath()
+        let path = options.socket.map(absolute) ?? ControlSocket.defaultPath()
         var request = JSONLine("command", "status")
         switch options.action {
         case nil: break

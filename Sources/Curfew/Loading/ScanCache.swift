@@ -38,7 +38,10 @@ struct ScanCache {
     ///   each shard too; otherwise there is no cache: whoever can write it
     ///   decides what the cache vouches for.
     init(folder: String?) {
-        self.folder = folder.flatMap { Self.prepareFolder($0) ? $0 : nil }
+        self.folder = folder.flatMap { folder in
+            guard folder.hasPrefix("/") else { return nil }
+            return (try? PrivateFolder.prepare(folder, what: "the scan cache", code: .unreadable)) != nil ? folder : nil
+        }
     }
 
     /// The shard file (a name in the cache folder) for the file at real path
@@ -136,21 +139,6 @@ struct ScanCache {
             unlink(temporary)
             return
         }
-    }
-
-    /// Makes the cache folder (mode 700, and any missing folder above it) if
-    /// missing, and says whether it is safe to use: a real folder (not a
-    /// symlink), this user's, writable by nobody else.
-    private static func prepareFolder(_ folder: String) -> Bool {
-        guard folder.hasPrefix("/") else { return false }
-        var current = ""
-        for component in folder.split(separator: "/") {
-            current += "/" + component
-            mkdir(current, 0o700)
-        }
-        var info = stat()
-        guard lstat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { return false }
-        return info.st_uid == geteuid() && info.st_mode & 0o022 == 0
     }
 
     /// The shard file, if it is a regular file of this user's that nobody

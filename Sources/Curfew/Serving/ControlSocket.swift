@@ -54,7 +54,7 @@ public final class ControlSocket: Sendable {
         guard path.utf8.count < capacity, !path.utf8.contains(0) else {
             throw CurfewError(.unreadable, "the control socket path \(path) is longer than \(capacity - 1) bytes; choose a shorter one with --socket")
         }
-        try Self.prepareFolder(Self.folder(of: path))
+        try PrivateFolder.prepare(Self.folder(of: path), what: "the control socket's folder", code: .unreadable)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
         }
@@ -196,23 +196,5 @@ public final class ControlSocket: Sendable {
     private static func folder(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
         return String(path[..<slash])
-    }
-
-    /// Makes `folder` (mode 0700) when missing; one of another user's, or one
-    /// that others can write, is refused: its owner could swap the socket.
-    private static func prepareFolder(_ folder: String) throws(CurfewError) {
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST {
-            throw CurfewError(.unreadable, "cannot make the control socket's folder \(folder): \(String(cString: strerror(errno)))")
-        }
-        var info = stat()
-        guard stat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-            throw CurfewError(.unreadable, "the control socket's folder \(folder) is not a folder")
-        }
-        guard info.st_uid == geteuid() else {
-            throw CurfewError(.unreadable, "the control socket's folder \(folder) belongs to another user (uid \(info.st_uid))")
-        }
-        guard info.st_mode & 0o022 == 0 else {
-            throw CurfewError(.unreadable, "others can write the control socket's folder \(folder); run chmod go-w on it")
-        }
     }
 }

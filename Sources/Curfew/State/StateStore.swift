@@ -49,7 +49,7 @@ public final class StateStore: @unchecked Sendable {
         guard folder.hasPrefix("/") else {
             throw CurfewError(.stateUnavailable, "the state folder must be an absolute path, not '\(folder)'")
         }
-        try Self.prepareFolder(folder)
+        try PrivateFolder.prepare(folder, what: "the state folder", code: .stateUnavailable)
         self.folder = folder
         self.path = folder.hasSuffix("/") ? folder + "state.db" : folder + "/state.db"
         self.retention = max(1, retention)
@@ -373,30 +373,6 @@ public final class StateStore: @unchecked Sendable {
                 for statement in Self.migrations[step] { try connection.execute(statement) }
             }
             if version < Self.schemaVersion { try connection.execute("PRAGMA user_version = \(Self.schemaVersion)") }
-        }
-    }
-
-    /// Makes `folder` (mode 700, and any missing folder above it) and checks
-    /// it is a real folder of this user's that nobody else can write.
-    private static func prepareFolder(_ folder: String) throws(CurfewError) {
-        var current = ""
-        for component in folder.split(separator: "/") {
-            current += "/" + component
-            if mkdir(current, 0o700) != 0 && errno != EEXIST {
-                throw CurfewError(.stateUnavailable, "cannot make the state folder \(current): \(String(cString: strerror(errno)))")
-            }
-        }
-        var info = stat()
-        guard lstat(folder, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-            throw CurfewError(.stateUnavailable, "the state folder \(folder) is not a folder (a symlink is not accepted)")
-        }
-        guard info.st_uid == geteuid() else {
-            throw CurfewError(.stateUnavailable, "the state folder \(folder) belongs to another user (uid \(info.st_uid))")
-        }
-        guard info.st_mode & 0o022 == 0 else {
-            throw CurfewError(
-                .stateUnavailable,
-                "others can write the state folder \(folder) (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod go-w on it")
         }
     }
 
