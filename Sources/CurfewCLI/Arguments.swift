@@ -58,6 +58,18 @@ public struct RunOptions: Equatable, Sendable {
 
     /// The folder or files to load, `.` when none was given.
     public var effectivePaths: [String] { paths.isEmpty ? ["."] : paths }
+
+    /// The grant, `--jobs`, parameters, isolation and limits these options
+    /// ask for (the state store is opened by the command).
+    var configuration: RunConfiguration {
+        var configuration = RunConfiguration(
+            policy: GrantPolicy(budget: budget, grace: grace, allowsContinuous: allowContinuous),
+            maxConcurrentJobs: jobs, parameters: parameters)
+        configuration.policy.allowedModes = allowedModes
+        configuration.isolation = isolation
+        configuration.limits = limits
+        return configuration
+    }
 }
 
 /// What `curfew serve` was asked to do.
@@ -75,16 +87,11 @@ public struct ServeOptions: Equatable, Sendable {
 /// What `curfew status` or `curfew ctl` was asked to do.
 public struct ControlOptions: Equatable, Sendable {
     /// `ctl`'s action; `nil` for `status`.
-    public var action: ControlAction?
+    public var action: Server.Command?
     public var json = false
     public var socket: String?
 
     public init() {}
-}
-
-/// What `curfew ctl` asks a serving host.
-public enum ControlAction: Equatable, Sendable {
-    case run(String), cancel(String), pause(String), resume(String), reload
 }
 
 /// What `curfew list` was asked to do.
@@ -259,15 +266,12 @@ public enum ArgumentParser {
             options.action = .reload
             return options
         }
-        let makers: [String: (String) -> ControlAction] = [
-            "run": ControlAction.run, "cancel": ControlAction.cancel, "pause": ControlAction.pause, "resume": ControlAction.resume,
-        ]
-        guard let make = makers[verb] else {
+        guard Server.Command(verb: verb, job: "") != nil else {
             throw UsageError("Unknown action '\(verb)': use run, cancel, pause, resume or reload", command: command)
         }
         guard positional.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: command) }
         guard positional.count == 2 else { throw UsageError("Unexpected argument '\(positional[2])'", command: command) }
-        options.action = make(positional[1])
+        options.action = Server.Command(verb: verb, job: positional[1])
         return options
     }
 

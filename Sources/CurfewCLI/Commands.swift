@@ -349,12 +349,7 @@ public enum CurfewMain {
             return ExitCode.pluginRejected
         }
 
-        var configuration = RunConfiguration(
-            policy: GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: options.allowContinuous),
-            maxConcurrentJobs: options.jobs, parameters: options.parameters)
-        configuration.policy.allowedModes = options.allowedModes
-        configuration.isolation = options.isolation
-        configuration.limits = options.limits
+        var configuration = options.configuration
         if !options.noState {
             switch openStore(options.stateFolder) {
             case .success(let store): configuration.state = store

@@ -52,6 +52,24 @@ final class Reporter: Sendable {
         }
     }
 
+    /// What the server says of itself: its scans, replaced and removed
+    /// files, skipped runs, and the warnings that change nothing.
+    func notice(_ notice: Server.Notice) {
+        let (level, text): (String, String) =
+            switch notice {
+            case .info(let text): ("info", text)
+            case .warning(let text): ("warning", text)
+            }
+        if json {
+            var line = JSONLine(event: "serve")
+            line.add("level", level)
+            line.add("message", text)
+            console.machine(line.text)
+        } else {
+            console.human(tag("serve", level == "warning" ? .yellow : nil) + Untrusted.line(text))
+        }
+    }
+
     /// Reports `event`, which happened `at` (else now) on the monotonic clock.
     func event(_ event: RunEvent, at time: CurfewInstant? = nil) {
         // A finished job's live line goes with it, not at the next redraw.

@@ -50,12 +50,7 @@ extension CurfewMain {
                 return ExitCode.failure
             }
         }
-        var run = RunConfiguration(
-            policy: GrantPolicy(budget: options.run.budget, grace: options.run.grace, allowsContinuous: options.run.allowContinuous),
-            maxConcurrentJobs: options.run.jobs, parameters: options.run.parameters)
-        run.policy.allowedModes = options.run.allowedModes
-        run.isolation = options.run.isolation
-        run.limits = options.run.limits
+        var run = options.run.configuration
         if !options.run.noState {
             switch openStore(options.run.stateFolder) {
             case .success(let store): run.state = store
@@ -104,21 +99,8 @@ extension CurfewMain {
     static func control(_ options: ControlOptions) -> Int32 {
         let console = Console(json: options.json)
         let path = options.socket.map(absolute) ?? ControlSocket.defaultPath()
-        var request = JSONLine("command", "status")
-        switch options.action {
-        case nil: break
-        case .reload: request = JSONLine("command", "reload")
-        case .run(let job), .cancel(let job), .pause(let job), .resume(let job):
-            let verb: String =
-                switch options.action! {
-                case .run: "run"
-                case .cancel: "cancel"
-                case .pause: "pause"
-                default: "resume"
-                }
-            request = JSONLine("command", verb)
-            request.add("job", job)
-        }
+        var request = JSONLine("command", options.action?.verb ?? "status")
+        if let job = options.action?.job { request.add("job", job) }
         let answer: JSONValue
         do throws(CurfewError) {
             let line = try ControlSocket.ask(path: path, request: request.text)
@@ -174,25 +156,5 @@ extension CurfewMain {
             console.human("\(name)  " + parts.joined(separator: ", "))
         }
         return ExitCode.success
-    }
-}
-
-extension Reporter {
-    /// What the server says of itself: its scans, replaced and removed
-    /// files, skipped runs, and the warnings that change nothing.
-    func notice(_ notice: Server.Notice) {
-        let (level, text): (String, String) =
-            switch notice {
-            case .info(let text): ("info", text)
-            case .warning(let text): ("warning", text)
-            }
-        if json {
-            var line = JSONLine(event: "serve")
-            line.add("level", level)
-            line.add("message", text)
-            console.machine(line.text)
-        } else {
-            console.human((level == "warning" ? console.paint("serve", .yellow) : "serve") + "     " + Untrusted.line(text))
-        }
     }
 }

@@ -6,6 +6,43 @@ import CurfewFormats
 /// "pause" | "resume", "job": NAME}`, `{"command": "reload"}`. Answers:
 /// `{"ok": true, "message": …}`, `{"ok": true, "jobs": [...]}` for status,
 /// or `{"ok": false, "error": …}`.
+extension Server.Command {
+    /// The verbs that take a job.
+    static let jobVerbs = ["run", "cancel", "pause", "resume"]
+
+    /// The command `verb` names, for `job`: a job for run, cancel, pause and
+    /// resume, none for reload; `nil` for any other verb.
+    public init?(verb: String, job: String?) {
+        switch (verb, job) {
+        case ("run", let job?): self = .run(job)
+        case ("cancel", let job?): self = .cancel(job)
+        case ("pause", let job?): self = .pause(job)
+        case ("resume", let job?): self = .resume(job)
+        case ("reload", nil): self = .reload
+        default: return nil
+        }
+    }
+
+    /// Its verb, as a request names it.
+    public var verb: String {
+        switch self {
+        case .run: "run"
+        case .cancel: "cancel"
+        case .pause: "pause"
+        case .resume: "resume"
+        case .reload: "reload"
+        }
+    }
+
+    /// The job it acts on; `nil` for reload.
+    public var job: String? {
+        switch self {
+        case .run(let job), .cancel(let job), .pause(let job), .resume(let job): job
+        case .reload: nil
+        }
+    }
+}
+
 extension Server {
     /// The answer to one request line.
     public func answer(_ request: [UInt8]) -> String {
@@ -22,12 +59,11 @@ extension Server {
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
         if verb == "status" { return status() }
         if verb == "reload" { return Self.reply(perform(.reload)) }
-        let makers: [String: (String) -> Command] = ["run": Command.run, "cancel": Command.cancel, "pause": Command.pause, "resume": Command.resume]
-        guard let make = makers[verb] else { return Self.failure("unknown command \"\(Reason.cut(verb, to: 64))\"") }
-        guard let job = value["job"]?.stringValue, JobNaming.isValidName(job) else {
+        guard Command.jobVerbs.contains(verb) else { return Self.failure("unknown command \"\(Reason.cut(verb, to: 64))\"") }
+        guard let job = value["job"]?.stringValue, JobNaming.isValidName(job), let command = Command(verb: verb, job: job) else {
             return Self.failure("\(verb) needs a job name")
         }
-        return Self.reply(perform(make(job)))
+        return Self.reply(perform(command))
     }
 
     private func status() -> String {

@@ -59,7 +59,7 @@ public final class Server: @unchecked Sendable {
     private var schedule: Schedule
     private var catalog: [String: PluginJob] = [:]
     /// Each plugin file's identity when last scanned: a change is an upgrade.
-    private var identities: [String: FileIdentity] = [:]
+    private var identities: [String: ScanCache.Key] = [:]
     private var rejections: [String: String] = [:]
     /// Continuous jobs not served (no `--allow-continuous`): said once each.
     private var refusedContinuous: Set<String> = []
@@ -88,13 +88,6 @@ public final class Server: @unchecked Sendable {
     /// handler holds this, not the ``ActiveRun`` (which holds the runner).
     private final class NextRun: Sendable {
         let delay = Mutex<Duration?>(nil)
-    }
-
-    private struct FileIdentity: Equatable {
-        let device: UInt64
-        let inode: UInt64
-        let size: Int64
-        let modified: Int64
     }
 
     public init(
@@ -281,9 +274,9 @@ public final class Server: @unchecked Sendable {
         let loader = PluginLoader(allowsInsecurePlugins: options.allowsInsecurePlugins)
         let scan = scanner.scan(options.folders, loader: loader) { [self] in stopping }.scan
         var fresh: [String: PluginJob] = [:]
-        var identities: [String: FileIdentity] = [:]
+        var identities: [String: ScanCache.Key] = [:]
         for plugin in scan.plugins where !writing.contains(plugin.path) {
-            identities[plugin.path] = Self.identity(plugin.path)
+            identities[plugin.path] = ScanCache.key(for: plugin.path)
             for job in plugin.jobs { fresh[job.name] = job }
         }
         // A file still being written keeps the jobs of the version before it.
@@ -299,8 +292,10 @@ public final class Server: @unchecked Sendable {
             }
         }
         self.rejections = rejections
-        let persisted = (try? options.run.state?.schedules()) ?? [:]
+        // What the store kept: read only when a job is new to this server.
+        let persisted = fresh.keys.allSatisfy { catalog[$0] != nil } ? [:] : (try? options.run.state?.schedules()) ?? [:]
         let now = WallTime.now()
+        var added: [String] = []
         for name in fresh.keys.sorted() {
             let job = fresh[name]!
             if let refusal = grantPolicy(for: name).refusal(job: name, continuous: job.isContinuous, modes: job.backgroundModes) {
@@ -317,6 +312,7 @@ public final class Server: @unchecked Sendable {
                 }
             } else {
                 onNotice(.info("serving '\(name)' from \(job.pluginPath)"))
+                added.append(name)
             }
             schedule.add(
                 job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: persisted[name], now: now)
@@ -329,16 +325,8 @@ public final class Server: @unchecked Sendable {
         }
         catalog = fresh
         self.identities = identities
-        for name in catalog.keys { save(name) }
+        for name in added { save(name) }
         tick()
-    }
-
-    private static func identity(_ path: String) -> FileIdentity? {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        return FileIdentity(
-            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-            modified: Int64(info.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(info.st_mtim.tv_nsec))
     }
 
     private func policy(for name: String) -> JobPolicy {
