@@ -306,6 +306,33 @@ extension ProcessTests {
             #expect(result.status == 1)
             #expect(result.stderr.contains("\(config): job 'tally': \"evry\": unknown key"), "\(result.stderr)")
         }
+
+        /// A job's isolate "none" in the config is refused as --isolate none is
+        /// (the check once compared against Optional.none and let it through).
+        @Test func aConfigThatRunsAJobInProcessIsRefused() async throws {
+            let config = try config(#"{"jobs": {"tally": {"isolate": "none"}}}"#)
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["serve", Fixtures.temporaryFolder("served"), "--config", config, "--no-state"])
+            #expect(result.status == 1)
+            #expect(result.stderr.contains("job 'tally': \"isolate\": serve runs every job in a worker"), "\(result.stderr)")
+        }
+
+        /// A continuous job whose modes are not allowed is said once and not
+        /// scheduled: a rescan does not say it again, nor start it.
+        @Test func aContinuousJobNotAllowedIsSaidOnceAndNotRun() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try Fixtures.compile("modes_jobs.c"), into: folder)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"))
+            await serve.wait(for: "control socket")
+            #expect(try await serve.control(["ctl", "reload"]).status == 0)
+            // The reload's rescan is done when a status answers after it (one queue).
+            let status = try await serve.control(["status"])
+            #expect(status.out.contains("No job is served"), "\(status.out)")
+            #expect(await serve.stop() == 0)
+            let said = try serve.events().compactMap(\.message).filter { $0.contains("allow them with --allow-mode audio --allow-mode location") }
+            #expect(said.count == 1, "\(said)")
+            #expect(try serve.events().filter { $0.event == "started" }.isEmpty)
+        }
     }
 }
 
