@@ -248,3 +248,27 @@ import Testing
         }
     }
 }
+
+/// The scan cache's own format.
+@Suite struct ScanCacheFormatTests {
+    /// Before: a shard's version was written but never read, so a shard of
+    /// the format before background modes vouched for jobs without them.
+    @Test func aShardOfAnotherFormatIsNotRead() throws {
+        let folder = Fixtures.temporaryFolder("cache")
+        let file = Fixtures.temporaryFolder("plugins") + "/p.so"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: file))
+        let key = try #require(ScanCache.key(for: file))
+        var cache = ScanCache(folder: folder)
+        cache.store(key, .rejected(code: "not-elf", reason: "Not an ELF file."))
+        cache.save()
+        let shard = folder + "/" + ScanCache.shardName(for: key.path)
+        var fresh = ScanCache(folder: folder)
+        #expect(fresh.lookup(key) == .rejected(code: "not-elf", reason: "Not an ELF file."))
+        let text = try String(contentsOfFile: shard, encoding: .utf8)
+        #expect(text.hasPrefix("{\"version\":\(ScanCache.version),"))
+        try text.replacingOccurrences(of: "{\"version\":\(ScanCache.version),", with: "{\"version\":2,")
+            .write(toFile: shard, atomically: false, encoding: .utf8)
+        var old = ScanCache(folder: folder)
+        #expect(old.lookup(key) == nil)
+    }
+}
