@@ -135,13 +135,38 @@ typedef enum curfew_expire_reason {
 typedef void (*curfew_expiration_handler)(void *user_data,
                                           curfew_expire_reason reason);
 
-/* The app state a job sees, after UIApplication.State. Jobs run in the
- * background; the other values exist for jobs that share code with an app. */
+/* The host's app state, after UIApplication.State. A host starts in the
+ * background (`curfew run` and `curfew serve` stay there unless told
+ * otherwise: `curfew ctl foreground`); an embedding app moves it. Active and
+ * inactive are the foreground: there a grant's clock does not run. */
 typedef enum curfew_app_state {
     CURFEW_APP_STATE_ACTIVE = 0,
     CURFEW_APP_STATE_INACTIVE = 1,
     CURFEW_APP_STATE_BACKGROUND = 2
 } curfew_app_state;
+
+/* The app events a job's `app_event` hook receives, after UIApplicationDelegate.
+ * The states go background <-> inactive <-> active, one step per event:
+ * CURFEW_APP_EVENT_LAUNCH                 first, once, right after `create`
+ *                                         (each run is a launch of the job;
+ *                                         `app_state` says into which state)
+ * CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE     active -> inactive
+ * CURFEW_APP_EVENT_DID_ENTER_BACKGROUND   inactive -> background: the grant's
+ *                                         clock starts, with the whole budget
+ * CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND  background -> inactive: the clock
+ *                                         stops; a good time to end tasks early
+ * CURFEW_APP_EVENT_DID_BECOME_ACTIVE      inactive -> active
+ * CURFEW_APP_EVENT_WILL_TERMINATE         the host is shutting down; the
+ *                                         grant expires with the shutdown
+ *                                         reason right after */
+typedef enum curfew_app_event {
+    CURFEW_APP_EVENT_LAUNCH = 0,
+    CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE = 1,
+    CURFEW_APP_EVENT_DID_ENTER_BACKGROUND = 2,
+    CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND = 3,
+    CURFEW_APP_EVENT_DID_BECOME_ACTIVE = 4,
+    CURFEW_APP_EVENT_WILL_TERMINATE = 5
+} curfew_app_event;
 
 /* Log levels for `log`. */
 typedef enum curfew_log_level {
@@ -169,7 +194,8 @@ typedef struct curfew_host {
     uint32_t struct_size;
 
     /* Seconds until the job's hard deadline, like backgroundTimeRemaining;
-     * 0 once it has passed, CURFEW_TIME_UNLIMITED for a continuous job.
+     * 0 once it has passed, CURFEW_TIME_UNLIMITED for a continuous job and
+     * while the host is in the foreground (active or inactive).
      * Cheap (one clock read): call it inside a long chunk to decide whether
      * to stop early. */
     double (*time_remaining)(curfew_context *ctx);
@@ -193,7 +219,7 @@ typedef struct curfew_host {
      * ending CURFEW_TASK_INVALID or an unknown id, is harmless. */
     void (*end_background_task)(curfew_context *ctx, curfew_task_id task);
 
-    /* The app state the job sees; CURFEW_APP_STATE_BACKGROUND for jobs. */
+    /* The host's app state now (see curfew_app_state). */
     curfew_app_state (*app_state)(curfew_context *ctx);
 
     /* Logs one message for the job. `message` is copied. With a NULL `ctx`,
@@ -342,6 +368,18 @@ typedef curfew_chunk_result (*curfew_chunk_fn)(curfew_context *ctx,
 typedef void (*curfew_expire_fn)(curfew_context *ctx, void *state,
                                  curfew_expire_reason reason);
 
+/* [job-queue] Tells the job of an app event (see curfew_app_event), as
+ * UIApplicationDelegate's methods tell an app. Optional. Called between
+ * `create` and `destroy`, never overlapping another hook of the job (for a
+ * chunked job, between chunks), in the order the events happened, while
+ * the job is alive: LAUNCH first, then each transition of the host's state
+ * after the job launched. A task-driven job may end its tasks here (on
+ * WILL_ENTER_FOREGROUND, say, as an app that needs no background time in
+ * the foreground does). Return promptly: it counts against the grant like
+ * any hook. */
+typedef void (*curfew_app_event_fn)(curfew_context *ctx, void *state,
+                                    curfew_app_event event);
+
 /* [job-queue] Frees the job's state. Optional. Called last, once the job is
  * over (its chunks stopped, `expire` returned if it was called, its own
  * tasks ended), and never for a job that failed in `create` or was
@@ -384,6 +422,9 @@ typedef struct curfew_job {
      * Appended in ABI 1: a descriptor whose struct_size ends before it has
      * none. */
     const char *background_modes;
+    /* The app events hook; see curfew_app_event_fn. NULL: none. Appended in
+     * ABI 1: a descriptor whose struct_size ends before it has none. */
+    curfew_app_event_fn app_event;
 } curfew_job;
 
 /* The plugin descriptor returned by `curfew_plugin_entry`. Owned by the

@@ -259,15 +259,15 @@ public enum ArgumentParser {
             return options
         }
         guard let verb = positional.first else {
-            throw UsageError("Missing the action: run, cancel, pause or resume a job, or reload", command: command)
+            throw UsageError("Missing the action: run, cancel, pause or resume a job, or reload, foreground or background", command: command)
         }
-        if verb == "reload" {
+        if let action = Server.Command(verb: verb, job: nil) {
             guard positional.count == 1 else { throw UsageError("Unexpected argument '\(positional[1])'", command: command) }
-            options.action = .reload
+            options.action = action
             return options
         }
         guard Server.Command(verb: verb, job: "") != nil else {
-            throw UsageError("Unknown action '\(verb)': use run, cancel, pause, resume or reload", command: command)
+            throw UsageError("Unknown action '\(verb)': use run, cancel, pause, resume, reload, foreground or background", command: command)
         }
         guard positional.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: command) }
         guard positional.count == 2 else { throw UsageError("Unexpected argument '\(positional[2])'", command: command) }

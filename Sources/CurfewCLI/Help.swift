@@ -139,7 +139,7 @@ public enum Help {
         case .status:
             return (["curfew status"] + options).joined(separator: " ")
         case .ctl:
-            return (["curfew ctl (run | cancel | pause | resume) <job> | curfew ctl reload"] + options).joined(separator: " ")
+            return (["curfew ctl (run | cancel | pause | resume) <job> | curfew ctl (reload | foreground | background)"] + options).joined(separator: " ")
         case .new:
             return (["curfew new <language> <name> [<directory>]"] + options).joined(separator: " ")
         case .test:
@@ -261,7 +261,7 @@ public enum Help {
             lines += ["", "EXIT STATUS:", "  0    done", "  1    no host serves on the socket, or it refused", "  64   usage error"]
         case .ctl?:
             lines += [
-                "OVERVIEW: Tell a serving host to run, cancel, pause or resume a job, or to rescan.",
+                "OVERVIEW: Tell a serving host to run, cancel, pause or resume a job, to rescan, or to change its app state.",
                 "",
                 "USAGE: \(usage(.ctl))",
                 "",
@@ -273,6 +273,8 @@ public enum Help {
                 ("pause <job>", "Run the job no more on its schedule (ctl run still does)."),
                 ("resume <job>", "Put a paused job back on its schedule."),
                 ("reload", "Rescan the folders, ignoring the scan cache, and read --config again."),
+                ("foreground", "Move the host to the foreground (active): grants stop running down, and jobs hear will-enter-foreground and did-become-active."),
+                ("background", "Move the host back to the background: each running grant's clock starts again with its whole budget."),
             ])
             lines += ["", "OPTIONS:"]
             lines += rows((ctlOptions + [helpOption]).map { ($0.label, $0.help) })

@@ -126,9 +126,17 @@ extension CurfewMain {
             console.error("Error: the host's answer has no job list.")
             return ExitCode.failure
         }
+        let appState = answer["app_state"]?.stringValue.flatMap(AppState.init(rawValue:))
         if options.json {
+            // The host's line first (it has no "job"), then one per job.
+            var host = JSONLine("app_state", appState?.rawValue ?? "unknown")
+            host.add("jobs", Int64(jobs.count))
+            console.machine(host.text)
             for job in jobs { console.machine(job.text) }
             return ExitCode.success
+        }
+        if let appState {
+            console.human("App state: \(appState.rawValue)" + (appState.runsGrantClocks ? "" : " (foreground: grants do not run down)"))
         }
         if jobs.isEmpty { console.human("No job is served.") }
         let now = WallTime.now().milliseconds

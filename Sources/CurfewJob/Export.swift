@@ -72,7 +72,8 @@ final class JobEntry {
             expire: expireHook,
             destroy: destroyHook,
             user_data: entry,
-            background_modes: type.backgroundModes.isEmpty ? nil : UnsafePointer(strdup(type.backgroundModes.joined(separator: ",")))))
+            background_modes: type.backgroundModes.isEmpty ? nil : UnsafePointer(strdup(type.backgroundModes.joined(separator: ","))),
+            app_event: appEventHook))
         return job
     }
 
@@ -87,6 +88,7 @@ class JobInstance {
     init(context: JobContext) { self.context = context }
     func chunk() -> ChunkResult { .done }
     func expire(_ reason: ExpirationReason) {}
+    func appEvent(_ event: AppEvent) {}
     func teardown() {}
 }
 
@@ -100,6 +102,7 @@ final class TypedInstance<J: BackgroundJob>: JobInstance {
     }
 
     override func expire(_ reason: ExpirationReason) { job.expire(reason: reason, context: context) }
+    override func appEvent(_ event: AppEvent) { job.appEvent(event, context: context) }
     override func teardown() { job.teardown(context: context) }
 }
 
@@ -114,6 +117,7 @@ final class ChunkedInstance<J: Job>: JobInstance {
 
     override func chunk() -> ChunkResult { job.chunk(context) }
     override func expire(_ reason: ExpirationReason) { job.expire(reason: reason, context: context) }
+    override func appEvent(_ event: AppEvent) { job.appEvent(event, context: context) }
     override func teardown() { job.teardown(context: context) }
 }
 
@@ -169,6 +173,10 @@ func delayNanoseconds(_ delay: Duration) -> Int64 {
 
 private let expireHook: curfew_expire_fn = { _, state, reason in
     instance(state)._withUnsafeGuaranteedRef { $0.expire(ExpirationReason(reason)) }
+}
+
+private let appEventHook: curfew_app_event_fn = { _, state, event in
+    instance(state)._withUnsafeGuaranteedRef { $0.appEvent(AppEvent(event)) }
 }
 
 private let destroyHook: curfew_destroy_fn = { _, state in

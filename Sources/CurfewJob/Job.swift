@@ -28,6 +28,20 @@ public enum AppState: Sendable, Equatable {
     case active, inactive, background
 }
 
+/// An app event, after `UIApplicationDelegate` (see `curfew_app_event` in
+/// curfew.h): `launch` first, right after `init(context:)`, then each change
+/// of the host's state while the job is alive.
+public enum AppEvent: Sendable, Equatable {
+    case launch
+    case willResignActive
+    case didEnterBackground
+    /// The grant's clock stops: a good time to end tasks early.
+    case willEnterForeground
+    case didBecomeActive
+    /// The host is shutting down; the grant expires right after.
+    case willTerminate
+}
+
 /// How much a log message matters.
 public enum LogLevel: Sendable, Equatable {
     case debug, info, warning, error
@@ -68,6 +82,10 @@ public protocol BackgroundJob {
     /// still alive. Save what must last and return promptly.
     mutating func expire(reason: ExpirationReason, context: JobContext)
 
+    /// Hears an app event (the C ABI's `app_event`), never while another of
+    /// the job's methods runs. Default: nothing.
+    mutating func appEvent(_ event: AppEvent, context: JobContext)
+
     /// Called last, once the job is over (the C ABI's `destroy`): release
     /// here, not in `deinit`, which may never run (a terminated job's value
     /// is abandoned). Not called when `init` threw or the job was
@@ -79,6 +97,7 @@ extension BackgroundJob {
     public static var isContinuous: Bool { false }
     public static var backgroundModes: [String] { [] }
     public mutating func teardown(context: JobContext) {}
+    public mutating func appEvent(_ event: AppEvent, context: JobContext) {}
 }
 
 /// A job whose work the host calls in chunks on Dispatch worker threads.

@@ -26,7 +26,8 @@ public struct JobContext: @unchecked Sendable {
         host.pointee.is_expiring(raw)
     }
 
-    /// The app state the job sees: ``AppState/background`` for jobs.
+    /// The host's app state now: ``AppState/background`` unless the host
+    /// was moved to the foreground, where the grant's clock does not run.
     public var appState: AppState {
         switch host.pointee.app_state(raw) {
         case CURFEW_APP_STATE_ACTIVE: .active
@@ -187,6 +188,19 @@ public enum CheckpointError: Error, Equatable, Sendable {
     case notEncodable(String)
     /// The saved checkpoint is not JSON of the type asked for; the text says where and why.
     case notDecodable(String)
+}
+
+extension AppEvent {
+    init(_ event: curfew_app_event) {
+        switch event {
+        case CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE: self = .willResignActive
+        case CURFEW_APP_EVENT_DID_ENTER_BACKGROUND: self = .didEnterBackground
+        case CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND: self = .willEnterForeground
+        case CURFEW_APP_EVENT_DID_BECOME_ACTIVE: self = .didBecomeActive
+        case CURFEW_APP_EVENT_WILL_TERMINATE: self = .willTerminate
+        default: self = .launch
+        }
+    }
 }
 
 extension ExpirationReason {

@@ -479,9 +479,9 @@ static int crash_fd = -1;
 
 void curfew_shim_crash_where(const char *job, int hook, unsigned long long base,
                              const unsigned long long *count) {
-    static const char *const hooks[] = {"create", "chunk", "expire", "destroy"};
+    static const char *const hooks[] = {"create", "chunk", "expire", "destroy", "app_event"};
     crash_where.job = job;
-    crash_where.hook = hook >= 0 && hook < 4 ? hooks[hook] : "";
+    crash_where.hook = hook >= 0 && hook < (int)(sizeof hooks / sizeof hooks[0]) ? hooks[hook] : "";
     crash_where.base = base;
     crash_where.count = count;
 }

@@ -32,6 +32,8 @@ class HostContext: @unchecked Sendable {
     /// Seconds to the hard deadline, `Double.greatestFiniteMagnitude` without one.
     var timeRemainingSeconds: Double { 0 }
     var isExpiring: Bool { true }
+    /// The host's app state.
+    var appState: AppState { .background }
 
     func beginTask(name: String, handler: curfew_expiration_handler?, userData: UnsafeMutableRawPointer?) -> BackgroundTaskIdentifier {
         .invalid

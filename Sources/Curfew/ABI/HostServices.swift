@@ -31,7 +31,9 @@ enum HostServices {
             end_background_task: { context, task in
                 HostContext.from(context)?.endTask(BackgroundTaskIdentifier(rawValue: task))
             },
-            app_state: { _ in CURFEW_APP_STATE_BACKGROUND },
+            app_state: { context in
+                HostContext.from(context)?.appState.cValue ?? CURFEW_APP_STATE_BACKGROUND
+            },
             log: { context, level, message in
                 guard let message else { return }
                 let text = String(cString: message)

@@ -71,6 +71,8 @@ public final class Grant: Sendable {
         /// An expiration asked for before the grant started.
         var earlyExpiration: ExpirationReason?
         var startedAt: CurfewInstant?
+        /// The host is in the foreground: the clock does not run (see ``hold()``).
+        var held = false
     }
 
     /// The queue every grant's timers fire on. Its work is short and takes
@@ -100,32 +102,81 @@ public final class Grant: Sendable {
         self.handlerQueue = handlerQueue
     }
 
-    /// Starts the budget now and arms the timers.
+    /// Starts the grant: its budget runs from now, or, while it is held (the
+    /// host is in the foreground), from when it is released.
     ///
     /// - Important: Call it once.
     public func start(observer: GrantObserver) {
-        let clock = manager.clock
-        let now = clock.now()
+        let now = manager.clock.now()
         let early = state.withLock { state -> ExpirationReason? in
             precondition(state.phase == .idle, "Grant.start called twice")
             state.phase = .active
             state.observer = observer
             state.startedAt = now
-            if let budget {
-                let expirationPoint = now.advanced(by: budget - lead)
-                let deadline = now.advanced(by: budget)
-                expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
-                deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
-                state.expirationTimer = clock.schedule(at: expirationPoint, on: Self.timerQueue) { [weak self] in
-                    self?.expire(.timeout)
-                }
-                state.deadlineTimer = clock.schedule(at: deadline, on: Self.timerQueue) { [weak self] in
-                    self?.reachDeadline()
-                }
-            }
+            if !state.held { arm(&state, deadline: nil) }
             return state.earlyExpiration
         }
         if let early { expireNow(early) }
+    }
+
+    /// With the lock held: arms the budget's timers to end at `deadline`,
+    /// or a whole budget from now.
+    private func arm(_ state: inout State, deadline: CurfewInstant?) {
+        guard let budget else { return }
+        let clock = manager.clock
+        let deadline = deadline ?? clock.now().advanced(by: budget)
+        let expirationPoint = CurfewInstant(nanoseconds: deadline.nanoseconds - min(deadline.nanoseconds, UInt64(clamping: lead.nanoseconds)))
+        expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
+        deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
+        state.expirationTimer = clock.schedule(at: expirationPoint, on: Self.timerQueue) { [weak self] in
+            self?.expire(.timeout)
+        }
+        state.deadlineTimer = clock.schedule(at: deadline, on: Self.timerQueue) { [weak self] in
+            self?.reachDeadline()
+        }
+    }
+
+    /// Stops the clock, as the host enters the foreground: no expiration or
+    /// deadline until ``release(deadline:)``, and ``timeRemaining`` is `nil`
+    /// (unlimited). A grant already expiring keeps its deadline: an
+    /// expiration is never undone. Before the start, the grant starts held.
+    public func hold() {
+        let timers = state.withLock { state -> [any CurfewTimer] in
+            guard !state.held else { return [] }
+            switch state.phase {
+            case .idle:
+                state.held = true
+                return []
+            case .active:
+                state.held = true
+                expirationNanoseconds.store(.max, ordering: .relaxed)
+                deadlineNanoseconds.store(.max, ordering: .relaxed)
+                defer {
+                    state.expirationTimer = nil
+                    state.deadlineTimer = nil
+                }
+                return [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
+            case .expiring, .closed, .finished:
+                return []
+            }
+        }
+        timers.forEach { $0.cancel() }
+    }
+
+    /// Starts the clock again, as the host enters the background: the whole
+    /// budget from now, or up to `deadline` (a worker's grant ends when its
+    /// host's does). Harmless unless held.
+    public func release(deadline: CurfewInstant? = nil) {
+        state.withLock { state in
+            guard state.held else { return }
+            state.held = false
+            if state.phase == .active { arm(&state, deadline: deadline) }
+        }
+    }
+
+    /// Whether the clock is stopped (see ``hold()``).
+    public var isHeld: Bool {
+        state.withLock { $0.held }
     }
 
     /// Whether the grant has no budget (a continuous job's).

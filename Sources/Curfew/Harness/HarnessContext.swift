@@ -90,6 +90,11 @@ final class HarnessContext: HostContext, @unchecked Sendable {
             finish(.failed, JobRun.noTaskOpen, destroy: true)
             return
         }
+        // Each run is a launch into the background, as in `curfew run`.
+        if let appEvent = job.hooks.appEvent {
+            record("app_event", "launch (background)")
+            guard call("app_event", { appEvent(context, jobState, CURFEW_APP_EVENT_LAUNCH) }) != nil else { return }
+        }
 
         var failure: String?
         var expired = false

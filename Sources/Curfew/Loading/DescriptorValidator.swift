@@ -12,6 +12,8 @@ struct DescriptorValidator {
     static let jobSizeWithUserData = minimumJobSize + UInt32(MemoryLayout<UnsafeMutableRawPointer?>.size)
     static let jobSizeWithModes = UInt32(MemoryLayout<curfew_job>.offset(of: \curfew_job.background_modes)!)
         + UInt32(MemoryLayout<UnsafePointer<CChar>?>.size)
+    static let jobSizeWithAppEvent = UInt32(MemoryLayout<curfew_job>.offset(of: \curfew_job.app_event)!)
+        + UInt32(MemoryLayout<curfew_app_event_fn?>.size)
     static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
 
     func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
@@ -135,7 +137,9 @@ struct DescriptorValidator {
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
             isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
-            hooks: JobHooks(create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData),
+            hooks: JobHooks(
+                create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData,
+                appEvent: size >= Self.jobSizeWithAppEvent ? field(\.app_event) : nil),
             index: index, backgroundModes: modes)
     }
 

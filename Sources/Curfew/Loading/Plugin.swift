@@ -10,6 +10,8 @@ struct JobHooks: @unchecked Sendable {
     let destroy: curfew_destroy_fn?
     /// The descriptor's `user_data`, handed back through `job_user_data`.
     var userData: UnsafeMutableRawPointer? = nil
+    /// The app events hook (`app_event`).
+    var appEvent: curfew_app_event_fn? = nil
 }
 
 /// A job declared by a loaded plugin.

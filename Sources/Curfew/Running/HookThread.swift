@@ -43,7 +43,7 @@ public enum HookThread {
 
     /// A hook, as a crash report names it.
     enum Hook: Int32 {
-        case create = 0, chunk, expire, destroy
+        case create = 0, chunk, expire, destroy, appEvent
     }
 
     /// Where a crash happened: the job's name as a C string (kept for the

@@ -11,4 +11,7 @@ protocol JobExecution: AnyObject, Sendable {
     func expireNow(_ reason: ExpirationReason)
     /// A view for live displays.
     func status() -> JobStatus
+    /// The host's app state changed: `event` led to `state`. Entering the
+    /// background starts the grant's clock (up to `deadline`, when given).
+    func appEvent(_ event: AppEvent, state: AppState, deadline: CurfewInstant?)
 }

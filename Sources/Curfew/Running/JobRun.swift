@@ -50,6 +50,14 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         /// The prediction of the chunk the loop declined to start, as it
         /// began the expiration early instead.
         var declined: Int64?
+        /// The host's app state, as `app_state` answers.
+        var appState: AppState
+        /// App events not yet delivered to the job's `app_event` hook.
+        var appEvents: [AppEvent] = []
+        /// `create` succeeded and the job got its launch event: it gets the others.
+        var launched = false
+        /// The `app_event` hook is running.
+        var inAppEvent = false
 
         var isOver: Bool { stage == .finished || stage == .terminated }
     }
@@ -91,7 +99,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
-        onFinish: @escaping @Sendable (JobResult) -> Void
+        appState: AppState = .background, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.clock = manager.clock
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
@@ -99,7 +107,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         self.events = events
         self.onFinish = onFinish
         self.checkpoints = checkpoints
-        self.control = Mutex(Control(estimate: estimate))
+        self.control = Mutex(Control(estimate: estimate, appState: appState))
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
         sliceCount.initialize(to: 0)
@@ -116,6 +124,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             c.stage = .creating
             c.startedAt = clock.now()
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
+            // In the foreground the grant's clock waits for the background.
+            if !c.appState.runsGrantClocks { grant.hold() }
         }
         grant.start(observer: GrantObserver(
             expiring: { [self] reason in requestExpire(reason) },
@@ -172,7 +182,52 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             c.stage = .waiting
             return finishIfDrained(&c, onQueue: true)
         }
+        if status == CURFEW_OK && control.withLock({ c in
+            // A job that is over already (failed, completed in create) is not launched.
+            guard c.failure == nil, !c.isOver, c.stage != .destroying else { return false }
+            c.launched = true
+            return true
+        }) {
+            deliverAppEvents(launching: true)
+        }
         perform(next)
+    }
+
+    /// Calls the job's `app_event` hook with the events not yet delivered
+    /// (after `launch`, when `launching`), on the job queue, while the job is alive.
+    private func deliverAppEvents(launching: Bool = false) {
+        guard let hook = job.hooks.appEvent else { return }
+        var pending = control.withLock { c -> [AppEvent] in
+            guard c.launched else { return [] }
+            defer { c.appEvents.removeAll() }
+            return (launching ? [.launch] : []) + c.appEvents
+        }
+        while !pending.isEmpty {
+            let event = pending.removeFirst()
+            guard control.withLock({ c in
+                guard !c.isOver && c.stage != .destroying else { return false }
+                c.inAppEvent = true
+                return true
+            }) else { return }
+            HookThread.running(self, at: place(.appEvent)) { hook(context, jobState, event.cValue) }
+            control.withLock { $0.inAppEvent = false }
+        }
+    }
+
+    /// The host's app state changed (`event` led to `state`): the grant's
+    /// clock stops in the foreground and starts in the background (the whole
+    /// budget, or up to `deadline`), and the job's hook hears of it.
+    func appEvent(_ event: AppEvent, state: AppState, deadline: CurfewInstant?) {
+        if event != .willTerminate {
+            if state.runsGrantClocks { grant.release(deadline: deadline) } else { grant.hold() }
+        }
+        let deliver = control.withLock { c -> Bool in
+            c.appState = state
+            guard job.hooks.appEvent != nil, !c.isOver, c.stage != .destroying else { return false }
+            c.appEvents.append(event)
+            return true
+        }
+        if deliver { queue.async { self.deliverAppEvents() } }
     }
 
     /// Calls chunks back to back for up to one time slice, checking before
@@ -312,6 +367,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     private func runExpire() {
+        // Events that came before the expiration are heard before it (will-terminate, say).
+        deliverAppEvents()
         guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
             return
         }
@@ -396,7 +453,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// The hard deadline passed and the job is not over: stop waiting for it.
     private func reachDeadline(openTasks: [String]) {
         control.withLock { c in
-            let what: String
+            var what: String
             switch c.stage {
             case .finished, .terminated: return
             case .pending, .creating: what = "create was still running"
@@ -410,6 +467,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 what = Reason.neverEnded(openTasks)
             case .queued, .delayed, .idle, .waiting: what = "did not stop"
             }
+            if c.inAppEvent { what = "app_event was still running" }
             c.delayTimer?.cancel()
             c.delayTimer = nil
             c.stage = .terminated
@@ -469,6 +527,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     override var isExpiring: Bool {
         grant.isExpiring
+    }
+
+    override var appState: AppState {
+        control.withLock { $0.appState }
     }
 
     override func beginTask(

@@ -28,6 +28,11 @@ public struct RunConfiguration: Sendable {
     public var state: StateStore? {
         didSet { checkpoints = state }
     }
+    /// The host's app state and its events (see ``AppLifecycle``); `nil`:
+    /// the jobs stay in the background, as a batch of background jobs does.
+    public var lifecycle: AppLifecycle?
+    /// The app state jobs start in without a lifecycle (a worker's, told by its host).
+    var appState: AppState = .background
     /// Where jobs' checkpoints go: the state store, or (in a worker) the host.
     var checkpoints: (any CheckpointKeeper)?
     /// What each job's chunks were last seen to take, by job name: the

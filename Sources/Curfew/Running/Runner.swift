@@ -29,6 +29,10 @@ public final class Runner: Sendable {
         /// Called once with the results, after the last event was handled.
         var completion: (@Sendable ([JobResult]) -> Void)?
         var started = false
+        /// The app state jobs start in, kept as the lifecycle moves.
+        var appState: AppState
+        /// The runner's subscription to the lifecycle, while it runs.
+        var lifecycleToken: UInt64?
     }
 
     public let jobs: [PluginJob]
@@ -91,7 +95,8 @@ public final class Runner: Sendable {
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
                 jobs: jobs)
         }
-        self.state = Mutex(State(results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count))
+        self.state = Mutex(State(
+            results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count, appState: configuration.appState))
     }
 
     /// Runs every job and returns their results, in the jobs' order.
@@ -114,6 +119,15 @@ public final class Runner: Sendable {
             precondition(!state.started, "Runner.run() called twice")
             state.started = true
             state.completion = completion
+            if let lifecycle = configuration.lifecycle, state.unfinished > 0 {
+                // Under the lock that admits jobs: each starts in the state it
+                // reads here or hears every transition after.
+                let subscription = lifecycle.subscribe { [weak self] event, appState in
+                    self?.appEvent(event, state: appState, deadline: nil)
+                }
+                state.lifecycleToken = subscription.token
+                state.appState = subscription.state
+            }
             return state.unfinished == 0
         }
         recorder?.begin()
@@ -151,6 +165,16 @@ public final class Runner: Sendable {
     public func status() -> [JobStatus] {
         let runs = state.withLock { state in state.running.sorted { $0.key < $1.key }.map(\.value) }
         return runs.map { $0.status() }
+    }
+
+    /// The host's app state changed: every job starts in `appState` from now
+    /// on, and the running ones (or the one named `job`) hear `event`.
+    func appEvent(_ event: AppEvent, state appState: AppState, deadline: CurfewInstant?, job: String? = nil) {
+        let runs = state.withLock { state -> [any JobExecution] in
+            state.appState = appState
+            return state.running.sorted { $0.key < $1.key }.map(\.value).filter { job == nil || $0.job.name == job }
+        }
+        runs.forEach { $0.appEvent(event, state: appState, deadline: deadline) }
     }
 
     /// Expires every running job now with `reason`; a job that has not
@@ -197,11 +221,12 @@ public final class Runner: Sendable {
                             try JobRun(
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, checkpoints: configuration.checkpoints,
-                                estimate: configuration.estimates[jobs[index].name] ?? .empty, onFinish: onFinish)
+                                estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
+                                onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
                                 job: jobs[index], configuration: configuration, workers: workers!, events: events,
-                                onSlotFree: { [self] in freeSlot(index) }, onFinish: onFinish)
+                                appState: state.appState, onSlotFree: { [self] in freeSlot(index) }, onFinish: onFinish)
                         }
                     state.running[index] = run
                     state.holdingSlots.insert(index)
@@ -234,6 +259,7 @@ public final class Runner: Sendable {
             func start() {}
             func expireNow(_ reason: ExpirationReason) {}
             func status() -> JobStatus { preconditionFailure("a warm-up job has no status") }
+            func appEvent(_ event: AppEvent, state: AppState, deadline: CurfewInstant?) {}
         }
         var running: [Int: any JobExecution] = [:]
         var holdingSlots: Set<Int> = []
@@ -289,6 +315,7 @@ public final class Runner: Sendable {
     }
 
     private func resume() {
+        if let token = state.withLock({ $0.lifecycleToken }) { configuration.lifecycle?.unsubscribe(token) }
         workers?.close()
         recorder?.end()
         // Not a tuple out of the lock: see ``warmUp(_:)``.

@@ -3,15 +3,18 @@ import CurfewFormats
 /// The control socket's requests and answers: one JSON object each way.
 ///
 /// Requests: `{"command": "status"}`, `{"command": "run" | "cancel" |
-/// "pause" | "resume", "job": NAME}`, `{"command": "reload"}`. Answers:
-/// `{"ok": true, "message": …}`, `{"ok": true, "jobs": [...]}` for status,
-/// or `{"ok": false, "error": …}`.
+/// "pause" | "resume", "job": NAME}`, `{"command": "reload" | "foreground"
+/// | "background"}`. Answers: `{"ok": true, "message": …}`, `{"ok": true,
+/// "app_state": …, "jobs": [...]}` for status, or `{"ok": false, "error": …}`.
 extension Server.Command {
     /// The verbs that take a job.
     static let jobVerbs = ["run", "cancel", "pause", "resume"]
 
+    /// The verbs that take no job.
+    static let hostVerbs = ["reload", "foreground", "background"]
+
     /// The command `verb` names, for `job`: a job for run, cancel, pause and
-    /// resume, none for reload; `nil` for any other verb.
+    /// resume, none for reload, foreground and background; `nil` for any other verb.
     public init?(verb: String, job: String?) {
         switch (verb, job) {
         case ("run", let job?): self = .run(job)
@@ -19,6 +22,8 @@ extension Server.Command {
         case ("pause", let job?): self = .pause(job)
         case ("resume", let job?): self = .resume(job)
         case ("reload", nil): self = .reload
+        case ("foreground", nil): self = .foreground
+        case ("background", nil): self = .background
         default: return nil
         }
     }
@@ -31,14 +36,16 @@ extension Server.Command {
         case .pause: "pause"
         case .resume: "resume"
         case .reload: "reload"
+        case .foreground: "foreground"
+        case .background: "background"
         }
     }
 
-    /// The job it acts on; `nil` for reload.
+    /// The job it acts on; `nil` for the host's verbs.
     public var job: String? {
         switch self {
         case .run(let job), .cancel(let job), .pause(let job), .resume(let job): job
-        case .reload: nil
+        case .reload, .foreground, .background: nil
         }
     }
 }
@@ -58,7 +65,10 @@ extension Server {
         }
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
         if verb == "status" { return status() }
-        if verb == "reload" { return Self.reply(perform(.reload)) }
+        if let command = Command(verb: verb, job: nil) {
+            guard value["job"] == nil else { return Self.failure("\(verb) takes no job") }
+            return Self.reply(perform(command))
+        }
         guard Command.jobVerbs.contains(verb) else { return Self.failure("unknown command \"\(Reason.cut(verb, to: 64))\"") }
         guard let job = value["job"]?.stringValue, JobNaming.isValidName(job), let command = Command(verb: verb, job: job) else {
             return Self.failure("\(verb) needs a job name")
@@ -86,7 +96,7 @@ extension Server {
             }
             return line.text
         }
-        return "{\"ok\":true,\"jobs\":[\(jobs.joined(separator: ","))]}"
+        return "{\"ok\":true,\"app_state\":\"\(lifecycle.current.rawValue)\",\"jobs\":[\(jobs.joined(separator: ","))]}"
     }
 
     private static func reply(_ result: Result<String, CurfewError>) -> String {

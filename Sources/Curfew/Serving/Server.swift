@@ -32,6 +32,8 @@ public final class Server: @unchecked Sendable {
         public var allowsInsecurePlugins = false
         /// Seeds the schedule's jitter.
         public var seed: UInt64 = UInt64.random(in: 0...UInt64.max)
+        /// The app state the host starts in: the background, where grants run down.
+        public var appState: AppState = .background
 
         public init(folders: [String]) {
             self.folders = folders
@@ -51,6 +53,8 @@ public final class Server: @unchecked Sendable {
     }
 
     public let options: Options
+    /// The host's app state: every run hears its events (`ctl foreground|background`).
+    public let lifecycle: AppLifecycle
     private let queue = DispatchQueue(label: "curfew.serve")
     private let onEvent: @Sendable (RunEvent, CurfewInstant) -> Void
     private let onNotice: @Sendable (Notice) -> Void
@@ -96,6 +100,7 @@ public final class Server: @unchecked Sendable {
     ) throws(CurfewError) {
         try Self.check(options.config, base: options.run)
         self.options = options
+        self.lifecycle = AppLifecycle(state: options.appState)
         self.config = options.config
         self.schedule = Schedule(seed: options.seed)
         self.onEvent = onEvent
@@ -169,6 +174,8 @@ public final class Server: @unchecked Sendable {
                 watcher = nil
                 timer?.cancel()
                 waiting.removeAll()
+                // Each running job hears will-terminate before its grant expires.
+                if reason == .shutdown { lifecycle.terminate() }
                 for run in active.values {
                     if reason == .shutdown { run.runner.shutdown() } else { run.runner.cancel() }
                 }
@@ -187,6 +194,10 @@ public final class Server: @unchecked Sendable {
         case pause(String)
         case resume(String)
         case reload
+        /// Move the host to the foreground (active): grants stop running down.
+        case foreground
+        /// Move the host to the background: each running grant's clock starts.
+        case background
     }
 
     /// Carries out `command`; the answer is a sentence, or an error's.
@@ -216,6 +227,12 @@ public final class Server: @unchecked Sendable {
                 guard schedule.setPaused(job: name, command == .pause(name)) else { return .failure(unknown(name)) }
                 armTimer()
                 return .success(command == .pause(name) ? "Paused '\(name)': it runs only when asked." : "Resumed '\(name)'.")
+            case .foreground, .background:
+                let target: AppState = command == .foreground ? .active : .background
+                let events = lifecycle.move(to: target)
+                let what = target == .active
+                    ? "in the foreground (active): grants do not run down" : "in the background: each grant runs down from its whole budget"
+                return .success(events.isEmpty ? "The host is \(what) already." : "The host is \(what) (\(events.map(\.rawValue).joined(separator: ", "))).")
             case .reload:
                 preconditionFailure("handled above")
             }
@@ -388,6 +405,7 @@ public final class Server: @unchecked Sendable {
             cpuSeconds: policy.limits.cpuSeconds ?? configuration.limits.cpuSeconds,
             openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
         configuration.maxConcurrentJobs = 1
+        configuration.lifecycle = lifecycle
         let requested = NextRun()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in

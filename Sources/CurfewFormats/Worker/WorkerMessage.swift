@@ -41,7 +41,7 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The outcomes a worker may report.
     package static let outcomes: Set<String> = ["completed", "failed", "expired", "terminated", "crashed", "refused"]
     /// The hooks a crash report may name.
-    package static let hooks: Set<String> = ["create", "chunk", "expire", "destroy"]
+    package static let hooks: Set<String> = ["create", "chunk", "expire", "destroy", "app_event"]
     /// The expiration reasons a worker may report.
     package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled"]
     /// The longest job name a message may carry, in bytes (names are at most 64).

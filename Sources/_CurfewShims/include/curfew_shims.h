@@ -107,7 +107,7 @@ void curfew_shim_catch_sigpipe(void);
 /* A worker's crash report. `curfew_shim_crash_where` records, for the
  * calling thread, the hook it is about to run: the job (a validated name,
  * which needs no JSON escaping, kept alive by the caller), the hook (0
- * "create", 1 "chunk", 2 "expire", 3 "destroy"), and for a chunk slice the
+ * "create", 1 "chunk", 2 "expire", 3 "destroy", 4 "app_event"), and for a chunk slice the
  * chunks run before it and the address of the slice's running count. NULL
  * `job` clears it. `curfew_shim_install_crash_reporter` installs handlers
  * for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT that write one line to

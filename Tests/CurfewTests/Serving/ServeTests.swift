@@ -179,7 +179,9 @@ extension ProcessTests {
             await serve.wait(for: "\"event\":\"next-run\"")
             var status = try await serve.control(["status", "--json"])
             #expect(status.status == 0, "\(status.out)")
-            let jobs = status.out.split(separator: "\n").map(String.init)
+            let lines = status.out.split(separator: "\n").map(String.init)
+            #expect(lines.first == #"{"app_state":"background","jobs":3}"#, "the host's line first")
+            let jobs = Array(lines.dropFirst())
             #expect(jobs.count == 3)
             #expect(jobs.contains { $0.contains("\"job\":\"tally\"") && $0.contains("\"state\":\"running\"") }, "\(jobs)")
             #expect(try await serve.control(["ctl", "run", "tally"]).out.contains("running already"))
@@ -264,6 +266,45 @@ extension ProcessTests {
 
         /// A failing job is tried again with backoff, as often as its policy
         /// says, then waits for its schedule (it has none: it runs no more).
+        @Test func theHostStartsInTheBackgroundAndCtlMovesItsJobsBetweenForegroundAndBackground() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let config = try config(#"{"jobs": {"spinner": {"enabled": false}, "ender": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            try drop(try Fixtures.compile("lifecycle_jobs.c"), into: folder)
+            await serve.wait(for: "\"message\":\"launch in background, limited\"")
+
+            let foreground = try await serve.control(["ctl", "foreground"])
+            #expect(foreground.status == 0 && foreground.out.contains("will-enter-foreground, did-become-active"), "\(foreground.out)")
+            await serve.wait(for: "\"message\":\"did-become-active in active, unlimited\"")
+            var status = try await serve.control(["status", "--json"])
+            let lines = status.out.split(separator: "\n").map(String.init)
+            #expect(lines.first == #"{"app_state":"active","jobs":3}"#, "\(status.out)")
+            let listener = lines.first { $0.contains("\"job\":\"listener\"") } ?? ""
+            #expect(listener.contains("\"state\":\"running\"") && listener.contains("\"remaining\":null"), "\(status.out)")
+            status = try await serve.control(["status"])
+            #expect(status.out.hasPrefix("App state: active (foreground: grants do not run down)\n"), "\(status.out)")
+            #expect(try await serve.control(["ctl", "foreground"]).out.contains("already"))
+
+            // Back in the background, the 300 ms budget runs from now.
+            #expect(try await serve.control(["ctl", "background"]).status == 0)
+            await serve.wait(for: "\"message\":\"expire timeout\"")
+            // (What a hook reads of the state depends on how far the host has moved by then.)
+            let heard = try serve.logs("listener")
+            #expect(heard.map { $0.split(separator: " ")[0] } == [
+                "launch", "will-enter-foreground", "did-become-active", "will-resign-active", "did-enter-background", "expire",
+            ], "\(heard)")
+
+            // A run in the foreground has no deadline; SIGTERM says will-terminate, then expires it.
+            #expect(try await serve.control(["ctl", "foreground"]).status == 0)
+            #expect(try await serve.control(["ctl", "run", "listener"]).status == 0)
+            await serve.wait(for: "\"message\":\"launch in active, unlimited\"")
+            #expect(await serve.stop() == 0)
+            // (By the time the hook runs, the shutdown may have given the grant its deadline.)
+            let last = Array(try serve.logs("listener").suffix(3)).map { $0.replacingOccurrences(of: "active, limited", with: "active, unlimited") }
+            #expect(last == ["launch in active, unlimited", "will-terminate in active, unlimited", "expire shutdown"])
+        }
+
         @Test func aFailingJobIsRetriedAsItsPolicySaysThenStops() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try plugin(), into: folder)

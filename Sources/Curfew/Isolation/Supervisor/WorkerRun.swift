@@ -34,9 +34,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         /// Where the worker's crash handler said it was dying: the hook, and the chunks run.
         var crashedIn: (hook: String, chunks: UInt64)?
         var timers: [any CurfewTimer] = []
-        /// Set once the run message is sent; expirations before wait in `unsent`.
+        /// The expiration's and the deadline's timers: stopped in the foreground.
+        var grantTimers: [any CurfewTimer] = []
+        /// The host's app state; in the foreground the grant's clock waits.
+        var appState: AppState
+        /// Set once the run message is sent; messages before wait in `unsent`.
         var channelReady = false
-        var unsent: [ExpirationReason] = []
+        var unsent: [String] = []
         /// What the worker said the job's chunks took.
         var estimate: ChunkEstimate?
     }
@@ -48,13 +52,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let onSlotFree: @Sendable () -> Void
-    private let control = Mutex(Control())
+    private let control: Mutex<Control>
     private var process: WorkerProcess?
 
     /// - Throws: The refusal of a continuous job the policy does not allow.
     init(
         job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
-        onSlotFree: @escaping @Sendable () -> Void = {}, onFinish: @escaping @Sendable (JobResult) -> Void
+        appState: AppState = .background, onSlotFree: @escaping @Sendable () -> Void = {},
+        onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous, modes: job.backgroundModes) { throw refusal }
         self.job = job
@@ -63,6 +68,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         self.events = events
         self.onFinish = onFinish
         self.onSlotFree = onSlotFree
+        self.control = Mutex(Control(appState: appState))
     }
 
     private var policy: GrantPolicy { configuration.policy }
@@ -85,12 +91,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     func start() {
         let now = clock.now()
-        let deadline = job.isContinuous ? nil : now.advanced(by: policy.budget)
-        control.withLock { c in
+        let (deadline, appState) = control.withLock { c -> (CurfewInstant?, AppState) in
+            // In the foreground the budget waits for the background.
+            let deadline = job.isContinuous || !c.appState.runsGrantClocks ? nil : now.advanced(by: policy.budget)
             c.started = true
             c.startedAt = now
             c.deadline = deadline
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
+            return (deadline, c.appState)
         }
         let process: WorkerProcess
         do throws(SystemError) {
@@ -99,20 +107,60 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        guard process.host(self, message: runMessage(deadline: deadline)) else {
+        guard process.host(self, message: runMessage(deadline: deadline, appState: appState)) else {
             return conclude(.crashed, "its worker had already exited")
         }
-        // Expirations asked for while the worker was starting follow the run message.
-        let unsent = control.withLock { c -> [ExpirationReason] in
-            c.channelReady = true
-            defer { c.unsent.removeAll() }
-            return c.unsent
+        if let deadline { armGrant(deadline) }
+        // What was said while the worker was starting follows the run message, in order.
+        while true {
+            let unsent = control.withLock { c -> [String] in
+                defer { c.unsent.removeAll() }
+                if c.unsent.isEmpty { c.channelReady = true }
+                return c.unsent
+            }
+            if unsent.isEmpty { break }
+            unsent.forEach { process.send($0) }
         }
-        for reason in unsent { send(expire: reason) }
-        if let deadline {
-            arm(at: deadline.advanced(by: .zero - policy.lead)) { [self] in expireNow(.timeout) }
-            arm(at: deadline) { [self] in killAtDeadline() }
+    }
+
+    /// Arms the expiration and the deadline of a grant that ends at `deadline`.
+    private func armGrant(_ deadline: CurfewInstant) {
+        // The deadline first: an expiration that fires at once must find it armed.
+        arm(at: deadline, grantEnding: deadline) { [self] in killAtDeadline() }
+        arm(at: deadline.advanced(by: .zero - policy.lead), grantEnding: deadline) { [self] in expireNow(.timeout) }
+    }
+
+    func appEvent(_ event: AppEvent, state: AppState, deadline _: CurfewInstant?) {
+        let now = clock.now()
+        var message = JSONLine("type", "app")
+        message.add("job", job.name)
+        message.add("event", event.rawValue)
+        message.add("state", state.rawValue)
+        let (rearm, stopped, ready) = control.withLock { c -> (CurfewInstant?, [any CurfewTimer], Bool) in
+            guard !c.finished else { return (nil, [], false) }
+            let wasRunning = c.appState.runsGrantClocks
+            c.appState = state
+            var rearm: CurfewInstant?
+            var stopped: [any CurfewTimer] = []
+            // An expiration under way is never undone, and keeps its deadline.
+            if event != .willTerminate && c.expiredBy == nil && !job.isContinuous && wasRunning != state.runsGrantClocks {
+                stopped = c.grantTimers
+                c.grantTimers.removeAll()
+                if state.runsGrantClocks {
+                    // The whole budget from now, on the clock both processes read.
+                    rearm = now.advanced(by: policy.budget)
+                    c.deadline = rearm
+                } else {
+                    c.deadline = nil
+                }
+            }
+            if let rearm { message.add("deadline", Int64(clamping: rearm.nanoseconds)) }
+            if !c.channelReady { c.unsent.append(message.text) }
+            return (rearm, stopped, c.channelReady)
         }
+        stopped.forEach { $0.cancel() }
+        if ready { process?.send(message.text) }
+        if let rearm { armGrant(rearm) }
     }
 
     func expireNow(_ reason: ExpirationReason) {
@@ -120,7 +168,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             guard !c.finished else { return (nil, false) }
             if c.expiredBy == nil { c.expiredBy = reason }
             // Before the run message, it waits and follows it.
-            if !c.channelReady { c.unsent.append(reason) }
+            if !c.channelReady { c.unsent.append(expireMessage(reason)) }
             guard c.started, reason != .timeout else { return (nil, c.channelReady) }
             // An early expiration gets at most one lead time from now.
             let lead = job.isContinuous ? policy.shutdownLead : policy.lead
@@ -129,7 +177,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.deadline = early
             return (early, c.channelReady)
         }
-        if ready { send(expire: reason) }
+        if ready { process?.send(expireMessage(reason)) }
         if let move { arm(at: move) { [self] in killAtDeadline() } }
     }
 
@@ -144,7 +192,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     // MARK: Messages
 
-    private func runMessage(deadline: CurfewInstant?) -> String {
+    private func runMessage(deadline: CurfewInstant?, appState: AppState) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.pluginPath)
@@ -159,6 +207,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             message.addRaw("deadline", "null")
         }
         message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
+        // In the foreground the worker's grant waits for an `app` message with its deadline.
+        message.add("app", appState.rawValue)
         // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
         message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
         do throws(CurfewError) {
@@ -210,18 +260,26 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         process?.send(message.text)
     }
 
-    private func send(expire reason: ExpirationReason) {
+    private func expireMessage(_ reason: ExpirationReason) -> String {
         var message = JSONLine("type", "expire")
         message.add("job", job.name)
         message.add("reason", reason.rawValue)
-        process?.send(message.text)
+        return message.text
     }
 
-    private func arm(at instant: CurfewInstant, _ work: @escaping @Sendable () -> Void) {
+    /// Arms a timer, kept until the job finishes; with `grantEnding`, one of
+    /// the grant's, kept only while the grant still ends then (the host may
+    /// have entered the foreground, or the job begun to expire, meanwhile).
+    private func arm(at instant: CurfewInstant, grantEnding: CurfewInstant? = nil, _ work: @escaping @Sendable () -> Void) {
         let timer = clock.schedule(at: instant, on: Grant.timerQueue, work)
         let keep = control.withLock { c -> Bool in
             guard !c.finished else { return false }
-            c.timers.append(timer)
+            guard let grantEnding else {
+                c.timers.append(timer)
+                return true
+            }
+            guard c.deadline == grantEnding && c.expiredBy == nil else { return false }
+            c.grantTimers.append(timer)
             return true
         }
         if !keep { timer.cancel() }
@@ -444,8 +502,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     private func finishLocked(_ c: inout Control, outcome: Outcome, reason: String, at time: CurfewInstant? = nil) {
         c.finished = true
-        c.timers.forEach { $0.cancel() }
+        (c.timers + c.grantTimers).forEach { $0.cancel() }
         c.timers.removeAll()
+        c.grantTimers.removeAll()
         let end = time ?? clock.now()
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,

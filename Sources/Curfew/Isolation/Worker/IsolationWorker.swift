@@ -117,6 +117,13 @@ public enum IsolationWorker {
                     let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:))
                 else { continue }
                 host.expire(job, reason)
+            case "app":
+                guard let job = message["job"]?.stringValue,
+                    let event = message["event"]?.stringValue.flatMap(AppEvent.init(rawValue:)),
+                    let state = message["state"]?.stringValue.flatMap(AppState.init(rawValue:))
+                else { continue }
+                let deadline = message["deadline"]?.integerValue.map { CurfewInstant(nanoseconds: UInt64(max(0, $0))) }
+                host.appEvent(job, event, state: state, deadline: deadline)
             case "close":
                 host.closed()
             case "checkpoint-saved":

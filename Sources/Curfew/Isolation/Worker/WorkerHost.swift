@@ -74,6 +74,8 @@ final class WorkerHost: Sendable {
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
         checkpoints.seed(job: jobName, bytes: run["checkpoint"]?.stringValue.flatMap(Base64.decode))
         var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
+        // In the foreground, the job's grant waits for the host's word that the app is in the background.
+        configuration.appState = run["app"]?.stringValue.flatMap(AppState.init(rawValue:)) ?? .background
         // A host that keeps no state says so: the job hears it as in process.
         configuration.checkpoints = run["state"] == .bool(false) ? nil : checkpoints
         if let known = run["estimate"], let mean = known["mean"]?.integerValue, let deviation = known["deviation"]?.integerValue,
@@ -170,6 +172,10 @@ final class WorkerHost: Sendable {
             line.add("t", Int64(clamping: now.nanoseconds))
             send(line.text)
         }
+    }
+
+    func appEvent(_ job: String, _ event: AppEvent, state appState: AppState, deadline: CurfewInstant?) {
+        state.withLock { $0.runners[job] }?.appEvent(event, state: appState, deadline: deadline, job: job)
     }
 
     func expire(_ job: String, _ reason: ExpirationReason) {
