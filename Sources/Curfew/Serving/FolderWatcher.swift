@@ -6,7 +6,8 @@ import Glibc
 /// A file counts as written once its writer closes it (`IN_CLOSE_WRITE`) or
 /// it is moved in whole (`IN_MOVED_TO`); until then a file being written
 /// (`IN_MODIFY` seen, no close yet) is reported as such, so the server never
-/// loads half a plugin. Dotfiles are ignored (editors and `rsync` write
+/// loads half a plugin. A name that appears whole (IN_CREATE of a link:
+/// `ln`, `ln -s`) is reported as ``Change/created(_:)``. Dotfiles are ignored (editors and `rsync` write
 /// there first). A full event queue (`IN_Q_OVERFLOW`) is reported as
 /// ``Change/overflow``: what was lost is unknown, so the caller rescans.
 package final class FolderWatcher: @unchecked Sendable {
@@ -18,6 +19,9 @@ package final class FolderWatcher: @unchecked Sendable {
         case written(String)
         /// Opened for writing and written to, not closed yet.
         case writing(String)
+        /// A name made in the folder: a link is whole at once, a new file is
+        /// written (and reported written) after.
+        case created(String)
         /// Deleted or moved away.
         case removed(String)
         /// The kernel dropped events: rescan everything.
@@ -31,7 +35,7 @@ package final class FolderWatcher: @unchecked Sendable {
     private let source: any DispatchSourceRead
     private let onChanges: @Sendable ([Change]) -> Void
 
-    private static let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_MODIFY)
+    private static let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_MODIFY | IN_CREATE)
         | UInt32(IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_ONLYDIR)
 
     /// Starts watching `folders`; `onChanges` is called on `queue` with the
@@ -110,6 +114,8 @@ package final class FolderWatcher: @unchecked Sendable {
                 changes.append(.removed(path))
             } else if mask & UInt32(IN_MODIFY) != 0 {
                 changes.append(.writing(path))
+            } else if mask & UInt32(IN_CREATE) != 0 {
+                changes.append(.created(path))
             }
         }
         return changes

@@ -257,12 +257,23 @@ public final class Server: @unchecked Sendable {
 
     // MARK: Scanning
 
+    /// Takes changes as the watcher reports them (a test feeds its own).
+    func receive(_ changes: [FolderWatcher.Change]) {
+        queue.async { [self] in changed(changes) }
+    }
+
     private func changed(_ changes: [FolderWatcher.Change]) {
         var relevant = false
         for change in changes {
             switch change {
             case .writing(let path):
                 writing.insert(path)
+            case .created(let path):
+                // A link is whole as it appears; a new file is scanned once written and closed.
+                var status = stat()
+                guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFLNK || status.st_nlink > 1 else { continue }
+                writing.remove(path)
+                relevant = true
             case .written(let path), .removed(let path):
                 writing.remove(path)
                 relevant = true
@@ -286,7 +297,7 @@ public final class Server: @unchecked Sendable {
 
     private func rescan(full: Bool) {
         guard !stopping else { return }
-        var scanner = SafeScanner()
+        var scanner = SafeScanner(workerExecutable: options.run.workerExecutable)
         scanner.rescan = full
         let loader = PluginLoader(allowsInsecurePlugins: options.allowsInsecurePlugins)
         let scan = scanner.scan(options.folders, loader: loader) { [self] in stopping }.scan

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -305,6 +306,51 @@ extension ProcessTests {
             #expect(last == ["launch in active, unlimited", "will-terminate in active, unlimited", "expire shutdown"])
         }
 
+        /// Before: a link made in the folder (`ln`, `ln -s`) raises only
+        /// IN_CREATE, which serve did not watch: the plugin was never served.
+        @Test func aPluginLinkedIntoTheFolderIsServed() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let config = try config(#"{"defaults": {"enabled": false}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            let built = try plugin()
+            #expect(link(built, folder + "/hard.so") == 0)
+            await serve.wait(for: "serving 'tally' from \(folder)/hard.so")
+            #expect(unlink(folder + "/hard.so") == 0)
+            await serve.wait(for: "'tally' is gone from the folders")
+            #expect(symlink(built, folder + "/soft.so") == 0)
+            await serve.wait(for: "serving 'tally' from \(folder)/soft.so")
+            #expect(await serve.stop() == 0)
+        }
+
+        /// An overflow means events were lost: the server forgets the files
+        /// it thought were being written and rescans every folder.
+        @Test func anInotifyOverflowRescansEveryFolder() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(Array(#"{"defaults": {"enabled": false}}"#.utf8), file: "test.json")
+            let notices = Mutex<[String]>([])
+            let server = try Server(options: options, onEvent: { _, _ in }) { notice in
+                if case .info(let text) = notice { notices.withLock { $0.append(text) } }
+            }
+            try server.start()
+            // Written whole but still open: never loaded while inotify says it is being written.
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: try plugin()))
+            #expect(FileManager.default.createFile(atPath: folder + "/jobs.so", contents: nil))
+            let open = try #require(FileHandle(forWritingAtPath: folder + "/jobs.so"))
+            open.write(bytes)
+            server.receive([.writing(folder + "/jobs.so")])
+            server.reload()  // a rescan that keeps what inotify said
+            #expect(server.states().isEmpty, "a file being written is not loaded")
+            server.receive([.overflow])
+            let give = ContinuousClock.now + .seconds(20)
+            while server.states().isEmpty && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(server.states().map(\.job) == ["asks", "flaky", "tally"], "\(notices.withLock { $0 })")
+            try open.close()
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
         @Test func aFailingJobIsRetriedAsItsPolicySaysThenStops() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try plugin(), into: folder)
@@ -409,9 +455,10 @@ extension ProcessTests {
         let bytes =
             record(1, Int32(IN_MODIFY), "a.so") + record(1, Int32(IN_CLOSE_WRITE), "a.so") + record(1, Int32(IN_MOVED_TO), ".b.so")
             + record(1, Int32(IN_DELETE), "c.so") + record(-1, Int32(IN_Q_OVERFLOW), "") + record(1, Int32(IN_DELETE_SELF), "")
-            + record(1, Int32(IN_CLOSE_WRITE) | Int32(IN_ISDIR), "dir")
+            + record(1, Int32(IN_CLOSE_WRITE) | Int32(IN_ISDIR), "dir") + record(1, Int32(IN_CREATE), "d.so")
+            + record(1, Int32(IN_CREATE), ".d.so")
         #expect(FolderWatcher.parse(bytes[...], folders: folders) == [
-            .writing("/p/a.so"), .written("/p/a.so"), .removed("/p/c.so"), .overflow, .folderGone("/p"),
+            .writing("/p/a.so"), .written("/p/a.so"), .removed("/p/c.so"), .overflow, .folderGone("/p"), .created("/p/d.so"),
         ])
     }
 
