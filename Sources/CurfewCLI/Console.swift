@@ -33,9 +33,20 @@ final class Console: Sendable {
     let outputDescriptor: Int32
     let errorDescriptor: Int32
 
-    init(json: Bool, output: Int32 = STDOUT_FILENO, error: Int32 = STDERR_FILENO) {
+    /// The descriptors systemd connected to the journal (`$JOURNAL_STREAM`):
+    /// each line written there starts with its syslog priority.
+    private let journal: Set<Int32>
+
+    /// How much a line matters, as syslog numbers it: the journal reads
+    /// `<N>` at a line's start, so `journalctl -p warning` finds warnings.
+    enum Priority: Int {
+        case error = 3, warning = 4, notice = 5, info = 6, debug = 7
+    }
+
+    init(json: Bool, output: Int32 = STDOUT_FILENO, error: Int32 = STDERR_FILENO, environment: [String: String] = [:]) {
         outputDescriptor = output
         errorDescriptor = error
+        journal = Set([output, error].filter { ServiceNotifier.isJournal($0, environment: environment) })
         humanDescriptor = json ? error : output
         humanIsTerminal = isatty(humanDescriptor) == 1
         let noColor = getenv("NO_COLOR").map { String(cString: $0) } ?? ""
@@ -48,18 +59,18 @@ final class Console: Sendable {
     }
 
     /// Writes a line for people.
-    func human(_ line: String) {
-        emit(line, to: humanDescriptor)
+    func human(_ line: String, priority: Priority = .info) {
+        emit(line, to: humanDescriptor, priority: priority)
     }
 
     /// Writes a line of machine output to stdout.
-    func machine(_ line: String) {
-        emit(line, to: outputDescriptor)
+    func machine(_ line: String, priority: Priority = .info) {
+        emit(line, to: outputDescriptor, priority: priority)
     }
 
     /// Writes an error line to stderr.
-    func error(_ line: String) {
-        emit(line, to: errorDescriptor)
+    func error(_ line: String, priority: Priority = .error) {
+        emit(line, to: errorDescriptor, priority: priority)
     }
 
     /// Replaces the live status block (terminals only): one line per job.
@@ -93,7 +104,8 @@ final class Console: Sendable {
         return Int(size.ws_col)
     }
 
-    private func emit(_ line: String, to descriptor: Int32) {
+    private func emit(_ line: String, to descriptor: Int32, priority: Priority) {
+        let line = journal.contains(descriptor) ? "<\(priority.rawValue)>" + line : line
         live.withLock { live in
             guard !live.lines.isEmpty else { return write(line + "\n", to: descriptor) }
             // A status block is drawn under the last line: lift it, write, put it back.

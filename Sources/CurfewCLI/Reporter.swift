@@ -60,13 +60,14 @@ final class Reporter: Sendable {
             case .info(let text): ("info", text)
             case .warning(let text): ("warning", text)
             }
+        let priority: Console.Priority = level == "warning" ? .warning : .notice
         if json {
             var line = JSONLine(event: "serve")
             line.add("level", level)
             line.add("message", text)
-            console.machine(line.text)
+            console.machine(line.text, priority: priority)
         } else {
-            console.human(tag("serve", level == "warning" ? .yellow : nil) + Untrusted.line(text))
+            console.human(tag("serve", level == "warning" ? .yellow : nil) + Untrusted.line(text), priority: priority)
         }
     }
 
@@ -74,10 +75,29 @@ final class Reporter: Sendable {
     func event(_ event: RunEvent, at time: CurfewInstant? = nil) {
         // A finished job's live line goes with it, not at the next redraw.
         if case .finished(let result) = event { console.removeLive(result.job) }
+        let priority = Self.priority(of: event)
         if json {
-            console.machine(jsonText(event, at: time))
+            console.machine(jsonText(event, at: time), priority: priority)
         } else if let text = humanText(event) {
-            console.human(text)
+            console.human(text, priority: priority)
+        }
+    }
+
+    /// How much an event matters, for the journal: a job's own log level; a
+    /// run that failed, crashed, was terminated or refused is a warning.
+    static func priority(of event: RunEvent) -> Console.Priority {
+        switch event {
+        case .log(_, let level, _):
+            switch level {
+            case .debug: .debug
+            case .info: .info
+            case .warning: .warning
+            case .error: .error
+            }
+        case .finished(let result):
+            [.failed, .crashed, .terminated, .refused].contains(result.outcome) ? .warning : .info
+        default:
+            .info
         }
     }
 
@@ -327,7 +347,7 @@ final class Reporter: Sendable {
             console.human(console.paint(line, .bold))
         }
         for (row, result) in zip(rows, results) {
-            render(row, outcome: result.outcome).forEach(console.human)
+            render(row, outcome: result.outcome).forEach { console.human($0) }
         }
         var counts: [String] = []
         for outcome in Outcome.allCases {
@@ -337,7 +357,7 @@ final class Reporter: Sendable {
         var tail = "\(results.count) job\(results.count == 1 ? "" : "s"): " + counts.joined(separator: ", ")
         if rejected > 0 { tail += "; \(rejected) plugin file\(rejected == 1 ? "" : "s") rejected" }
         if let width {
-            Self.wrap(tail, to: width - 1, lines: 4).forEach(console.human)
+            Self.wrap(tail, to: width - 1, lines: 4).forEach { console.human($0) }
         } else {
             console.human(tail)
         }

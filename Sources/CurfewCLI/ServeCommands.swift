@@ -5,7 +5,8 @@ import Synchronization
 
 extension CurfewMain {
     static func serve(_ options: ServeOptions) async -> Int32 {
-        let console = Console(json: options.run.json)
+        let environment = ServiceNotifier.processEnvironment()
+        let console = Console(json: options.run.json, environment: environment)
         if let missing = missingPath(options.run.paths) {
             console.error(missing)
             return ExitCode.failure
@@ -87,8 +88,12 @@ extension CurfewMain {
             return ExitCode.failure
         }
         reporter.notice(.info("serving \(pathList(serverOptions.folders)); control socket \(socketPath)"))
+        let service = ServiceLink(environment: environment)
+        service.ready(server)
+        defer { service.cancel() }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             stop.onRequest { reason in
+                service.stopping(reason)
                 console.error("\(reason): expiring every running job now; they have up to their lead time to clean up.")
                 server.stop { done.resume() }
             }

@@ -36,14 +36,22 @@ public struct SafeScanner: Sendable {
         self.timeoutPerFile = timeoutPerFile
     }
 
+    /// systemd's `$CACHE_DIRECTORY` (its first entry) `/scan-v2`, else
     /// `$XDG_CACHE_HOME/curfew/scan-v2`, else `~/.cache/curfew/scan-v2`;
-    /// `nil` (no cache) when neither names an absolute folder: a relative
+    /// `nil` (no cache) when none names an absolute folder: a relative
     /// `HOME` would put the cache wherever the host happens to run.
     public static var defaultCacheFolder: String? {
-        if let cache = getenv("XDG_CACHE_HOME").map({ String(cString: $0) }), cache.hasPrefix("/") {
+        defaultCacheFolder { getenv($0).map { String(cString: $0) } }
+    }
+
+    static func defaultCacheFolder(_ variable: (String) -> String?) -> String? {
+        if let systemd = variable("CACHE_DIRECTORY")?.split(separator: ":").first, systemd.hasPrefix("/") {
+            return systemd + "/scan-v2"
+        }
+        if let cache = variable("XDG_CACHE_HOME"), cache.hasPrefix("/") {
             return cache + "/curfew/scan-v2"
         }
-        guard let home = getenv("HOME").map({ String(cString: $0) }), home.hasPrefix("/") else { return nil }
+        guard let home = variable("HOME"), home.hasPrefix("/") else { return nil }
         return home + "/.cache/curfew/scan-v2"
     }
 

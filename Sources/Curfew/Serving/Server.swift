@@ -246,13 +246,22 @@ public final class Server: @unchecked Sendable {
 
     /// Every job served, by name.
     public func states() -> [JobState] {
-        queue.sync {
-            catalog.keys.sorted().compactMap { name -> JobState? in
-                guard let job = catalog[name], let entry = schedule.entries[name] else { return nil }
-                let running = active[name]?.runner.status().first { $0.job == name }
-                return JobState(job: name, pluginPath: job.pluginPath, entry: entry, running: running, isWaiting: waiting.contains(name))
-            }
+        queue.sync { currentStates() }
+    }
+
+    private func currentStates() -> [JobState] {
+        catalog.keys.sorted().compactMap { name -> JobState? in
+            guard let job = catalog[name], let entry = schedule.entries[name] else { return nil }
+            let running = active[name]?.runner.status().first { $0.job == name }
+            return JobState(job: name, pluginPath: job.pluginPath, entry: entry, running: running, isWaiting: waiting.contains(name))
         }
+    }
+
+    /// Calls `answer` from the server's queue with every job's state, and
+    /// whether the server is stopping: a check of the server's health (a
+    /// queue that is stuck never answers), for a service manager's watchdog.
+    public func probe(_ answer: @escaping @Sendable (_ states: [JobState], _ stopping: Bool) -> Void) {
+        queue.async { [self] in answer(currentStates(), stopping) }
     }
 
     // MARK: Scanning

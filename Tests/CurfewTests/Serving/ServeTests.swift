@@ -16,12 +16,12 @@ final class ServeProcess: @unchecked Sendable {
     let socket: String
     var text = ""
 
-    init(folder: String, state: String, extra: [String] = []) throws {
+    init(folder: String, state: String, extra: [String] = [], environment: [String: String] = [:]) throws {
         self.folder = folder
         self.state = state
         socket = Fixtures.temporaryFolder("sock") + "/s.sock"
         let arguments = ["serve", folder, "--json", "--state", state, "--socket", socket, "--budget", "300ms"] + extra
-        (process, output) = try Fixtures.startCurfew(arguments)
+        (process, output) = try Fixtures.startCurfew(arguments, environment: environment)
         let pid = process.processIdentifier
         DispatchQueue.global().asyncAfter(deadline: .now() + 60) { kill(pid, SIGKILL) }
     }

@@ -199,10 +199,10 @@ extension Fixtures {
 
     /// Starts `curfew` with `arguments`, its stdout on a pipe (returned) and
     /// its stderr discarded, for a test that talks to it while it runs.
-    static func startCurfew(_ arguments: [String]) throws -> (Process, Pipe) {
+    static func startCurfew(_ arguments: [String], environment extra: [String: String] = [:]) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: curfewExecutable)
-        process.environment = environment(for: arguments)
+        process.environment = environment(for: arguments).merging(extra) { _, given in given }
         process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output

@@ -1,0 +1,163 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+
+/// What systemd gives a service in its environment, checked as untrusted text.
+@Suite struct ServiceEnvironmentTests {
+    @Test func aNotifySocketIsAPathOrAnAbstractNameThatFitsAnAddress() {
+        let path = ServiceNotifier.address("/run/systemd/notify")
+        #expect(path.map { Array($0.dropFirst(2)) } == Array("/run/systemd/notify".utf8) + [0])
+        let abstract = ServiceNotifier.address("@curfew/notify")
+        #expect(abstract.map { Array($0.dropFirst(2)) } == [0] + Array("curfew/notify".utf8), "no terminator in the abstract namespace")
+        #expect(ServiceNotifier.address("relative/notify") == nil)
+        #expect(ServiceNotifier.address("") == nil)
+        #expect(ServiceNotifier.address("/" + String(repeating: "x", count: 200)) == nil)
+        #expect(ServiceNotifier(environment: [:]) == nil)
+        #expect(ServiceNotifier(environment: ["NOTIFY_SOCKET": "notify"]) == nil)
+    }
+
+    @Test func theWatchdogTimeoutIsAWholeNumberOfMicrosecondsForThisProcess() {
+        #expect(ServiceNotifier.watchdogTimeout(environment: ["WATCHDOG_USEC": "30000000"]) == .seconds(30))
+        #expect(ServiceNotifier.watchdogTimeout(environment: ["WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "77"], pid: 77) == .seconds(30))
+        #expect(ServiceNotifier.watchdogTimeout(environment: ["WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "78"], pid: 77) == nil, "another process's")
+        for bad in ["", "-5", "1e6", " 100000", "999", "99999999999999999999", "100000000000", "0x10000"] {
+            #expect(ServiceNotifier.watchdogTimeout(environment: ["WATCHDOG_USEC": bad]) == nil, "\(bad)")
+        }
+        #expect(ServiceNotifier.watchdogTimeout(environment: [:]) == nil)
+    }
+
+    @Test func theJournalStreamIsTheDescriptorWhoseDeviceAndInodeItNames() throws {
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { ends.forEach { close($0) } }
+        var status = stat()
+        #expect(fstat(ends[1], &status) == 0)
+        let named = "\(status.st_dev):\(status.st_ino)"
+        #expect(ServiceNotifier.isJournal(ends[1], environment: ["JOURNAL_STREAM": named]))
+        #expect(!ServiceNotifier.isJournal(ends[1], environment: ["JOURNAL_STREAM": "\(status.st_dev):\(status.st_ino + 1)"]))
+        for bad in ["", ":", "1", "a:b", "1:2:3", "-1:5"] {
+            #expect(!ServiceNotifier.isJournal(ends[1], environment: ["JOURNAL_STREAM": bad]), "\(bad)")
+        }
+    }
+
+    @Test func aLineToTheJournalStartsWithItsSyslogPriority() throws {
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        var status = stat()
+        #expect(fstat(ends[1], &status) == 0)
+        let console = Console(json: false, output: ends[1], error: ends[1], environment: ["JOURNAL_STREAM": "\(status.st_dev):\(status.st_ino)"])
+        console.error("Error: it broke")
+        console.human("loaded", priority: .info)
+        console.human("skipped", priority: .warning)
+        close(ends[1])
+        let text = String(decoding: FileHandle(fileDescriptor: ends[0]).readDataToEndOfFile(), as: UTF8.self)
+        #expect(text == "<3>Error: it broke\n<6>loaded\n<4>skipped\n")
+        #expect(Reporter.priority(of: .log(job: "j", level: .warning, message: "m")) == .warning)
+    }
+}
+
+extension ProcessTests {
+    /// `curfew serve` under systemd's notify protocol, against a socket the test binds.
+    @Suite(.timeLimit(.minutes(2))) struct ServiceNotifyTests {
+        /// A datagram socket bound at `path` (or an abstract name for `@…`),
+        /// whose messages a thread collects with the time each came.
+        final class NotifyListener: @unchecked Sendable {
+            // Safe because `messages` is behind its lock; the descriptor is written once.
+            let descriptor: Int32
+            final class Inbox: Sendable {
+                let messages = Mutex<[(time: ContinuousClock.Instant, fields: [String])]>([])
+            }
+            let inbox = Inbox()
+
+            init(_ name: String) throws {
+                descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+                let address = try #require(ServiceNotifier.address(name))
+                let bound = address.withUnsafeBytes {
+                    bind(descriptor, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(address.count))
+                }
+                #expect(bound == 0, "bind: \(errno)")
+                let fd = descriptor
+                let inbox = inbox
+                Thread.detachNewThread {
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    while true {
+                        let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                        if count <= 0 { return }
+                        let fields = String(decoding: buffer[..<count], as: UTF8.self).split(separator: "\n").map(String.init)
+                        inbox.messages.withLock { $0.append((ContinuousClock.now, fields)) }
+                    }
+                }
+            }
+
+            /// The first message with a field that starts with `prefix`, waited for.
+            func wait(for prefix: String, count: Int = 1) async throws {
+                let give = ContinuousClock.now + .seconds(30)
+                while inbox.messages.withLock({ $0.filter { $0.fields.contains { $0.hasPrefix(prefix) } }.count }) < count {
+                    guard ContinuousClock.now < give else { throw CancellationError() }
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+            }
+
+            func times(of field: String) -> [ContinuousClock.Instant] {
+                inbox.messages.withLock { $0.filter { $0.fields.contains { $0.hasPrefix(field) } }.map(\.time) }
+            }
+
+            func close() { shutdown(descriptor, Int32(SHUT_RDWR)); Glibc.close(descriptor) }
+        }
+
+        @Test func serveSaysReadyFeedsTheWatchdogInTimeAndSaysStoppingThenExtendsForCleanups() async throws {
+            let socketPath = Fixtures.temporaryFolder("notify") + "/notify.sock"
+            let listener = try NotifyListener(socketPath)
+            defer { listener.close() }
+            let folder = Fixtures.temporaryFolder("served")
+            #expect(link(try Fixtures.compile("lifecycle_jobs.c"), folder + "/jobs.so") == 0)
+            let config = Fixtures.temporaryFolder("config") + "/serve.json"
+            try #"{"jobs": {"listener": {"enabled": false}, "ender": {"enabled": false}}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            // A watchdog of 400 ms: fed every 200 ms, from the server's queue.
+            let serve = try ServeProcess(
+                folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config, "--budget", "60s", "--grace", "1s"],
+                environment: ["NOTIFY_SOCKET": socketPath, "WATCHDOG_USEC": "400000"])
+            try await listener.wait(for: "READY=1")
+            // The spinner spins in its chunk, in its worker, until its deadline.
+            await serve.wait(for: "\"message\":\"spinning\"")
+            try await listener.wait(for: "WATCHDOG=1", count: 4)
+            let running = listener.inbox.messages.withLock { $0.last?.fields.first { $0.hasPrefix("STATUS=") } } ?? ""
+            #expect(running.hasPrefix("STATUS=1 running: spinner ("), "\(running)")
+            #expect(await serve.stop() == 0)
+            listener.close()
+
+            let messages = listener.inbox.messages.withLock { $0 }
+            let ready = try #require(listener.times(of: "READY=1").first)
+            let watchdogs = listener.times(of: "WATCHDOG=1")
+            let stopping = try #require(listener.times(of: "STOPPING=1").first)
+            #expect(messages.first?.fields.first == "READY=1", "READY first: \(messages.map(\.fields))")
+            #expect(messages.first?.fields.contains { $0.hasPrefix("STATUS=") } == true)
+            #expect(watchdogs.first.map { $0 > ready && $0 - ready < .milliseconds(400) } == true, "the first feed comes within the timeout")
+            let beforeStop = watchdogs.filter { $0 < stopping }
+            let gaps = zip(beforeStop.dropFirst(), beforeStop).map { $0 - $1 }
+            #expect(gaps.allSatisfy { $0 < .milliseconds(400) && $0 > .milliseconds(100) }, "fed at half the timeout: \(gaps)")
+            // Stopping: the spinner has its 1 s lead to clean up; systemd is asked to wait for it.
+            let extended = messages.filter { $0.time > stopping }.flatMap(\.fields).filter { $0.hasPrefix("EXTEND_TIMEOUT_USEC=") }
+            #expect(!extended.isEmpty, "\(messages.map(\.fields))")
+            let microseconds = extended.compactMap { Int64($0.dropFirst("EXTEND_TIMEOUT_USEC=".count)) }
+            #expect(microseconds.allSatisfy { $0 > 1_000_000 && $0 <= 2_000_000 }, "the lead left and a second: \(microseconds)")
+        }
+
+        @Test func anAbstractNotifySocketHearsReadyToo() async throws {
+            let name = "@curfew-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            let listener = try NotifyListener(name)
+            defer { listener.close() }
+            let serve = try ServeProcess(
+                folder: Fixtures.temporaryFolder("served"), state: Fixtures.temporaryFolder("state"), environment: ["NOTIFY_SOCKET": name])
+            try await listener.wait(for: "READY=1")
+            #expect(listener.inbox.messages.withLock { $0.first?.fields } == ["READY=1", "STATUS=idle; 0 jobs"])
+            #expect(await serve.stop() == 0)
+            #expect(listener.times(of: "STOPPING=1").count == 1)
+            #expect(listener.times(of: "WATCHDOG=1").isEmpty, "no watchdog asked for, none fed")
+        }
+    }
+}
