@@ -16,7 +16,7 @@ public struct UsageError: Error, Equatable, Sendable {
 
 /// The subcommands.
 public enum Command: String, CaseIterable, Sendable {
-    case run, serve, status, ctl, list, new, test, state, history, help
+    case run, serve, status, ctl, list, new, test, state, history, completions, help
 }
 
 /// One option of a subcommand.
@@ -137,6 +137,10 @@ public struct HistoryOptions: Equatable, Sendable {
 /// A parsed command line.
 public enum Invocation: Equatable, Sendable {
     case help(Command?)
+    /// `curfew help --man`: the manual page, in roff.
+    case manual
+    /// `curfew completions SHELL`.
+    case completions(Shell)
     case version
     case run(RunOptions)
     case serve(ServeOptions)
@@ -173,6 +177,7 @@ public enum ArgumentParser {
                 throw UsageError("Unexpected argument '\(arguments[2])'", command: .help)
             }
             guard let name = arguments.dropFirst().first else { return .help(nil) }
+            if name == "--man" { return .manual }
             guard let command = Command(rawValue: name) else {
                 throw UsageError("Unknown subcommand '\(name)'", command: nil)
             }
@@ -206,6 +211,15 @@ public enum ArgumentParser {
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.state) }
             return .state(try parseState(rest))
+        case "completions":
+            let rest = Array(arguments.dropFirst())
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.completions) }
+            guard let name = rest.first else { throw UsageError("Missing the shell: bash, zsh or fish", command: .completions) }
+            guard let shell = Shell(rawValue: name) else {
+                throw UsageError("Unknown shell '\(name)': use bash, zsh or fish", command: .completions)
+            }
+            guard rest.count == 1 else { throw UsageError("Unexpected argument '\(rest[1])'", command: .completions) }
+            return .completions(shell)
         case "history":
             let rest = Array(arguments.dropFirst())
             if rest.contains(where: { $0 == "-h" || $0 == "--help" }) { return .help(.history) }

@@ -57,6 +57,12 @@ public enum CurfewMain {
         case .version:
             Console(json: false).machine(Help.version)
             return ExitCode.success
+        case .manual:
+            Console(json: false).machine(String(Manual.roff().dropLast()))
+            return ExitCode.success
+        case .completions(let shell):
+            Console(json: false).machine(String(Completions.script(for: shell).dropLast()))
+            return ExitCode.success
         case .list(let options):
             return list(options)
         case .run(let options):

@@ -4,6 +4,21 @@ import Curfew
 public enum Help {
     public static let version = HostInfo.version
 
+    /// Each subcommand in a line, in the order the help lists them.
+    static let summaries: [(command: Command, summary: String)] = [
+        (.run, "Load plugins and run their jobs, each under a background-task grant."),
+        (.serve, "Stay running over live plugin folders, running each job on its schedule."),
+        (.status, "Show what a serving host runs, and when each job runs next."),
+        (.ctl, "Tell a serving host to run, cancel, pause or resume a job, to rescan, or to change its app state."),
+        (.list, "List plugins, their jobs, and the files rejected with the reason."),
+        (.test, "Run one job against virtual time and check that it keeps the contract."),
+        (.new, "Write a ready-to-build job project in C or Swift."),
+        (.state, "List, show or clear the checkpoints jobs saved."),
+        (.history, "Show how recent job runs ended, newest first."),
+        (.completions, "Print a completion script for bash, zsh or fish."),
+        (.help, "Show subcommand help information, or the manual page (--man)."),
+    ]
+
     static let helpOption = OptionSpec(names: ["-h", "--help"], value: nil, help: "Show help information.")
 
     static let runOptions: [OptionSpec] = [
@@ -50,7 +65,7 @@ public enum Help {
         ]
 
     static let statusOptions: [OptionSpec] = [
-        OptionSpec(names: ["--json"], value: nil, help: "Print one JSON object per job."),
+        OptionSpec(names: ["--json"], value: nil, help: "Print JSON Lines: the host's (app_state, jobs), then one per job."),
         socketOption,
     ]
 
@@ -58,7 +73,7 @@ public enum Help {
 
     static let socketOption = OptionSpec(
         names: ["--socket"], value: "path",
-        help: "The serving host's control socket. (default: $RUNTIME_DIRECTORY/serve.sock, else $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock)")
+        help: "The serving host's control socket. (default: $RUNTIME_DIRECTORY/serve.sock, else $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock; status and ctl then try the system service's /run/curfew/serve.sock)")
 
     static let testOptions: [OptionSpec] = [
         OptionSpec(names: ["--job"], value: "name", help: "The job to test. (default: the plugin's only job)"),
@@ -123,7 +138,7 @@ public enum Help {
         case .test: testOptions
         case .state: stateOptions
         case .history: historyOptions
-        case .help: []
+        case .completions, .help: []
         }
     }
 
@@ -148,8 +163,10 @@ public enum Help {
             return (["curfew state [list | show <job> | clear <job>]"] + options).joined(separator: " ")
         case .history:
             return (["curfew history"] + options).joined(separator: " ")
+        case .completions:
+            return "curfew completions (bash | zsh | fish)"
         case .help:
-            return "curfew help [<subcommand>]"
+            return "curfew help [<subcommand> | --man]"
         }
     }
 
@@ -170,18 +187,7 @@ public enum Help {
                 (helpOption.label, helpOption.help),
             ])
             lines += ["", "SUBCOMMANDS:"]
-            lines += rows([
-                ("run", "Load plugins and run their jobs, each under a background-task grant."),
-                ("serve", "Stay running over live plugin folders, running each job on its schedule."),
-                ("status", "Show what a serving host runs, and when each job runs next."),
-                ("ctl", "Tell a serving host to run, cancel, pause or resume a job, or to rescan."),
-                ("list", "List plugins, their jobs, and the files rejected with the reason."),
-                ("test", "Run one job against virtual time and check that it keeps the contract."),
-                ("new", "Write a ready-to-build job project in C or Swift."),
-                ("state", "List, show or clear the checkpoints jobs saved."),
-                ("history", "Show how recent job runs ended, newest first."),
-                ("help", "Show subcommand help information."),
-            ])
+            lines += rows(summaries.map { ($0.command.rawValue, $0.summary) })
             lines += ["", "  See 'curfew help <subcommand>' for detailed help."]
         case .run?:
             lines += [
@@ -383,15 +389,36 @@ public enum Help {
             ]
             lines += rows((historyOptions + [helpOption]).map { ($0.label, $0.help) })
             lines += ["", "EXIT STATUS:", "  0    done (an empty history too)", "  1    the state store cannot be used", "  64   usage error"]
+        case .completions?:
+            lines += [
+                "OVERVIEW: Print a completion script for bash, zsh or fish, made from these help tables.",
+                "",
+                "USAGE: \(usage(.completions))",
+                "",
+                "ARGUMENTS:",
+            ]
+            lines += rows([("<shell>", "bash, zsh or fish.")])
+            lines += [
+                "",
+                "INSTALL (Scripts/install does it):",
+                "  bash   curfew completions bash > /usr/local/share/bash-completion/completions/curfew",
+                "  zsh    curfew completions zsh > /usr/local/share/zsh/site-functions/_curfew",
+                "  fish   curfew completions fish > /usr/local/share/fish/vendor_completions.d/curfew.fish",
+                "",
+                "EXIT STATUS:", "  0    printed", "  64   usage error",
+            ]
         case .help?:
             lines += [
-                "OVERVIEW: Show subcommand help information.",
+                "OVERVIEW: Show subcommand help information, or the manual page.",
                 "",
                 "USAGE: \(usage(.help))",
                 "",
                 "ARGUMENTS:",
             ]
-            lines += rows([("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state or history.")])
+            lines += rows([
+                ("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state, history or completions."),
+                ("--man", "Print curfew(1), the manual page: every subcommand's help, in roff."),
+            ])
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -103,7 +103,7 @@ extension CurfewMain {
 
     static func control(_ options: ControlOptions) -> Int32 {
         let console = Console(json: options.json)
-        let path = options.socket.map(absolute) ?? ControlSocket.defaultPath()
+        let path = options.socket.map(absolute) ?? ControlSocket.clientPath()
         var request = JSONLine("command", options.action?.verb ?? "status")
         if let job = options.action?.job { request.add("job", job) }
         let answer: JSONValue

@@ -37,6 +37,21 @@ public final class ControlSocket: Sendable {
         return "/tmp/curfew-\(geteuid())/serve.sock"
     }
 
+    /// The socket of the system service (`deploy/systemd/curfew.service`:
+    /// `RuntimeDirectory=curfew`).
+    public static let systemServicePath = "/run/curfew/serve.sock"
+
+    /// Where `curfew status` and `curfew ctl` look without `--socket`: this
+    /// user's server (``defaultPath(environment:)``) when it has one, else
+    /// the system service's, so an operator's shell finds the service.
+    public static func clientPath(
+        environment: (String) -> String? = { getenv($0).map { String(cString: $0) } },
+        exists: (String) -> Bool = { access($0, F_OK) == 0 }
+    ) -> String {
+        let own = defaultPath(environment: environment)
+        return !exists(own) && exists(systemServicePath) ? systemServicePath : own
+    }
+
     /// Whether a peer of user `uid` may use the socket of a host run by `owner`.
     static func admits(uid: uid_t, owner: uid_t) -> Bool {
         uid == owner || uid == 0

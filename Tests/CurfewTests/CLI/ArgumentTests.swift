@@ -25,7 +25,7 @@ import Testing
               status                  Show what a serving host runs, and when each job runs
                                       next.
               ctl                     Tell a serving host to run, cancel, pause or resume a
-                                      job, or to rescan.
+                                      job, to rescan, or to change its app state.
               list                    List plugins, their jobs, and the files rejected with
                                       the reason.
               test                    Run one job against virtual time and check that it
@@ -33,7 +33,9 @@ import Testing
               new                     Write a ready-to-build job project in C or Swift.
               state                   List, show or clear the checkpoints jobs saved.
               history                 Show how recent job runs ended, newest first.
-              help                    Show subcommand help information.
+              completions             Print a completion script for bash, zsh or fish.
+              help                    Show subcommand help information, or the manual page
+                                      (--man).
 
               See 'curfew help <subcommand>' for detailed help.
 

@@ -425,6 +425,13 @@ extension ProcessTests {
 
 /// The parts of serve a test can reach without a process.
 @Suite struct ServePartsTests {
+    @Test func aClientFindsTheSystemServiceWhenThisUserServesNothing() {
+        let environment: (String) -> String? = { $0 == "XDG_RUNTIME_DIR" ? "/run/user/1000" : nil }
+        #expect(ControlSocket.clientPath(environment: environment) { $0 == "/run/curfew/serve.sock" } == "/run/curfew/serve.sock")
+        #expect(ControlSocket.clientPath(environment: environment) { _ in true } == "/run/user/1000/curfew/serve.sock", "this user's own first")
+        #expect(ControlSocket.clientPath(environment: environment) { _ in false } == "/run/user/1000/curfew/serve.sock")
+    }
+
     @Test func onlyThisUserAndRootAreAdmitted() {
         #expect(ControlSocket.admits(uid: 1000, owner: 1000))
         #expect(ControlSocket.admits(uid: 0, owner: 1000))

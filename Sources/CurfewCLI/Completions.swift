@@ -1,0 +1,149 @@
+import Curfew
+
+/// A shell `curfew completions` writes for.
+public enum Shell: String, CaseIterable, Sendable {
+    case bash, zsh, fish
+}
+
+/// Completion scripts, made from the help tables (``Help/summaries``,
+/// ``Help/options(for:)``): a new option completes as soon as it is in `--help`.
+enum Completions {
+    static func script(for shell: Shell) -> String {
+        switch shell {
+        case .bash: bash()
+        case .zsh: zsh()
+        case .fish: fish()
+        }
+    }
+
+    /// The words a subcommand takes besides options and paths.
+    static func words(for command: Command) -> [String] {
+        switch command {
+        case .ctl: ["run", "cancel", "pause", "resume", "reload", "foreground", "background"]
+        case .state: ["list", "show", "clear"]
+        case .new: ["c", "swift"]
+        case .completions: Shell.allCases.map(\.rawValue)
+        case .help: Help.summaries.map(\.command.rawValue).filter { $0 != "help" } + ["--man"]
+        case .run, .serve, .status, .list, .test, .history: []
+        }
+    }
+
+    /// Whether a subcommand's other arguments are paths.
+    static func takesPaths(_ command: Command) -> Bool {
+        [.run, .serve, .list, .test, .new].contains(command)
+    }
+
+    /// The values an option takes from a fixed set.
+    static func values(of option: OptionSpec) -> [String] {
+        switch option.names.last {
+        case "--isolate": ["none", "plugin", "job"]
+        case "--allow-mode": BackgroundMode.known
+        default: []
+        }
+    }
+
+    /// A description on one line, without the characters the shells' syntax uses.
+    private static func plain(_ text: String) -> String {
+        let sentence = text.split(separator: ".", maxSplits: 1).first.map(String.init) ?? text
+        return String(sentence.filter { !"'\"[]:`$\\\n".contains($0) })
+    }
+
+    private static func bash() -> String {
+        var lines = [
+            "# bash completion for curfew (curfew completions bash)",
+            "_curfew() {",
+            "    local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"",
+            "    if [ \"$COMP_CWORD\" -eq 1 ]; then",
+            "        COMPREPLY=($(compgen -W \"\(Help.summaries.map(\.command.rawValue).joined(separator: " ")) --help --version\" -- \"$cur\"))",
+            "        return",
+            "    fi",
+            "    local options=\"\" words=\"\" paths=0",
+            "    case \"${COMP_WORDS[1]}\" in",
+        ]
+        for command in Command.allCases {
+            let options = Help.options(for: command).flatMap(\.names) + ["--help"]
+            lines.append("        \(command.rawValue)) options=\"\(options.joined(separator: " "))\" words=\"\(words(for: command).joined(separator: " "))\" paths=\(takesPaths(command) ? 1 : 0) ;;")
+        }
+        lines += ["    esac", "    case \"$prev\" in"]
+        for option in Command.allCases.flatMap({ Help.options(for: $0) }) where !values(of: option).isEmpty {
+            lines.append("        \(option.names.last!)) COMPREPLY=($(compgen -W \"\(values(of: option).joined(separator: " "))\" -- \"$cur\")); return ;;")
+        }
+        let valued = Set(Command.allCases.flatMap { Help.options(for: $0) }.filter { $0.value != nil && values(of: $0).isEmpty }.flatMap(\.names))
+        lines += [
+            "        \(valued.sorted().joined(separator: "|"))) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;",
+            "    esac",
+            "    if [[ \"$cur\" == -* ]]; then",
+            "        COMPREPLY=($(compgen -W \"$options\" -- \"$cur\"))",
+            "    else",
+            "        COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))",
+            "        if [ \"$paths\" -eq 1 ]; then COMPREPLY+=($(compgen -f -- \"$cur\")); fi",
+            "    fi",
+            "}",
+            "complete -o filenames -F _curfew curfew",
+        ]
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private static func zsh() -> String {
+        var lines = [
+            "#compdef curfew",
+            "# zsh completion for curfew (curfew completions zsh)",
+            "_curfew() {",
+            "    local -a subcommands",
+            "    subcommands=(",
+        ]
+        lines += Help.summaries.map { "        '\($0.command.rawValue):\(plain($0.summary))'" }
+        lines += [
+            "    )",
+            "    if (( CURRENT == 2 )); then",
+            "        _describe -t subcommands 'curfew subcommand' subcommands",
+            "        return",
+            "    fi",
+            "    case $words[2] in",
+        ]
+        for command in Command.allCases {
+            var specs = Help.options(for: command).map { option -> String in
+                let names = option.names.count > 1 ? "(\(option.names.joined(separator: " ")))'{\(option.names.joined(separator: ","))}'" : option.names[0]
+                let repeats = option.repeatable ? "*" : ""
+                let value = option.value.map { name in
+                    let fixed = values(of: option)
+                    return ":\(name):" + (fixed.isEmpty ? (name.contains("file") || name.contains("folder") || name.contains("path") ? "_files" : "") : "(\(fixed.joined(separator: " ")))")
+                } ?? ""
+                return "'\(repeats)\(names)[\(plain(option.help))]\(value)'"
+            }
+            specs.append("'(-h --help)'{-h,--help}'[Show help information]'")
+            let rest = words(for: command)
+            if !rest.isEmpty {
+                specs.append("'*:argument:(\(rest.joined(separator: " ")))'")
+            } else if takesPaths(command) {
+                specs.append("'*:path:_files'")
+            }
+            lines.append("        \(command.rawValue)) _arguments \(specs.joined(separator: " ")) ;;")
+        }
+        lines += ["    esac", "}", "_curfew \"$@\""]
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    private static func fish() -> String {
+        var lines = [
+            "# fish completion for curfew (curfew completions fish)",
+            "complete -c curfew -f",
+        ]
+        for (command, summary) in Help.summaries {
+            lines.append("complete -c curfew -n __fish_use_subcommand -a \(command.rawValue) -d '\(plain(summary))'")
+        }
+        for command in Command.allCases {
+            let when = "-n '__fish_seen_subcommand_from \(command.rawValue)'"
+            for option in Help.options(for: command) {
+                let names = option.names.map { $0.hasPrefix("--") ? "-l \($0.dropFirst(2))" : "-s \($0.dropFirst())" }.joined(separator: " ")
+                let fixed = values(of: option)
+                let value = option.value == nil ? "" : fixed.isEmpty ? " -r -F" : " -x -a '\(fixed.joined(separator: " "))'"
+                lines.append("complete -c curfew \(when) \(names)\(value) -d '\(plain(option.help))'")
+            }
+            let rest = words(for: command)
+            if !rest.isEmpty { lines.append("complete -c curfew \(when) -a '\(rest.joined(separator: " "))'") }
+            if takesPaths(command) { lines.append("complete -c curfew \(when) -F") }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

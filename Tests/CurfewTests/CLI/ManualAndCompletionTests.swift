@@ -1,0 +1,71 @@
+import Foundation
+import Testing
+
+@testable import CurfewCLI
+
+/// The manual page and the completion scripts are made from the help
+/// tables: every subcommand and option is in them.
+@Suite struct ManualAndCompletionTests {
+    @Test func helpManAndCompletionsParse() throws {
+        #expect(try ArgumentParser.parse(["help", "--man"]) == .manual)
+        #expect(try ArgumentParser.parse(["completions", "zsh"]) == .completions(.zsh))
+        #expect(try ArgumentParser.parse(["completions", "--help"]) == .help(.completions))
+        #expect(usageErrorText(["completions"])?.contains("Missing the shell: bash, zsh or fish") == true)
+        #expect(usageErrorText(["completions", "tcsh"])?.contains("Unknown shell 'tcsh'") == true)
+        #expect(usageErrorText(["completions", "bash", "zsh"])?.contains("Unexpected argument 'zsh'") == true)
+    }
+
+    @Test func theManualPageHasEverySubcommandsHelpAsRoff() {
+        let page = Manual.roff()
+        #expect(page.hasPrefix(".TH CURFEW 1 "))
+        for command in Command.allCases where command != .help {
+            #expect(page.contains(".SH \"CURFEW \(command.rawValue.uppercased())\""))
+            for option in Help.options(for: command) {
+                #expect(page.contains(Manual.escape(option.label)), "\(command) \(option.label)")
+            }
+        }
+        // No line of help text may read as a roff request.
+        let requests = [".TH ", ".SH ", ".nf", ".fi", ".TP", ".I "]
+        let stray = page.split(separator: "\n").filter { line in line.hasPrefix(".") && !requests.contains { line.hasPrefix($0) } }
+        #expect(stray.isEmpty, "\(stray)")
+        #expect(Manual.escape(".hidden \\n") == "\\&.hidden \\en")
+    }
+
+    @Test func everyScriptNamesEverySubcommandAndOption() {
+        for shell in Shell.allCases {
+            let script = Completions.script(for: shell)
+            for (command, _) in Help.summaries {
+                #expect(script.contains(command.rawValue), "\(shell) \(command)")
+                for option in Help.options(for: command) {
+                    let name = shell == .fish ? "-l \(option.names.last!.dropFirst(2))" : option.names.last!
+                    #expect(script.contains(name), "\(shell) \(command) \(name)")
+                }
+            }
+        }
+        #expect(Completions.script(for: .zsh).hasPrefix("#compdef curfew\n"))
+    }
+}
+
+extension ProcessTests {
+    @Suite struct BashCompletionTests {
+        /// What bash offers after `words` (the last one being completed).
+        func offered(_ words: [String]) async throws -> [String] {
+            let script = Fixtures.temporaryFolder("completion") + "/curfew.bash"
+            try Completions.script(for: .bash).write(toFile: script, atomically: true, encoding: .utf8)
+            let quoted = words.map { "'\($0)'" }.joined(separator: " ")
+            let result = try await Fixtures.run(
+                "/bin/bash", ["-c", "source \(script); COMP_WORDS=(\(quoted)); COMP_CWORD=\(words.count - 1); _curfew; printf '%s\\n' \"${COMPREPLY[@]}\""])
+            #expect(result.status == 0, "\(result.stderr)")
+            return result.stdout.split(separator: "\n").map(String.init)
+        }
+
+        @Test func bashCompletesSubcommandsOptionsAndTheirValues() async throws {
+            #expect(try await offered(["curfew", "se"]) == ["serve"])
+            #expect(try await offered(["curfew", "serve", "--con"]) == ["--config"])
+            #expect(try await offered(["curfew", "run", "--isolate", ""]) == ["none", "plugin", "job"])
+            #expect(try await offered(["curfew", "ctl", "f"]) == ["foreground"])
+            #expect(try await offered(["curfew", "completions", "z"]) == ["zsh"])
+            #expect(try await offered(["curfew", "run", "--allow-mode", "bluetooth-p"]) == ["bluetooth-peripheral"])
+        }
+    }
+}
