@@ -43,6 +43,13 @@ import Testing
         }
     }
 
+    @Test func theScanCacheGoesInTheCacheFolderSystemdGives() {
+        let systemd: [String: String] = ["CACHE_DIRECTORY": "/var/cache/curfew:/var/cache/other", "HOME": "/home/u"]
+        #expect(SafeScanner.defaultCacheFolder { systemd[$0] } == "/var/cache/curfew/scan-v2")
+        #expect(SafeScanner.defaultCacheFolder { ["CACHE_DIRECTORY": "relative", "HOME": "/home/u"][$0] } == "/home/u/.cache/curfew/scan-v2")
+        #expect(SafeScanner.defaultCacheFolder { ["XDG_CACHE_HOME": "/x"][$0] } == "/x/curfew/scan-v2")
+    }
+
     @Test func aLineToTheJournalStartsWithItsSyslogPriority() throws {
         var ends: [Int32] = [0, 0]
         #expect(pipe(&ends) == 0)
