@@ -591,6 +591,13 @@ public enum ArgumentParser {
     public static func parseDuration(_ text: String) -> Duration? { Quantities.duration(text) }
 }
 
+/// The milliseconds from `now` until `next`: 0 once it has passed, and
+/// saturating, for either may come from outside.
+func millisecondsUntil(_ next: Int64, from now: Int64) -> Int64 {
+    let (wait, overflow) = next.subtractingReportingOverflow(now)
+    return overflow ? (next > now ? .max : 0) : max(0, wait)
+}
+
 /// A duration as people write it: `180s`, `500ms`, `2.5s`.
 public func format(_ duration: Duration) -> String {
     let nanoseconds = duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
@@ -599,9 +606,11 @@ public func format(_ duration: Duration) -> String {
     return formatSeconds(duration.seconds) + "s"
 }
 
-/// Seconds with two decimals, e.g. `6.02`.
+/// Seconds with two decimals, e.g. `6.02`; bounded to 0 … 10^12 s, for a
+/// value may come from outside (a serving host's answer) and be any number.
 func formatSeconds(_ seconds: Double) -> String {
-    let hundredths = Int64((seconds * 100).rounded())
+    let bounded = seconds.isFinite ? min(max(seconds, 0), 1e12) : 0
+    let hundredths = Int64((bounded * 100).rounded())
     let fraction = hundredths % 100
     return "\(hundredths / 100).\(fraction < 10 ? "0" : "")\(fraction)"
 }

@@ -158,7 +158,7 @@ extension CurfewMain {
             if state == "disabled" || state == "paused" {
                 // Its schedule is kept, but it does not run on it.
             } else if let next = job["next_run"]?.integerValue {
-                let wait = max(0, next - now)
+                let wait = millisecondsUntil(next, from: now)
                 parts.append("next in \(formatSeconds(Double(wait) / 1000))s")
             } else {
                 parts.append("no next run")

@@ -87,7 +87,7 @@ final class ServiceLink: Sendable {
         if !stopping, let next = states.filter({ $0.running == nil && !$0.entry.isPaused && $0.entry.policy.enabled != false })
             .compactMap({ state in state.entry.nextRun.map { (state.job, $0.milliseconds) } }).min(by: { $0.1 < $1.1 })
         {
-            parts.append("next: \(next.0) in \(formatSeconds(Double(max(0, next.1 - now)) / 1000)) s")
+            parts.append("next: \(next.0) in \(formatSeconds(Double(millisecondsUntil(next.1, from: now)) / 1000)) s")
         }
         parts.append("\(states.count) job\(states.count == 1 ? "" : "s")")
         return parts.joined(separator: "; ")

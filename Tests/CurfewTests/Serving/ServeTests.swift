@@ -170,6 +170,20 @@ extension ProcessTests {
             #expect(await serve.stop() == 0)
         }
 
+        /// Before: a next run or a time left at the edge of what JSON holds
+        /// trapped `curfew status` (an Int64 subtraction, a Double to Int64).
+        @Test func statusSurvivesAnAnswerAtTheEdgesOfItsNumbers() async throws {
+            let path = Fixtures.temporaryFolder("sock") + "/s.sock"
+            let socket = try ControlSocket(path: path) { _ in
+                #"{"ok":true,"app_state":"background","jobs":[{"job":"a","state":"running","remaining":1e300,"next_run":-9223372036854775808},"#
+                    + #"{"job":"b","state":"idle","next_run":9223372036854775807},{"job":"c","state":"running","remaining":-1e300}]}"#
+            }
+            defer { socket.close() }
+            let status = try await Fixtures.run(Fixtures.curfewExecutable, ["status", "--socket", path])
+            #expect(status.status == 0, "\(status.stdout)\(status.stderr)")
+            #expect(status.stdout.contains("a  running") && status.stdout.contains("b  idle") && status.stdout.contains("c  running"), "\(status.stdout)")
+        }
+
         @Test func theControlSocketRunsCancelsPausesAndReports() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try plugin(), into: folder)
