@@ -86,7 +86,7 @@ public final class Grant: Sendable {
     /// The lead of the expiration point before the deadline (for a continuous
     /// job: the time it gets to clean up after an early expiration).
     public let lead: Duration
-    let handlerQueue: DispatchQueue
+    let handlerQueue: any HookQueue
     private let manager: GrantManager
     private let state = Mutex(State())
     // Read on every chunk and `timeRemaining`/`isExpiring` without the lock.
@@ -94,7 +94,7 @@ public final class Grant: Sendable {
     private let expirationNanoseconds = Atomic<UInt64>(.max)
     private let expiringFlag = Atomic<Bool>(false)
 
-    init(name: String, manager: GrantManager, budget: Duration?, lead: Duration, handlerQueue: DispatchQueue) {
+    init(name: String, manager: GrantManager, budget: Duration?, lead: Duration, handlerQueue: any HookQueue) {
         self.name = name
         self.manager = manager
         self.budget = budget
@@ -367,7 +367,7 @@ public final class Grant: Sendable {
         guard !change.ids.isEmpty else { return }
         // Each open task's handler, in the order the tasks began, on the
         // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
-        handlerQueue.async {
+        handlerQueue.enqueue {
             for id in change.ids {
                 let handler = self.state.withLock { state in state.tasks[id]?.handler }
                 handler?(reason)

@@ -22,7 +22,7 @@ public final class GrantManager: Sendable {
     /// - Throws: ``CurfewError/Code/continuousNotAllowed`` for a continuous
     ///   job when the policy does not allow those.
     public func makeGrant(
-        name: String, continuous: Bool = false, modes: [String] = [], handlerQueue: DispatchQueue
+        name: String, continuous: Bool = false, modes: [String] = [], handlerQueue: any HookQueue
     ) throws(CurfewError) -> Grant {
         if let refusal = policy.refusal(job: name, continuous: continuous, modes: modes) { throw refusal }
         return Grant(
@@ -32,7 +32,7 @@ public final class GrantManager: Sendable {
 
     /// Makes a grant and starts it now.
     public func beginGrant(
-        name: String, continuous: Bool = false, handlerQueue: DispatchQueue, observer: GrantObserver = GrantObserver()
+        name: String, continuous: Bool = false, handlerQueue: any HookQueue, observer: GrantObserver = GrantObserver()
     ) throws(CurfewError) -> Grant {
         let grant = try makeGrant(name: name, continuous: continuous, handlerQueue: handlerQueue)
         grant.start(observer: observer)

@@ -77,7 +77,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     let grant: Grant
     private let clock: any CurfewClock
     private let timeSliceNanoseconds: UInt64
-    private let queue: DispatchQueue
+    /// The job's hooks, one at a time: `create`, slices, `expire`, `destroy`.
+    private let queue: Lane
+    /// Its tasks' expiration handlers (the grant's handler queue).
+    private let handlers: Lane
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let control: Mutex<Control>
@@ -99,17 +102,19 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
-        appState: AppState = .background, onFinish: @escaping @Sendable (JobResult) -> Void
+        appState: AppState = .background, scheduler: HookScheduler = .shared,
+        onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.clock = manager.clock
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
-        self.queue = DispatchQueue(label: "curfew.job.\(job.name)")
+        self.queue = scheduler.makeLane()
+        self.handlers = scheduler.makeLane()
         self.events = events
         self.onFinish = onFinish
         self.checkpoints = checkpoints
         self.control = Mutex(Control(estimate: estimate, appState: appState))
         self.grant = try manager.makeGrant(
-            name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: DispatchQueue(label: "curfew.expiration.\(job.name)"))
+            name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: handlers)
         sliceCount.initialize(to: 0)
         cName = UnsafePointer(strdup(job.name)!)
         super.init(job: job, parameters: parameters)
@@ -131,7 +136,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             expiring: { [self] reason in requestExpire(reason) },
             drained: { [self] in tasksDrained() },
             deadline: { [self] open in reachDeadline(openTasks: open) }))
-        queue.async { self.runCreate() }
+        queue.enqueue { self.runCreate() }
     }
 
     /// Expires the job now, for a shutdown or a cancellation (kept until the
@@ -227,7 +232,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             c.appEvents.append(event)
             return true
         }
-        if deliver { queue.async { self.deliverAppEvents() } }
+        if deliver { queue.enqueue { self.deliverAppEvents() } }
     }
 
     /// Calls chunks back to back for up to one time slice, checking before
@@ -384,8 +389,16 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func runDestroy() {
         guard let skip = control.withLock({ c in c.stage == .destroying ? c.createFailed : nil }) else { return }
         // A task's expiration handler may still be returning after it ended the
-        // last task: destroy waits for it, so the two never overlap.
-        grant.handlerQueue.sync {}
+        // last task: destroy comes after it, so the two never overlap. The
+        // job's thread does not wait for it: destroy is enqueued behind it.
+        if handlers.isBusy {
+            handlers.enqueue { self.queue.enqueue { self.destroy(skip: skip) } }
+        } else {
+            destroy(skip: skip)
+        }
+    }
+
+    private func destroy(skip: Bool) {
         if !skip {
             HookThread.running(self, at: place(.destroy)) { job.hooks.destroy?(context, jobState) }
         }
@@ -488,14 +501,14 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         switch next {
         case .nothing: break
         case .slice: runSlice()
-        case .enqueueSlice: queue.async { self.runSlice() }
+        case .enqueueSlice: queue.enqueue { self.runSlice() }
         case .expire: runExpire()
-        case .enqueueExpire: queue.async { self.runExpire() }
+        case .enqueueExpire: queue.enqueue { self.runExpire() }
         case .destroy: runDestroy()
-        case .enqueueDestroy: queue.async { self.runDestroy() }
+        case .enqueueDestroy: queue.enqueue { self.runDestroy() }
         case .delay(let nanoseconds):
-            let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds)), on: queue) {
-                self.delayFired()
+            let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds)), on: Grant.timerQueue) {
+                self.queue.enqueue { self.delayFired() }
             }
             let armed = control.withLock { c -> Bool in
                 guard c.stage == .delayed else { return false }

@@ -38,6 +38,8 @@ public struct RunConfiguration: Sendable {
     /// What each job's chunks were last seen to take, by job name: the
     /// runner's first predictions (read from the state store when it has one).
     var estimates: [String: ChunkEstimate] = [:]
+    /// Where in-process jobs' hooks run (tests give a runner one of its own).
+    var scheduler = HookScheduler.shared
 
     /// The number of processors the system has active.
     public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }

@@ -222,7 +222,7 @@ public final class Runner: Sendable {
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, checkpoints: configuration.checkpoints,
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
-                                onFinish: onFinish)
+                                scheduler: configuration.scheduler, onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
                                 job: jobs[index], configuration: configuration, workers: workers!, events: events,

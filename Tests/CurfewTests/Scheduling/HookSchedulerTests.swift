@@ -1,0 +1,133 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+/// The threads in-process hooks run on: lanes keep their order, threads stay
+/// at the cores however many lanes there are, and a hook that blocks does not
+/// stop the others.
+@Suite(.timeLimit(.minutes(1))) struct HookSchedulerTests {
+    /// Waits for `semaphore` at most `seconds`; false when it never came.
+    func waited(_ semaphore: DispatchSemaphore, seconds: Double = 10) -> Bool {
+        semaphore.wait(timeout: .now() + seconds) == .success
+    }
+
+    @Test func eachLaneRunsItsWorkInOrderAndOneAtATime() {
+        let scheduler = HookScheduler(threads: 2)
+        let lanes = (0..<40).map { _ in scheduler.makeLane() }
+        let perLane = 200
+        let seen = Mutex([[Int]](repeating: [], count: lanes.count))
+        let inside = Mutex([Int](repeating: 0, count: lanes.count))
+        let overlaps = Atomic<Int>(0)
+        let done = DispatchSemaphore(value: 0)
+        let remaining = Atomic<Int>(lanes.count * perLane)
+        for item in 0..<perLane {
+            for (index, lane) in lanes.enumerated() {
+                lane.enqueue {
+                    if inside.withLock({ $0[index] += 1; return $0[index] }) != 1 {
+                        overlaps.add(1, ordering: .relaxed)
+                    }
+                    seen.withLock { $0[index].append(item) }
+                    inside.withLock { $0[index] -= 1 }
+                    if remaining.subtract(1, ordering: .sequentiallyConsistent).newValue == 0 { done.signal() }
+                }
+            }
+        }
+        #expect(waited(done))
+        #expect(overlaps.load(ordering: .relaxed) == 0)
+        seen.withLock { seen in
+            for order in seen { #expect(order == Array(0..<perLane)) }
+        }
+        #expect(scheduler.threadCount <= 2)
+    }
+
+    @Test func aThousandLanesShareTheCoresThreads() {
+        let scheduler = HookScheduler(threads: 2)
+        let done = DispatchSemaphore(value: 0)
+        let remaining = Atomic<Int>(1000)
+        let lanes = (0..<1000).map { _ in scheduler.makeLane() }
+        for lane in lanes {
+            lane.enqueue {
+                if remaining.subtract(1, ordering: .sequentiallyConsistent).newValue == 0 { done.signal() }
+            }
+        }
+        #expect(waited(done))
+        #expect(scheduler.threadCount == 2)
+    }
+
+    @Test func aBlockedHookGetsTheOtherLanesAThreadAndTheExtraOneLeaves() {
+        let scheduler = HookScheduler(
+            threads: 1, stall: .milliseconds(5), monitorTick: .milliseconds(1), idleExit: .milliseconds(50))
+        let blocked = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let other = DispatchSemaphore(value: 0)
+        scheduler.makeLane().enqueue {
+            entered.signal()
+            blocked.wait()
+        }
+        #expect(waited(entered))
+        let lane = scheduler.makeLane()
+        lane.enqueue { other.signal() }
+        // The only thread is blocked: the other lane runs on a thread the monitor adds.
+        #expect(waited(other))
+        #expect(scheduler.threadCount == 2)
+        blocked.signal()
+        // Past its idle time the extra thread leaves.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while scheduler.threadCount > 1 && ContinuousClock.now < deadline { usleep(2000) }
+        #expect(scheduler.threadCount == 1)
+        // And the base thread still works.
+        lane.enqueue { other.signal() }
+        #expect(waited(other))
+    }
+
+    @Test func aLaneIsBusyWhileItsWorkIsQueuedOrRunning() {
+        let scheduler = HookScheduler(threads: 1)
+        let lane = scheduler.makeLane()
+        #expect(!lane.isBusy)
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let after = DispatchSemaphore(value: 0)
+        lane.enqueue {
+            entered.signal()
+            release.wait()
+        }
+        #expect(waited(entered))
+        #expect(lane.isBusy)
+        release.signal()
+        // A second lane on the one thread runs once the first is done.
+        scheduler.makeLane().enqueue { after.signal() }
+        #expect(waited(after))
+        #expect(!lane.isBusy)
+    }
+
+    /// Live jobs in process hold no thread while they wait between chunks.
+    @Test func sixtyFourTickingJobsRunOnTwoThreadsAndAllExpire() async throws {
+        let fixture = try RunnerFixture()
+        let tick = try fixture.jobs("tick")
+        let scheduler = HookScheduler(threads: 2)
+        var configuration = RunConfiguration(
+            policy: GrantPolicy(budget: .seconds(30), grace: .seconds(1)), maxConcurrentJobs: 64,
+            parameters: ["tick-ms": "5"])
+        configuration.scheduler = scheduler
+        let runner = Runner(jobs: Array(repeating: tick[0], count: 64), configuration: configuration)
+        let task = Task { await runner.run() }
+        // Every job has run chunks: all 64 are live at once.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while fixture.count("tick", "chunks") < 64 * 3 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(fixture.count("tick", "creates") == 64)
+        #expect(fixture.count("tick", "chunks") >= 64 * 3)
+        #expect(scheduler.threadCount <= 2)
+        runner.cancel()
+        let results = await task.value
+        #expect(results.count == 64)
+        #expect(results.allSatisfy { $0.outcome == .expired })
+        #expect(fixture.count("tick", "expires") == 64)
+        #expect(fixture.count("tick", "overlaps") == 0)
+        #expect(scheduler.threadCount <= 2)
+    }
+}
