@@ -397,6 +397,10 @@ int curfew_shim_die_with_parent(int parent) {
     return getppid() == (pid_t)parent ? 0 : -1;
 }
 
+int curfew_shim_set_timer_slack(unsigned long nanoseconds) {
+    return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : errno;
+}
+
 int curfew_shim_become_subreaper(void) {
     return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 ? 0 : errno;
 }

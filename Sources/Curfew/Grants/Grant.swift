@@ -27,12 +27,13 @@ public struct GrantObserver: Sendable {
 /// before its end, a hard deadline, and the background tasks that keep the
 /// job alive, each with its own expiration handler.
 ///
-/// Time is read from the manager's clock. The timers fire on a host queue
-/// that runs no plugin code, so a blocked expiration handler cannot hold up
-/// the deadline; the handlers run on the grant's handler queue. With a
-/// ``ManualClock`` the timers fire inside `advance(by:)`.
+/// Time is read from the manager's clock. The timers fire on the clock's
+/// timer thread (``TimerThread``), which runs no plugin code, so a blocked
+/// expiration handler cannot hold up the deadline; the handlers run on the
+/// grant's handler queue. With a ``ManualClock`` the timers fire inside
+/// `advance(by:)`.
 ///
-/// - Important: A grant never calls plugin code on its timer queue and
+/// - Important: A grant never calls plugin code on its timer thread and
 ///   expires at most once; after its deadline it never fires again.
 public final class Grant: Sendable {
     enum Phase: Equatable {
@@ -75,8 +76,9 @@ public final class Grant: Sendable {
         var held = false
     }
 
-    /// The queue every grant's timers fire on. Its work is short and takes
-    /// no plugin code: state changes and enqueues.
+    /// Where an expiration asked for from outside (``expireNow(_:)``)
+    /// happens, off the caller's locks. Its work is short and takes no
+    /// plugin code: state changes and enqueues.
     static let timerQueue = DispatchQueue(label: "curfew.grant-timers", qos: .userInitiated)
 
     /// The job's name.
@@ -128,10 +130,10 @@ public final class Grant: Sendable {
         let expirationPoint = CurfewInstant(nanoseconds: deadline.nanoseconds - min(deadline.nanoseconds, UInt64(clamping: lead.nanoseconds)))
         expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
         deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
-        state.expirationTimer = clock.schedule(at: expirationPoint, on: Self.timerQueue) { [weak self] in
+        state.expirationTimer = clock.schedule(at: expirationPoint) { [weak self] in
             self?.expire(.timeout)
         }
-        state.deadlineTimer = clock.schedule(at: deadline, on: Self.timerQueue) { [weak self] in
+        state.deadlineTimer = clock.schedule(at: deadline) { [weak self] in
             self?.reachDeadline()
         }
     }
@@ -337,7 +339,7 @@ public final class Grant: Sendable {
         timers.forEach { $0.cancel() }
     }
 
-    // On the timer queue (or inside ManualClock.advance).
+    // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
     private func expire(_ reason: ExpirationReason) {
         let clock = manager.clock
         let change = state.withLock { state -> (observer: GrantObserver, ids: [UInt64], rearm: CurfewInstant?, old: [any CurfewTimer])? in
@@ -353,7 +355,7 @@ public final class Grant: Sendable {
                 if newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) {
                     deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
                     old += [state.deadlineTimer].compactMap { $0 }
-                    state.deadlineTimer = clock.schedule(at: newDeadline, on: Self.timerQueue) { [weak self] in
+                    state.deadlineTimer = clock.schedule(at: newDeadline) { [weak self] in
                         self?.reachDeadline()
                     }
                     rearm = newDeadline
@@ -375,7 +377,7 @@ public final class Grant: Sendable {
         }
     }
 
-    // On the timer queue (or inside ManualClock.advance).
+    // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
     private func reachDeadline() {
         let due = state.withLock { state -> (GrantObserver, [String])? in
             guard state.phase != .finished && state.phase != .idle else { return nil }

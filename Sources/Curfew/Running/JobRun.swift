@@ -507,7 +507,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         case .destroy: runDestroy()
         case .enqueueDestroy: queue.enqueue { self.runDestroy() }
         case .delay(let nanoseconds):
-            let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds)), on: Grant.timerQueue) {
+            let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds))) {
                 self.queue.enqueue { self.delayFired() }
             }
             let armed = control.withLock { c -> Bool in

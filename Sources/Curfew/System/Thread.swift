@@ -23,4 +23,30 @@ enum Thread {
         }
         return created == 0
     }
+
+    /// Runs `body` on a new thread and returns its result once it ends: how
+    /// a process forked without `exec` (a fork server's child) runs Swift.
+    ///
+    /// Swift's `Mutex` stores its holder's thread id, which each thread
+    /// reads once and keeps. A forked child's one thread keeps its parent's
+    /// thread's id, so a `Mutex` it holds while another thread waits for it
+    /// ends the child ("Unknown error occurred while attempting to acquire a
+    /// Mutex"). A new thread reads its own id. `nil` when no thread could be made.
+    static func runJoined(_ body: @escaping @Sendable () -> Int32) -> Int32? {
+        final class Box: @unchecked Sendable {
+            let body: @Sendable () -> Int32
+            var result: Int32 = 0
+            init(_ body: @escaping @Sendable () -> Int32) { self.body = body }
+        }
+        let box = Box(body)
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            let box = Unmanaged<Box>.fromOpaque(argument!).takeUnretainedValue()
+            box.result = box.body()
+            return nil
+        }, Unmanaged.passUnretained(box).toOpaque())
+        guard created == 0 else { return nil }
+        pthread_join(thread, nil)
+        return box.result
+    }
 }

@@ -38,7 +38,7 @@ public struct CurfewInstant: Comparable, Hashable, Sendable, CustomStringConvert
     public var description: String { "\(nanoseconds)ns" }
 }
 
-/// A timer armed with ``CurfewClock/schedule(at:on:_:)``.
+/// A timer armed with ``CurfewClock/schedule(at:_:)``.
 public protocol CurfewTimer: Sendable {
     /// Stops the timer if it has not fired. Harmless when it already fired.
     func cancel()
@@ -52,13 +52,14 @@ public protocol CurfewClock: Sendable {
     /// The current instant. On the per-chunk path: keep it cheap.
     func now() -> CurfewInstant
 
-    /// Arms a one-shot timer that runs `work` at `deadline` on `queue`.
+    /// Arms a one-shot timer that runs `work` at `deadline`, on the clock's
+    /// timer thread.
     ///
     /// - Important: `work` never runs synchronously inside this call, even
-    ///   when `deadline` has passed.
-    func schedule(
-        at deadline: CurfewInstant, on queue: DispatchQueue, _ work: @escaping @Sendable () -> Void
-    ) -> any CurfewTimer
+    ///   when `deadline` has passed. It must be short and must not call
+    ///   plugin code: every timer of the process waits for it. Hand anything
+    ///   longer to a queue.
+    func schedule(at deadline: CurfewInstant, _ work: @escaping @Sendable () -> Void) -> any CurfewTimer
 }
 
 extension Duration {

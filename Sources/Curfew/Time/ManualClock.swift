@@ -4,8 +4,8 @@ import Synchronization
 /// A clock that moves only when told to, for tests of time-dependent logic.
 ///
 /// Timers fire synchronously, in deadline order, on the thread that calls
-/// ``advance(by:)`` or ``fireDueTimers()``; the queue given to `schedule` is
-/// ignored. So a 180 s budget is tested exactly, in microseconds.
+/// ``advance(by:)`` or ``fireDueTimers()``. So a 180 s budget is tested
+/// exactly, in microseconds.
 public final class ManualClock: CurfewClock {
     private struct Pending {
         let id: UInt64
@@ -30,9 +30,7 @@ public final class ManualClock: CurfewClock {
         state.withLock { $0.now }
     }
 
-    public func schedule(
-        at deadline: CurfewInstant, on queue: DispatchQueue, _ work: @escaping @Sendable () -> Void
-    ) -> any CurfewTimer {
+    public func schedule(at deadline: CurfewInstant, _ work: @escaping @Sendable () -> Void) -> any CurfewTimer {
         let id = state.withLock { state in
             let id = state.nextID
             state.nextID += 1

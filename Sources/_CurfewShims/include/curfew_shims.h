@@ -89,6 +89,11 @@ void curfew_shim_flush_stdout(void);
  * ends, so only a helper whose starter waits for it may use it. */
 int curfew_shim_die_with_parent(int parent);
 
+/* Sets the calling thread's timer slack (PR_SET_TIMERSLACK) to
+ * `nanoseconds`: how much later than asked the kernel may end its timed
+ * waits (50 µs by default). 0, or errno. */
+int curfew_shim_set_timer_slack(unsigned long nanoseconds);
+
 /* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
  * of its descendants come to it, not to init. 0, or errno. */
 int curfew_shim_become_subreaper(void);

@@ -10,11 +10,11 @@ import Testing
         let fired = Mutex<[UInt64]>([])
         let queue = DispatchQueue(label: "clock-tests")
         for delay in [30, 10, 20] as [UInt64] {
-            _ = clock.schedule(at: CurfewInstant(nanoseconds: delay), on: queue) {
+            _ = clock.schedule(at: CurfewInstant(nanoseconds: delay)) {
                 fired.withLock { $0.append(clock.now().nanoseconds) }
             }
         }
-        let cancelled = clock.schedule(at: CurfewInstant(nanoseconds: 15), on: queue) {
+        let cancelled = clock.schedule(at: CurfewInstant(nanoseconds: 15)) {
             fired.withLock { $0.append(999) }
         }
         cancelled.cancel()

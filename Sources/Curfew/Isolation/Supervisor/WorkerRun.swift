@@ -271,7 +271,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// the grant's, kept only while the grant still ends then (the host may
     /// have entered the foreground, or the job begun to expire, meanwhile).
     private func arm(at instant: CurfewInstant, grantEnding: CurfewInstant? = nil, _ work: @escaping @Sendable () -> Void) {
-        let timer = clock.schedule(at: instant, on: Grant.timerQueue, work)
+        let timer = clock.schedule(at: instant, work)
         let keep = control.withLock { c -> Bool in
             guard !c.finished else { return false }
             guard let grantEnding else {

@@ -44,6 +44,12 @@ public enum IsolationWorker {
         return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
     }
 
+    /// ``main()`` in a child of the fork server: on a thread of its own (see
+    /// ``Thread/runJoined(_:)``), while the main thread waits for it.
+    public static func forkedMain() -> Int32 {
+        Thread.runJoined { main() } ?? 1
+    }
+
     /// Does once, in the server, the first-time work every child would do
     /// (type metadata, protocol conformances, the JSON reader and writer, the
     /// runner's types), so each fork inherits it. Starts no thread: the server

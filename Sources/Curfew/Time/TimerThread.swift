@@ -1,0 +1,174 @@
+import Glibc
+import _CurfewShims
+
+/// The one thread every ``MonotonicClock`` timer of this process fires on:
+/// a heap of deadlines and a timed wait on `CLOCK_MONOTONIC` until the
+/// earliest, with a timer slack of 1 µs.
+///
+/// A timer costs an entry in the heap (no kernel object), and firing it is
+/// one wake of this thread, which runs the timer's work itself: the work is
+/// the host's (a grant's state change and an enqueue), never plugin code.
+/// A cancelled timer is dropped from the heap when it reaches the top, or
+/// all at once when cancelled ones are half the heap.
+///
+/// - Important: Arm no timer in a process that will `fork` without `exec`
+///   (the fork server): a child has no copy of the thread.
+final class TimerThread: @unchecked Sendable {
+    static let shared = TimerThread()
+
+    /// One armed timer. Its `work` is `nil` once it fired or was cancelled.
+    final class Entry: CurfewTimer, @unchecked Sendable {
+        let deadline: UInt64
+        /// Ties on the deadline fire in the order armed.
+        let order: UInt64
+        fileprivate var work: (@Sendable () -> Void)?
+        fileprivate unowned let thread: TimerThread
+
+        fileprivate init(deadline: UInt64, order: UInt64, work: @escaping @Sendable () -> Void, thread: TimerThread) {
+            self.deadline = deadline
+            self.order = order
+            self.work = work
+            self.thread = thread
+        }
+
+        func cancel() {
+            thread.cancel(self)
+        }
+
+        fileprivate func fires(before other: Entry) -> Bool {
+            deadline != other.deadline ? deadline < other.deadline : order < other.order
+        }
+    }
+
+    // Everything below is guarded by `mutex`.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private let changed: UnsafeMutablePointer<pthread_cond_t>
+    private var heap: [Entry] = []
+    private var cancelledInHeap = 0
+    private var armed: UInt64 = 0
+    private var started = false
+    /// The deadline the thread sleeps until (`.max`: until told).
+    private var sleepingUntil: UInt64 = 0
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        changed = .allocate(capacity: 1)
+        pthread_cond_init(changed, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    /// Arms a timer that runs `work` on this thread at `deadline` (monotonic
+    /// nanoseconds), never inside this call.
+    func schedule(at deadline: UInt64, _ work: @escaping @Sendable () -> Void) -> Entry {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        armed &+= 1
+        let entry = Entry(deadline: deadline, order: armed, work: work, thread: self)
+        heap.append(entry)
+        siftUp(heap.count - 1)
+        if !started {
+            started = true
+            if !Thread.detach({ [self] in loop() }) {
+                fatalError("curfew: cannot start the timer thread")
+            }
+        } else if deadline < sleepingUntil {
+            pthread_cond_signal(changed)
+        }
+        return entry
+    }
+
+    /// Timers armed and not yet fired or cancelled (for tests).
+    var pendingCount: Int {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return heap.count - cancelledInHeap
+    }
+
+    /// The deadline the thread waits for now (`.max`: none; 0: it is not waiting).
+    var waitingUntil: UInt64 {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return sleepingUntil
+    }
+
+    private func cancel(_ entry: Entry) {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        guard entry.work != nil else { return }
+        entry.work = nil  // its captures go now, not at its deadline
+        cancelledInHeap += 1
+        if cancelledInHeap >= 64 && cancelledInHeap * 2 >= heap.count {
+            heap.removeAll { $0.work == nil }
+            cancelledInHeap = 0
+            for index in stride(from: heap.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
+        }
+    }
+
+    private func loop() {
+        _ = curfew_shim_set_timer_slack(1)
+        pthread_mutex_lock(mutex)
+        while true {
+            guard let top = heap.first else {
+                sleepingUntil = .max
+                pthread_cond_wait(changed, mutex)
+                continue
+            }
+            if top.work == nil {
+                removeTop()
+                cancelledInHeap -= 1
+                continue
+            }
+            let now = curfew_shim_monotonic_nanoseconds()
+            if top.deadline > now {
+                sleepingUntil = top.deadline
+                var time = timespec(tv_sec: Int(top.deadline / 1_000_000_000), tv_nsec: Int(top.deadline % 1_000_000_000))
+                pthread_cond_timedwait(changed, mutex, &time)
+                continue
+            }
+            removeTop()
+            let work = top.work!
+            top.work = nil
+            sleepingUntil = 0
+            pthread_mutex_unlock(mutex)
+            work()
+            pthread_mutex_lock(mutex)
+        }
+    }
+
+    // MARK: The heap (with the lock held)
+
+    private func removeTop() {
+        let last = heap.removeLast()
+        if !heap.isEmpty {
+            heap[0] = last
+            siftDown(0)
+        }
+    }
+
+    private func siftUp(_ start: Int) {
+        var child = start
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].fires(before: heap[parent]) else { return }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private func siftDown(_ start: Int) {
+        var parent = start
+        while true {
+            let left = 2 * parent + 1
+            guard left < heap.count else { return }
+            var first = left
+            if left + 1 < heap.count && heap[left + 1].fires(before: heap[left]) { first = left + 1 }
+            guard heap[first].fires(before: heap[parent]) else { return }
+            heap.swapAt(first, parent)
+            parent = first
+        }
+    }
+}

@@ -1,0 +1,62 @@
+import Glibc
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+extension ProcessTests {
+    /// A fork server's child runs Swift on a thread of its own: Swift's
+    /// `Mutex` keeps each thread's id, and a forked child's one thread has
+    /// its parent's thread's.
+    @Suite(.timeLimit(.minutes(1))) struct ForkedChildTests {
+        final class Shared: @unchecked Sendable {
+            let mutex = Mutex(0)
+        }
+
+        /// Forks; the child holds `shared.mutex` in `body`'s thread while a
+        /// second thread waits for it. The child's exit status, or the
+        /// signal that ended it (negated).
+        func contendInChild(_ shared: Shared, fresh: Bool) -> Int32 {
+            shared.mutex.withLock { $0 += 1 }  // this thread's id is now kept
+            let pid = fork()
+            if pid == 0 {
+                let contend: @Sendable () -> Int32 = {
+                    var other = pthread_t()
+                    shared.mutex.withLock { _ in
+                        _ = pthread_create(&other, nil, { argument in
+                            let shared = Unmanaged<Shared>.fromOpaque(argument!).takeUnretainedValue()
+                            shared.mutex.withLock { $0 += 1 }
+                            return nil
+                        }, Unmanaged.passUnretained(shared).toOpaque())
+                        usleep(50_000)  // the other thread waits in the kernel meanwhile
+                    }
+                    pthread_join(other, nil)
+                    return shared.mutex.withLock { $0 } == 2 ? 0 : 3
+                }
+                _exit(fresh ? Thread.runJoined(contend) ?? 4 : contend())
+            }
+            // A child stuck on a lock another thread of this process held at
+            // the fork is killed after 20 s (and counts as a failure).
+            var status: Int32 = 0
+            var waited = 0
+            while waitpid(pid, &status, WNOHANG) == 0 {
+                if waited == 2000 { kill(pid, SIGKILL) }
+                usleep(10_000)
+                waited += 1
+            }
+            let signal = status & 0x7f
+            return signal == 0 ? (status >> 8) & 0xff : -signal
+        }
+
+        @Test func aMutexContendedInAForkedChildWorksOnAFreshThread() {
+            #expect(contendInChild(Shared(), fresh: true) == 0)
+        }
+
+        /// What the fresh thread avoids, so the test above cannot pass for
+        /// a toolchain whose `Mutex` forgets thread ids: the same on the
+        /// forked thread itself fails.
+        @Test func theSameOnTheForkedThreadFails() {
+            #expect(contendInChild(Shared(), fresh: false) != 0)
+        }
+    }
+}
