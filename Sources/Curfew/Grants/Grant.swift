@@ -369,7 +369,7 @@ public final class Grant: Sendable {
         guard !change.ids.isEmpty else { return }
         // Each open task's handler, in the order the tasks began, on the
         // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
-        handlerQueue.enqueue {
+        handlerQueue.enqueueUrgently {
             for id in change.ids {
                 let handler = self.state.withLock { state in state.tasks[id]?.handler }
                 handler?(reason)

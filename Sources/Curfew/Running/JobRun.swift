@@ -381,7 +381,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
             c.stage = .waiting
-            return finishIfDrained(&c, onQueue: true)
+            // `destroy` waits its turn behind other jobs' expirations, which are due now.
+            return finishIfDrained(&c, onQueue: false)
         }
         perform(next)
     }
@@ -503,7 +504,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         case .slice: runSlice()
         case .enqueueSlice: queue.enqueue { self.runSlice() }
         case .expire: runExpire()
-        case .enqueueExpire: queue.enqueue { self.runExpire() }
+        case .enqueueExpire: queue.enqueueUrgently { self.runExpire() }
         case .destroy: runDestroy()
         case .enqueueDestroy: queue.enqueue { self.runDestroy() }
         case .delay(let nanoseconds):

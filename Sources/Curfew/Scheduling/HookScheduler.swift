@@ -59,7 +59,12 @@ public final class HookScheduler: @unchecked Sendable {
         monitorTickNanoseconds = UInt64(max(monitorTick.nanoseconds, 1))
         idleExitNanoseconds = UInt64(max(idleExit.nanoseconds, 1))
         mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
+        // Adaptive: a waiter spins a moment before it sleeps, as the lock is held briefly.
+        var mutexAttributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&mutexAttributes)
+        pthread_mutexattr_settype(&mutexAttributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        pthread_mutex_init(mutex, &mutexAttributes)
+        pthread_mutexattr_destroy(&mutexAttributes)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
         pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
@@ -82,7 +87,9 @@ public final class HookScheduler: @unchecked Sendable {
 
     // MARK: Lanes
 
-    func enqueue(_ work: @escaping @Sendable () -> Void, on lane: Lane) {
+    /// Queues `work` on `lane`; an `urgent` lane that was idle goes ahead
+    /// of the lanes that wait (its own earlier work still comes first).
+    func enqueue(_ work: @escaping @Sendable () -> Void, on lane: Lane, urgent: Bool = false) {
         withLock {
             if lane.first == nil {
                 lane.first = work
@@ -91,7 +98,11 @@ public final class HookScheduler: @unchecked Sendable {
             }
             guard !lane.scheduled else { return }
             lane.scheduled = true
-            pushReady(lane)
+            if urgent {
+                pushReadyFront(lane)
+            } else {
+                pushReady(lane)
+            }
             wakeOrGrow()
         }
     }
@@ -109,6 +120,12 @@ public final class HookScheduler: @unchecked Sendable {
             readyHead = lane
         }
         readyTail = lane
+    }
+
+    private func pushReadyFront(_ lane: Lane) {
+        lane.nextReady = readyHead
+        readyHead = lane
+        if readyTail == nil { readyTail = lane }
     }
 
     private func popReady() -> Lane? {
@@ -259,6 +276,12 @@ public final class Lane: HookQueue, @unchecked Sendable {
         scheduler.enqueue(work, on: self)
     }
 
+    /// As ``enqueue(_:)``, ahead of other lanes' waiting work when this lane
+    /// is idle: for an expiration, which is due now.
+    public func enqueueUrgently(_ work: @escaping @Sendable () -> Void) {
+        scheduler.enqueue(work, on: self, urgent: true)
+    }
+
     /// Whether work is queued or running on the lane now.
     public var isBusy: Bool {
         scheduler.isBusy(self)
@@ -270,6 +293,15 @@ public final class Lane: HookQueue, @unchecked Sendable {
 public protocol HookQueue: Sendable {
     /// Runs `work` after everything enqueued before it, never inside this call.
     func enqueue(_ work: @escaping @Sendable () -> Void)
+    /// As `enqueue`, for work that is due now (an expiration): it may go
+    /// ahead of other queues' work.
+    func enqueueUrgently(_ work: @escaping @Sendable () -> Void)
+}
+
+extension HookQueue {
+    public func enqueueUrgently(_ work: @escaping @Sendable () -> Void) {
+        enqueue(work)
+    }
 }
 
 extension DispatchQueue: HookQueue {

@@ -18,15 +18,10 @@ final class TimerThread: @unchecked Sendable {
 
     /// One armed timer. Its `work` is `nil` once it fired or was cancelled.
     final class Entry: CurfewTimer, @unchecked Sendable {
-        let deadline: UInt64
-        /// Ties on the deadline fire in the order armed.
-        let order: UInt64
         fileprivate var work: (@Sendable () -> Void)?
         fileprivate unowned let thread: TimerThread
 
-        fileprivate init(deadline: UInt64, order: UInt64, work: @escaping @Sendable () -> Void, thread: TimerThread) {
-            self.deadline = deadline
-            self.order = order
+        fileprivate init(work: @escaping @Sendable () -> Void, thread: TimerThread) {
             self.work = work
             self.thread = thread
         }
@@ -34,8 +29,16 @@ final class TimerThread: @unchecked Sendable {
         func cancel() {
             thread.cancel(self)
         }
+    }
 
-        fileprivate func fires(before other: Entry) -> Bool {
+    /// A place in the heap: what it is ordered by, inline.
+    private struct Item {
+        let deadline: UInt64
+        /// Ties on the deadline fire in the order armed.
+        let order: UInt64
+        let entry: Entry
+
+        func fires(before other: Item) -> Bool {
             deadline != other.deadline ? deadline < other.deadline : order < other.order
         }
     }
@@ -43,7 +46,7 @@ final class TimerThread: @unchecked Sendable {
     // Everything below is guarded by `mutex`.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let changed: UnsafeMutablePointer<pthread_cond_t>
-    private var heap: [Entry] = []
+    private var heap: [Item] = []
     private var cancelledInHeap = 0
     private var armed: UInt64 = 0
     private var started = false
@@ -52,7 +55,12 @@ final class TimerThread: @unchecked Sendable {
 
     init() {
         mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
+        // Adaptive: a waiter spins a moment before it sleeps, as the lock is held briefly.
+        var mutexAttributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&mutexAttributes)
+        pthread_mutexattr_settype(&mutexAttributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        pthread_mutex_init(mutex, &mutexAttributes)
+        pthread_mutexattr_destroy(&mutexAttributes)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
         pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
@@ -67,8 +75,8 @@ final class TimerThread: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         armed &+= 1
-        let entry = Entry(deadline: deadline, order: armed, work: work, thread: self)
-        heap.append(entry)
+        let entry = Entry(work: work, thread: self)
+        heap.append(Item(deadline: deadline, order: armed, entry: entry))
         siftUp(heap.count - 1)
         if !started {
             started = true
@@ -102,7 +110,7 @@ final class TimerThread: @unchecked Sendable {
         entry.work = nil  // its captures go now, not at its deadline
         cancelledInHeap += 1
         if cancelledInHeap >= 64 && cancelledInHeap * 2 >= heap.count {
-            heap.removeAll { $0.work == nil }
+            heap.removeAll { $0.entry.work == nil }
             cancelledInHeap = 0
             for index in stride(from: heap.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
         }
@@ -110,32 +118,37 @@ final class TimerThread: @unchecked Sendable {
 
     private func loop() {
         _ = curfew_shim_set_timer_slack(1)
+        var due: [@Sendable () -> Void] = []
         pthread_mutex_lock(mutex)
         while true {
+            // Every timer due now, taken under one hold of the lock.
+            let now = curfew_shim_monotonic_nanoseconds()
+            while let top = heap.first, top.deadline <= now || top.entry.work == nil {
+                removeTop()
+                if let work = top.entry.work {
+                    top.entry.work = nil
+                    due.append(work)
+                    if due.count == 64 { break }
+                } else {
+                    cancelledInHeap -= 1
+                }
+            }
+            if !due.isEmpty {
+                sleepingUntil = 0
+                pthread_mutex_unlock(mutex)
+                for work in due { work() }
+                due.removeAll(keepingCapacity: true)
+                pthread_mutex_lock(mutex)
+                continue
+            }
             guard let top = heap.first else {
                 sleepingUntil = .max
                 pthread_cond_wait(changed, mutex)
                 continue
             }
-            if top.work == nil {
-                removeTop()
-                cancelledInHeap -= 1
-                continue
-            }
-            let now = curfew_shim_monotonic_nanoseconds()
-            if top.deadline > now {
-                sleepingUntil = top.deadline
-                var time = timespec(tv_sec: Int(top.deadline / 1_000_000_000), tv_nsec: Int(top.deadline % 1_000_000_000))
-                pthread_cond_timedwait(changed, mutex, &time)
-                continue
-            }
-            removeTop()
-            let work = top.work!
-            top.work = nil
-            sleepingUntil = 0
-            pthread_mutex_unlock(mutex)
-            work()
-            pthread_mutex_lock(mutex)
+            sleepingUntil = top.deadline
+            var time = timespec(tv_sec: Int(top.deadline / 1_000_000_000), tv_nsec: Int(top.deadline % 1_000_000_000))
+            pthread_cond_timedwait(changed, mutex, &time)
         }
     }
 

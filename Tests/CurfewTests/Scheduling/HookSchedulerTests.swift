@@ -85,6 +85,31 @@ import Testing
         #expect(waited(other))
     }
 
+    @Test func anUrgentLaneGoesAheadOfWaitingLanesButNotOfItsOwnWork() {
+        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let order = Mutex<[String]>([])
+        func record(_ name: String) -> @Sendable () -> Void {
+            { if order.withLock({ $0.append(name); return $0.count }) == 4 { done.signal() } }
+        }
+        let busy = scheduler.makeLane()
+        busy.enqueue {
+            entered.signal()
+            release.wait()
+        }
+        #expect(waited(entered))
+        // The busy lane's own next work stays behind its running work, urgent or not.
+        busy.enqueueUrgently(record("busy, urgent"))
+        scheduler.makeLane().enqueue(record("first"))
+        scheduler.makeLane().enqueue(record("second"))
+        scheduler.makeLane().enqueueUrgently(record("urgent"))
+        release.signal()
+        #expect(waited(done))
+        #expect(order.withLock { $0 } == ["urgent", "first", "second", "busy, urgent"])
+    }
+
     @Test func aLaneIsBusyWhileItsWorkIsQueuedOrRunning() {
         let scheduler = HookScheduler(threads: 1)
         let lane = scheduler.makeLane()

@@ -8,7 +8,6 @@ import Testing
     @Test func timersFireInDeadlineOrderWithTheClockAtTheirDeadline() {
         let clock = ManualClock(start: CurfewInstant(nanoseconds: 0))
         let fired = Mutex<[UInt64]>([])
-        let queue = DispatchQueue(label: "clock-tests")
         for delay in [30, 10, 20] as [UInt64] {
             _ = clock.schedule(at: CurfewInstant(nanoseconds: delay)) {
                 fired.withLock { $0.append(clock.now().nanoseconds) }
