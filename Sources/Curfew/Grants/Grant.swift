@@ -74,6 +74,10 @@ public final class Grant: Sendable {
         var startedAt: CurfewInstant?
         /// The host is in the foreground: the clock does not run (see ``hold()``).
         var held = false
+        /// Counts each arming and disarming of the timers. A timer carries
+        /// the count it was armed at and is ignored once it changed: a cancel
+        /// can come after the timer is due, while it waits for this lock.
+        var armed: UInt64 = 0
     }
 
     /// Where an expiration asked for from outside (``expireNow(_:)``)
@@ -130,11 +134,13 @@ public final class Grant: Sendable {
         let expirationPoint = CurfewInstant(nanoseconds: deadline.nanoseconds - min(deadline.nanoseconds, UInt64(clamping: lead.nanoseconds)))
         expirationNanoseconds.store(expirationPoint.nanoseconds, ordering: .relaxed)
         deadlineNanoseconds.store(deadline.nanoseconds, ordering: .relaxed)
+        state.armed &+= 1
+        let armed = state.armed
         state.expirationTimer = clock.schedule(at: expirationPoint) { [weak self] in
-            self?.expire(.timeout)
+            self?.expire(.timeout, armed: armed)
         }
         state.deadlineTimer = clock.schedule(at: deadline) { [weak self] in
-            self?.reachDeadline()
+            self?.reachDeadline(armed: armed)
         }
     }
 
@@ -151,6 +157,7 @@ public final class Grant: Sendable {
                 return []
             case .active:
                 state.held = true
+                state.armed &+= 1
                 expirationNanoseconds.store(.max, ordering: .relaxed)
                 deadlineNanoseconds.store(.max, ordering: .relaxed)
                 defer {
@@ -340,10 +347,12 @@ public final class Grant: Sendable {
     }
 
     // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
-    private func expire(_ reason: ExpirationReason) {
+    /// - Parameter armed: For the expiration timer, the arming it belongs to.
+    private func expire(_ reason: ExpirationReason, armed: UInt64? = nil) {
         let clock = manager.clock
         let change = state.withLock { state -> (observer: GrantObserver, ids: [UInt64], rearm: CurfewInstant?, old: [any CurfewTimer])? in
             guard state.phase == .active else { return nil }
+            if let armed, armed != state.armed || state.held { return nil }  // a timer disarmed as it fired
             state.phase = .expiring(reason)
             expiringFlag.store(true, ordering: .relaxed)
             var old = [state.expirationTimer].compactMap { $0 }
@@ -355,8 +364,10 @@ public final class Grant: Sendable {
                 if newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) {
                     deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
                     old += [state.deadlineTimer].compactMap { $0 }
+                    state.armed &+= 1
+                    let armed = state.armed
                     state.deadlineTimer = clock.schedule(at: newDeadline) { [weak self] in
-                        self?.reachDeadline()
+                        self?.reachDeadline(armed: armed)
                     }
                     rearm = newDeadline
                 }
@@ -378,9 +389,9 @@ public final class Grant: Sendable {
     }
 
     // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
-    private func reachDeadline() {
+    private func reachDeadline(armed: UInt64) {
         let due = state.withLock { state -> (GrantObserver, [String])? in
-            guard state.phase != .finished && state.phase != .idle else { return nil }
+            guard state.phase != .finished && state.phase != .idle, armed == state.armed else { return nil }
             state.deadlineTimer = nil
             return (state.observer, state.tasks.ordered.map(\.task.name))
         }

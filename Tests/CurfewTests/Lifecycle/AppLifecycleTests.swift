@@ -75,6 +75,42 @@ import Testing
         #expect(grant.timeRemaining == .seconds(2))
     }
 
+    /// A clock whose timers cannot be stopped: each fires even once
+    /// cancelled, as a timer already due does when the cancel comes a moment
+    /// too late (the timer thread has taken it and waits for the grant's lock).
+    final class LateCancelClock: CurfewClock {
+        let clock = ManualClock()
+        struct Timer: CurfewTimer { func cancel() {} }
+        func now() -> CurfewInstant { clock.now() }
+        func schedule(at deadline: CurfewInstant, _ work: @escaping @Sendable () -> Void) -> any CurfewTimer {
+            _ = clock.schedule(at: deadline, work)
+            return Timer()
+        }
+    }
+
+    @Test func aTimerCancelledTooLateExpiresNoHeldGrantAndNoGrantRearmedSince() {
+        let late = LateCancelClock()
+        let manager = GrantManager(clock: late, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
+        let calls = Mutex<[String]>([])
+        let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
+        grant.start(observer: GrantObserver(
+            expiring: { reason in calls.withLock { $0.append("expiring \(reason.rawValue)") } },
+            deadline: { _ in calls.withLock { $0.append("deadline") } }))
+        late.clock.advance(by: .seconds(5))
+        grant.hold()  // the first timers (due at 8 s and 10 s) still fire
+        late.clock.advance(by: .seconds(6))
+        #expect(calls.withLock { $0 }.isEmpty, "a held grant does not expire")
+        grant.release()  // a new budget: expiring at 19 s, its deadline at 21 s
+        grant.hold()
+        grant.release()  // and again: the timers of the first release fire too
+        late.clock.advance(by: .seconds(7))
+        #expect(calls.withLock { $0 }.isEmpty)
+        late.clock.advance(by: .seconds(1))
+        #expect(calls.withLock { $0 } == ["expiring timeout"])
+        late.clock.advance(by: .seconds(2))
+        #expect(calls.withLock { $0 } == ["expiring timeout", "deadline"])
+    }
+
     @Test func aWorkersGrantIsReleasedUpToItsHostsDeadline() {
         let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
         let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
