@@ -25,13 +25,15 @@ enum Thread {
     }
 
     /// Runs `body` on a new thread and returns its result once it ends: how
-    /// a process forked without `exec` (a fork server's child) runs Swift.
+    /// a fork server runs Swift that locks a `Mutex` before it forks.
     ///
     /// Swift's `Mutex` stores its holder's thread id, which each thread
-    /// reads once and keeps. A forked child's one thread keeps its parent's
-    /// thread's id, so a `Mutex` it holds while another thread waits for it
-    /// ends the child ("Unknown error occurred while attempting to acquire a
-    /// Mutex"). A new thread reads its own id. `nil` when no thread could be made.
+    /// reads the first time it locks one and keeps. A forked child's one
+    /// thread keeps what its parent's forking thread had read, so if that
+    /// thread ever locked a `Mutex`, a `Mutex` the child's thread holds while
+    /// another thread waits for it ends the child ("Unknown error occurred
+    /// while attempting to acquire a Mutex"). A thread that never locked one
+    /// forks safely. `nil` when no thread could be made.
     static func runJoined(_ body: @escaping @Sendable () -> Int32) -> Int32? {
         final class Box: @unchecked Sendable {
             let body: @Sendable () -> Int32

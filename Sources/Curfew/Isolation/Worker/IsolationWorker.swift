@@ -40,14 +40,11 @@ public enum IsolationWorker {
     }
 
     public static func serveForks() -> Bool {
-        warmUp()
+        // The warm-up locks Swift `Mutex`es, so it runs on a thread of its own,
+        // gone before the first fork: the thread that forks must never have
+        // held one (see ``Thread/runJoined(_:)``).
+        guard Thread.runJoined({ warmUp(); return 0 }) != nil else { return false }
         return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
-    }
-
-    /// ``main()`` in a child of the fork server: on a thread of its own (see
-    /// ``Thread/runJoined(_:)``), while the main thread waits for it.
-    public static func forkedMain() -> Int32 {
-        Thread.runJoined { main() } ?? 1
     }
 
     /// Does once, in the server, the first-time work every child would do
