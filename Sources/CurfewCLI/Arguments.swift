@@ -280,7 +280,7 @@ public enum ArgumentParser {
             options.action = action
             return options
         }
-        guard Server.Command(verb: verb, job: "") != nil else {
+        guard Server.Command.jobVerbs.contains(verb) else {
             throw UsageError("Unknown action '\(verb)': use run, cancel, pause, resume, reload, foreground or background", command: command)
         }
         guard positional.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: command) }

@@ -19,7 +19,7 @@ enum Completions {
     /// The words a subcommand takes besides options and paths.
     static func words(for command: Command) -> [String] {
         switch command {
-        case .ctl: ["run", "cancel", "pause", "resume", "reload", "foreground", "background"]
+        case .ctl: Server.Command.jobVerbs + Server.Command.hostVerbs
         case .state: ["list", "show", "clear"]
         case .new: ["c", "swift"]
         case .completions: Shell.allCases.map(\.rawValue)

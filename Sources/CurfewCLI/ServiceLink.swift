@@ -30,8 +30,6 @@ final class ServiceLink: Sendable {
         watchdog = notifier == nil ? nil : ServiceNotifier.watchdogTimeout(environment: environment)
     }
 
-    var isActive: Bool { notifier != nil }
-
     /// The first scan is done: ready, and the status and watchdog from now on.
     func ready(_ server: Server) {
         guard let notifier else { return }

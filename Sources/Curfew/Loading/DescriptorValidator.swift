@@ -136,7 +136,7 @@ struct DescriptorValidator {
         }
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
-            isContinuous: job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0,
+            isContinuous: continuous,
             hooks: JobHooks(
                 create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData,
                 appEvent: size >= Self.jobSizeWithAppEvent ? field(\.app_event) : nil),

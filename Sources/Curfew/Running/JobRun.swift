@@ -202,13 +202,12 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// (after `launch`, when `launching`), on the job queue, while the job is alive.
     private func deliverAppEvents(launching: Bool = false) {
         guard let hook = job.hooks.appEvent else { return }
-        var pending = control.withLock { c -> [AppEvent] in
+        let pending = control.withLock { c -> [AppEvent] in
             guard c.launched else { return [] }
             defer { c.appEvents.removeAll() }
             return (launching ? [.launch] : []) + c.appEvents
         }
-        while !pending.isEmpty {
-            let event = pending.removeFirst()
+        for event in pending {
             guard control.withLock({ c in
                 guard !c.isOver && c.stage != .destroying else { return false }
                 c.inAppEvent = true

@@ -33,9 +33,9 @@ public final class HookScheduler: @unchecked Sendable {
     let idleExitNanoseconds: UInt64
 
     // Everything below, the lanes' queues included, is guarded by `mutex`.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let workAvailable: UnsafeMutablePointer<pthread_cond_t>
-    private let monitorWake: UnsafeMutablePointer<pthread_cond_t>
+    private let mutex = ThreadLock()
+    private let workAvailable: ThreadCondition
+    private let monitorWake: ThreadCondition
     private var readyHead: Lane?
     private var readyTail: Lane?
     private var threads = 0
@@ -58,21 +58,8 @@ public final class HookScheduler: @unchecked Sendable {
         stallNanoseconds = UInt64(max(stall.nanoseconds, 1))
         monitorTickNanoseconds = UInt64(max(monitorTick.nanoseconds, 1))
         idleExitNanoseconds = UInt64(max(idleExit.nanoseconds, 1))
-        mutex = .allocate(capacity: 1)
-        // Adaptive: a waiter spins a moment before it sleeps, as the lock is held briefly.
-        var mutexAttributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&mutexAttributes)
-        pthread_mutexattr_settype(&mutexAttributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
-        pthread_mutex_init(mutex, &mutexAttributes)
-        pthread_mutexattr_destroy(&mutexAttributes)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        workAvailable = .allocate(capacity: 1)
-        pthread_cond_init(workAvailable, &attributes)
-        monitorWake = .allocate(capacity: 1)
-        pthread_cond_init(monitorWake, &attributes)
-        pthread_condattr_destroy(&attributes)
+        workAvailable = mutex.makeCondition()
+        monitorWake = mutex.makeCondition()
     }
 
     /// A new serial lane on this scheduler.
@@ -141,7 +128,7 @@ public final class HookScheduler: @unchecked Sendable {
     private func wakeOrGrow() {
         if sleepers > wakeups {
             wakeups += 1
-            pthread_cond_signal(workAvailable)
+            workAvailable.signal()
         } else if threads < baseThreads {
             startThread()
         } else if !monitorStarted {
@@ -149,7 +136,7 @@ public final class HookScheduler: @unchecked Sendable {
             if !Thread.detach({ [self] in monitorLoop() }) { monitorStarted = false }
         } else if monitorSleeping {
             monitorSleeping = false
-            pthread_cond_signal(monitorWake)
+            monitorWake.signal()
         }
     }
 
@@ -200,9 +187,9 @@ public final class HookScheduler: @unchecked Sendable {
             sleepers += 1
             var timedOut = false
             if threads > baseThreads {
-                timedOut = wait(workAvailable, nanoseconds: idleExitNanoseconds)
+                timedOut = workAvailable.wait(nanoseconds: idleExitNanoseconds)
             } else {
-                pthread_cond_wait(workAvailable, mutex)
+                workAvailable.wait()
             }
             sleepers -= 1
             if wakeups > 0 { wakeups -= 1 }
@@ -221,11 +208,11 @@ public final class HookScheduler: @unchecked Sendable {
         while true {
             guard readyHead != nil, sleepers <= wakeups else {
                 monitorSleeping = true
-                pthread_cond_wait(monitorWake, mutex)
+                monitorWake.wait()
                 monitorSleeping = false
                 continue
             }
-            _ = wait(monitorWake, nanoseconds: monitorTickNanoseconds)
+            monitorWake.wait(nanoseconds: monitorTickNanoseconds)
             guard readyHead != nil, sleepers <= wakeups, threads < maximumThreads else { continue }
             let now = curfew_shim_monotonic_nanoseconds()
             var stuck = 0
@@ -238,20 +225,11 @@ public final class HookScheduler: @unchecked Sendable {
 
     // MARK: The lock
 
-    private func lock() { pthread_mutex_lock(mutex) }
-    private func unlock() { pthread_mutex_unlock(mutex) }
+    private func lock() { mutex.lock() }
+    private func unlock() { mutex.unlock() }
 
     private func withLock<T>(_ body: () -> T) -> T {
-        lock()
-        defer { unlock() }
-        return body()
-    }
-
-    /// Waits on `condition` at most `nanoseconds`; true when the time ran out.
-    private func wait(_ condition: UnsafeMutablePointer<pthread_cond_t>, nanoseconds: UInt64) -> Bool {
-        let deadline = curfew_shim_monotonic_nanoseconds() &+ nanoseconds
-        var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        return pthread_cond_timedwait(condition, mutex, &time) == ETIMEDOUT
+        mutex.withLock(body)
     }
 }
 

@@ -8,10 +8,10 @@ import CurfewFormats
 /// "app_state": …, "jobs": [...]}` for status, or `{"ok": false, "error": …}`.
 extension Server.Command {
     /// The verbs that take a job.
-    static let jobVerbs = ["run", "cancel", "pause", "resume"]
+    public static let jobVerbs = ["run", "cancel", "pause", "resume"]
 
     /// The verbs that take no job.
-    static let hostVerbs = ["reload", "foreground", "background"]
+    public static let hostVerbs = ["reload", "foreground", "background"]
 
     /// The command `verb` names, for `job`: a job for run, cancel, pause and
     /// resume, none for reload, foreground and background; `nil` for any other verb.

@@ -44,8 +44,8 @@ final class TimerThread: @unchecked Sendable {
     }
 
     // Everything below is guarded by `mutex`.
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let changed: UnsafeMutablePointer<pthread_cond_t>
+    private let mutex = ThreadLock()
+    private let changed: ThreadCondition
     private var heap: [Item] = []
     private var cancelledInHeap = 0
     private var armed: UInt64 = 0
@@ -54,26 +54,14 @@ final class TimerThread: @unchecked Sendable {
     private var sleepingUntil: UInt64 = 0
 
     init() {
-        mutex = .allocate(capacity: 1)
-        // Adaptive: a waiter spins a moment before it sleeps, as the lock is held briefly.
-        var mutexAttributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&mutexAttributes)
-        pthread_mutexattr_settype(&mutexAttributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
-        pthread_mutex_init(mutex, &mutexAttributes)
-        pthread_mutexattr_destroy(&mutexAttributes)
-        var attributes = pthread_condattr_t()
-        pthread_condattr_init(&attributes)
-        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
-        changed = .allocate(capacity: 1)
-        pthread_cond_init(changed, &attributes)
-        pthread_condattr_destroy(&attributes)
+        changed = mutex.makeCondition()
     }
 
     /// Arms a timer that runs `work` on this thread at `deadline` (monotonic
     /// nanoseconds), never inside this call.
     func schedule(at deadline: UInt64, _ work: @escaping @Sendable () -> Void) -> Entry {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         armed &+= 1
         let entry = Entry(work: work, thread: self)
         heap.append(Item(deadline: deadline, order: armed, entry: entry))
@@ -84,28 +72,28 @@ final class TimerThread: @unchecked Sendable {
                 fatalError("curfew: cannot start the timer thread")
             }
         } else if deadline < sleepingUntil {
-            pthread_cond_signal(changed)
+            changed.signal()
         }
         return entry
     }
 
     /// Timers armed and not yet fired or cancelled (for tests).
     var pendingCount: Int {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         return heap.count - cancelledInHeap
     }
 
     /// The deadline the thread waits for now (`.max`: none; 0: it is not waiting).
     var waitingUntil: UInt64 {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         return sleepingUntil
     }
 
     private func cancel(_ entry: Entry) {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
+        mutex.lock()
+        defer { mutex.unlock() }
         guard entry.work != nil else { return }
         entry.work = nil  // its captures go now, not at its deadline
         cancelledInHeap += 1
@@ -119,7 +107,7 @@ final class TimerThread: @unchecked Sendable {
     private func loop() {
         _ = curfew_shim_set_timer_slack(1)
         var due: [@Sendable () -> Void] = []
-        pthread_mutex_lock(mutex)
+        mutex.lock()
         while true {
             // Every timer due now, taken under one hold of the lock.
             let now = curfew_shim_monotonic_nanoseconds()
@@ -135,20 +123,19 @@ final class TimerThread: @unchecked Sendable {
             }
             if !due.isEmpty {
                 sleepingUntil = 0
-                pthread_mutex_unlock(mutex)
+                mutex.unlock()
                 for work in due { work() }
                 due.removeAll(keepingCapacity: true)
-                pthread_mutex_lock(mutex)
+                mutex.lock()
                 continue
             }
             guard let top = heap.first else {
                 sleepingUntil = .max
-                pthread_cond_wait(changed, mutex)
+                changed.wait()
                 continue
             }
             sleepingUntil = top.deadline
-            var time = timespec(tv_sec: Int(top.deadline / 1_000_000_000), tv_nsec: Int(top.deadline % 1_000_000_000))
-            pthread_cond_timedwait(changed, mutex, &time)
+            changed.wait(until: top.deadline)
         }
     }
 
