@@ -268,7 +268,14 @@ static void on_parent_death(int number) {
 }
 
 int curfew_shim_fork_server(int control) {
-    if (thread_count() != 1) return -2;
+    /* A thread just joined (the warm-up's) can stay in /proc/self/task for a
+     * moment after pthread_join returns: wait for it, at most a second. */
+    int threads = thread_count();
+    for (int waited = 0; threads > 1 && waited < 2000; waited++) {
+        usleep(500);
+        threads = thread_count();
+    }
+    if (threads != 1) return -2;
     fork_server_host = getppid();
     if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
     /* What a worker's job started and left behind comes here when the worker dies. */

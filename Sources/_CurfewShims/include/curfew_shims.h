@@ -44,7 +44,7 @@ int curfew_shim_wait_exited(int pid);
  * Returns 0 in a forked child, with the three descriptors on 3, 1 and 2, in
  * a process group of its own, with default signals: it goes on as a
  * worker. Returns -1 when the host closes the socket, -2 when the process is
- * not single-threaded (forking it would be unsafe). */
+ * not single-threaded within a second (forking it would be unsafe). */
 int curfew_shim_fork_server(int control);
 
 /* Sends `text` with three descriptors over a SOCK_SEQPACKET socket. */
