@@ -27,13 +27,14 @@ public struct GrantObserver: Sendable {
 /// before its end, a hard deadline, and the background tasks that keep the
 /// job alive, each with its own expiration handler.
 ///
-/// Time is read from the manager's clock. The timers fire on the clock's
-/// timer thread (``TimerThread``), which runs no plugin code, so a blocked
-/// expiration handler cannot hold up the deadline; the handlers run on the
-/// grant's handler queue. With a ``ManualClock`` the timers fire inside
+/// Time is read from the manager's clock. Its timers are fired by the
+/// process's ``HookScheduler``: by an idle hook thread before it runs any
+/// hook, or by the scheduler's monitor when every hook thread is busy, so
+/// a blocked expiration handler cannot hold up the deadline; the handlers
+/// run on the grant's handler queue. With a ``ManualClock`` the timers fire inside
 /// `advance(by:)`.
 ///
-/// - Important: A grant never calls plugin code on its timer thread and
+/// - Important: A grant never calls plugin code from a timer and
 ///   expires at most once; after its deadline it never fires again.
 public final class Grant: Sendable {
     enum Phase: Equatable {
@@ -346,7 +347,7 @@ public final class Grant: Sendable {
         timers.forEach { $0.cancel() }
     }
 
-    // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
+    // From a timer of the clock, on the timer queue, or inside ManualClock.advance.
     /// - Parameter armed: For the expiration timer, the arming it belongs to.
     private func expire(_ reason: ExpirationReason, armed: UInt64? = nil) {
         let clock = manager.clock
@@ -388,7 +389,7 @@ public final class Grant: Sendable {
         }
     }
 
-    // On the clock's timer thread, the timer queue, or inside ManualClock.advance.
+    // From a timer of the clock, on the timer queue, or inside ManualClock.advance.
     private func reachDeadline(armed: UInt64) {
         let due = state.withLock { state -> (GrantObserver, [String])? in
             guard state.phase != .finished && state.phase != .idle, armed == state.armed else { return nil }

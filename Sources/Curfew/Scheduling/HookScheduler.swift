@@ -2,8 +2,9 @@ import Dispatch
 import Glibc
 import _CurfewShims
 
-/// Where an in-process job's hooks run: threads of the host's own, as many as
-/// the machine has cores, shared by every job's ``Lane``.
+/// Where an in-process job's hooks run, and where every ``MonotonicClock``
+/// timer of the process fires: threads of the host's own, as many as the
+/// machine has cores, shared by every job's ``Lane``.
 ///
 /// A job that waits between chunks holds no thread, so a thousand live jobs
 /// cost a thousand lanes (a few dozen bytes each), not a thousand threads.
@@ -13,10 +14,19 @@ import _CurfewShims
 /// as Go's runtime does for a goroutine stuck in a system call. Threads
 /// beyond the cores leave once they have idled for a second.
 ///
-/// - Important: Start no work on it in a process that will `fork` without
-///   `exec` (the fork server): a child has none of its threads.
+/// Timers are a heap of deadlines, fired the leader/follower way: one idle
+/// thread (the leader) waits until the earliest deadline while the others
+/// wait for work. At the deadline it hands the lead to a follower, fires
+/// the due timers (the host's short work: a grant's state change, an
+/// enqueue) and runs the first piece of work they made ready itself, so an
+/// expiration costs one wake. When no thread is idle to lead, the monitor
+/// waits for the deadline and fires the timers, so a hook that blocks
+/// every thread cannot hold up a deadline.
+///
+/// - Important: Start no work and arm no timer on it in a process that will
+///   `fork` without `exec` (the fork server): a child has none of its threads.
 public final class HookScheduler: @unchecked Sendable {
-    /// The scheduler every runner in this process uses.
+    /// The scheduler every runner and every monotonic timer in this process uses.
     public static let shared = HookScheduler(threads: max(2, RunConfiguration.activeProcessorCount))
 
     /// Threads that never leave once started: the cores (at least two, so a
@@ -32,21 +42,41 @@ public final class HookScheduler: @unchecked Sendable {
     /// How long a thread beyond the base idles before it leaves.
     let idleExitNanoseconds: UInt64
 
+    /// Timers taken under one hold of the lock.
+    private static let firingBatch = 64
+
     // Everything below, the lanes' queues included, is guarded by `mutex`.
     private let mutex = ThreadLock()
     private let workAvailable: ThreadCondition
+    private let leaderWake: ThreadCondition
     private let monitorWake: ThreadCondition
     private var readyHead: Lane?
     private var readyTail: Lane?
+    /// The last urgent lane at the head of the ready list: urgent lanes go
+    /// ahead of the others and stay in the order they came.
+    private var urgentTail: Lane?
     private var threads = 0
-    /// Threads waiting for work, and the signals sent to them not yet taken.
-    private var sleepers = 0
+    /// Idle threads waiting for work (not the leader), and the signals sent
+    /// to them not yet taken.
+    private var followers = 0
     private var wakeups = 0
+    /// Threads firing timers, which look at the ready list next unasked:
+    /// each takes one piece of work made ready meanwhile without a wake.
+    private var claims = 0
+    private var timers = TimerHeap()
+    /// Whether an idle thread leads (waits for the earliest deadline), the
+    /// deadline it waits until, and whether it was told to take work.
+    private var hasLeader = false
+    private var leaderUntil: UInt64 = 0
+    private var leaderCalled = false
     /// Per thread slot: when its current work began (monotonic ns), 0 when
     /// it is between works, `freeSlot` when no thread has the slot.
     private var busySince: [UInt64] = []
     private var monitorStarted = false
-    private var monitorSleeping = false
+    /// The deadline the monitor waits until (`.max`: until told; 0: it is
+    /// not waiting), and whether it waits one tick to look for stuck threads.
+    private var monitorUntil: UInt64 = 0
+    private var monitorTicking = false
     private static let freeSlot = UInt64.max
 
     init(
@@ -59,6 +89,7 @@ public final class HookScheduler: @unchecked Sendable {
         monitorTickNanoseconds = UInt64(max(monitorTick.nanoseconds, 1))
         idleExitNanoseconds = UInt64(max(idleExit.nanoseconds, 1))
         workAvailable = mutex.makeCondition()
+        leaderWake = mutex.makeCondition()
         monitorWake = mutex.makeCondition()
     }
 
@@ -72,10 +103,69 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { threads }
     }
 
+    // MARK: Timers
+
+    /// Arms a timer that runs `work` at `deadline` (monotonic nanoseconds),
+    /// never inside this call. The work must be short host work: it runs on
+    /// a thread that would otherwise run a hook or fire other timers.
+    func schedule(at deadline: UInt64, _ work: @escaping @Sendable () -> Void) -> TimerEntry {
+        let entry = TimerEntry(work: work, owner: self)
+        withLock {
+            timers.insert(entry, at: deadline)
+            if hasLeader {
+                if deadline < leaderUntil { leaderWake.signal() }
+            } else if threads < baseThreads {
+                startThread()  // it takes the lead
+            } else {
+                watchTimersFromMonitor()
+            }
+        }
+        return entry
+    }
+
+    func cancel(_ entry: TimerEntry) {
+        let work = withLock { timers.cancel(entry) }
+        _ = work  // its captures are released here, outside the lock
+    }
+
+    /// Timers armed and not yet fired or cancelled (for tests).
+    var pendingTimerCount: Int {
+        withLock { timers.pendingCount }
+    }
+
+    /// The deadline the leader, or the monitor when none leads, waits for
+    /// now (`.max`: none; 0: neither waits for a timer). For tests.
+    var timerWaitingUntil: UInt64 {
+        withLock { hasLeader ? leaderUntil : monitorUntil }
+    }
+
+    /// With the lock held, when no thread leads: a follower takes the lead,
+    /// or, with none idle, the monitor watches the deadlines.
+    private func handOffTimers() {
+        guard timers.nextDeadline != nil else { return }
+        if followers > wakeups {
+            wakeups += 1
+            workAvailable.signal()
+        } else {
+            watchTimersFromMonitor()
+        }
+    }
+
+    /// With the lock held.
+    private func watchTimersFromMonitor() {
+        guard let next = timers.nextDeadline else { return }
+        if !monitorStarted {
+            startMonitor()
+        } else if monitorUntil != 0 && next < monitorUntil {
+            monitorWake.signal()
+        }
+    }
+
     // MARK: Lanes
 
     /// Queues `work` on `lane`; an `urgent` lane that was idle goes ahead
-    /// of the lanes that wait (its own earlier work still comes first).
+    /// of the lanes that wait, behind urgent ones that came before it (its
+    /// own earlier work still comes first).
     func enqueue(_ work: @escaping @Sendable () -> Void, on lane: Lane, urgent: Bool = false) {
         withLock {
             if lane.first == nil {
@@ -86,7 +176,7 @@ public final class HookScheduler: @unchecked Sendable {
             guard !lane.scheduled else { return }
             lane.scheduled = true
             if urgent {
-                pushReadyFront(lane)
+                pushReadyUrgently(lane)
             } else {
                 pushReady(lane)
             }
@@ -109,33 +199,49 @@ public final class HookScheduler: @unchecked Sendable {
         readyTail = lane
     }
 
-    private func pushReadyFront(_ lane: Lane) {
-        lane.nextReady = readyHead
-        readyHead = lane
-        if readyTail == nil { readyTail = lane }
+    private func pushReadyUrgently(_ lane: Lane) {
+        if let last = urgentTail {
+            lane.nextReady = last.nextReady
+            last.nextReady = lane
+        } else {
+            lane.nextReady = readyHead
+            readyHead = lane
+        }
+        urgentTail = lane
+        if lane.nextReady == nil { readyTail = lane }
     }
 
     private func popReady() -> Lane? {
         guard let lane = readyHead else { return nil }
         readyHead = lane.nextReady
         if readyHead == nil { readyTail = nil }
+        if urgentTail === lane { urgentTail = nil }
         lane.nextReady = nil
         return lane
     }
 
-    /// Work is ready: wakes a sleeping thread, starts one while there are
-    /// fewer than the base, or else tells the monitor. With the lock held.
+    /// Whether a thread will look at the ready list soon without a new wake.
+    private var idleThreadAvailable: Bool {
+        claims > 0 || followers > wakeups || (hasLeader && !leaderCalled)
+    }
+
+    /// Work is ready: a thread firing timers takes it, or a follower, or
+    /// the leader is woken, or a thread starts while there are fewer than
+    /// the base, or else the monitor is told. With the lock held.
     private func wakeOrGrow() {
-        if sleepers > wakeups {
+        if claims > 0 {
+            claims -= 1
+        } else if followers > wakeups {
             wakeups += 1
             workAvailable.signal()
+        } else if hasLeader && !leaderCalled {
+            leaderCalled = true
+            leaderWake.signal()
         } else if threads < baseThreads {
             startThread()
         } else if !monitorStarted {
-            monitorStarted = true
-            if !Thread.detach({ [self] in monitorLoop() }) { monitorStarted = false }
-        } else if monitorSleeping {
-            monitorSleeping = false
+            startMonitor()
+        } else if monitorUntil != 0 && !monitorTicking {
             monitorWake.signal()
         }
     }
@@ -157,12 +263,52 @@ public final class HookScheduler: @unchecked Sendable {
         }
     }
 
+    /// With the lock held.
+    private func startMonitor() {
+        monitorStarted = true
+        if !Thread.detach({ [self] in monitorLoop() }) { monitorStarted = false }
+    }
+
     private func workerLoop(slot: Int) {
+        _ = curfew_shim_name_thread("curfew-hooks")
+        _ = curfew_shim_set_timer_slack(1)
+        var due: [@Sendable () -> Void] = []
+        var next: (@Sendable () -> Void)?
+        var leading = false
+        var idleSince = curfew_shim_monotonic_nanoseconds()
         lock()
         while true {
+            // Timers due now, before any hook: whoever is idle fires them.
+            if let deadline = timers.nextDeadline {
+                let now = curfew_shim_monotonic_nanoseconds()
+                if deadline <= now {
+                    timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
+                }
+                if !due.isEmpty {
+                    if leading {
+                        leading = false
+                        hasLeader = false
+                    }
+                    if !hasLeader { handOffTimers() }
+                    claims += 1
+                    busySince[slot] = now
+                    unlock()
+                    for work in due { work() }
+                    due.removeAll(keepingCapacity: true)
+                    lock()
+                    busySince[slot] = 0
+                    if claims > 0 { claims -= 1 }
+                    continue
+                }
+            }
             if let lane = popReady() {
+                if leading {
+                    leading = false
+                    hasLeader = false
+                }
+                if !hasLeader { handOffTimers() }
                 busySince[slot] = curfew_shim_monotonic_nanoseconds()
-                let work = lane.first!
+                next = lane.first
                 if lane.restHead < lane.rest.count {
                     lane.first = lane.rest[lane.restHead]
                     lane.restHead += 1
@@ -174,9 +320,11 @@ public final class HookScheduler: @unchecked Sendable {
                     lane.first = nil
                 }
                 unlock()
-                work()
+                next!()
+                next = nil
                 lock()
                 busySince[slot] = 0
+                idleSince = curfew_shim_monotonic_nanoseconds()
                 if lane.first != nil {
                     pushReady(lane)  // behind the lanes that waited meanwhile
                 } else {
@@ -184,42 +332,82 @@ public final class HookScheduler: @unchecked Sendable {
                 }
                 continue
             }
-            sleepers += 1
-            var timedOut = false
-            if threads > baseThreads {
-                timedOut = workAvailable.wait(nanoseconds: idleExitNanoseconds)
-            } else {
-                workAvailable.wait()
-            }
-            sleepers -= 1
-            if wakeups > 0 { wakeups -= 1 }
-            if timedOut && readyHead == nil && threads > baseThreads {
+            let extra = threads > baseThreads
+            let leaveAt = extra ? idleSince &+ idleExitNanoseconds : .max
+            if extra && curfew_shim_monotonic_nanoseconds() >= leaveAt {
+                if leading {
+                    leading = false
+                    hasLeader = false
+                    handOffTimers()
+                }
                 threads -= 1
                 busySince[slot] = Self.freeSlot
                 unlock()
                 return
             }
+            if leading || !hasLeader {
+                // Lead: wait for the earliest deadline, or for work when no
+                // follower is idle.
+                leading = true
+                hasLeader = true
+                leaderCalled = false
+                leaderUntil = min(timers.nextDeadline ?? .max, leaveAt)
+                if leaderUntil == .max {
+                    leaderWake.wait()
+                } else {
+                    leaderWake.wait(until: leaderUntil)
+                }
+                leaderCalled = false
+                continue
+            }
+            followers += 1
+            if leaveAt == .max {
+                workAvailable.wait()
+            } else {
+                workAvailable.wait(until: leaveAt)
+            }
+            followers -= 1
+            if wakeups > 0 { wakeups -= 1 }
         }
     }
 
-    /// Adds a thread when work waits, none is idle, and threads are stuck.
+    /// Adds a thread when work waits, none is idle, and threads are stuck;
+    /// fires the timers when no thread is idle to lead.
     private func monitorLoop() {
+        _ = curfew_shim_name_thread("curfew-monitor")
+        _ = curfew_shim_set_timer_slack(1)
+        var due: [@Sendable () -> Void] = []
         lock()
         while true {
-            guard readyHead != nil, sleepers <= wakeups else {
-                monitorSleeping = true
-                monitorWake.wait()
-                monitorSleeping = false
-                continue
-            }
-            monitorWake.wait(nanoseconds: monitorTickNanoseconds)
-            guard readyHead != nil, sleepers <= wakeups, threads < maximumThreads else { continue }
             let now = curfew_shim_monotonic_nanoseconds()
-            var stuck = 0
-            for since in busySince where since != 0 && since != Self.freeSlot && now &- since >= stallNanoseconds {
-                stuck += 1
+            if !hasLeader, let deadline = timers.nextDeadline, deadline <= now {
+                timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
+                if !due.isEmpty {
+                    unlock()
+                    for work in due { work() }
+                    due.removeAll(keepingCapacity: true)
+                    lock()
+                    continue
+                }
             }
-            if threads < baseThreads + stuck { startThread() }
+            let workWaits = readyHead != nil && !idleThreadAvailable
+            if workWaits && threads < maximumThreads {
+                var stuck = 0
+                for since in busySince where since != 0 && since != Self.freeSlot && now &- since >= stallNanoseconds {
+                    stuck += 1
+                }
+                if threads < baseThreads + stuck { startThread() }
+            }
+            var until = workWaits ? now &+ monitorTickNanoseconds : .max
+            if !hasLeader, let deadline = timers.nextDeadline { until = min(until, deadline) }
+            monitorTicking = workWaits
+            monitorUntil = until
+            if until == .max {
+                monitorWake.wait()
+            } else {
+                monitorWake.wait(until: until)
+            }
+            monitorUntil = 0
         }
     }
 

@@ -2,7 +2,7 @@ import Glibc
 import _CurfewShims
 
 /// A pthread mutex and conditions on it, for the host's own threads that
-/// wait for work or for a deadline (``HookScheduler``, ``TimerThread``).
+/// wait for work or for a deadline (``HookScheduler``).
 ///
 /// The mutex is adaptive (a waiter spins a moment before it sleeps, as
 /// these locks are held briefly), and timed waits read `CLOCK_MONOTONIC`,

@@ -52,8 +52,8 @@ public protocol CurfewClock: Sendable {
     /// The current instant. On the per-chunk path: keep it cheap.
     func now() -> CurfewInstant
 
-    /// Arms a one-shot timer that runs `work` at `deadline`, on the clock's
-    /// timer thread.
+    /// Arms a one-shot timer that runs `work` at `deadline`, on a thread of
+    /// the clock's (for ``MonotonicClock``, the ``HookScheduler``'s).
     ///
     /// - Important: `work` never runs synchronously inside this call, even
     ///   when `deadline` has passed. It must be short and must not call

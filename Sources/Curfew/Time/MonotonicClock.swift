@@ -1,7 +1,7 @@
 import _CurfewShims
 
-/// The system's monotonic clock (`CLOCK_MONOTONIC`), with timers on the
-/// process's ``TimerThread``.
+/// The system's monotonic clock (`CLOCK_MONOTONIC`), with timers fired by
+/// the process's ``HookScheduler``.
 ///
 /// Its origin is the system's boot, the same as `DispatchTime`'s, so a
 /// deadline maps onto a `DispatchTime` without conversion error.
@@ -14,6 +14,6 @@ public struct MonotonicClock: CurfewClock {
     }
 
     public func schedule(at deadline: CurfewInstant, _ work: @escaping @Sendable () -> Void) -> any CurfewTimer {
-        TimerThread.shared.schedule(at: deadline.nanoseconds, work)
+        HookScheduler.shared.schedule(at: deadline.nanoseconds, work)
     }
 }

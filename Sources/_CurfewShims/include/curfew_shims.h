@@ -94,6 +94,10 @@ int curfew_shim_die_with_parent(int parent);
  * waits (50 µs by default). 0, or errno. */
 int curfew_shim_set_timer_slack(unsigned long nanoseconds);
 
+/* Names the calling thread (PR_SET_NAME; 15 bytes are kept), as `ps -L`,
+ * `top -H` and `perf` show it. 0, or errno. */
+int curfew_shim_name_thread(const char *name);
+
 /* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
  * of its descendants come to it, not to init. 0, or errno. */
 int curfew_shim_become_subreaper(void);

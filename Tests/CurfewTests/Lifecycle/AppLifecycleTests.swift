@@ -77,7 +77,7 @@ import Testing
 
     /// A clock whose timers cannot be stopped: each fires even once
     /// cancelled, as a timer already due does when the cancel comes a moment
-    /// too late (the timer thread has taken it and waits for the grant's lock).
+    /// too late (a thread has taken it and waits for the grant's lock).
     final class LateCancelClock: CurfewClock {
         let clock = ManualClock()
         struct Timer: CurfewTimer { func cancel() {} }

@@ -85,14 +85,14 @@ import Testing
         #expect(waited(other))
     }
 
-    @Test func anUrgentLaneGoesAheadOfWaitingLanesButNotOfItsOwnWork() {
+    @Test func urgentLanesGoAheadOfWaitingLanesInTheirOrderButNotOfTheirOwnWork() {
         let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
         let release = DispatchSemaphore(value: 0)
         let entered = DispatchSemaphore(value: 0)
         let done = DispatchSemaphore(value: 0)
         let order = Mutex<[String]>([])
         func record(_ name: String) -> @Sendable () -> Void {
-            { if order.withLock({ $0.append(name); return $0.count }) == 4 { done.signal() } }
+            { if order.withLock({ $0.append(name); return $0.count }) == 5 { done.signal() } }
         }
         let busy = scheduler.makeLane()
         busy.enqueue {
@@ -102,12 +102,14 @@ import Testing
         #expect(waited(entered))
         // The busy lane's own next work stays behind its running work, urgent or not.
         busy.enqueueUrgently(record("busy, urgent"))
+        scheduler.makeLane().enqueueUrgently(record("urgent 1"))
         scheduler.makeLane().enqueue(record("first"))
         scheduler.makeLane().enqueue(record("second"))
-        scheduler.makeLane().enqueueUrgently(record("urgent"))
+        // Urgent lanes go ahead of the others in the order they came.
+        scheduler.makeLane().enqueueUrgently(record("urgent 2"))
         release.signal()
         #expect(waited(done))
-        #expect(order.withLock { $0 } == ["urgent", "first", "second", "busy, urgent"])
+        #expect(order.withLock { $0 } == ["urgent 1", "urgent 2", "first", "second", "busy, urgent"])
     }
 
     @Test func aLaneIsBusyWhileItsWorkIsQueuedOrRunning() {

@@ -1,0 +1,124 @@
+import Dispatch
+import Glibc
+import Synchronization
+import Testing
+import _CurfewShims
+
+@testable import Curfew
+
+/// The scheduler's timers: in deadline order, never after a cancel, never
+/// inside the call that arms them, fired by the thread that then runs the
+/// hook they made ready, and on time even when every hook thread is blocked.
+@Suite(.timeLimit(.minutes(1))) struct SchedulerTimerTests {
+    func now() -> UInt64 { curfew_shim_monotonic_nanoseconds() }
+
+    /// Waits for `semaphore` at most ten seconds; false when it never came.
+    func waited(_ semaphore: DispatchSemaphore) -> Bool {
+        semaphore.wait(timeout: .now() + 10) == .success
+    }
+
+    @Test func timersFireInDeadlineOrderAndTiesInTheOrderArmed() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let fired = Mutex<[Int]>([])
+        let done = DispatchSemaphore(value: 0)
+        let base = now() + 20_000_000
+        // Deadlines 0…9 ms out of order, each twice: ties keep the order armed.
+        let offsets = [7, 2, 9, 0, 5, 3, 8, 1, 6, 4]
+        var armedOrder: [Int] = []
+        for round in 0..<2 {
+            for offset in offsets {
+                let label = offset * 10 + round
+                armedOrder.append(label)
+                _ = scheduler.schedule(at: base + UInt64(offset) * 1_000_000) {
+                    if fired.withLock({ $0.append(label); return $0.count }) == 20 { done.signal() }
+                }
+            }
+        }
+        #expect(fired.withLock { $0.isEmpty })  // nothing inside schedule
+        #expect(waited(done))
+        #expect(fired.withLock { $0 } == armedOrder.sorted())
+        #expect(scheduler.pendingTimerCount == 0)
+    }
+
+    @Test func aCancelledTimerNeverFiresAndLetsGoOfWhatItHeld() {
+        final class Token: Sendable {}
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let ran = Atomic<Int>(0)
+        weak var weakToken: Token?
+        var cancelled: [TimerEntry] = []
+        do {
+            let token = Token()
+            weakToken = token
+            cancelled.append(scheduler.schedule(at: now() + 5_000_000) { _ = token; ran.add(1, ordering: .relaxed) })
+        }
+        // Many more, far out, so the cancelled ones are swept from the heap at once.
+        for _ in 0..<200 {
+            cancelled.append(scheduler.schedule(at: now() + 3_600_000_000_000) { ran.add(1, ordering: .relaxed) })
+        }
+        cancelled.forEach { $0.cancel() }
+        #expect(weakToken == nil)
+        #expect(scheduler.pendingTimerCount == 0)
+        let later = DispatchSemaphore(value: 0)
+        _ = scheduler.schedule(at: now() + 10_000_000) { later.signal() }
+        #expect(waited(later))
+        #expect(ran.load(ordering: .relaxed) == 0)
+    }
+
+    @Test func anEarlierTimerArmedWhileTheLeaderWaitsFiresOnTime() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let early = DispatchSemaphore(value: 0)
+        let lateDeadline = now() + 3_600_000_000_000
+        let late = scheduler.schedule(at: lateDeadline) {}
+        // A thread leads, asleep until the late one, before the early one is armed.
+        while scheduler.timerWaitingUntil != lateDeadline { usleep(100) }
+        let start = now()
+        _ = scheduler.schedule(at: start + 5_000_000) { early.signal() }
+        #expect(waited(early))
+        #expect(now() - start < 3_000_000_000)
+        late.cancel()
+    }
+
+    /// An expiration costs one wake: the thread that waited for the deadline
+    /// runs the hook the timer made ready, with no hand-over to another.
+    @Test func theThreadThatFiresATimerRunsTheHookItMadeReady() {
+        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+        let lane = scheduler.makeLane()
+        let firedOn = Mutex<pthread_t?>(nil)
+        let ranOn = Mutex<pthread_t?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        _ = scheduler.schedule(at: now() + 5_000_000) {
+            firedOn.withLock { $0 = pthread_self() }
+            lane.enqueueUrgently {
+                ranOn.withLock { $0 = pthread_self() }
+                done.signal()
+            }
+        }
+        #expect(waited(done))
+        let fired = firedOn.withLock { $0 }
+        let ran = ranOn.withLock { $0 }
+        #expect(fired != nil && ran != nil && pthread_equal(fired!, ran!) != 0)
+    }
+
+    /// A hook that blocks every thread cannot hold up a deadline: with no
+    /// thread idle to lead, the monitor fires the timer.
+    @Test func aTimerFiresWhileEveryHookThreadIsBlocked() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))  // no thread is added
+        let release = DispatchSemaphore(value: 0)
+        let entered = DispatchSemaphore(value: 0)
+        for _ in 0..<2 {
+            scheduler.makeLane().enqueue {
+                entered.signal()
+                release.wait()
+            }
+        }
+        #expect(waited(entered) && waited(entered))
+        let fired = DispatchSemaphore(value: 0)
+        let start = now()
+        _ = scheduler.schedule(at: start + 5_000_000) { fired.signal() }
+        #expect(waited(fired))
+        #expect(now() - start < 3_000_000_000)
+        #expect(scheduler.threadCount == 2)
+        release.signal()
+        release.signal()
+    }
+}
