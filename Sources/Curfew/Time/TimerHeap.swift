@@ -19,12 +19,20 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
 ///
 /// A cancelled timer stays in the heap until it reaches the top, or until
 /// cancelled ones are half the heap, when they all go at once.
+///
+/// The heap holds one reference to each entry, unmanaged, so moving an item
+/// while the owner holds its lock costs no reference counting.
 struct TimerHeap {
     private struct Item {
         let deadline: UInt64
         /// Ties on the deadline fire in the order armed.
         let order: UInt64
-        let entry: TimerEntry
+        /// Retained while the item is in the heap.
+        let reference: Unmanaged<TimerEntry>
+
+        var isCancelled: Bool {
+            reference._withUnsafeGuaranteedRef { $0.work == nil }
+        }
 
         func fires(before other: Item) -> Bool {
             deadline != other.deadline ? deadline < other.deadline : order < other.order
@@ -44,7 +52,7 @@ struct TimerHeap {
 
     mutating func insert(_ entry: TimerEntry, at deadline: UInt64) {
         armed &+= 1
-        items.append(Item(deadline: deadline, order: armed, entry: entry))
+        items.append(Item(deadline: deadline, order: armed, reference: .passRetained(entry)))
         siftUp(items.count - 1)
     }
 
@@ -55,7 +63,11 @@ struct TimerHeap {
         entry.work = nil
         cancelled += 1
         if cancelled >= 64 && cancelled * 2 >= items.count {
-            items.removeAll { $0.entry.work == nil }
+            items.removeAll {
+                guard $0.isCancelled else { return false }
+                $0.reference.release()
+                return true
+            }
             cancelled = 0
             for index in stride(from: items.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
         }
@@ -66,10 +78,11 @@ struct TimerHeap {
     /// order, into `due`; drops cancelled ones it meets at the top.
     mutating func takeDue(at now: UInt64, limit: Int, into due: inout [@Sendable () -> Void]) {
         var taken = 0
-        while let top = items.first, top.deadline <= now || top.entry.work == nil {
+        while let top = items.first, top.deadline <= now || top.isCancelled {
             removeTop()
-            if let work = top.entry.work {
-                top.entry.work = nil
+            let entry = top.reference.takeRetainedValue()
+            if let work = entry.work {
+                entry.work = nil
                 due.append(work)
                 taken += 1
                 if taken == limit { return }
