@@ -102,6 +102,7 @@ static void bench_destroy(curfew_context *ctx, void *state) {
 static _Atomic int64_t sleepers_live;
 static _Atomic int64_t lateness_count;
 static double lateness_ms[BENCH_MAX_SAMPLES];
+static int64_t expired_at_ns[BENCH_MAX_SAMPLES];  /* CLOCK_MONOTONIC, as the host's clock */
 
 typedef struct {
     int64_t sleep_ms;
@@ -132,16 +133,27 @@ static void sleep_expire(curfew_context *ctx, void *state, curfew_expire_reason 
     sleep_state *s = state;
     double lead_ms = (double)(-s->lead_ns - 1) / 1e6;
     double late = lead_ms - host->time_remaining(ctx) * 1000;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t index = lateness_count++;
-    if (index < BENCH_MAX_SAMPLES) lateness_ms[index] = late;
+    if (index < BENCH_MAX_SAMPLES) {
+        lateness_ms[index] = late;
+        expired_at_ns[index] = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    }
 }
 
 /* For the benchmark: how many sleepers have run a chunk; the lateness
- * samples so far (copied into `out`, at most `capacity`); a reset. */
+ * samples so far (copied into `out`, at most `capacity`), and when each
+ * hook ran; a reset. */
 CURFEW_EXPORT int64_t bench_sleepers_live(void) { return sleepers_live; }
 CURFEW_EXPORT int64_t bench_lateness(double *out, int64_t capacity) {
     int64_t count = lateness_count < BENCH_MAX_SAMPLES ? lateness_count : BENCH_MAX_SAMPLES;
     for (int64_t i = 0; i < count && i < capacity; i++) out[i] = lateness_ms[i];
+    return count;
+}
+CURFEW_EXPORT int64_t bench_expired_at(int64_t *out, int64_t capacity) {
+    int64_t count = lateness_count < BENCH_MAX_SAMPLES ? lateness_count : BENCH_MAX_SAMPLES;
+    for (int64_t i = 0; i < count && i < capacity; i++) out[i] = expired_at_ns[i];
     return count;
 }
 CURFEW_EXPORT void bench_sleepers_reset(void) {

@@ -134,6 +134,13 @@ func writePatched(_ bytes: [UInt8], _ path: String, from: String, to: String) th
     try writeAll(path, copy)
 }
 
+/// CPU time this process has used, all threads (`CLOCK_PROCESS_CPUTIME_ID`).
+func processCPUNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
 /// Resident bytes of this process (from /proc/self/statm).
 func residentBytes() -> Double {
     guard let file = fopen("/proc/self/statm", "r") else { return .nan }

@@ -476,13 +476,16 @@ struct Bench {
         var p99 = Row(
             name: "live jobs in process, \(count)", measure: "expire hook lateness p99", unit: "ms",
             baselineName: "a POSIX timer's signal (what timeout waits on)", target: .absoluteAtMost(0.5, "p99 < 0.5 ms"))
+        var burst = Row(
+            name: "live jobs in process, \(count)", measure: "CPU the jobs' ends take, per core", unit: "ms",
+            baselineName: "the time their expiration points span")
         let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
         func child(_ jobs: Int) throws -> [Double] {
             var command = Command(["/proc/self/exe", Self.liveJobsArgument, String(jobs), options.tiny ? "tiny" : "full"])
             command.stdout = "\(workFolder)/live-jobs.out"
             try command.run()
             let values = String(decoding: try readAll(command.stdout), as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\n" }).compactMap { Double($0) }
-            guard values.count == 4 else { throw CurfewError(.unreadable, "the live-jobs child printed no result") }
+            guard values.count == 6 else { throw CurfewError(.unreadable, "the live-jobs child printed no result") }
             return values
         }
         for repetition in 0...options.repetitions {
@@ -497,15 +500,19 @@ struct Bench {
             p50.baseline.append(timer.median)
             p99.values.append(full[3])
             p99.baseline.append(timer.p99)
+            burst.values.append(full[4])
+            burst.baseline.append(full[5])
             if repetition == 0 { break }
         }
         memory.note = "resident set growth from before the run to when every job has run its first chunk, runner, queues and thread stacks included"
-        return [memory, threads, p50, p99]
+        burst.note = "the process's CPU time from just before the first expiration to the run's end, less the live jobs' own rate measured just before, ÷ cores; a ratio above 1 means expirations come faster than the host can end jobs, and the queue that builds sets the p99"
+        return [memory, threads, p50, p99, burst]
     }
 
     static let liveJobsArgument = "__live-jobs"
 
-    /// The child of ``liveJobs()``: prints "bytes-per-job threads p50-ms p99-ms".
+    /// The child of ``liveJobs()``: prints "bytes-per-job threads p50-ms
+    /// p99-ms end-cpu-per-core-ms expiration-span-ms".
     static func liveJobsChild(count: Int, tiny: Bool) async throws {
         let plugin = try PluginLoader().load(benchPluginPath())
         guard let job = plugin.jobs.first(where: { $0.name == "bench-sleep" }) else { throw CurfewError(.notFound, "no bench-sleep") }
@@ -514,24 +521,49 @@ struct Bench {
         typealias Samples = @convention(c) (UnsafeMutablePointer<Double>?, Int64) -> Int64
         let live = unsafeBitCast(dlsym(handle, "bench_sleepers_live")!, to: Count.self)
         let samples = unsafeBitCast(dlsym(handle, "bench_lateness")!, to: Samples.self)
+        typealias Times = @convention(c) (UnsafeMutablePointer<Int64>?, Int64) -> Int64
+        let expiredAt = unsafeBitCast(dlsym(handle, "bench_expired_at")!, to: Times.self)
         let leadMilliseconds = tiny ? 100 : 500
         let lead = Duration.milliseconds(leadMilliseconds)
-        let budget = tiny ? Duration.milliseconds(400) : .milliseconds(2000)
+        let budgetMilliseconds = tiny ? 400 : 2000
+        let budget = Duration.milliseconds(budgetMilliseconds)
         let configuration = RunConfiguration(
             policy: GrantPolicy(budget: budget, grace: lead), maxConcurrentJobs: count,
             parameters: ["sleep-ms": "50", "lead-ns": "\(leadMilliseconds * 1_000_000)"])
         let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
         let before = residentBytes()
+        let started = now()
         let task = Task { await runner.run() }
         while live() < Int64(count) { usleep(1000) }
         let after = residentBytes()
         let threads = threadCount()
+        // The CPU the jobs' ends take: from a little before the first
+        // expiration point to the end, less what the live jobs take at that
+        // rate, measured over the 100 ms before.
+        let firstExpiration = started + UInt64(budgetMilliseconds - leadMilliseconds) * 1_000_000
+        func sleep(until instant: UInt64) {
+            let now = now()
+            if instant > now { usleep(UInt32((instant - now) / 1000)) }
+        }
+        sleep(until: firstExpiration - 130_000_000)
+        let (cpuBefore, timeBefore) = (processCPUNanoseconds(), now())
+        sleep(until: firstExpiration - 30_000_000)
+        let (cpuAtBurst, timeAtBurst) = (processCPUNanoseconds(), now())
         let results: [JobResult] = await task.value
+        let (cpuAfter, timeAfter) = (processCPUNanoseconds(), now())
+        let liveRate = Double(cpuAtBurst - cpuBefore) / Double(max(1, timeAtBurst - timeBefore))
+        let endsCPU = Double(cpuAfter - cpuAtBurst) - liveRate * Double(timeAfter - timeAtBurst)
+        let cores = Double(max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))))
         precondition(results.allSatisfy { $0.outcome == Outcome.expired }, "a sleeping job did not expire cleanly")
         var lateness = [Double](repeating: 0, count: count)
         let got = Int(samples(&lateness, Int64(count)))
         precondition(got == count, "\(got) expire hooks ran, not \(count)")
-        print("\((after - before) / Double(count)) \(threads) \(percentile(lateness, 50)) \(percentile(lateness, 99))")
+        var ranAt = [Int64](repeating: 0, count: count)
+        precondition(Int(expiredAt(&ranAt, Int64(count))) == count, "the expire hooks' times are missing")
+        // Each expiration point: when its hook ran, less how late it ran.
+        let points = zip(ranAt, lateness).map { Double($0) / 1e6 - $1 }
+        let span = (points.max() ?? 0) - (points.min() ?? 0)
+        print("\((after - before) / Double(count)) \(threads) \(percentile(lateness, 50)) \(percentile(lateness, 99)) \(endsCPU / cores / 1e6) \(span)")
     }
 
     func run() async throws -> [Row] {
