@@ -162,7 +162,8 @@ typedef enum curfew_app_state {
  * CURFEW_APP_EVENT_DID_BECOME_ACTIVE      inactive -> active
  * CURFEW_APP_EVENT_WILL_TERMINATE         the host is shutting down; the
  *                                         grant expires with the shutdown
- *                                         reason right after */
+ *                                         reason right after
+ * A newer host may add events: ignore a value not listed here. */
 typedef enum curfew_app_event {
     CURFEW_APP_EVENT_LAUNCH = 0,
     CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE = 1,

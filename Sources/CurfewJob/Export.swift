@@ -176,7 +176,8 @@ private let expireHook: curfew_expire_fn = { _, state, reason in
 }
 
 private let appEventHook: curfew_app_event_fn = { _, state, event in
-    instance(state)._withUnsafeGuaranteedRef { $0.appEvent(AppEvent(event)) }
+    guard let event = AppEvent(event) else { return }
+    instance(state)._withUnsafeGuaranteedRef { $0.appEvent(event) }
 }
 
 private let destroyHook: curfew_destroy_fn = { _, state in

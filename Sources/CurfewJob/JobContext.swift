@@ -191,14 +191,17 @@ public enum CheckpointError: Error, Equatable, Sendable {
 }
 
 extension AppEvent {
-    init(_ event: curfew_app_event) {
+    /// `nil` for an event this SDK does not know (from a newer host): the
+    /// job is not told of it, as curfew.h asks of a job.
+    init?(_ event: curfew_app_event) {
         switch event {
         case CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE: self = .willResignActive
         case CURFEW_APP_EVENT_DID_ENTER_BACKGROUND: self = .didEnterBackground
         case CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND: self = .willEnterForeground
         case CURFEW_APP_EVENT_DID_BECOME_ACTIVE: self = .didBecomeActive
+        case CURFEW_APP_EVENT_LAUNCH: self = .launch
         case CURFEW_APP_EVENT_WILL_TERMINATE: self = .willTerminate
-        default: self = .launch
+        default: return nil
         }
     }
 }

@@ -1,3 +1,4 @@
+import CCurfew
 import Synchronization
 import Testing
 
@@ -66,6 +67,17 @@ import Testing
             }.run().first)
         #expect(result.outcome == .completed)
         #expect(asked.withLock { $0 } == [.seconds(90)])
+    }
+
+    /// A newer host's event reaches a Swift job as nothing, not as a second launch.
+    @Test func anAppEventTheSDKDoesNotKnowIsNotPassedOn() {
+        let known: [CurfewJob.AppEvent] = [.launch, .willResignActive, .didEnterBackground, .willEnterForeground, .didBecomeActive, .willTerminate]
+        for (raw, event) in known.enumerated() {
+            #expect(CurfewJob.AppEvent(curfew_app_event(rawValue: UInt32(raw))) == event)
+        }
+        for raw in [6, 99, UInt32.max] {
+            #expect(CurfewJob.AppEvent(curfew_app_event(rawValue: raw)) == nil)
+        }
     }
 
     @Test func delaysBecomePositiveNanoseconds() {
