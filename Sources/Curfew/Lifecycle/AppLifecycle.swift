@@ -121,6 +121,8 @@ public final class AppLifecycle: Sendable {
 
     /// Tells every subscriber the host will terminate (`will-terminate`),
     /// once; later moves do nothing. Whoever stops the jobs does so after.
+    /// A runner starts no job after it: its waiting jobs, and every job of
+    /// a runner started later, are refused as after ``Runner/shutdown()``.
     public func terminate() {
         delivery.withLock { _ in
             let observers = state.withLock { s -> [Observer] in

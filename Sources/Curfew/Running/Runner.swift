@@ -33,6 +33,8 @@ public final class Runner: Sendable {
         var appState: AppState
         /// The runner's subscription to the lifecycle, while it runs.
         var lifecycleToken: UInt64?
+        /// The lifecycle said will-terminate: no job starts after it.
+        var terminated = false
     }
 
     public let jobs: [PluginJob]
@@ -127,6 +129,7 @@ public final class Runner: Sendable {
                 }
                 state.lifecycleToken = subscription.token
                 state.appState = subscription.state
+                state.terminated = subscription.terminated
             }
             return state.unfinished == 0
         }
@@ -168,10 +171,14 @@ public final class Runner: Sendable {
     }
 
     /// The host's app state changed: every job starts in `appState` from now
-    /// on, and the running ones (or the one named `job`) hear `event`.
+    /// on, and the running ones (or the one named `job`) hear `event`. After
+    /// `willTerminate` no job starts: those waiting are refused, as after
+    /// ``shutdown()``, while the running ones go on until whoever stops
+    /// the jobs does.
     func appEvent(_ event: AppEvent, state appState: AppState, deadline: CurfewInstant?, job: String? = nil) {
         let runs = state.withLock { state -> [any JobExecution] in
             state.appState = appState
+            if event == .willTerminate { state.terminated = true }
             return state.running.sorted { $0.key < $1.key }.map(\.value).filter { job == nil || $0.job.name == job }
         }
         runs.forEach { $0.appEvent(event, state: appState, deadline: deadline) }
@@ -204,7 +211,7 @@ public final class Runner: Sendable {
             // metadata from its mangled name on first use, at a cost.
             let next = state.withLock { state -> Admission in
                 guard state.started, state.next < jobs.count else { return .none }
-                if let reason = state.shutdown {
+                if let reason = state.shutdown ?? (state.terminated ? .shutdown : nil) {
                     let why = reason == .cancelled
                         ? "the run was cancelled before the job started" : "the host was shutting down before the job started"
                     defer { state.next += 1 }

@@ -32,9 +32,10 @@ extension ProcessTests {
         /// A runner of `jobs` under `app`, started; its results come through the returned task.
         func start(
             _ jobs: [PluginJob], app: AppLifecycle, budget: Duration = .seconds(10), isolation: Isolation = .none,
-            clock: any CurfewClock
+            clock: any CurfewClock, maxConcurrentJobs: Int = 4
         ) -> (Runner, EventLog, Task<[JobResult], Never>) {
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: budget, grace: budget / 5), maxConcurrentJobs: 4)
+            var configuration = RunConfiguration(
+                policy: GrantPolicy(budget: budget, grace: budget / 5), maxConcurrentJobs: maxConcurrentJobs)
             configuration.lifecycle = app
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
@@ -103,6 +104,48 @@ extension ProcessTests {
             #expect(events.logs(of: "listener") == [
                 "launch in background, limited", "will-terminate in background, limited", "expire shutdown",
             ])
+        }
+
+        /// Waits until `jobs` jobs have finished; shuts the runner down if one
+        /// of `names` says anything (it launched), so a run that should have
+        /// refused it still ends, on the stepped clock, and the test can fail.
+        func endWhenAllFinish(_ runner: Runner, _ events: EventLog, jobs: Int, orWhenOneOf names: [String]) async throws {
+            let give = ContinuousClock.now + .seconds(20)
+            while events.all.filter({ if case .finished = $0 { true } else { false } }).count < jobs {
+                if names.contains(where: { !events.logs(of: $0).isEmpty }) || ContinuousClock.now > give {
+                    runner.shutdown()
+                    return
+                }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+        }
+
+        /// A terminating host launches nothing: a job waiting for a slot when
+        /// will-terminate comes is refused, not started later unwarned.
+        @Test func aJobWaitingWhenTheHostWillTerminateIsRefused() async throws {
+            let app = AppLifecycle()
+            let (runner, events, results) = start(try jobs("ender", "listener"), app: app, clock: clock, maxConcurrentJobs: 1)
+            try await heard("launch in background, limited", from: "ender", in: events)
+            app.terminate()
+            try await heard("will-terminate in background, limited", from: "ender", in: events)
+            // The running job goes on until it is stopped; here it is cancelled alone.
+            runner.cancel(job: "ender")
+            try await endWhenAllFinish(runner, events, jobs: 2, orWhenOneOf: ["listener"])
+            let outcomes = await results.value
+            #expect(outcomes.map(\.outcome) == [.expired, .refused])
+            #expect(outcomes[1].reason == "the host was shutting down before the job started")
+            #expect(events.logs(of: "listener").isEmpty)
+        }
+
+        @Test func aRunnerStartedAfterTheHostWillTerminateLaunchesNothing() async throws {
+            let app = AppLifecycle()
+            app.terminate()
+            let (runner, events, results) = start(try jobs("listener", "ender"), app: app, clock: clock)
+            try await endWhenAllFinish(runner, events, jobs: 2, orWhenOneOf: ["listener", "ender"])
+            let outcomes = await results.value
+            #expect(outcomes.map(\.outcome) == [.refused, .refused])
+            #expect(outcomes.allSatisfy { $0.reason == "the host was shutting down before the job started" })
+            #expect(events.logs(of: "listener").isEmpty && events.logs(of: "ender").isEmpty)
         }
 
         /// Before: the expiration that follows will-terminate, asked for while
