@@ -117,7 +117,7 @@ public final class HookScheduler: @unchecked Sendable {
             } else if threads < baseThreads {
                 startThread()  // it takes the lead
             } else {
-                watchTimersFromMonitor()
+                handOffTimers()
             }
         }
         return entry
@@ -275,11 +275,14 @@ public final class HookScheduler: @unchecked Sendable {
         var due: [@Sendable () -> Void] = []
         var next: (@Sendable () -> Void)?
         var leading = false
+        /// Right after a batch, the ready list comes before another batch:
+        /// the work its claim took without a wake is this thread's to run.
+        var justFired = false
         var idleSince = curfew_shim_monotonic_nanoseconds()
         lock()
         while true {
             // Timers due now, before any hook: whoever is idle fires them.
-            if let deadline = timers.nextDeadline {
+            if !justFired, let deadline = timers.nextDeadline {
                 let now = curfew_shim_monotonic_nanoseconds()
                 if deadline <= now {
                     timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
@@ -298,9 +301,11 @@ public final class HookScheduler: @unchecked Sendable {
                     lock()
                     busySince[slot] = 0
                     if claims > 0 { claims -= 1 }
+                    justFired = true
                     continue
                 }
             }
+            justFired = false
             if let lane = popReady() {
                 if leading {
                     leading = false
@@ -338,8 +343,9 @@ public final class HookScheduler: @unchecked Sendable {
                 if leading {
                     leading = false
                     hasLeader = false
-                    handOffTimers()
                 }
+                // It may have been woken to take the lead: pass that on.
+                if !hasLeader { handOffTimers() }
                 threads -= 1
                 busySince[slot] = Self.freeSlot
                 unlock()
