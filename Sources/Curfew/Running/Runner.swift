@@ -182,6 +182,7 @@ public final class Runner: Sendable {
             return state.running.sorted { $0.key < $1.key }.map(\.value).filter { job == nil || $0.job.name == job }
         }
         runs.forEach { $0.appEvent(event, state: appState, deadline: deadline) }
+        if event == .willTerminate { admit() }  // refuses the waiting jobs now
     }
 
     /// Expires every running job now with `reason`; a job that has not
