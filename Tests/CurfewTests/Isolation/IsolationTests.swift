@@ -165,7 +165,8 @@ extension ProcessTests {
                     #expect(reasons[endless]?.contains("at the hard deadline") == true)
                 }
             }
-            #expect(outcomes == expected)
+            let differing = Set(outcomes.keys).union(expected.keys).filter { outcomes[$0] != expected[$0] }.sorted()
+            #expect(outcomes == expected, "\(differing.map { "\($0): \(outcomes[$0] ?? "none") (\(reasons[$0] ?? "")), not \(expected[$0] ?? "none")" })")
             #expect(reasons["loops-in-expire"]?.contains("at the hard deadline") == true)
             let rejected = events.filter { $0.event == "rejected" }
             #expect(rejected.count == 2)
