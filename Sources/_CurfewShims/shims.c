@@ -339,7 +339,11 @@ int curfew_shim_fork_server(int control) {
                  * worker comes to the host, which reaps and kills it from then on. */
                 install_handler(CURFEW_PARENT_DEATH_SIGNAL, on_parent_death, 0);
                 prctl(PR_SET_PDEATHSIG, CURFEW_PARENT_DEATH_SIGNAL);
-                if (getppid() != server) _exit(1);
+                /* Died before the call, no signal comes: the server (a plugin
+                 * may kill it), and the worker is the host's now and lives on
+                 * as above; or the host too, and the worker ends. */
+                pid_t parent = getppid();
+                if (parent != server && parent != fork_server_host) _exit(1);
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);
                 dup2(fds[2], 2);
