@@ -81,17 +81,26 @@ public final class Server: @unchecked Sendable {
 
     private final class ActiveRun: Sendable {
         let runner: Runner
-        let requested: NextRun
-        init(runner: Runner, requested: NextRun) {
+        let notes: RunNotes
+        init(runner: Runner, notes: RunNotes) {
             self.runner = runner
-            self.requested = requested
+            self.notes = notes
         }
     }
 
-    /// The next run a job asked for during its run: the runner's event
-    /// handler holds this, not the ``ActiveRun`` (which holds the runner).
-    private final class NextRun: Sendable {
+    /// What a run's events leave for its end: the runner's event handler
+    /// holds this, not the ``ActiveRun`` (which holds the runner).
+    private final class RunNotes: Sendable {
+        /// The next run the job asked for during its run.
         let delay = Mutex<Duration?>(nil)
+        /// The job's `finished` event, held back until its outcome is in the
+        /// schedule, so a `status` asked for after it shows the outcome.
+        let finished = Mutex<FinishedEvent?>(nil)
+    }
+
+    private struct FinishedEvent: Sendable {
+        let event: RunEvent
+        let time: CurfewInstant
     }
 
     public init(
@@ -426,13 +435,21 @@ public final class Server: @unchecked Sendable {
             openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
         configuration.maxConcurrentJobs = 1
         configuration.lifecycle = lifecycle
-        let requested = NextRun()
+        let notes = RunNotes()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in
-            if case .nextRunRequested(_, let delay) = event { requested.delay.withLock { $0 = delay } }
+            switch event {
+            case .nextRunRequested(_, let delay):
+                notes.delay.withLock { $0 = delay }
+            case .finished:
+                notes.finished.withLock { $0 = FinishedEvent(event: event, time: time) }
+                return  // said once the outcome is booked (``ended``)
+            default:
+                break
+            }
             forward(event, time)
         }
-        let run = ActiveRun(runner: runner, requested: requested)
+        let run = ActiveRun(runner: runner, notes: notes)
         active[job.name] = run
         runner.start { [self] results in
             queue.async { self.ended(job.name, run, results.first) }
@@ -443,9 +460,10 @@ public final class Server: @unchecked Sendable {
         if active[name] === run { active[name] = nil }
         if let result {
             schedule.finished(
-                job: name, outcome: result.outcome, requested: run.requested.delay.withLock { $0 }, stopped: stopping, now: .now())
+                job: name, outcome: result.outcome, requested: run.notes.delay.withLock { $0 }, stopped: stopping, now: .now())
             save(name)
         }
+        if let finished = run.notes.finished.withLock({ $0 }) { onEvent(finished.event, finished.time) }
         if stopping {
             finishStopIfIdle()
         } else {

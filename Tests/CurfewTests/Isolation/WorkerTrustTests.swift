@@ -157,12 +157,13 @@ extension ProcessTests {
             ])
             let said = events.first { $0.event == "log" && $0.job == "kills-server" }?.message
             #expect(said == "killed the fork server")
-            #expect(finished(events, "kills-server")?.outcome == "completed")
+            func why(_ job: String) -> Comment { "\(finished(events, job)?.reason ?? "no finished event")" }
+            #expect(finished(events, "kills-server")?.outcome == "completed", why("kills-server"))
             // Running when the server died: carried on to its expiration.
-            #expect(finished(events, "ticks")?.outcome == "expired")
-            #expect(finished(events, "prints")?.outcome == "completed")
+            #expect(finished(events, "ticks")?.outcome == "expired", why("ticks"))
+            #expect(finished(events, "prints")?.outcome == "completed", why("prints"))
             // Started after: from a new worker.
-            #expect(finished(events, "inspects")?.outcome == "completed")
+            #expect(finished(events, "inspects")?.outcome == "completed", why("inspects"))
         }
     }
 }
