@@ -31,8 +31,8 @@ public struct GrantObserver: Sendable {
 /// process's ``HookScheduler``: by an idle hook thread before it runs any
 /// hook, or by the scheduler's monitor when every hook thread is busy, so
 /// a blocked expiration handler cannot hold up the deadline; the handlers
-/// run on the grant's handler queue. With a ``ManualClock`` the timers fire inside
-/// `advance(by:)`.
+/// run on the grant's handler queue. With a ``ManualClock`` the timers
+/// fire inside `advance(by:)`.
 ///
 /// - Important: A grant never calls plugin code from a timer and
 ///   expires at most once; after its deadline it never fires again.

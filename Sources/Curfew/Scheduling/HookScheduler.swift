@@ -295,10 +295,7 @@ public final class HookScheduler: @unchecked Sendable {
                     if !hasLeader { handOffTimers() }
                     claims += 1
                     busySince[slot] = now
-                    unlock()
-                    for work in due { work() }
-                    due.removeAll(keepingCapacity: true)
-                    lock()
+                    fire(&due)
                     busySince[slot] = 0
                     if claims > 0 { claims -= 1 }
                     justFired = true
@@ -389,10 +386,7 @@ public final class HookScheduler: @unchecked Sendable {
             if !hasLeader, let deadline = timers.nextDeadline, deadline <= now {
                 timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
                 if !due.isEmpty {
-                    unlock()
-                    for work in due { work() }
-                    due.removeAll(keepingCapacity: true)
-                    lock()
+                    fire(&due)
                     continue
                 }
             }
@@ -415,6 +409,15 @@ public final class HookScheduler: @unchecked Sendable {
             }
             monitorUntil = 0
         }
+    }
+
+    /// Runs the timers' work taken from the heap, outside the lock (held on
+    /// entry and on return), and lets go of it there too.
+    private func fire(_ due: inout [@Sendable () -> Void]) {
+        unlock()
+        for work in due { work() }
+        due.removeAll(keepingCapacity: true)
+        lock()
     }
 
     // MARK: The lock

@@ -1,5 +1,4 @@
 import Glibc
-import _CurfewShims
 
 /// A pthread mutex and conditions on it, for the host's own threads that
 /// wait for work or for a deadline (``HookScheduler``).
@@ -57,12 +56,6 @@ struct ThreadCondition: @unchecked Sendable {
     func wait(until deadline: UInt64) -> Bool {
         var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
         return pthread_cond_timedwait(condition, mutex, &time) == ETIMEDOUT
-    }
-
-    /// As ``wait(until:)``, for at most `nanoseconds` from now.
-    @discardableResult
-    func wait(nanoseconds: UInt64) -> Bool {
-        wait(until: curfew_shim_monotonic_nanoseconds() &+ nanoseconds)
     }
 
     /// Wakes one waiter.
