@@ -313,9 +313,15 @@ public final class HookScheduler: @unchecked Sendable {
                 next = lane.first
                 if lane.restHead < lane.rest.count {
                     lane.first = lane.rest[lane.restHead]
+                    lane.rest[lane.restHead] = nil  // what it captured goes once it has run
                     lane.restHead += 1
                     if lane.restHead == lane.rest.count {
                         lane.rest = []
+                        lane.restHead = 0
+                    } else if lane.restHead >= 64 && lane.restHead * 2 >= lane.rest.count {
+                        // A lane that never empties (a flood of events) does not
+                        // keep the slots of the work it ran: at most half its list.
+                        lane.rest.removeFirst(lane.restHead)
                         lane.restHead = 0
                     }
                 } else {
@@ -437,7 +443,9 @@ public final class Lane: HookQueue, @unchecked Sendable {
     let scheduler: HookScheduler
     // Guarded by the scheduler's lock.
     fileprivate var first: (@Sendable () -> Void)?
-    fileprivate var rest: [@Sendable () -> Void] = []
+    /// The work behind `first`, from `restHead` on (the slots before it
+    /// are spent, `nil`).
+    fileprivate var rest: [(@Sendable () -> Void)?] = []
     fileprivate var restHead = 0
     /// In the ready list or running on a thread.
     fileprivate var scheduled = false

@@ -45,6 +45,38 @@ import Testing
         #expect(scheduler.threadCount <= 2)
     }
 
+    /// Before: a lane kept every piece of work it had run, and what it
+    /// captured, until it was empty once; a run's events, a lane that a
+    /// flood of output never lets empty, grew the host by hundreds of MiB.
+    @Test func aLaneThatNeverEmptiesReleasesTheWorkItHasRun() {
+        final class Released: Sendable { let count = Atomic<Int>(0) }
+        final class Token: Sendable {
+            let released: Released
+            init(_ released: Released) { self.released = released }
+            deinit { released.count.add(1, ordering: .relaxed) }
+        }
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let lane = scheduler.makeLane()
+        let released = Released()
+        let (go, reached, finish) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        lane.enqueue { go.wait() }
+        let count = 1000
+        for _ in 0..<count {
+            let token = Token(released)
+            lane.enqueue { _ = token }
+        }
+        // The lane is not empty while this waits: the work behind it must be gone already.
+        lane.enqueue {
+            reached.signal()
+            finish.wait()
+        }
+        for _ in 0..<2 { lane.enqueue {} }
+        go.signal()
+        #expect(waited(reached))
+        #expect(released.count.load(ordering: .relaxed) == count)
+        finish.signal()
+    }
+
     @Test func aThousandLanesShareTheCoresThreads() {
         let scheduler = HookScheduler(threads: 2, stall: .seconds(60))  // no thread counts as stuck
         let done = DispatchSemaphore(value: 0)
