@@ -1,11 +1,15 @@
 import CCurfew
-import Dispatch
 import Glibc
 import Synchronization
 
 /// Delivers a run's events to its handler, in the order they were posted,
-/// on one serial queue, so the handler never runs under the runner's locks
-/// and each job's `finished` is its last event.
+/// on one ``Lane`` of the ``HookScheduler``, so the handler never runs under
+/// the runner's locks and each job's `finished` is its last event.
+///
+/// A lane, not a Dispatch queue: the events run on the threads the jobs'
+/// hooks run on, behind any expiration due (an urgent lane goes first), and
+/// a worker starts no Dispatch thread for them. A handler that blocks (a
+/// full pipe) holds one thread; the scheduler's monitor adds another.
 ///
 /// Each event carries the instant it happened — when it was posted, or the
 /// instant a worker read off the shared monotonic clock — not the instant
@@ -17,7 +21,7 @@ import Synchronization
 /// ``waitForRoom()`` before reading more, so a flood is held up in the
 /// worker's pipe, not in the host's memory.
 final class EventChannel: Sendable {
-    private let queue = DispatchQueue(label: "curfew.events")
+    private let lane = HookScheduler.shared.makeLane()
     private let clock: any CurfewClock
     private let handler: @Sendable (RunEvent, CurfewInstant) -> Void
     /// The bytes of text in events not yet handled (each event counts
@@ -43,7 +47,7 @@ final class EventChannel: Sendable {
         let time = time ?? clock.now()
         let weight = Self.weight(of: event)
         backlog.add(weight, ordering: .relaxed)
-        queue.async { [self] in
+        lane.enqueue { [self] in
             handler(event, time)
             backlog.subtract(weight, ordering: .relaxed)
             then?()

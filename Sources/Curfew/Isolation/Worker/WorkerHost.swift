@@ -21,13 +21,13 @@ final class WorkerHost: Sendable {
         var loaded: [String: PluginScan] = [:]
     }
 
-    /// The status timer, kept for the process's life (one worker host a process).
-    nonisolated(unsafe) private static var statusTimer: (any DispatchSourceTimer)?
-
     /// How often the host hears how many chunks each job has run, while
     /// the count changes: its live display, and the count it reports for a
     /// worker that is killed or dies.
-    static let statusInterval: DispatchTimeInterval = .milliseconds(100)
+    static let statusInterval: Duration = .milliseconds(100)
+    /// Where the status is sent from: a timer only enqueues it here, since
+    /// a write on the channel may block and a timer's work must not.
+    private let statusLane = HookScheduler.shared.makeLane()
 
     private let writer: ChannelWriter
     private let state = Mutex(State())
@@ -146,13 +146,17 @@ final class WorkerHost: Sendable {
         host.state.withLock { $0.runners["j"] = runner }
     }
 
-    /// Sends, every ``statusInterval``, each job's chunk count if it changed.
+    /// Sends, every ``statusInterval``, each job's chunk count if it changed,
+    /// for the rest of the process's life. A timer of the hook threads, not
+    /// a Dispatch source: a worker starts no Dispatch thread for it.
     private func startStatusTimer() {
-        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global(qos: .utility))
-        timer.schedule(deadline: .now() + Self.statusInterval, repeating: Self.statusInterval)
-        timer.setEventHandler { [self] in sendStatus() }
-        Self.statusTimer = timer  // once, under the start's guard
-        timer.activate()
+        let clock = MonotonicClock()
+        _ = clock.schedule(at: clock.now().advanced(by: Self.statusInterval)) { [self] in
+            statusLane.enqueue { [self] in
+                sendStatus()
+                startStatusTimer()
+            }
+        }
     }
 
     private func sendStatus() {
