@@ -297,8 +297,10 @@ public final class Runner: Sendable {
             state.holdingSlots.remove(index)
         }
         workers?.jobEnded(jobs[index])
-        record(index, result)
+        // The next job first: the history row ends with an fdatasync, and
+        // may wait for another process's hold on the store.
         admit()
+        record(index, result)
     }
 
     /// A job's work is over (its worker said so) though its outcome waits
