@@ -1,10 +1,14 @@
 // curfew-bench: each case against its baseline, in the same run, several
 // repetitions; medians, min and max, and the median of the paired ratios.
 //
-//   swift run -c release curfew-bench            the full run (a few minutes)
+//   "$(Scripts/build-bench)"                      the full run (a few minutes)
+//   "$(Scripts/build-bench)" --json               the same as JSON
+//   "$(Scripts/build-bench)" --only chunk-noop --repetitions 9
 //   swift run curfew-bench --tiny                 every case once, tiny sizes (CI)
-//   swift run -c release curfew-bench --json      the same as JSON
-//   swift run -c release curfew-bench --only chunk-noop --repetitions 9
+//
+// Scripts/build-bench builds it beside the release `curfew` that
+// Scripts/install installs (the Swift runtime linked in): the rows that
+// start `curfew` measure the binary a user runs.
 import CLibFFI
 import Curfew
 import Dispatch

@@ -299,8 +299,9 @@ public final class Runner: Sendable {
         workers?.jobEnded(jobs[index])
         // The next job first: the history row ends with an fdatasync, and
         // may wait for another process's hold on the store.
+        let ended = WallTime.now()
         admit()
-        record(index, result)
+        record(index, result, endedAt: ended)
     }
 
     /// A job's work is over (its worker said so) though its outcome waits
@@ -314,8 +315,8 @@ public final class Runner: Sendable {
     public var stateProblems: [String] { recorder?.problems ?? [] }
 
     /// Keeps a job's result, in the history too, and completes the run after the last.
-    private func record(_ index: Int, _ result: JobResult) {
-        recorder?.record(result)
+    private func record(_ index: Int, _ result: JobResult, endedAt: WallTime = .now()) {
+        recorder?.record(result, endedAt: endedAt)
         let done = state.withLock { state -> Bool in
             state.results[index] = result
             state.unfinished -= 1

@@ -32,8 +32,9 @@ final class RunRecorder: Sendable {
         }
     }
 
-    /// Records how one job ended.
-    func record(_ result: JobResult) {
+    /// Records how one job ended, at `endedAt` (its start is that less its
+    /// elapsed time): the row may be written a while after.
+    func record(_ result: JobResult, endedAt end: WallTime = .now()) {
         guard let runID = state.withLock({ $0.runID }) else {
             // No history, but a completed job's checkpoint still goes: its next run starts afresh.
             if result.outcome == .completed {
@@ -45,7 +46,6 @@ final class RunRecorder: Sendable {
             }
             return
         }
-        let end = WallTime.now()
         let record = JobRecord(
             runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.pluginPath),
             isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
