@@ -297,8 +297,16 @@ public final class Runner: Sendable {
             state.holdingSlots.remove(index)
         }
         workers?.jobEnded(jobs[index])
-        // The next job first: the history row ends with an fdatasync, and
-        // may wait for another process's hold on the store.
+        guard workers != nil else {
+            // In process, the next job's code runs in this process: the row,
+            // and a completed job's checkpoint clear with it, is on disk
+            // before that code could take the process down.
+            record(index, result)
+            admit()
+            return
+        }
+        // In workers, the next job first: the row ends with an fdatasync,
+        // and may wait for another process's hold on the store.
         let ended = WallTime.now()
         admit()
         record(index, result, endedAt: ended)

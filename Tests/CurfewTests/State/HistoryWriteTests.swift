@@ -5,14 +5,15 @@ import Testing
 
 @testable import Curfew
 
-/// A job's history row is written after the next job has started, not
-/// before: the write ends with an `fdatasync` and may wait up to the
-/// store's busy timeout for another process, and the next job does not
-/// wait for either. The row still says when the job ended.
+/// When a job's history row is written against when the next job starts.
+/// In process, the row (with a completed job's checkpoint clear) is on
+/// disk first: the next job's code could take the process down. In
+/// workers, the next job starts first: the row ends with an `fdatasync`
+/// and may wait up to the store's busy timeout for another process.
 @Suite(.serialized) struct HistoryWriteTests {
-    /// The test's hold on the store's write lock; global because a C hook captures nothing.
-    nonisolated(unsafe) static var holder: SQLiteConnection?
-    nonisolated(unsafe) static var path: String?
+    /// What the second job saw as it started; global because a C hook captures nothing.
+    nonisolated(unsafe) static var seen: (firstRecorded: Bool, checkpointCleared: Bool)?
+    nonisolated(unsafe) static var store: StateStore?
     static let lock = Mutex(())
 
     static func job(_ name: String, _ create: curfew_create_fn) -> PluginJob {
@@ -23,47 +24,81 @@ import Testing
             hooks: JobHooks(create: create, chunk: chunk, expire: expire, destroy: nil), index: 0)
     }
 
-    /// Before: the first job's row waited for the lock the test holds (the
-    /// store's 10 s busy timeout) before the second job could start, and
-    /// the second job's start is what lets go of the lock.
-    @Test func theNextJobStartsWhileAJobsHistoryRowWaitsForTheStore() async throws {
-        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
-        let path = store.path
-        defer { Self.lock.withLock { _ in Self.holder = nil } }
-        // The first job takes the store's write lock as another process would.
-        let first = Self.job("first") { _, _ in
-            HistoryWriteTests.lock.withLock { _ in
-                guard HistoryWriteTests.holder == nil, let path = HistoryWriteTests.path,
-                    let connection = try? SQLiteConnection(path: path), (try? connection.execute("BEGIN IMMEDIATE")) != nil
-                else { return }
-                HistoryWriteTests.holder = connection
-            }
-            return CURFEW_OK
-        }
-        // The second lets go of it.
+    /// Fails when the next job starts first (as in a worker): its create saw
+    /// the completed job with no row yet and its checkpoint still kept.
+    @Test func inProcessACompletedJobsRowIsOnDiskBeforeTheNextJobStarts() async throws {
+        let folder = Fixtures.temporaryFolder("state")
+        let store = try StateStore(folder: folder)
+        try store.saveCheckpoint(job: "first", bytes: [1, 2, 3])
+        // The second job reads through a connection of its own: what is committed, not what waits on the run's.
+        let reader = try StateStore(folder: folder)
+        Self.lock.withLock { _ in (Self.store, Self.seen) = (reader, nil) }
+        defer { Self.lock.withLock { _ in (Self.store, Self.seen) = (nil, nil) } }
+        let first = Self.job("first") { _, _ in CURFEW_OK }
         let second = Self.job("second") { _, _ in
             HistoryWriteTests.lock.withLock { _ in
-                _ = try? HistoryWriteTests.holder?.execute("COMMIT")
-                HistoryWriteTests.holder = nil
+                guard let store = HistoryWriteTests.store else { return }
+                let recorded = (try? store.history().contains { $0.job == "first" }) ?? false
+                let cleared = (try? store.checkpoint(job: "first")) == .some(nil)
+                HistoryWriteTests.seen = (recorded, cleared)
             }
             return CURFEW_OK
         }
-        Self.lock.withLock { _ in Self.path = path }
         var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1)
         configuration.state = store
         let runner = Runner(jobs: [first, second], configuration: configuration)
-        let started = ContinuousClock.now
-        let results = await runner.run()
-        let elapsed = ContinuousClock.now - started
-        #expect(results.map(\.outcome) == [.completed, .completed])
-        #expect(Self.lock.withLock { _ in Self.holder } == nil, "the second job never ran")
-        #expect(elapsed < .seconds(5), "the second job waited \(elapsed) for the first one's history row")
-        let rows = Dictionary(uniqueKeysWithValues: try store.history().map { ($0.job, $0) })
-        #expect(Set(rows.keys) == ["first", "second"])
-        // Its row says when it ended, not when the row could be written (after the second had started).
-        if let first = rows["first"], let second = rows["second"] {
-            #expect(first.endedAt.milliseconds <= second.startedAt.milliseconds + 1, "first ended \(first.endedAt), second started \(second.startedAt)")
+        #expect(await runner.run().map(\.outcome) == [.completed, .completed])
+        let seen = try #require(Self.lock.withLock { _ in Self.seen }, "the second job never ran")
+        #expect(seen.firstRecorded)
+        #expect(seen.checkpointCleared)
+    }
+}
+
+extension ProcessTests {
+    @Suite(.timeLimit(.minutes(1))) struct HistoryWriteWorkerTests {
+        /// Before: under `--isolate plugin` the second job waited for the
+        /// first one's row, which waited (up to the store's 10 s busy
+        /// timeout) for the lock the test holds until the second starts.
+        @Test func inAWorkerTheNextJobStartsWhileTheLastRowWaitsForTheStore() async throws {
+            let plugin = try Fixtures.compile("history_jobs.c")
+            let marker = Fixtures.temporaryFolder("marker") + "/second-started"
+            let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+            // Another process's hold on the store, taken as the first job starts.
+            let connection = try SQLiteConnection(path: store.path)
+            try connection.execute("PRAGMA busy_timeout = 5000")
+            let holder = Mutex(connection)
+            let held = Mutex(false)
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1, parameters: ["marker": marker])
+            configuration.isolation = .plugin
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            configuration.state = store
+            let runner = Runner(jobs: try PluginLoader().load(plugin).jobs, configuration: configuration) { event in
+                guard case .started(let job, _, _) = event, job == "first" else { return }
+                let took = holder.withLock { (try? $0.execute("BEGIN IMMEDIATE")) != nil }
+                held.withLock { $0 = took }
+            }
+            // Lets go once the second job has started, or after 5 s.
+            let released = DispatchSemaphore(value: 0)
+            let sawSecond = Mutex(false)
+            Thread.detach {
+                let start = ContinuousClock.now
+                while ContinuousClock.now - start < .seconds(5) {
+                    if access(marker, F_OK) == 0 {
+                        sawSecond.withLock { $0 = true }
+                        break
+                    }
+                    usleep(2000)
+                }
+                holder.withLock { _ = try? $0.execute("COMMIT") }
+                released.signal()
+            }
+            let results = await runner.run()
+            released.wait()
+            #expect(results.map(\.outcome) == [.completed, .completed])
+            #expect(held.withLock { $0 }, "the test never held the store")
+            #expect(sawSecond.withLock { $0 }, "the second job did not start while the first one's row waited")
+            #expect(Set(try store.history().map(\.job)) == ["first", "second"])
+            #expect(runner.stateProblems.isEmpty, "\(runner.stateProblems)")
         }
-        #expect(runner.stateProblems.isEmpty, "\(runner.stateProblems)")
     }
 }
