@@ -292,24 +292,22 @@ public final class Runner: Sendable {
     }
 
     private func finished(_ index: Int, _ result: JobResult) {
+        let ended = WallTime.now()
+        // In process, the next job's code runs in this process: the row, and
+        // a completed job's checkpoint clear with it, is on disk before the
+        // job gives up its slot (an admission under way elsewhere takes a
+        // free slot at once). In workers, the next job first: the row ends
+        // with an fdatasync, and may wait for another process's hold on the store.
+        let inProcess = workers == nil
+        if inProcess { recorder?.record(result, endedAt: ended) }
         state.withLock { state in
             _ = state.running.removeValue(forKey: index)
             state.holdingSlots.remove(index)
         }
         workers?.jobEnded(jobs[index])
-        guard workers != nil else {
-            // In process, the next job's code runs in this process: the row,
-            // and a completed job's checkpoint clear with it, is on disk
-            // before that code could take the process down.
-            record(index, result)
-            admit()
-            return
-        }
-        // In workers, the next job first: the row ends with an fdatasync,
-        // and may wait for another process's hold on the store.
-        let ended = WallTime.now()
         admit()
-        record(index, result, endedAt: ended)
+        if !inProcess { recorder?.record(result, endedAt: ended) }
+        keep(index, result)
     }
 
     /// A job's work is over (its worker said so) though its outcome waits
@@ -323,8 +321,13 @@ public final class Runner: Sendable {
     public var stateProblems: [String] { recorder?.problems ?? [] }
 
     /// Keeps a job's result, in the history too, and completes the run after the last.
-    private func record(_ index: Int, _ result: JobResult, endedAt: WallTime = .now()) {
-        recorder?.record(result, endedAt: endedAt)
+    private func record(_ index: Int, _ result: JobResult) {
+        recorder?.record(result)
+        keep(index, result)
+    }
+
+    /// Keeps a job's result (its history row is written), and completes the run after the last.
+    private func keep(_ index: Int, _ result: JobResult) {
         let done = state.withLock { state -> Bool in
             state.results[index] = result
             state.unfinished -= 1

@@ -12,7 +12,7 @@ import Testing
 /// and may wait up to the store's busy timeout for another process.
 @Suite(.serialized) struct HistoryWriteTests {
     /// What the second job saw as it started; global because a C hook captures nothing.
-    nonisolated(unsafe) static var seen: (firstRecorded: Bool, checkpointCleared: Bool)?
+    nonisolated(unsafe) static var seen: (firstRecorded: Bool, checkpointCleared: Bool, problems: [String])?
     nonisolated(unsafe) static var store: StateStore?
     static let lock = Mutex(())
 
@@ -22,6 +22,15 @@ import Testing
         return PluginJob(
             name: name, summary: "Done at once.", pluginPath: "/\(name).so", isContinuous: false,
             hooks: JobHooks(create: create, chunk: chunk, expire: expire, destroy: nil), index: 0)
+    }
+
+    /// What `body` reads, tried up to five times; each failure is added to `problems`.
+    static func read<T>(_ problems: inout [String], _ body: () throws -> T) -> T? {
+        for _ in 0..<5 {
+            do { return try body() } catch { problems.append("\(error)") }
+            usleep(10_000)
+        }
+        return nil
     }
 
     /// Fails when the next job starts first (as in a worker): its create saw
@@ -38,9 +47,11 @@ import Testing
         let second = Self.job("second") { _, _ in
             HistoryWriteTests.lock.withLock { _ in
                 guard let store = HistoryWriteTests.store else { return }
-                let recorded = (try? store.history().contains { $0.job == "first" }) ?? false
-                let cleared = (try? store.checkpoint(job: "first")) == .some(nil)
-                HistoryWriteTests.seen = (recorded, cleared)
+                // A read that fails is tried again (and said): only what is committed counts.
+                var problems: [String] = []
+                let recorded = HistoryWriteTests.read(&problems) { try store.history().contains { $0.job == "first" } } ?? false
+                let cleared = HistoryWriteTests.read(&problems) { try store.checkpoint(job: "first") == nil } ?? false
+                HistoryWriteTests.seen = (recorded, cleared, problems)
             }
             return CURFEW_OK
         }
@@ -48,9 +59,10 @@ import Testing
         configuration.state = store
         let runner = Runner(jobs: [first, second], configuration: configuration)
         #expect(await runner.run().map(\.outcome) == [.completed, .completed])
+        #expect(runner.stateProblems.isEmpty, "\(runner.stateProblems)")
         let seen = try #require(Self.lock.withLock { _ in Self.seen }, "the second job never ran")
-        #expect(seen.firstRecorded)
-        #expect(seen.checkpointCleared)
+        #expect(seen.firstRecorded, "reads that failed: \(seen.problems)")
+        #expect(seen.checkpointCleared, "reads that failed: \(seen.problems)")
     }
 }
 
