@@ -48,7 +48,7 @@ public struct PluginLoader: Sendable {
     /// ``insecurity(_:status:)``, remembering each folder's verdict in `verdicts`.
     func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?]) -> CurfewError? {
         guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
-        if let problem = Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File") { return problem }
+        if let problem = ownInsecurity(status) { return problem }
         for folder in Self.foldersAbove(path) {
             if let verdict = verdicts[folder] {
                 if let verdict { return verdict }
@@ -59,6 +59,13 @@ public struct PluginLoader: Sendable {
             if let verdict { return verdict }
         }
         return nil
+    }
+
+    /// Why a file's or folder's own `status` makes loading from it unsafe,
+    /// the folders above it aside.
+    private func ownInsecurity(_ status: Syscalls.FileStatus) -> CurfewError? {
+        guard !allowsInsecurePlugins else { return nil }
+        return Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File")
     }
 
     private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String) -> CurfewError? {
@@ -151,10 +158,19 @@ public struct PluginLoader: Sendable {
         return scan
     }
 
+    /// A file to load: its path as given or found in a folder, whether it
+    /// is known to be a regular file, and, when the listing already told
+    /// them, its real path and status (a scan's cache key needs both).
+    struct Candidate {
+        let path: String
+        let isRegular: Bool?
+        var known: (real: String, status: Syscalls.FileStatus)? = nil
+    }
+
     /// The files to load, in order, each once, with whether it is known to be
     /// a regular file; paths that cannot be read are rejected.
-    func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [(path: String, isRegular: Bool?)] {
-        var files: [(path: String, isRegular: Bool?)] = []
+    func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [Candidate] {
+        var files: [Candidate] = []
         for path in paths {
             do throws(SystemError) {
                 let info = try Syscalls.fileStatus(path)
@@ -163,20 +179,35 @@ public struct PluginLoader: Sendable {
                     continue
                 }
                 guard info.isDirectory else {
-                    files.append((path, info.isRegular))
+                    files.append(Candidate(path: path, isRegular: info.isRegular))
                     continue
                 }
+                // An entry that is no symlink (the listing says a regular
+                // file) lies in the folder's real path, and whoever could
+                // replace it could replace the folder: the folder passed
+                // above, so its own status is all that is left to check.
+                let realFolder = Syscalls.realPath(path)
                 var verdicts: [String: CurfewError?] = [:]
                 for entry in try Syscalls.directoryEntries(path)
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
+                    if entry.isRegular == true, let realFolder {
+                        let status = try? Syscalls.fileStatus(file)
+                        if let status, let insecure = ownInsecurity(status) {
+                            rejected.append(RejectedPlugin(path: file, error: insecure))
+                            continue
+                        }
+                        let real = realFolder == "/" ? "/" + entry.name : realFolder + "/" + entry.name
+                        files.append(Candidate(path: file, isRegular: status.map(\.isRegular) ?? true, known: status.map { (real, $0) }))
+                        continue
+                    }
                     if let insecure = insecurity(file, verdicts: &verdicts) {
                         rejected.append(RejectedPlugin(path: file, error: insecure))
                         continue
                     }
-                    files.append((file, entry.isRegular))
+                    files.append(Candidate(path: file, isRegular: entry.isRegular))
                 }
             } catch {
                 let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable

@@ -83,7 +83,9 @@ public struct SafeScanner: Sendable {
         var report = Report(scan: PluginScan())
         for file in files {
             // A manifest's result depends on its library too, which the key does not cover.
-            let key = file.path.hasSuffix(ForeignManifestReader.suffix) ? nil : ScanCache.key(for: file.path)
+            let key =
+                file.path.hasSuffix(ForeignManifestReader.suffix)
+                ? nil : file.known.map { ScanCache.key(real: $0.real, status: $0.status) } ?? ScanCache.key(for: file.path)
             keys[file.path] = key
             if !rescan, let key, let cached = cache.lookup(key) {
                 results[file.path] = cached

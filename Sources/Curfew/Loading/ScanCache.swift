@@ -57,7 +57,12 @@ struct ScanCache {
     /// The key of a file as it is now, or `nil` when it cannot be read.
     static func key(for file: String) -> Key? {
         guard let real = Syscalls.realPath(file), let status = try? Syscalls.fileStatus(real) else { return nil }
-        return Key(
+        return key(real: real, status: status)
+    }
+
+    /// The key of the file at real path `real`, whose status is `status`.
+    static func key(real: String, status: Syscalls.FileStatus) -> Key {
+        Key(
             path: real, size: status.size, mtime: status.modified, ctime: status.changed, device: status.device,
             inode: status.inode)
     }

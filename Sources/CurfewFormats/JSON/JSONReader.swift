@@ -202,42 +202,44 @@ package struct JSONReader {
 
     private mutating func string() throws(JSONSyntaxError) -> String {
         index += 1
-        var scalars = String.UnicodeScalarView()
+        // Most strings have no escape: they are their bytes, validated once.
+        var text = ""
         var run = index
-        func flush(_ reader: JSONReader, _ scalars: inout String.UnicodeScalarView, upTo end: Int) throws(JSONSyntaxError) {
+        func flush(_ reader: JSONReader, _ text: inout String, upTo end: Int) throws(JSONSyntaxError) {
             guard run < end else { return }
-            guard let text = String(validating: reader.bytes[run..<end], as: UTF8.self) else {
-                throw reader.error("invalid UTF-8 in a string", at: run)
+            let part = reader.bytes.withUnsafeBufferPointer {
+                String(validating: UnsafeBufferPointer(rebasing: $0[run..<end]), as: UTF8.self)
             }
-            scalars.append(contentsOf: text.unicodeScalars)
+            guard let part else { throw reader.error("invalid UTF-8 in a string", at: run) }
+            text += part
         }
         while true {
             guard index < bytes.count else { throw error("unterminated string") }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                try flush(self, &scalars, upTo: index)
+                try flush(self, &text, upTo: index)
                 index += 1
-                return String(scalars)
+                return text
             }
             if byte < 0x20 { throw error("a control character must be escaped in a string") }
             if byte != UInt8(ascii: "\\") {
                 index += 1
                 continue
             }
-            try flush(self, &scalars, upTo: index)
+            try flush(self, &text, upTo: index)
             index += 1
             guard index < bytes.count else { throw error("unterminated string") }
             let escape = bytes[index]
             index += 1
             switch escape {
-            case UInt8(ascii: "\""): scalars.append("\"")
-            case UInt8(ascii: "\\"): scalars.append("\\")
-            case UInt8(ascii: "/"): scalars.append("/")
-            case UInt8(ascii: "b"): scalars.append("\u{08}")
-            case UInt8(ascii: "f"): scalars.append("\u{0C}")
-            case UInt8(ascii: "n"): scalars.append("\n")
-            case UInt8(ascii: "r"): scalars.append("\r")
-            case UInt8(ascii: "t"): scalars.append("\t")
+            case UInt8(ascii: "\""): text.append("\"")
+            case UInt8(ascii: "\\"): text.append("\\")
+            case UInt8(ascii: "/"): text.append("/")
+            case UInt8(ascii: "b"): text.append("\u{08}")
+            case UInt8(ascii: "f"): text.append("\u{0C}")
+            case UInt8(ascii: "n"): text.append("\n")
+            case UInt8(ascii: "r"): text.append("\r")
+            case UInt8(ascii: "t"): text.append("\t")
             case UInt8(ascii: "u"):
                 var code = try hex4()
                 if (0xD800...0xDBFF).contains(code) {
@@ -250,7 +252,7 @@ package struct JSONReader {
                     code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                 }
                 guard let scalar = Unicode.Scalar(code) else { throw error("invalid Unicode escape") }
-                scalars.append(scalar)
+                text.unicodeScalars.append(scalar)
             default:
                 throw error("invalid escape '\\\(Character(Unicode.Scalar(escape)))'", at: index - 2)
             }
