@@ -40,7 +40,7 @@ let package = Package(
         // The C ABI, include/curfew.h, as a Swift module.
         .systemLibrary(name: "CCurfew", path: "include"),
         // dlopen, clocks and other libc glue that Swift cannot reach cleanly.
-        .target(name: "_CurfewShims", path: "Sources/_CurfewShims"),
+        .target(name: "_CurfewShims", path: "Sources/_CurfewShims", cSettings: [.headerSearchPath("../../include")]),
         // libffi, from Debian's libffi-dev, and accessors for its type globals.
         .systemLibrary(name: "CLibFFI", pkgConfig: "libffi", providers: [.apt(["libffi-dev"])]),
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
@@ -57,7 +57,7 @@ let package = Package(
         .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewFormats"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
-        .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI"]),
+        .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "_CurfewShims"]),
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
         cExample("BenchmarkJobs"),

@@ -1,6 +1,11 @@
 import Curfew
 import CurfewCLI
 import Glibc
+import _CurfewShims
+
+// A plugin scanner (`__scanserver`, `__scanfile`) runs no Swift: it goes
+// from here into C and exits, so its forks copy next to nothing.
+curfew_shim_scanner_main(CommandLine.argc, CommandLine.unsafeArgv)
 
 // No top-level `await` here, on purpose: with one, the main thread parks in
 // `dispatch_main` and the code after each `await` resumes on the main queue.

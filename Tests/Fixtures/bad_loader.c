@@ -6,7 +6,10 @@
  * vouching for the file $CURFEW_FIXTURE_VICTIM names, then the entry
  * function segfaults, 6 a constructor kills its process's parent (the
  * scanner's fork server) unless that is the process $CURFEW_FIXTURE_SPARE
- * names. */
+ * names, 7 the entry returns an address where nothing is mapped, 8 and 9
+ * the entry returns a descriptor whose job name ends a readable page that
+ * an unreadable one follows, with its NUL as the page's last byte (8) or
+ * without one (9). */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -37,8 +40,39 @@ __attribute__((constructor)) static void kill_the_parent(void) {
 }
 #endif
 
+#if VARIANT == 8 || VARIANT == 9
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static curfew_chunk_result edge_chunk(curfew_context *ctx, void *state) {
+    (void)ctx; (void)state;
+    return CURFEW_CHUNK_DONE;
+}
+static void edge_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)ctx; (void)state; (void)reason;
+}
+static curfew_job edge_job = {sizeof(curfew_job), 0, NULL, "Its name ends a page.", NULL, edge_chunk, edge_expire, NULL, NULL, NULL, NULL};
+static const curfew_job *edge_jobs[] = {&edge_job};
+static const curfew_plugin edge_plugin = {CURFEW_ABI_VERSION, sizeof(curfew_plugin), 1, 0, edge_jobs};
+static const curfew_plugin *edge(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    char *pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pages == MAP_FAILED || mprotect(pages + page, (size_t)page, PROT_NONE) != 0) return NULL;
+    const char *name = VARIANT == 8 ? "edge-job" : "edge-job-without-end";
+    size_t length = strlen(name) + (VARIANT == 8 ? 1 : 0);
+    memcpy(pages + page - length, name, length);
+    edge_job.name = pages + page - length;
+    return &edge_plugin;
+}
+#endif
+
 CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host) {
     (void)host;
+#if VARIANT == 7
+    return (const curfew_plugin *)(unsigned long)4096;
+#elif VARIANT == 8 || VARIANT == 9
+    return edge();
+#endif
 #if VARIANT == 1 || VARIANT == 5
     volatile int *nowhere = NULL;
     *nowhere = 1;

@@ -66,7 +66,12 @@ enum WorkerProtocol {
     /// Writes all of `line` and a newline; false when the other side is gone.
     @discardableResult
     static func send(_ line: String, to descriptor: Int32) -> Bool {
-        let bytes = Array((line + "\n").utf8)
+        send(bytes: Array((line + "\n").utf8), to: descriptor)
+    }
+
+    /// Writes all of `bytes` on a socket; false when the other side is gone.
+    @discardableResult
+    static func send(bytes: [UInt8], to descriptor: Int32) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let written = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }

@@ -17,11 +17,16 @@ struct DescriptorValidator {
     static let knownFlags = UInt32(CURFEW_JOB_CONTINUOUS)
 
     func validate(_ raw: UnsafeRawPointer) throws(CurfewError) -> LoadedPlugin {
-        let table = try jobTable(raw)
+        try validate(ProcessMemory(), at: UInt(bitPattern: raw))
+    }
+
+    /// The descriptor at `address` of `memory`, checked whole.
+    func validate(_ memory: some DescriptorMemory, at address: UInt) throws(CurfewError) -> LoadedPlugin {
+        let table = try jobTable(memory, at: address)
         var jobs: [PluginJob] = []
         var names = Set<String>()
-        for index in table.indices {
-            let job = try validateJob(table[index], index: index)
+        for index in 0..<table.count {
+            let job = try validateJob(memory, at: try table.entry(index), index: index)
             guard names.insert(job.name).inserted else {
                 throw CurfewError(.duplicateJobName, "Job name '\(job.name)' is declared twice; job names must be unique.")
             }
@@ -36,25 +41,38 @@ struct DescriptorValidator {
     /// plugin's table changed since), the whole plugin is checked and the
     /// job looked up by name.
     func validate(_ raw: UnsafeRawPointer, job index: Int, named name: String) throws(CurfewError) -> PluginJob {
-        let table = try jobTable(raw)
-        if table.indices.contains(index) {
-            let job = try validateJob(table[index], index: index)
+        let memory = ProcessMemory()
+        let address = UInt(bitPattern: raw)
+        let table = try jobTable(memory, at: address)
+        if index >= 0 && index < table.count {
+            let job = try validateJob(memory, at: try table.entry(index), index: index)
             if job.name == name { return job }
         }
-        guard let job = try validate(raw).jobs.first(where: { $0.name == name }) else {
+        guard let job = try validate(memory, at: address).jobs.first(where: { $0.name == name }) else {
             throw CurfewError(.notFound, "The plugin declares no job '\(name)' now: it changed since it was scanned.")
         }
         return job
     }
 
+    /// A descriptor's job table: `count` pointers at `address`.
+    private struct JobTable<Memory: DescriptorMemory> {
+        let memory: Memory
+        let address: UInt
+        let count: Int
+
+        func entry(_ index: Int) throws(CurfewError) -> UInt {
+            try memory.load(address &+ UInt(index) &* UInt(MemoryLayout<UInt>.stride), as: UInt.self)
+        }
+    }
+
     /// The descriptor's job table, after checking every field of the header.
-    private func jobTable(_ raw: UnsafeRawPointer) throws(CurfewError) -> UnsafeBufferPointer<UnsafePointer<curfew_job>?> {
-        guard Int(bitPattern: raw) % MemoryLayout<curfew_plugin>.alignment == 0 else {
-            throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(raw)).")
+    private func jobTable<Memory: DescriptorMemory>(_ memory: Memory, at raw: UInt) throws(CurfewError) -> JobTable<Memory> {
+        guard raw % UInt(MemoryLayout<curfew_plugin>.alignment) == 0 else {
+            throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(Self.hex(raw))).")
         }
         // abi_version and struct_size first, before anything else is read.
-        let version = raw.load(as: UInt32.self)
-        let size = raw.load(fromByteOffset: 4, as: UInt32.self)
+        let version = try memory.load(raw, as: UInt32.self)
+        let size = try memory.load(raw &+ 4, as: UInt32.self)
         guard version >= 1 && version <= PluginLoader.abiVersion else {
             throw CurfewError(
                 .abiVersionMismatch,
@@ -67,7 +85,7 @@ struct DescriptorValidator {
                 "Plugin descriptor struct_size is \(size) bytes, at least \(Self.minimumPluginSize) expected for ABI version \(version)."
             )
         }
-        let plugin = raw.assumingMemoryBound(to: curfew_plugin.self).pointee
+        let plugin = try memory.load(raw, as: curfew_plugin.self)
         guard plugin.reserved == 0 else {
             throw CurfewError(.invalidDescriptor, "Plugin descriptor field 'reserved' is \(plugin.reserved), must be 0.")
         }
@@ -82,17 +100,17 @@ struct DescriptorValidator {
         guard let table = plugin.jobs else {
             throw CurfewError(.invalidDescriptor, "Plugin descriptor field 'jobs' is NULL but job_count is \(plugin.job_count).")
         }
-        return UnsafeBufferPointer(start: table, count: Int(plugin.job_count))
+        return JobTable(memory: memory, address: UInt(bitPattern: table), count: Int(plugin.job_count))
     }
 
-    private func validateJob(_ pointer: UnsafePointer<curfew_job>?, index: Int) throws(CurfewError) -> PluginJob {
-        guard let pointer else {
+    private func validateJob(_ memory: some DescriptorMemory, at raw: UInt, index: Int) throws(CurfewError) -> PluginJob {
+        guard raw != 0 else {
             throw CurfewError(.invalidDescriptor, "Job #\(index) is a NULL pointer.")
         }
-        guard Int(bitPattern: pointer) % MemoryLayout<curfew_job>.alignment == 0 else {
+        guard raw % UInt(MemoryLayout<curfew_job>.alignment) == 0 else {
             throw CurfewError(.invalidDescriptor, "Job #\(index) descriptor is misaligned.")
         }
-        let size = UnsafeRawPointer(pointer).load(as: UInt32.self)
+        let size = try memory.load(raw, as: UInt32.self)
         guard size >= Self.minimumJobSize else {
             throw CurfewError(
                 .structTooSmall,
@@ -100,33 +118,33 @@ struct DescriptorValidator {
             )
         }
         // Read the fields the plugin's struct_size covers, no more.
-        let raw = UnsafeRawPointer(pointer)
-        func field<T>(_ key: KeyPath<curfew_job, T>) -> T {
-            raw.load(fromByteOffset: MemoryLayout<curfew_job>.offset(of: key)!, as: T.self)
+        func field<T: BitwiseCopyable>(_ key: KeyPath<curfew_job, T>) throws(CurfewError) -> T {
+            try memory.load(raw &+ UInt(MemoryLayout<curfew_job>.offset(of: key)!), as: T.self)
         }
-        let job = (
-            flags: field(\.flags), name: field(\.name), summary: field(\.summary), create: field(\.create),
-            chunk: field(\.chunk), expire: field(\.expire), destroy: field(\.destroy))
-        let userData = size >= Self.jobSizeWithUserData
-            ? raw.load(fromByteOffset: Int(Self.minimumJobSize), as: UnsafeMutableRawPointer?.self) : nil
-        let name = try jobName(job.name, index: index)
-        let summary = try summaryText(job.summary, job: name)
-        guard job.flags & ~Self.knownFlags == 0 else {
-            let unknown = String(job.flags & ~Self.knownFlags, radix: 16)
+        func pointer(_ key: PartialKeyPath<curfew_job>) throws(CurfewError) -> UInt {
+            try memory.load(raw &+ UInt(MemoryLayout<curfew_job>.offset(of: key)!), as: UInt.self)
+        }
+        let flags = try field(\.flags)
+        let hooks = (create: try pointer(\.create), chunk: try pointer(\.chunk), expire: try pointer(\.expire), destroy: try pointer(\.destroy))
+        let userData = size >= Self.jobSizeWithUserData ? try memory.load(raw &+ UInt(Self.minimumJobSize), as: UInt.self) : 0
+        let name = try jobName(memory, at: try pointer(\.name), index: index)
+        let summary = try summaryText(memory, at: try pointer(\.summary), job: name)
+        guard flags & ~Self.knownFlags == 0 else {
+            let unknown = String(flags & ~Self.knownFlags, radix: 16)
             throw CurfewError(.unknownFlags, "Job '\(name)' has unknown flags 0x\(unknown); this host knows 0x\(String(Self.knownFlags, radix: 16)).")
         }
-        if job.chunk != nil && job.expire == nil {
+        if hooks.chunk != 0 && hooks.expire == 0 {
             throw CurfewError(.missingHook, "Job '\(name)' has a chunk hook but no expire hook; a chunked job needs expire for its cleanup.")
         }
-        if job.chunk == nil && job.create == nil {
+        if hooks.chunk == 0 && hooks.create == 0 {
             throw CurfewError(.missingHook, "Job '\(name)' has neither chunk nor create; a task-driven job starts its work in create.")
         }
-        let continuous = job.flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0
+        let continuous = flags & UInt32(CURFEW_JOB_CONTINUOUS) != 0
         var modes: [String] = []
-        if size >= Self.jobSizeWithModes, let text = field(\.background_modes) {
+        let text = size >= Self.jobSizeWithModes ? try pointer(\.background_modes) : 0
+        if text != 0 {
             // One byte past the limit at most: the text may not be terminated.
-            let length = strnlen(text, BackgroundMode.maximumTextBytes + 1)
-            switch BackgroundMode.parse(Array(UnsafeRawBufferPointer(start: text, count: length))) {
+            switch BackgroundMode.parse(try memory.text(text, limit: BackgroundMode.maximumTextBytes + 1)) {
             case .success(let parsed): modes = parsed
             case .failure(let problem): throw CurfewError(.invalidDescriptor, "Job '\(name)': \(problem.message).")
             }
@@ -134,38 +152,67 @@ struct DescriptorValidator {
                 throw CurfewError(.invalidDescriptor, "Job '\(name)' declares background modes but is not continuous; modes are for jobs without a budget.")
             }
         }
+        let appEvent = size >= Self.jobSizeWithAppEvent ? try pointer(\.app_event) : 0
+        // Addresses become hooks here; only a descriptor in this process's
+        // memory is ever called through them.
         return PluginJob(
             name: name, summary: summary, pluginPath: path,
             isContinuous: continuous,
             hooks: JobHooks(
-                create: job.create, chunk: job.chunk, expire: job.expire, destroy: job.destroy, userData: userData,
-                appEvent: size >= Self.jobSizeWithAppEvent ? field(\.app_event) : nil),
+                create: unsafeBitCast(hooks.create, to: curfew_create_fn?.self),
+                chunk: unsafeBitCast(hooks.chunk, to: curfew_chunk_fn?.self),
+                expire: unsafeBitCast(hooks.expire, to: curfew_expire_fn?.self),
+                destroy: unsafeBitCast(hooks.destroy, to: curfew_destroy_fn?.self),
+                userData: UnsafeMutableRawPointer(bitPattern: userData),
+                appEvent: unsafeBitCast(appEvent, to: curfew_app_event_fn?.self)),
             index: index, backgroundModes: modes)
     }
 
-    private func jobName(_ pointer: UnsafePointer<CChar>?, index: Int) throws(CurfewError) -> String {
-        guard let pointer else {
+    private static func hex(_ address: UInt) -> String { "0x" + String(address, radix: 16) }
+
+    private func jobName(_ memory: some DescriptorMemory, at pointer: UInt, index: Int) throws(CurfewError) -> String {
+        guard pointer != 0 else {
             throw CurfewError(.invalidJobName, "Job #\(index) has a NULL name.")
         }
         // Read at most one byte past the limit: the name may not be terminated.
-        let length = strnlen(pointer, Int(CURFEW_MAX_JOB_NAME) + 1)
-        let bytes = Array(UnsafeRawBufferPointer(start: pointer, count: length))
+        let bytes = try memory.text(pointer, limit: Int(CURFEW_MAX_JOB_NAME) + 1)
         if let problem = JobNaming.nameProblem(bytes) {
             throw CurfewError(.invalidJobName, "Job #\(index) \(problem)")
         }
         return String(decoding: bytes, as: UTF8.self)
     }
 
-    private func summaryText(_ pointer: UnsafePointer<CChar>?, job: String) throws(CurfewError) -> String {
-        guard let pointer else {
+    private func summaryText(_ memory: some DescriptorMemory, at pointer: UInt, job: String) throws(CurfewError) -> String {
+        guard pointer != 0 else {
             throw CurfewError(.invalidSummary, "Job '\(job)' has a NULL summary.")
         }
-        let length = strnlen(pointer, Int(CURFEW_MAX_SUMMARY) + 1)
-        let bytes = Array(UnsafeRawBufferPointer(start: pointer, count: length))
+        let bytes = try memory.text(pointer, limit: Int(CURFEW_MAX_SUMMARY) + 1)
         if let problem = JobNaming.summaryProblem(bytes) {
             throw CurfewError(.invalidSummary, "Job '\(job)' \(problem)")
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Where a descriptor is read: this process's memory, or a copy a scanner
+/// process made of its own (``SnapshotMemory``).
+protocol DescriptorMemory {
+    /// The value at `address`, which may be unaligned.
+    func load<T: BitwiseCopyable>(_ address: UInt, as type: T.Type) throws(CurfewError) -> T
+    /// The bytes at `address` up to the first NUL, `limit` at most (`strnlen`'s).
+    func text(_ address: UInt, limit: Int) throws(CurfewError) -> [UInt8]
+}
+
+/// This process's memory: a read of an address that is not mapped faults,
+/// as the plugin's own code would.
+struct ProcessMemory: DescriptorMemory {
+    func load<T: BitwiseCopyable>(_ address: UInt, as type: T.Type) -> T {
+        UnsafeRawPointer(bitPattern: address)!.loadUnaligned(as: T.self)
+    }
+
+    func text(_ address: UInt, limit: Int) -> [UInt8] {
+        let pointer = UnsafePointer<CChar>(bitPattern: address)!
+        return Array(UnsafeRawBufferPointer(start: pointer, count: strnlen(pointer, limit)))
     }
 }
 

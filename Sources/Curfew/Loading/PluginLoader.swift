@@ -280,20 +280,12 @@ public struct PluginLoader: Sendable {
         let handle: UnsafeMutableRawPointer
         switch Syscalls.dlopenPlugin(path.contains("/") ? path : "./" + path) {
         case .success(let opened): handle = opened
-        case .failure(let error): throw diagnose(path, error)
+        case .failure(let error): throw Self.diagnose(path, error)
         }
-        guard let symbol = Syscalls.dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL) else {
-            throw CurfewError(
-                .missingEntry,
-                "No '\(CURFEW_PLUGIN_ENTRY_SYMBOL)' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT)."
-            )
-        }
+        guard let symbol = Syscalls.dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL) else { throw Self.missingEntryError }
         let entry = unsafeBitCast(symbol, to: curfew_plugin_entry_fn.self)
         let (descriptor, messages) = HostServices.callEntry(entry)
-        guard let descriptor else {
-            let why = messages.isEmpty ? "" : ": \(messages.joined(separator: "; "))"
-            throw CurfewError(.entryDeclined, "The plugin declined to load (its entry returned NULL)\(why).")
-        }
+        guard let descriptor else { throw Self.declinedError(messages) }
         return OpenedPlugin(descriptor: UnsafeRawPointer(descriptor), validator: DescriptorValidator(path: path))
     }
 
@@ -302,17 +294,34 @@ public struct PluginLoader: Sendable {
         do throws(SystemError) {
             info = try Syscalls.fileStatus(path)
         } catch {
-            if error.errno == ENOENT { throw CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
-            throw CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
+            throw Self.statError(error)
         }
-        guard info.isRegular else {
-            throw CurfewError(.notELF, "Not a regular file, so not a shared object.")
-        }
+        guard info.isRegular else { throw Self.notRegularError }
+    }
+
+    // Why a file is refused, the same words whichever process loaded it
+    // (this one, or a scanner that reported back).
+
+    static func statError(_ error: SystemError) -> CurfewError {
+        if error.errno == ENOENT { return CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
+        return CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
+    }
+
+    static let notRegularError = CurfewError(.notELF, "Not a regular file, so not a shared object.")
+
+    static let missingEntryError = CurfewError(
+        .missingEntry,
+        "No '\(CURFEW_PLUGIN_ENTRY_SYMBOL)' symbol: not a Curfew plugin, or its entry is not exported (mark it CURFEW_EXPORT).")
+
+    /// An entry returned NULL, having logged `messages`.
+    static func declinedError(_ messages: [String]) -> CurfewError {
+        let why = messages.isEmpty ? "" : ": \(messages.joined(separator: "; "))"
+        return CurfewError(.entryDeclined, "The plugin declined to load (its entry returned NULL)\(why).")
     }
 
     /// Why dlopen refused a file, in words: checked only after it failed, so
     /// the success path costs nothing beyond dlopen itself.
-    private func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
+    static func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
         if let info = try? Syscalls.fileStatus(path), info.size == 0 {
             return CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
         }

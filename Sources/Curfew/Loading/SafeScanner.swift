@@ -109,13 +109,17 @@ public struct SafeScanner: Sendable {
         // would leave them idle while workers start and exit).
         let width = max(1, min(misses.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
         let next = Atomic<Int>(0)
-        let launcher = Launcher(executable: workerExecutable, forking: usesForkServer && !misses.isEmpty)
+        // A plugin library goes to a C scanner; a manifest to a Swift one
+        // (it reads JSON and checks symbols with libffi's types).
+        let launchers = (
+            native: Launcher(executable: workerExecutable, forking: usesForkServer, native: true),
+            manifest: Launcher(executable: workerExecutable, forking: usesForkServer, native: false))
         let scans = DispatchGroup()
         let scanNext: @Sendable () -> Void = {
             while !shouldStop() {
                 let index = next.add(1, ordering: .relaxed).oldValue
                 guard index < queue.count else { return }
-                guard let answer = scanAlone(queue[index], launcher: launcher, shouldStop: shouldStop) else { return }
+                guard let answer = scanAlone(queue[index], launchers: launchers, shouldStop: shouldStop) else { return }
                 answers.withLock { $0[queue[index]] = answer }
             }
         }
@@ -126,7 +130,8 @@ public struct SafeScanner: Sendable {
         }
         if started == 0 { scanNext() }  // no thread could start: scan here
         scans.wait()
-        launcher.close()
+        launchers.native.close()
+        launchers.manifest.close()
         var cacheable = Set<String>()
         for (file, answer) in answers.withLock({ $0 }) {
             results[file] = answer.result
@@ -151,9 +156,20 @@ public struct SafeScanner: Sendable {
     /// and followed by a clean exit: plugin code runs in the worker and can
     /// write on its channel, but it cannot speak for another file.
     private func scanAlone(
-        _ file: String, launcher: Launcher, shouldStop: @Sendable () -> Bool, attempt: Int = 1
+        _ file: String, launchers: (native: Launcher, manifest: Launcher), shouldStop: @Sendable () -> Bool, attempt: Int = 1
     ) -> (result: FileResult, cacheable: Bool)? {
         func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
+        let native = !file.hasSuffix(ForeignManifestReader.suffix)
+        let request: [UInt8]
+        if native {
+            guard let bytes = ScannerFrames.request(file) else {
+                return (rejected("Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."), true)
+            }
+            request = bytes
+        } else {
+            request = Array((ScannerLines.request(file) + "\n").utf8)
+        }
+        let launcher = native ? launchers.native : launchers.manifest
         guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
         var forkFailed = false
         let worker = launcher.start(channel: channel[1], forkFailed: &forkFailed)
@@ -161,24 +177,21 @@ public struct SafeScanner: Sendable {
         guard let worker else {
             close(channel[0])
             // Forking is off from now on: a new socket, for a spawned worker.
-            if forkFailed { return scanAlone(file, launcher: launcher, shouldStop: shouldStop, attempt: attempt) }
+            if forkFailed { return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt) }
             return (rejected("Cannot start a scanner worker (\(workerExecutable))."), false)
         }
         var closed = false
         defer { if !closed { close(channel[0]) } }
         func end(killing: Bool) -> Int32? { worker.end(killing: killing) }
-        var message = JSONLine("type", "scan")
-        message.add("protocol", WorkerProtocol.version)
-        message.add("files", [file])
-        WorkerProtocol.send(message.text, to: channel[0])
+        WorkerProtocol.send(bytes: request, to: channel[0])
 
+        var reply: any ScannerReply = native ? ScannerFrames(file: file) : ScannerLines(file: file)
         var answer: FileResult?
         var problem: String?
         var finished = false
         /// The worker said it was about to load the file: before that, no
         /// code of the file's has run in it.
         var loading = false
-        var buffer = LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true)
         var bytes = [UInt8](repeating: 0, count: 65536)
         let clock = MonotonicClock()
         let deadline = clock.now().advanced(by: timeoutPerFile)
@@ -200,37 +213,24 @@ public struct SafeScanner: Sendable {
             let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
-            let dropped = buffer.droppedLines
-            let lines = bytes.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-            if buffer.droppedLines > dropped { problem = "a message of more than \(WorkerProtocol.maximumMessageBytes >> 20) MiB" }
-            for line in lines {
-                guard let value = try? JSONReader.parse(Array(line.utf8)), let type = value["type"]?.stringValue else {
-                    problem = "a line that is not a message"
+            let events = bytes.withUnsafeBytes { reply.read(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            for event in events {
+                switch event {
+                case .problem(let what):
+                    problem = what
                     break reading
-                }
-                if type == "done" {
+                case .done:
                     finished = true
-                    break
-                }
-                guard type == "scanning" || type == "scanned" || type == "rejected" else {
-                    problem = "a message of unknown type"
-                    break reading
-                }
-                guard value["file"]?.stringValue == file else {
-                    problem = "a message about another file"
-                    break reading
-                }
-                if type == "scanning" {
+                case .loading:
                     loading = true
-                    continue
+                case .answer(let result):
+                    guard answer == nil else {
+                        problem = "two answers"
+                        break reading
+                    }
+                    answer = result
                 }
-                guard answer == nil else {
-                    problem = "two answers"
-                    break reading
-                }
-                answer = FileResult(message: value)
             }
-            if problem != nil { break }
         }
         let ended = end(killing: problem != nil || !finished)
         if problem == nil && !loading && attempt < 3 {
@@ -239,7 +239,7 @@ public struct SafeScanner: Sendable {
             // on another socket.
             close(channel[0])
             closed = true
-            return scanAlone(file, launcher: launcher, shouldStop: shouldStop, attempt: attempt + 1)
+            return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt + 1)
         }
         if let problem {
             return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
@@ -260,13 +260,20 @@ public struct SafeScanner: Sendable {
     /// need, else (or once forking fails) each with `posix_spawn`.
     final class Launcher: Sendable {
         private let executable: String
+        /// The argument that starts one scanner.
+        private let argument: String
         private let environment: [String]
         private let forks: LazyForkServer
 
-        init(executable: String, forking: Bool) {
+        /// - Parameter native: C scanners of plugin libraries
+        ///   (`__scanserver`, `__scanfile`), else Swift ones (`__worker`).
+        init(executable: String, forking: Bool, native: Bool) {
             self.executable = executable
+            argument = native ? CURFEW_SCAN_FILE_ARGUMENT : WorkerProtocol.workerArgument
             environment = WorkerProtocol.helperEnvironment()
-            forks = LazyForkServer(executable: executable, environment: environment, enabled: forking)
+            forks = LazyForkServer(
+                executable: executable, argument: native ? CURFEW_SCAN_SERVER_ARGUMENT : IsolationWorker.forkServerArgument,
+                environment: environment, enabled: forking)
         }
 
         /// A scanner worker whose fd 3 is `channel` and whose stdout and
@@ -283,8 +290,7 @@ public struct SafeScanner: Sendable {
                 return nil
             }
             let spawned = Syscalls.spawnWorker(
-                executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
-                channel: channel, out: null, err: null)
+                executable, arguments: [executable, argument], environment: environment, channel: channel, out: null, err: null)
             guard case .success(let pid) = spawned else { return nil }
             return Worker(spawned: pid)
         }

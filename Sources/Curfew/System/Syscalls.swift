@@ -161,7 +161,7 @@ enum Syscalls {
 
     /// The environment variable that tells a helper which process started
     /// it, so it can ask to die with that process and check it still lives.
-    static let parentVariable = "CURFEW_PARENT_PID"
+    static let parentVariable = CURFEW_PARENT_VARIABLE
 
     /// Starts a worker process (see `curfew_shim_spawn_worker`), from the
     /// ``Spawner`` thread, with ``parentVariable`` set to this process.

@@ -140,4 +140,54 @@ int curfew_shim_accept(int fd);
  * (the kernel's record, not the peer's claim): 0 on success, -1 with errno. */
 int curfew_shim_peer_uid(int fd, unsigned int *uid);
 
+/* ---- The plugin scanner ------------------------------------------------
+ * A scanner loads one plugin file in a process of its own and reports what
+ * the file's entry returned, so a verdict comes from a process that loaded
+ * that file alone, and runs no Swift: `curfew __scanserver` is a fork server
+ * (see curfew_shim_fork_server) whose children each scan the file named on
+ * their fd 3; `curfew __scanfile` scans one file itself (for a host that
+ * cannot fork one). Both start straight from `main`, before any Swift code
+ * has run, so a fork copies little.
+ *
+ * The host sends the path: a u32 length (at most CURFEW_SCAN_MAX_PATH) and
+ * its bytes. The scanner answers in frames: a u32 CURFEW_SCAN_MAGIC, a u32
+ * kind, a u32 payload length and the payload, all in native byte order:
+ * LOADING (before the file is opened), one ANSWER, then DONE. An ANSWER's
+ * payload is a u32 outcome, then:
+ *   DESCRIPTOR     a u64 descriptor address, a u32 region count, and per
+ *                  region a u64 address, a u32 size asked for, a u32 size
+ *                  readable and that many bytes: copies of the descriptor,
+ *                  its job table, each job and its strings, each cut where
+ *                  the memory stopped being readable (the copy never
+ *                  faults), for the host to check;
+ *   STAT_FAILED    a u32 errno;   NOT_REGULAR, NO_ENTRY  nothing;
+ *   DLOPEN_FAILED  dlerror's text;
+ *   DECLINED       a u32 count, then per message a u32 length and bytes:
+ *                  what the entry logged before it returned NULL.
+ * Plugin code runs in the scanner and can write on fd 3 too: the host
+ * takes nothing it reads for more than a claim about this file. */
+#define CURFEW_SCAN_SERVER_ARGUMENT "__scanserver"
+#define CURFEW_SCAN_FILE_ARGUMENT "__scanfile"
+/* The environment variable naming the host that started a helper. */
+#define CURFEW_PARENT_VARIABLE "CURFEW_PARENT_PID"
+#define CURFEW_SCAN_MAGIC 0x43465343u
+#define CURFEW_SCAN_MAX_PATH 4096u
+#define CURFEW_SCAN_LOADING 1u
+#define CURFEW_SCAN_ANSWER 2u
+#define CURFEW_SCAN_DONE 3u
+#define CURFEW_SCAN_DESCRIPTOR 0u
+#define CURFEW_SCAN_STAT_FAILED 1u
+#define CURFEW_SCAN_NOT_REGULAR 2u
+#define CURFEW_SCAN_DLOPEN_FAILED 3u
+#define CURFEW_SCAN_NO_ENTRY 4u
+#define CURFEW_SCAN_DECLINED 5u
+/* Bytes of a job's background modes text copied at most: more than the
+ * host reads (its limit and one more). A name and a summary are copied to
+ * their limits in curfew.h and one more. */
+#define CURFEW_SCAN_MODES_BYTES 1024u
+
+/* When argv[1] is CURFEW_SCAN_SERVER_ARGUMENT or CURFEW_SCAN_FILE_ARGUMENT
+ * (and nothing follows it), runs that role and exits; else returns at once. */
+void curfew_shim_scanner_main(int argc, char **argv);
+
 #endif

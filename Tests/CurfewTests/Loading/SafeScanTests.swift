@@ -55,7 +55,7 @@ extension ProcessTests {
             #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
             let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
             #expect(reasons == [
-                plugins + "/0-liar.so": "Its scanner worker sent a message about another file, so plugin code wrote on its channel while it loaded.",
+                plugins + "/0-liar.so": "Its scanner worker sent bytes that are not a message, so plugin code wrote on its channel while it loaded.",
                 plugins + "/a-bad.so": "Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function.",
             ])
         }
@@ -89,6 +89,43 @@ extension ProcessTests {
                 environment: ["XDG_CACHE_HOME": folder + "/cache", "CURFEW_FIXTURE_SPARE": "\(getpid())"])
             #expect(result.stdout.contains(#""job":"sum-squares""#), "\(result.stdout)\(result.stderr)")
             #expect(result.stdout.contains(#"a-bad.so","code":"entry-declined""#), "\(result.stdout)")
+        }
+
+        /// The C scanner copies what a descriptor points at without reading
+        /// memory that is not there. Before (a Swift scanner that read the
+        /// descriptor where it lay) each of these crashed its scanner.
+        @Test func aDescriptorInMemoryThatCannotBeReadIsInvalidNotACrash() async throws {
+            let unreadable = "The descriptor, or something it points at, lies in memory that cannot be read"
+            for variant in [7, 9] {
+                let plugin = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"])
+                let report = try await scan([plugin], with: SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil))
+                let error = try #require(report.scan.rejected.first?.error, "variant \(variant)")
+                #expect(error.code == .invalidDescriptor, "variant \(variant)")
+                #expect(error.description.hasPrefix(unreadable), "variant \(variant): \(error.description)")
+            }
+            // A name whose NUL is the last readable byte reads whole.
+            let edge = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=8"])
+            let report = try await scan([edge], with: SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil))
+            #expect(report.scan.jobs.map(\.name) == ["edge-job"], "\(report.scan.rejected.map(\.error.description))")
+        }
+
+        /// The C scanner's verdict on each loader rule is the in-process
+        /// loader's, word for word: one validator reads both.
+        @Test func theScannerJudgesEveryRuleAsTheLoaderDoes() async throws {
+            var plugins = try (1...19).map { try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\($0)"]) }
+            plugins += [try Fixtures.compile("modes_jobs.c"), try Fixtures.compile("modes_jobs.c", defines: ["NOT_CONTINUOUS"])]
+            plugins += Fixtures.examplePlugins
+            let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
+            for plugin in plugins {
+                let loaded = PluginLoader().scan([plugin])
+                let scanned = try await scan([plugin], with: scanner).scan
+                #expect(scanned.rejected.map(\.error.description) == loaded.rejected.map(\.error.description), "\(plugin)")
+                #expect(scanned.rejected.map(\.error.code) == loaded.rejected.map(\.error.code), "\(plugin)")
+                func described(_ scan: PluginScan) -> [String] {
+                    scan.jobs.map { "\($0.name) \($0.summary) \($0.isContinuous) \($0.isChunked) \($0.backgroundModes) \($0.index)" }
+                }
+                #expect(described(scanned) == described(loaded), "\(plugin)")
+            }
         }
 
         @Test func aConstructorThatAbortsIsRejected() async throws {

@@ -39,13 +39,14 @@ final class ForkServer: Sendable {
     /// Signalled once the server has exited and been reaped.
     private let ended = DispatchSemaphore(value: 0)
 
-    /// Starts a fork server, or `nil` when it cannot start.
-    init?(executable: String, environment: [String]) {
+    /// Starts a fork server, `executable argument` (`__forkserver`, or
+    /// `__scanserver` for C plugin scanners), or `nil` when it cannot start.
+    init?(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String]) {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         let spawned = Syscalls.spawnWorker(
-            executable, arguments: [executable, IsolationWorker.forkServerArgument], environment: environment, channel: pair[1],
+            executable, arguments: [executable, argument], environment: environment, channel: pair[1],
             out: null, err: null)
         Glibc.close(pair[1])
         Glibc.close(null)
@@ -187,11 +188,13 @@ final class ForkServer: Sendable {
 /// start their workers another way.
 final class LazyForkServer: Sendable {
     private let executable: String
+    private let argument: String
     private let environment: [String]
     private let state: Mutex<(server: ForkServer?, tried: Bool, works: Bool)>
 
-    init(executable: String, environment: [String], enabled: Bool) {
+    init(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String], enabled: Bool) {
         self.executable = executable
+        self.argument = argument
         self.environment = environment
         state = Mutex((nil, false, enabled))
     }
@@ -205,7 +208,7 @@ final class LazyForkServer: Sendable {
         let server = state.withLock { state -> ForkServer? in
             if state.works && !state.tried {
                 state.tried = true
-                state.server = ForkServer(executable: executable, environment: environment)
+                state.server = ForkServer(executable: executable, argument: argument, environment: environment)
             }
             return state.works ? state.server : nil
         }

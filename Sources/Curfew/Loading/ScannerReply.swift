@@ -1,0 +1,279 @@
+import CCurfew
+import CurfewFormats
+import Glibc
+import _CurfewShims
+
+/// What a scanner process has said about its file so far.
+enum ScanEvent: Equatable {
+    /// It is about to open the file: before this, no code of the file's has run in it.
+    case loading
+    /// Its verdict on the file.
+    case answer(FileResult)
+    /// It has nothing more to say.
+    case done
+    /// It said something no scanner says: plugin code wrote on its channel.
+    case problem(String)
+}
+
+/// Reads what a scanner says as it arrives, whatever it says: plugin code
+/// runs in the scanner and can write on its channel too.
+protocol ScannerReply {
+    /// The events `bytes`, the next bytes read, complete.
+    mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent]
+}
+
+/// The replies of the C scanner (`curfew __scanserver`): frames, the last
+/// answer a copy of the file's descriptor, checked here by the
+/// ``DescriptorValidator`` a descriptor in this process's memory goes
+/// through.
+struct ScannerFrames: ScannerReply {
+    /// The file the scanner was asked about.
+    let file: String
+    private var pending: [UInt8] = []
+
+    /// The largest frame read: four times what the largest descriptor a
+    /// scanner copies takes.
+    static let maximumFrameBytes = 4 << 20
+    /// The most regions a copy holds: the descriptor, its table, and per job
+    /// the job, its name, summary and modes.
+    static let maximumRegions = 2 + 4 * Int(CURFEW_MAX_JOBS)
+
+    init(file: String) {
+        self.file = file
+    }
+
+    /// The request that asks a scanner about `file`: its length and bytes,
+    /// or `nil` when the path is too long to ask about.
+    static func request(_ file: String) -> [UInt8]? {
+        let path = Array(file.utf8)
+        guard !path.isEmpty, path.count <= Int(CURFEW_SCAN_MAX_PATH), !path.contains(0) else { return nil }
+        return withUnsafeBytes(of: UInt32(path.count)) { Array($0) } + path
+    }
+
+    mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent] {
+        pending.append(contentsOf: bytes)
+        var events: [ScanEvent] = []
+        var start = 0
+        defer { pending.removeFirst(start) }
+        while pending.count - start >= 12 {
+            var header = ByteReader(pending[start..<start + 12])
+            guard header.u32() == CURFEW_SCAN_MAGIC, let kind = header.u32(), let length = header.u32() else {
+                return events + [.problem("bytes that are not a message")]
+            }
+            guard Int(length) <= Self.maximumFrameBytes else {
+                return events + [.problem("a message of more than \(Self.maximumFrameBytes >> 20) MiB")]
+            }
+            guard pending.count - start - 12 >= Int(length) else { break }
+            let payload = pending[start + 12..<start + 12 + Int(length)]
+            start += 12 + Int(length)
+            switch kind {
+            case CURFEW_SCAN_LOADING where length == 0: events.append(.loading)
+            case CURFEW_SCAN_DONE where length == 0:
+                events.append(.done)
+                return events
+            case CURFEW_SCAN_ANSWER:
+                guard let result = Self.result(payload, file: file) else { return events + [.problem("an answer that does not read right")] }
+                events.append(.answer(result))
+            default:
+                return events + [.problem("a message of unknown type")]
+            }
+        }
+        return events
+    }
+
+    /// The verdict an answer's payload gives, or `nil` when it does not read right.
+    static func result(_ payload: ArraySlice<UInt8>, file: String) -> FileResult? {
+        var reader = ByteReader(payload)
+        guard let outcome = reader.u32() else { return nil }
+        let verdict: Result<LoadedPlugin, CurfewError>
+        switch outcome {
+        case CURFEW_SCAN_DESCRIPTOR:
+            guard let address = reader.u64(), let count = reader.u32(), Int(count) <= maximumRegions else { return nil }
+            var regions: [SnapshotMemory.Region] = []
+            regions.reserveCapacity(Int(count))
+            for _ in 0..<count {
+                guard let at = reader.u64(), let asked = reader.u32(), let readable = reader.u32(), readable <= asked,
+                    let bytes = reader.bytes(Int(readable))
+                else { return nil }
+                regions.append(SnapshotMemory.Region(address: UInt(at), bytes: Array(bytes)))
+            }
+            guard reader.isAtEnd else { return nil }
+            do throws(CurfewError) {
+                verdict = .success(try DescriptorValidator(path: file).validate(SnapshotMemory(regions), at: UInt(address)))
+            } catch {
+                verdict = .failure(error)
+            }
+        case CURFEW_SCAN_STAT_FAILED:
+            guard let number = reader.u32(), reader.isAtEnd, let code = Int32(exactly: number) else { return nil }
+            verdict = .failure(PluginLoader.statError(SystemError(errno: code)))
+        case CURFEW_SCAN_NOT_REGULAR:
+            guard reader.isAtEnd else { return nil }
+            verdict = .failure(PluginLoader.notRegularError)
+        case CURFEW_SCAN_DLOPEN_FAILED:
+            let text = String(decoding: reader.rest(), as: UTF8.self)
+            verdict = .failure(PluginLoader.diagnose(file, DynamicLoaderError(message: text.isEmpty ? "unknown dynamic loader error" : text)))
+        case CURFEW_SCAN_NO_ENTRY:
+            guard reader.isAtEnd else { return nil }
+            verdict = .failure(PluginLoader.missingEntryError)
+        case CURFEW_SCAN_DECLINED:
+            guard let count = reader.u32(), count <= 64 else { return nil }
+            var messages: [String] = []
+            for _ in 0..<count {
+                guard let length = reader.u32(), let bytes = reader.bytes(Int(length)) else { return nil }
+                messages.append(String(decoding: bytes, as: UTF8.self))
+            }
+            guard reader.isAtEnd else { return nil }
+            verdict = .failure(PluginLoader.declinedError(messages))
+        default:
+            return nil
+        }
+        switch verdict {
+        case .success(let plugin): return .jobs(plugin.jobs.map(ScannedJob.init))
+        case .failure(let error): return .rejected(code: error.code.rawValue, reason: error.description)
+        }
+    }
+}
+
+/// Reads native-order integers and byte runs off a payload, never past its end.
+private struct ByteReader {
+    private let bytes: ArraySlice<UInt8>
+    private var index: Int
+
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        index = bytes.startIndex
+    }
+
+    var isAtEnd: Bool { index == bytes.endIndex }
+
+    mutating func bytes(_ count: Int) -> ArraySlice<UInt8>? {
+        guard count >= 0, bytes.endIndex - index >= count else { return nil }
+        defer { index += count }
+        return bytes[index..<index + count]
+    }
+
+    mutating func rest() -> ArraySlice<UInt8> {
+        defer { index = bytes.endIndex }
+        return bytes[index...]
+    }
+
+    mutating func u32() -> UInt32? {
+        bytes(4).map { $0.withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) } }
+    }
+
+    mutating func u64() -> UInt64? {
+        bytes(8).map { $0.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) } }
+    }
+}
+
+/// A scanner's copy of a descriptor and what it points at: a read of
+/// anything it did not copy is a read the scanner could not make either.
+struct SnapshotMemory: DescriptorMemory {
+    /// Bytes copied from `address` on: the readable part of what was asked for.
+    struct Region {
+        let address: UInt
+        let bytes: [UInt8]
+    }
+
+    /// By address, so a lookup starts with a binary search.
+    private let regions: [Region]
+    /// For each region, the end of the furthest-reaching region up to it:
+    /// where a search going back from an address may stop.
+    private let reach: [UInt]
+
+    init(_ regions: [Region]) {
+        self.regions = regions.sorted { $0.address < $1.address }
+        var furthest: UInt = 0
+        reach = self.regions.map { region in
+            let (end, overflow) = region.address.addingReportingOverflow(UInt(region.bytes.count))
+            furthest = max(furthest, overflow ? .max : end)
+            return furthest
+        }
+    }
+
+    func load<T: BitwiseCopyable>(_ address: UInt, as type: T.Type) throws(CurfewError) -> T {
+        let size = MemoryLayout<T>.size
+        let value = first(holding: address) { region, offset -> T? in
+            guard region.bytes.count - offset >= size else { return nil }
+            return region.bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: offset, as: T.self) }
+        }
+        guard let value else { throw Self.unreadable(address) }
+        return value
+    }
+
+    func text(_ address: UInt, limit: Int) throws(CurfewError) -> [UInt8] {
+        let text = first(holding: address) { region, offset -> [UInt8]? in
+            let available = region.bytes[offset...].prefix(limit)
+            if let end = available.firstIndex(of: 0) { return Array(region.bytes[offset..<end]) }
+            return available.count == limit ? Array(available) : nil
+        }
+        guard let text else { throw Self.unreadable(address) }
+        return text
+    }
+
+    /// What `body` makes of the first region holding `address` (with the
+    /// offset there) for which it makes something.
+    private func first<Value>(holding address: UInt, _ body: (Region, Int) -> Value?) -> Value? {
+        // The last region that starts at or before it, then those before
+        // that, while any of them reaches it.
+        var low = 0
+        var high = regions.count
+        while low < high {
+            let middle = (low + high) / 2
+            if regions[middle].address <= address { low = middle + 1 } else { high = middle }
+        }
+        var index = low - 1
+        while index >= 0 && reach[index] > address {
+            let region = regions[index]
+            let offset = address - region.address
+            if offset < UInt(region.bytes.count), let value = body(region, Int(offset)) { return value }
+            index -= 1
+        }
+        return nil
+    }
+
+    private static func unreadable(_ address: UInt) -> CurfewError {
+        CurfewError(
+            .invalidDescriptor,
+            "The descriptor, or something it points at, lies in memory that cannot be read (at 0x\(String(address, radix: 16))).")
+    }
+}
+
+/// The replies of a Swift scanner (`curfew __worker`, which scans a
+/// foreign-job manifest): one JSON message a line.
+struct ScannerLines: ScannerReply {
+    /// The file the scanner was asked about.
+    let file: String
+    private var buffer = LineBuffer(maximumLength: WorkerProtocol.maximumMessageBytes, dropsOverlongLines: true)
+
+    init(file: String) {
+        self.file = file
+    }
+
+    /// The request that asks a scanner about `file`.
+    static func request(_ file: String) -> String {
+        var message = JSONLine("type", "scan")
+        message.add("protocol", WorkerProtocol.version)
+        message.add("files", [file])
+        return message.text
+    }
+
+    mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent] {
+        let dropped = buffer.droppedLines
+        let lines = buffer.append(bytes)
+        if buffer.droppedLines > dropped { return [.problem("a message of more than \(WorkerProtocol.maximumMessageBytes >> 20) MiB")] }
+        var events: [ScanEvent] = []
+        for line in lines {
+            guard let value = try? JSONReader.parse(Array(line.utf8)), let type = value["type"]?.stringValue else {
+                return events + [.problem("a line that is not a message")]
+            }
+            if type == "done" { return events + [.done] }
+            guard type == "scanning" || type == "scanned" || type == "rejected" else {
+                return events + [.problem("a message of unknown type")]
+            }
+            guard value["file"]?.stringValue == file else { return events + [.problem("a message about another file")] }
+            events.append(type == "scanning" ? .loading : .answer(FileResult(message: value)))
+        }
+        return events
+    }
+}

@@ -1,0 +1,331 @@
+/* The plugin scanner: loads one plugin file and reports, on fd 3, a copy of
+ * what its entry returned (see curfew_shims.h for the protocol). It runs no
+ * Swift and checks nothing itself: the host checks the copy with the same
+ * validator it uses on a descriptor in its own memory. */
+#define _GNU_SOURCE
+#include "curfew_shims.h"
+
+#include <curfew.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- An answer being written -------------------------------------------- */
+
+typedef struct {
+    unsigned char *bytes;
+    size_t used, capacity;
+} buffer;
+
+/* Out of memory in a scanner: it ends, and the host says it crashed. */
+static void append(buffer *to, const void *bytes, size_t count) {
+    if (count > to->capacity - to->used) {
+        size_t capacity = to->capacity ? to->capacity : 4096;
+        while (count > capacity - to->used) {
+            if (capacity > SIZE_MAX / 2) _exit(3);
+            capacity *= 2;
+        }
+        unsigned char *grown = realloc(to->bytes, capacity);
+        if (!grown) _exit(3);
+        to->bytes = grown;
+        to->capacity = capacity;
+    }
+    if (count) memcpy(to->bytes + to->used, bytes, count);
+    to->used += count;
+}
+
+static void append_u32(buffer *to, uint32_t value) { append(to, &value, sizeof value); }
+static void append_u64(buffer *to, uint64_t value) { append(to, &value, sizeof value); }
+
+static int write_all(int fd, const void *bytes, size_t count) {
+    const unsigned char *at = bytes;
+    while (count > 0) {
+        ssize_t written = write(fd, at, count);
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) return -1;
+        at += written;
+        count -= (size_t)written;
+    }
+    return 0;
+}
+
+static void send_frame(int channel, uint32_t kind, const buffer *payload) {
+    uint32_t header[3] = {CURFEW_SCAN_MAGIC, kind, payload ? (uint32_t)payload->used : 0};
+    if (write_all(channel, header, sizeof header) != 0) _exit(4);
+    if (payload && write_all(channel, payload->bytes, payload->used) != 0) _exit(4);
+}
+
+/* ---- Reading memory that may not be there ------------------------------- */
+
+/* A pipe the copies go through: write(2) from an address that is not
+ * readable fails with EFAULT where a load would fault. */
+static int copy_pipe[2] = {-1, -1};
+
+/* Copies up to `size` bytes from `address` into `out`, a page at a time,
+ * and returns how many could be read (a prefix). With `text`, stops after
+ * the page that holds a NUL. */
+static size_t copy_readable(unsigned char *out, uintptr_t address, size_t size, int text) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (page == 0 || page > 65536) page = 4096;
+    size_t done = 0;
+    while (done < size) {
+        uintptr_t at = address + done;
+        if (at < address) break; /* past the end of the address space */
+        size_t piece = page - at % page;
+        if (piece > size - done) piece = size - done;
+        ssize_t written;
+        if (copy_pipe[1] < 0) {
+            memcpy(out + done, (const void *)at, piece); /* no pipe: a fault ends the scanner */
+            written = (ssize_t)piece;
+        } else {
+            do {
+                written = write(copy_pipe[1], (const void *)at, piece);
+            } while (written < 0 && errno == EINTR);
+            if (written <= 0) break;
+            size_t got = 0;
+            while (got < (size_t)written) {
+                ssize_t count = read(copy_pipe[0], out + done + got, (size_t)written - got);
+                if (count < 0 && errno == EINTR) continue;
+                if (count <= 0) return done + got;
+                got += (size_t)count;
+            }
+        }
+        int ended = text && memchr(out + done, 0, (size_t)written) != NULL;
+        done += (size_t)written;
+        if ((size_t)written < piece || ended) break;
+    }
+    return done;
+}
+
+/* Appends a region: `size` bytes asked for at `address`, and the readable
+ * prefix of them. Returns where its bytes start in `to` (or SIZE_MAX when
+ * none could be read), and how many through `readable`. */
+static size_t append_region(buffer *to, uintptr_t address, size_t size, int text, size_t *readable) {
+    unsigned char *copy = malloc(size ? size : 1);
+    if (!copy) _exit(3);
+    size_t got = copy_readable(copy, address, size, text);
+    append_u64(to, (uint64_t)address);
+    append_u32(to, (uint32_t)size);
+    append_u32(to, (uint32_t)got);
+    size_t start = to->used;
+    append(to, copy, got);
+    free(copy);
+    *readable = got;
+    return got ? start : SIZE_MAX;
+}
+
+/* A pointer field of a copied struct, or 0 when the copy does not reach it. */
+static uintptr_t pointer_at(const buffer *in, size_t start, size_t readable, size_t offset) {
+    if (start == SIZE_MAX || offset + sizeof(uintptr_t) > readable) return 0;
+    uintptr_t value;
+    memcpy(&value, in->bytes + start + offset, sizeof value);
+    return value;
+}
+
+/* Copies the descriptor at `address` and everything a host reads through
+ * it: its job table (job_count entries, at most CURFEW_MAX_JOBS), each job,
+ * and each job's name, summary and background modes. */
+static void snapshot(buffer *to, uintptr_t address) {
+    append_u32(to, CURFEW_SCAN_DESCRIPTOR);
+    append_u64(to, (uint64_t)address);
+    size_t count_at = to->used;
+    uint32_t regions = 0;
+    append_u32(to, 0);
+
+    size_t readable;
+    size_t header = append_region(to, address, sizeof(curfew_plugin), 0, &readable);
+    regions++;
+    if (header == SIZE_MAX || readable < sizeof(curfew_plugin)) goto done;
+    curfew_plugin plugin;
+    memcpy(&plugin, to->bytes + header, sizeof plugin);
+    if (plugin.jobs == NULL || plugin.job_count == 0) goto done;
+    uint32_t jobs = plugin.job_count < CURFEW_MAX_JOBS ? plugin.job_count : CURFEW_MAX_JOBS;
+    size_t table = append_region(to, (uintptr_t)plugin.jobs, jobs * sizeof(void *), 0, &readable);
+    regions++;
+    size_t entries = table == SIZE_MAX ? 0 : readable / sizeof(void *);
+    for (size_t index = 0; index < entries; index++) {
+        /* The buffer may move as it grows: read the entry by its offset each time. */
+        uintptr_t job = pointer_at(to, table, readable, index * sizeof(void *));
+        if (job == 0) continue;
+        size_t job_readable;
+        size_t copied = append_region(to, job, sizeof(curfew_job), 0, &job_readable);
+        regions++;
+        uintptr_t name = pointer_at(to, copied, job_readable, offsetof(curfew_job, name));
+        uintptr_t summary = pointer_at(to, copied, job_readable, offsetof(curfew_job, summary));
+        uintptr_t modes = pointer_at(to, copied, job_readable, offsetof(curfew_job, background_modes));
+        size_t ignored;
+        if (name) {
+            append_region(to, name, CURFEW_MAX_JOB_NAME + 1, 1, &ignored);
+            regions++;
+        }
+        if (summary) {
+            append_region(to, summary, CURFEW_MAX_SUMMARY + 1, 1, &ignored);
+            regions++;
+        }
+        if (modes) {
+            append_region(to, modes, CURFEW_SCAN_MODES_BYTES, 1, &ignored);
+            regions++;
+        }
+    }
+done:
+    memcpy(to->bytes + count_at, &regions, sizeof regions);
+}
+
+/* ---- The host table an entry sees --------------------------------------- */
+
+/* What the entry logs (with any context), kept for an entry that declines. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static buffer logged;
+static uint32_t logged_count;
+#define MAX_MESSAGES 64u
+#define MAX_MESSAGE_BYTES 4096u
+
+static double no_time_remaining(curfew_context *ctx) { (void)ctx; return 0; }
+static bool always_expiring(curfew_context *ctx) { (void)ctx; return true; }
+static curfew_task_id no_task(curfew_context *ctx, const char *name, curfew_expiration_handler handler, void *data) {
+    (void)ctx; (void)name; (void)handler; (void)data;
+    return CURFEW_TASK_INVALID;
+}
+static void end_no_task(curfew_context *ctx, curfew_task_id task) { (void)ctx; (void)task; }
+static curfew_app_state background(curfew_context *ctx) { (void)ctx; return CURFEW_APP_STATE_BACKGROUND; }
+static void keep_message(curfew_context *ctx, curfew_log_level level, const char *message) {
+    (void)ctx; (void)level;
+    if (message == NULL) return;
+    size_t length = strnlen(message, MAX_MESSAGE_BYTES);
+    pthread_mutex_lock(&log_lock);
+    if (logged_count < MAX_MESSAGES) {
+        append_u32(&logged, (uint32_t)length);
+        append(&logged, message, length);
+        logged_count++;
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+static void no_progress(curfew_context *ctx, int64_t completed, int64_t total) { (void)ctx; (void)completed; (void)total; }
+static const char *no_param(curfew_context *ctx, const char *key) { (void)ctx; (void)key; return NULL; }
+static void *no_user_data(curfew_context *ctx) { (void)ctx; return NULL; }
+static curfew_status no_save(curfew_context *ctx, const void *bytes, size_t length) {
+    (void)ctx; (void)bytes; (void)length;
+    return CURFEW_UNAVAILABLE;
+}
+static size_t no_load(curfew_context *ctx, void *buffer, size_t capacity) { (void)ctx; (void)buffer; (void)capacity; return 0; }
+static curfew_status no_next_run(curfew_context *ctx, double seconds) { (void)ctx; (void)seconds; return CURFEW_UNAVAILABLE; }
+
+/* No job runs in a scanner: every function answers as the host does for a
+ * context that is no job's. */
+static const curfew_host scanner_host = {
+    .abi_version = CURFEW_ABI_VERSION,
+    .struct_size = sizeof(curfew_host),
+    .time_remaining = no_time_remaining,
+    .is_expiring = always_expiring,
+    .begin_background_task = no_task,
+    .end_background_task = end_no_task,
+    .app_state = background,
+    .log = keep_message,
+    .report_progress = no_progress,
+    .param = no_param,
+    .job_user_data = no_user_data,
+    .checkpoint_save = no_save,
+    .checkpoint_load = no_load,
+    .request_next_run = no_next_run,
+};
+
+/* ---- One file ------------------------------------------------------------ */
+
+static int read_all(int fd, void *bytes, size_t count) {
+    unsigned char *at = bytes;
+    while (count > 0) {
+        ssize_t got = read(fd, at, count);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        at += got;
+        count -= (size_t)got;
+    }
+    return 0;
+}
+
+static void answer(int channel, const buffer *payload) {
+    send_frame(channel, CURFEW_SCAN_ANSWER, payload);
+    send_frame(channel, CURFEW_SCAN_DONE, NULL);
+    _exit(0);
+}
+
+/* Scans the file the host names on `channel` and exits: never returns. */
+static void scan_file(int channel) {
+    /* A process the plugin starts must not inherit the channel. */
+    fcntl(channel, F_SETFD, FD_CLOEXEC);
+    uint32_t length;
+    if (read_all(channel, &length, sizeof length) != 0) _exit(0); /* started ahead of need, not needed */
+    if (length == 0 || length > CURFEW_SCAN_MAX_PATH) _exit(2);
+    /* Room for "./" in front and the NUL. */
+    char path[CURFEW_SCAN_MAX_PATH + 3] = "./";
+    char *name = path + 2;
+    if (read_all(channel, name, length) != 0) _exit(2);
+    name[length] = 0;
+    if (strlen(name) != length) _exit(2);
+    if (pipe2(copy_pipe, O_CLOEXEC) != 0) copy_pipe[0] = copy_pipe[1] = -1;
+
+    send_frame(channel, CURFEW_SCAN_LOADING, NULL);
+    buffer out = {0};
+    struct stat info;
+    /* dlopen would block on a FIFO: only regular files go to it. */
+    if (stat(name, &info) != 0) {
+        append_u32(&out, CURFEW_SCAN_STAT_FAILED);
+        append_u32(&out, (uint32_t)errno);
+        answer(channel, &out);
+    }
+    if (!S_ISREG(info.st_mode)) {
+        append_u32(&out, CURFEW_SCAN_NOT_REGULAR);
+        answer(channel, &out);
+    }
+    /* dlopen searches the library path for a name without a slash. */
+    dlerror();
+    void *handle = curfew_shim_dlopen_plugin(strchr(name, '/') ? name : path);
+    if (handle == NULL) {
+        const char *why = dlerror();
+        append_u32(&out, CURFEW_SCAN_DLOPEN_FAILED);
+        if (why) append(&out, why, strnlen(why, 4096));
+        answer(channel, &out);
+    }
+    void *symbol = dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL);
+    if (symbol == NULL) {
+        append_u32(&out, CURFEW_SCAN_NO_ENTRY);
+        answer(channel, &out);
+    }
+    curfew_plugin_entry_fn entry;
+    memcpy(&entry, &symbol, sizeof entry);
+    const curfew_plugin *descriptor = entry(&scanner_host);
+    if (descriptor == NULL) {
+        pthread_mutex_lock(&log_lock);
+        append_u32(&out, CURFEW_SCAN_DECLINED);
+        append_u32(&out, logged_count);
+        append(&out, logged.bytes, logged.used);
+        pthread_mutex_unlock(&log_lock);
+        answer(channel, &out);
+    }
+    snapshot(&out, (uintptr_t)descriptor);
+    answer(channel, &out);
+}
+
+void curfew_shim_scanner_main(int argc, char **argv) {
+    if (argc != 2) return;
+    int server = strcmp(argv[1], CURFEW_SCAN_SERVER_ARGUMENT) == 0;
+    if (!server && strcmp(argv[1], CURFEW_SCAN_FILE_ARGUMENT) != 0) return;
+    /* A helper dies with the host that started it (a scanner may be stuck in
+     * a plugin's constructor, deaf to its channel). Before any other work. */
+    const char *host = getenv(CURFEW_PARENT_VARIABLE);
+    char *end = NULL;
+    long parent = host ? strtol(host, &end, 10) : 0;
+    /* Without a host named (started by hand, or by an older host) it goes on. */
+    if (host && *host && *end == 0 && parent > 0 && parent <= INT32_MAX && curfew_shim_die_with_parent((int)parent) != 0) _exit(1);
+    /* In the server, 0 only in a forked child, which scans. */
+    if (server && curfew_shim_fork_server(3) != 0) _exit(0);
+    scan_file(3);
+}
