@@ -102,12 +102,16 @@ public struct SafeScanner: Sendable {
         // while loading (until the file changes: a hang costs the whole
         // timeout on every run otherwise; `rescan` asks again), not a failure
         // of the host's, nor a scan the caller stopped.
-        let answers = Mutex<[String: (result: FileResult, cacheable: Bool)]>([:])
-        let queue = misses
+        // Plugin libraries first, all from this thread (see scanForked);
+        // then, each on a thread of its own, manifests and whatever that
+        // left.
+        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop)
+        let answers = Mutex(forked.answers)
+        let queue = forked.stopped ? [] : misses.filter { $0.hasSuffix(ForeignManifestReader.suffix) } + forked.left
         // Twice as many scans as cores at once, each on a thread of its own
         // (a scan mostly waits for its worker: a pool sized to the cores
         // would leave them idle while workers start and exit).
-        let width = max(1, min(misses.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
+        let width = max(1, min(queue.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
         let next = Atomic<Int>(0)
         // A plugin library goes to a C scanner; a manifest to a Swift one
         // (it reads JSON and checks symbols with libffi's types).
@@ -124,11 +128,11 @@ public struct SafeScanner: Sendable {
             }
         }
         var started = 0
-        for _ in 0..<width {
+        for _ in 0..<(queue.isEmpty ? 0 : width) {
             scans.enter()
             if Thread.detach({ scanNext(); scans.leave() }) { started += 1 } else { scans.leave() }
         }
-        if started == 0 { scanNext() }  // no thread could start: scan here
+        if started == 0 && !queue.isEmpty { scanNext() }  // no thread could start: scan here
         scans.wait()
         launchers.native.close()
         launchers.manifest.close()
@@ -207,8 +211,7 @@ public struct SafeScanner: Sendable {
                 guard clock.now() >= deadline else { continue }
                 // No end within the timeout: loading the file hangs.
                 _ = end(killing: true)
-                let seconds = Int(timeoutPerFile.seconds.rounded())
-                return (rejected("Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned)."), true)
+                return hungVerdict
             }
             let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
@@ -241,10 +244,19 @@ public struct SafeScanner: Sendable {
             closed = true
             return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt + 1)
         }
+        return Self.verdict(answer: answer, problem: problem, finished: finished, status: ended)
+    }
+
+    /// A file's verdict from what its scanner said and how it ended (its
+    /// wait status, `nil` when unknown), and whether the file alone decided
+    /// it. The scanner's word counts only if it is about this file, said
+    /// once, and followed by a clean exit.
+    static func verdict(answer: FileResult?, problem: String?, finished: Bool, status: Int32?) -> (result: FileResult, cacheable: Bool) {
+        func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
         if let problem {
             return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
         }
-        guard let status = ended else {
+        guard let status else {
             // Most likely the plugin killed it, but not surely: not cached.
             return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
         }
@@ -254,6 +266,17 @@ public struct SafeScanner: Sendable {
             return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), true)
         }
         return (answer, true)
+    }
+
+    /// The verdict on a file whose loading hung past the timeout.
+    var hungVerdict: (result: FileResult, cacheable: Bool) {
+        let seconds = Int(timeoutPerFile.seconds.rounded())
+        return (
+            .rejected(
+                code: CurfewError.Code.loadFailed.rawValue,
+                reason: "Hung while loading: no answer within \(seconds) s (its constructor or entry function never returned)."),
+            true
+        )
     }
 
     /// Starts scanner workers: forked by a fork server started on first

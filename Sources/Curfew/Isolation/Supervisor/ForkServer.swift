@@ -42,6 +42,15 @@ final class ForkServer: Sendable {
     /// Starts a fork server, `executable argument` (`__forkserver`, or
     /// `__scanserver` for C plugin scanners), or `nil` when it cannot start.
     init?(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String]) {
+        guard let (pid, control) = Self.spawn(executable: executable, argument: argument, environment: environment) else { return nil }
+        self.pid = pid
+        self.control = control
+        Thread.detach { self.read() }
+    }
+
+    /// Starts `executable argument` as a fork server: its pid and this
+    /// process's end of its control socket, or `nil` when it cannot start.
+    static func spawn(executable: String, argument: String, environment: [String]) -> (pid: pid_t, control: Int32)? {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
@@ -54,9 +63,7 @@ final class ForkServer: Sendable {
             Glibc.close(pair[0])
             return nil
         }
-        self.pid = pid
-        control = pair[0]
-        Thread.detach { self.read() }
+        return (pid, pair[0])
     }
 
     /// A forked worker: its pid, and the number of the fork that made it
