@@ -4,6 +4,7 @@
  * validator it uses on a descriptor in its own memory. */
 #define _GNU_SOURCE
 #include "curfew_shims.h"
+#include "shims_private.h"
 
 #include <curfew.h>
 
@@ -239,6 +240,8 @@ static const curfew_host scanner_host = {
 
 /* ---- One file ------------------------------------------------------------ */
 
+static void scan_path(int channel, const char *name) __attribute__((noreturn));
+
 static int read_all(int fd, void *bytes, size_t count) {
     unsigned char *at = bytes;
     while (count > 0) {
@@ -251,6 +254,7 @@ static int read_all(int fd, void *bytes, size_t count) {
     return 0;
 }
 
+static void answer(int channel, const buffer *payload) __attribute__((noreturn));
 static void answer(int channel, const buffer *payload) {
     send_frame(channel, CURFEW_SCAN_ANSWER, payload);
     send_frame(channel, CURFEW_SCAN_DONE, NULL);
@@ -259,17 +263,23 @@ static void answer(int channel, const buffer *payload) {
 
 /* Scans the file the host names on `channel` and exits: never returns. */
 static void scan_file(int channel) {
-    /* A process the plugin starts must not inherit the channel. */
-    fcntl(channel, F_SETFD, FD_CLOEXEC);
     uint32_t length;
     if (read_all(channel, &length, sizeof length) != 0) _exit(0); /* started ahead of need, not needed */
     if (length == 0 || length > CURFEW_SCAN_MAX_PATH) _exit(2);
-    /* Room for "./" in front and the NUL. */
-    char path[CURFEW_SCAN_MAX_PATH + 3] = "./";
-    char *name = path + 2;
+    char name[CURFEW_SCAN_MAX_PATH + 1];
     if (read_all(channel, name, length) != 0) _exit(2);
     name[length] = 0;
     if (strlen(name) != length) _exit(2);
+    scan_path(channel, name);
+}
+
+/* Scans the file at `name` and reports on `channel`: never returns. */
+static void scan_path(int channel, const char *name) {
+    /* A process the plugin starts must not inherit the channel. */
+    fcntl(channel, F_SETFD, FD_CLOEXEC);
+    /* Room for "./" in front. */
+    char path[CURFEW_SCAN_MAX_PATH + 3] = "./";
+    strncat(path, name, CURFEW_SCAN_MAX_PATH);
     if (pipe2(copy_pipe, O_CLOEXEC) != 0) copy_pipe[0] = copy_pipe[1] = -1;
 
     send_frame(channel, CURFEW_SCAN_LOADING, NULL);
@@ -314,10 +324,258 @@ static void scan_file(int channel) {
     answer(channel, &out);
 }
 
+/* ---- The batch server ----------------------------------------------------- */
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* A scanner running, and what it has said so far. */
+typedef struct {
+    uint32_t id;
+    pid_t pid; /* 0: a free slot */
+    int fd;    /* the server's end of its channel; -1 once it ended */
+    buffer said;
+    int64_t deadline;
+    uint32_t flags;
+} batch_slot;
+
+/* A file asked about and not started yet. */
+typedef struct {
+    uint32_t id;
+    char *path;
+} batch_request;
+
+static int64_t batch_now_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* Sends a scanner's result: its id, wait status, flags and what it said. */
+static int batch_report(int sock, batch_slot *slot, int status) {
+    uint32_t header[4] = {slot->id, (uint32_t)status, slot->flags, (uint32_t)slot->said.used};
+    if (write_all(sock, header, sizeof header) != 0) return -1;
+    return slot->said.used ? write_all(sock, slot->said.bytes, slot->said.used) : 0;
+}
+
+/* Reads what a scanner's channel holds now, up to the cap: -1 at its end
+ * (or past the cap, which also kills the scanner), else 0. */
+static int batch_read(batch_slot *slot, int nonblocking) {
+    unsigned char chunk[65536];
+    for (;;) {
+        ssize_t got = recv(slot->fd, chunk, sizeof chunk, nonblocking ? MSG_DONTWAIT : 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (got <= 0) return -1;
+        if ((size_t)got > CURFEW_SCAN_MAX_REPLY - slot->said.used) {
+            slot->flags |= CURFEW_SCAN_OVERFLOW;
+            kill(-slot->pid, SIGKILL);
+            return -1;
+        }
+        append(&slot->said, chunk, (size_t)got);
+        if (!nonblocking) return 0;
+    }
+}
+
+/* Starts a scanner of `request` in `slot`: 0, or -1 when it cannot fork. */
+static int batch_start(batch_slot *slot, const batch_request *request, int sock, int null, uint32_t timeout_ms) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return -1;
+    pid_t server = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pair[0]);
+        close(pair[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        signal(SIGCHLD, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        setpgid(0, 0);
+        /* Its channel is the server's to read: with the server gone, it has no one to answer. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != server) _exit(1);
+        dup2(pair[1], 3);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        close_range(4, ~0U, 0);
+        (void)sock;
+        scan_path(3, request->path);
+    }
+    setpgid(pid, pid); /* also here, so a kill right away finds the group */
+    close(pair[1]);
+    slot->id = request->id;
+    slot->pid = pid;
+    slot->fd = pair[0];
+    slot->said.used = 0;
+    slot->flags = 0;
+    slot->deadline = batch_now_ms() + timeout_ms;
+    return 0;
+}
+
+/* `curfew __scanbatch` on the stream socket `sock`: scans every file the
+ * host names, each in a scanner forked for it, as many at once as the host
+ * said, and reports each (see curfew_shims.h). Leaves once the host has
+ * sent all it will and every scanner has been reported, or at once (killing
+ * them) on a stop. */
+static int scan_batch(int sock) {
+    uint32_t settings[2];
+    if (read_all(sock, settings, sizeof settings) != 0) return 0;
+    uint32_t timeout_ms = settings[0];
+    uint32_t width = settings[1] < 1 ? 1 : settings[1] > 64 ? 64 : settings[1];
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int children = curfew_shim_child_pipe();
+    if (null < 0 || children < 0) return 1;
+    /* What a scanner's plugin started and left behind comes here when the scanner dies. */
+    curfew_shim_become_subreaper();
+    signal(SIGPIPE, SIG_IGN);
+
+    batch_slot slots[64];
+    memset(slots, 0, sizeof slots);
+    batch_request *queue = NULL;
+    size_t queued = 0, queue_head = 0, queue_capacity = 0;
+    buffer incoming = {0};
+    size_t incoming_head = 0;
+    int requests_open = 1;
+    uint32_t running = 0;
+    for (;;) {
+        /* Start what there is room for. */
+        while (running < width && queue_head < queued) {
+            batch_slot *slot = NULL;
+            for (uint32_t i = 0; i < width; i++)
+                if (slots[i].pid == 0) { slot = &slots[i]; break; }
+            batch_request *request = &queue[queue_head++];
+            if (batch_start(slot, request, sock, null, timeout_ms) != 0) {
+                /* Not forked: reported with status -1, for the host to try another way. */
+                batch_slot failed = {.id = request->id, .flags = CURFEW_SCAN_NOT_STARTED};
+                if (batch_report(sock, &failed, -1) != 0) return 1;
+            } else {
+                running++;
+            }
+            free(request->path);
+        }
+        if (queue_head == queued) queued = queue_head = 0;
+        if (!requests_open && queued == 0 && running == 0) break;
+
+        struct pollfd polls[66];
+        int count = 0;
+        polls[count++] = (struct pollfd){children, POLLIN, 0};
+        if (requests_open) polls[count++] = (struct pollfd){sock, POLLIN, 0};
+        int watched[64];
+        int64_t now = batch_now_ms(), soonest = now + 1000;
+        for (uint32_t i = 0; i < width; i++) {
+            if (slots[i].pid == 0) continue;
+            if (slots[i].deadline < soonest) soonest = slots[i].deadline;
+            if (slots[i].fd < 0) continue;
+            watched[count] = (int)i;
+            polls[count++] = (struct pollfd){slots[i].fd, POLLIN, 0};
+        }
+        int wait = soonest > now ? (int)(soonest - now) : 0;
+        if (poll(polls, (nfds_t)count, wait) < 0 && errno != EINTR) return 1;
+
+        for (int p = requests_open ? 2 : 1; p < count; p++) {
+            if (!polls[p].revents) continue;
+            batch_slot *slot = &slots[watched[p]];
+            if (batch_read(slot, 0) != 0) {
+                close(slot->fd);
+                slot->fd = -1;
+            }
+        }
+        if (requests_open && polls[1].revents) {
+            unsigned char chunk[65536];
+            ssize_t got = recv(sock, chunk, sizeof chunk, 0);
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) {
+                requests_open = 0; /* all asked */
+            } else {
+                append(&incoming, chunk, (size_t)got);
+                /* Whole requests: an id, a length and a path. */
+                while (incoming.used - incoming_head >= 8) {
+                    uint32_t head[2];
+                    memcpy(head, incoming.bytes + incoming_head, sizeof head);
+                    if (head[0] == CURFEW_SCAN_STOP) goto stop;
+                    if (head[1] == 0 || head[1] > CURFEW_SCAN_MAX_PATH) return 1;
+                    if (incoming.used - incoming_head - 8 < head[1]) break;
+                    char *path = malloc(head[1] + 1);
+                    if (!path) return 1;
+                    memcpy(path, incoming.bytes + incoming_head + 8, head[1]);
+                    path[head[1]] = 0;
+                    incoming_head += 8 + head[1];
+                    if (queued == queue_capacity) {
+                        size_t capacity = queue_capacity ? queue_capacity * 2 : 64;
+                        batch_request *grown = realloc(queue, capacity * sizeof *queue);
+                        if (!grown) return 1;
+                        queue = grown;
+                        queue_capacity = capacity;
+                    }
+                    queue[queued++] = (batch_request){head[0], path};
+                }
+                memmove(incoming.bytes, incoming.bytes + incoming_head, incoming.used - incoming_head);
+                incoming.used -= incoming_head;
+                incoming_head = 0;
+            }
+        }
+        if (polls[0].revents) {
+            char drain[64];
+            while (read(children, drain, sizeof drain) > 0) {
+            }
+            /* Reap what ended: its group killed first, while its pid is still its own. */
+            for (;;) {
+                siginfo_t info;
+                memset(&info, 0, sizeof info);
+                if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
+                pid_t pid = info.si_pid;
+                kill(-pid, SIGKILL);
+                int status;
+                while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+                }
+                for (uint32_t i = 0; i < width; i++) {
+                    batch_slot *slot = &slots[i];
+                    if (slot->pid != pid) continue;
+                    /* All it wrote is in its channel now. */
+                    if (slot->fd >= 0) {
+                        batch_read(slot, 1);
+                        close(slot->fd);
+                        slot->fd = -1;
+                    }
+                    if (batch_report(sock, slot, status) != 0) return 1;
+                    slot->pid = 0;
+                    running--;
+                }
+            }
+            /* What the scanners' plugins left behind. */
+            int keep[64];
+            int kept = 0;
+            for (uint32_t i = 0; i < width; i++)
+                if (slots[i].pid) keep[kept++] = slots[i].pid;
+            curfew_shim_kill_children(keep, kept, 64);
+        }
+        now = batch_now_ms();
+        for (uint32_t i = 0; i < width; i++) {
+            if (slots[i].pid == 0 || now < slots[i].deadline || (slots[i].flags & CURFEW_SCAN_HUNG)) continue;
+            slots[i].flags |= CURFEW_SCAN_HUNG;
+            kill(-slots[i].pid, SIGKILL);
+        }
+    }
+    return 0;
+stop:
+    for (uint32_t i = 0; i < width; i++)
+        if (slots[i].pid) kill(-slots[i].pid, SIGKILL);
+    return 0;
+}
+
 void curfew_shim_scanner_main(int argc, char **argv) {
     if (argc != 2) return;
     int server = strcmp(argv[1], CURFEW_SCAN_SERVER_ARGUMENT) == 0;
-    if (!server && strcmp(argv[1], CURFEW_SCAN_FILE_ARGUMENT) != 0) return;
+    int batch = strcmp(argv[1], CURFEW_SCAN_BATCH_ARGUMENT) == 0;
+    if (!server && !batch && strcmp(argv[1], CURFEW_SCAN_FILE_ARGUMENT) != 0) return;
     /* A helper dies with the host that started it (a scanner may be stuck in
      * a plugin's constructor, deaf to its channel). Before any other work. */
     const char *host = getenv(CURFEW_PARENT_VARIABLE);
@@ -325,6 +583,7 @@ void curfew_shim_scanner_main(int argc, char **argv) {
     long parent = host ? strtol(host, &end, 10) : 0;
     /* Without a host named (started by hand, or by an older host) it goes on. */
     if (host && *host && *end == 0 && parent > 0 && parent <= INT32_MAX && curfew_shim_die_with_parent((int)parent) != 0) _exit(1);
+    if (batch) _exit(scan_batch(3));
     /* In the server, 0 only in a forked child, which scans. */
     if (server && curfew_shim_fork_server(3) != 0) _exit(0);
     scan_file(3);

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "curfew_shims.h"
+#include "shims_private.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -158,6 +159,14 @@ int curfew_shim_wait_exited(int pid) {
 
 static int child_pipe[2] = {-1, -1};
 
+static void on_child(int number);
+
+int curfew_shim_child_pipe(void) {
+    if (child_pipe[0] < 0 && pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    if (install_handler(SIGCHLD, on_child, SA_NOCLDSTOP) != 0) return -1;
+    return child_pipe[0];
+}
+
 static void on_child(int number) {
     (void)number;
     int saved = errno;
@@ -277,11 +286,10 @@ int curfew_shim_fork_server(int control) {
     }
     if (threads != 1) return -2;
     fork_server_host = getppid();
-    if (pipe2(child_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return -1;
+    if (curfew_shim_child_pipe() < 0) return -1;
     /* What a worker's job started and left behind comes here when the worker dies. */
     curfew_shim_become_subreaper();
     pid_t server = getpid();
-    install_handler(SIGCHLD, on_child, SA_NOCLDSTOP);
     unsigned long sequence = 0;
     for (;;) {
         struct pollfd polls[2] = {{control, POLLIN, 0}, {child_pipe[0], POLLIN, 0}};

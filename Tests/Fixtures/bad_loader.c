@@ -9,7 +9,8 @@
  * names, 7 the entry returns an address where nothing is mapped, 8 and 9
  * the entry returns a descriptor whose job name ends a readable page that
  * an unreadable one follows, with its NUL as the page's last byte (8) or
- * without one (9). */
+ * without one (9), 10 a constructor writes 5 MiB of well-formed "loading"
+ * frames on the scanner's channel (fd 3). */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -37,6 +38,21 @@ __attribute__((constructor)) static void kill_the_parent(void) {
     const char *spare = getenv("CURFEW_FIXTURE_SPARE");
     if (spare == NULL || atoi(spare) == (int)getppid()) return;
     kill(getppid(), SIGKILL);
+}
+#endif
+
+#if VARIANT == 10
+#include <stdint.h>
+#include <unistd.h>
+__attribute__((constructor)) static void flood_the_channel(void) {
+    static uint32_t frames[5461][3];
+    for (int i = 0; i < 5461; i++) {
+        frames[i][0] = 0x43465343u;
+        frames[i][1] = 1;
+        frames[i][2] = 0;
+    }
+    for (int i = 0; i < 80; i++)
+        if (write(3, frames, sizeof frames) < 0) return;
 }
 #endif
 

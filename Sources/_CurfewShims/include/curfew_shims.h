@@ -166,6 +166,23 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *                  what the entry logged before it returned NULL.
  * Plugin code runs in the scanner and can write on fd 3 too: the host
  * takes nothing it reads for more than a claim about this file. */
+/* `curfew __scanbatch` scans many files, each in a scanner it forks, and
+ * reports each on its fd 3, a stream socket. The host sends a u32 timeout
+ * in milliseconds and a u32 number of scanners to run at once, then per
+ * file a u32 id, a u32 path length and the path; it shuts down its writing
+ * side once all are sent, or sends a u32 CURFEW_SCAN_STOP to end at once.
+ * Per file the server sends a u32 id, its scanner's i32 wait status (-1
+ * with CURFEW_SCAN_NOT_STARTED), u32 flags, a u32 length and what the
+ * scanner said on its channel (frames as above, at most
+ * CURFEW_SCAN_MAX_REPLY bytes). A scanner still running at the timeout is
+ * killed and flagged CURFEW_SCAN_HUNG. The server leaves once every file is
+ * reported and the host has sent all. Its scanners die with it. */
+#define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch"
+#define CURFEW_SCAN_STOP 0xFFFFFFFFu
+#define CURFEW_SCAN_MAX_REPLY 4198400u /* 4 MiB and 4 KiB */
+#define CURFEW_SCAN_HUNG 1u
+#define CURFEW_SCAN_OVERFLOW 2u
+#define CURFEW_SCAN_NOT_STARTED 4u
 #define CURFEW_SCAN_SERVER_ARGUMENT "__scanserver"
 #define CURFEW_SCAN_FILE_ARGUMENT "__scanfile"
 /* The environment variable naming the host that started a helper. */

@@ -109,6 +109,19 @@ extension ProcessTests {
             #expect(report.scan.jobs.map(\.name) == ["edge-job"], "\(report.scan.rejected.map(\.error.description))")
         }
 
+        /// A scanner's channel is read up to a cap: plugin code that writes
+        /// past it gets its file rejected, and the scan's memory stays bounded.
+        @Test func aFloodOnTheScannersChannelIsCutAtTheCap() async throws {
+            let plugins = try plugins(1)
+            try FileManager.default.copyItem(
+                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=10"]), toPath: plugins + "/c-flood.so")
+            let report = try await scan([plugins])
+            let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
+            #expect(reasons[plugins + "/c-flood.so"]
+                == "Its scanner worker sent a message of more than 4 MiB, so plugin code wrote on its channel while it loaded.")
+            #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+        }
+
         /// The C scanner's verdict on each loader rule is the in-process
         /// loader's, word for word: one validator reads both.
         @Test func theScannerJudgesEveryRuleAsTheLoaderDoes() async throws {

@@ -49,10 +49,13 @@ final class ForkServer: Sendable {
     }
 
     /// Starts `executable argument` as a fork server: its pid and this
-    /// process's end of its control socket, or `nil` when it cannot start.
-    static func spawn(executable: String, argument: String, environment: [String]) -> (pid: pid_t, control: Int32)? {
+    /// process's end of its control socket (of `type`), or `nil` when it
+    /// cannot start.
+    static func spawn(
+        executable: String, argument: String, environment: [String], type: __socket_type = SOCK_SEQPACKET
+    ) -> (pid: pid_t, control: Int32)? {
         var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
+        guard socketpair(AF_UNIX, Int32(type.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         let spawned = Syscalls.spawnWorker(
             executable, arguments: [executable, argument], environment: environment, channel: pair[1],
