@@ -256,8 +256,14 @@ static int read_all(int fd, void *bytes, size_t count) {
 
 static void answer(int channel, const buffer *payload) __attribute__((noreturn));
 static void answer(int channel, const buffer *payload) {
-    send_frame(channel, CURFEW_SCAN_ANSWER, payload);
-    send_frame(channel, CURFEW_SCAN_DONE, NULL);
+    /* The answer and the end in one write: one wake-up of the reader. */
+    buffer frames = {0};
+    uint32_t header[3] = {CURFEW_SCAN_MAGIC, CURFEW_SCAN_ANSWER, (uint32_t)payload->used};
+    append(&frames, header, sizeof header);
+    append(&frames, payload->bytes, payload->used);
+    uint32_t done[3] = {CURFEW_SCAN_MAGIC, CURFEW_SCAN_DONE, 0};
+    append(&frames, done, sizeof done);
+    if (write_all(channel, frames.bytes, frames.used) != 0) _exit(4);
     _exit(0);
 }
 
@@ -339,9 +345,18 @@ typedef struct {
     pid_t pid; /* 0: a free slot */
     int fd;    /* the server's end of its channel; -1 once it ended */
     buffer said;
-    int64_t deadline;
+    int64_t started, deadline;
     uint32_t flags;
 } batch_slot;
+
+/* A scanner's channel is read once it has run this long, or when it ends:
+ * most scanners are done sooner, and what they said waits in the socket, so
+ * the server wakes once per scanner (its SIGCHLD), not per write. One with
+ * more to say than the socket holds waits this long for a reader. */
+#define BATCH_QUIET_MS 5
+/* How often, at most, the server looks for what scanners left behind (a
+ * walk of /proc); and once more before it leaves. */
+#define BATCH_SWEEP_MS 50
 
 /* A file asked about and not started yet. */
 typedef struct {
@@ -416,7 +431,8 @@ static int batch_start(batch_slot *slot, const batch_request *request, int sock,
     slot->fd = pair[0];
     slot->said.used = 0;
     slot->flags = 0;
-    slot->deadline = batch_now_ms() + timeout_ms;
+    slot->started = batch_now_ms();
+    slot->deadline = slot->started + timeout_ms;
     return 0;
 }
 
@@ -445,6 +461,7 @@ static int scan_batch(int sock) {
     size_t incoming_head = 0;
     int requests_open = 1;
     uint32_t running = 0;
+    int64_t swept = batch_now_ms();
     for (;;) {
         /* Start what there is room for. */
         while (running < width && queue_head < queued) {
@@ -474,6 +491,10 @@ static int scan_batch(int sock) {
             if (slots[i].pid == 0) continue;
             if (slots[i].deadline < soonest) soonest = slots[i].deadline;
             if (slots[i].fd < 0) continue;
+            if (now < slots[i].started + BATCH_QUIET_MS) {
+                if (slots[i].started + BATCH_QUIET_MS < soonest) soonest = slots[i].started + BATCH_QUIET_MS;
+                continue;
+            }
             watched[count] = (int)i;
             polls[count++] = (struct pollfd){slots[i].fd, POLLIN, 0};
         }
@@ -551,11 +572,14 @@ static int scan_batch(int sock) {
                 }
             }
             /* What the scanners' plugins left behind. */
-            int keep[64];
-            int kept = 0;
-            for (uint32_t i = 0; i < width; i++)
-                if (slots[i].pid) keep[kept++] = slots[i].pid;
-            curfew_shim_kill_children(keep, kept, 64);
+            if (batch_now_ms() - swept >= BATCH_SWEEP_MS) {
+                int keep[64];
+                int kept = 0;
+                for (uint32_t i = 0; i < width; i++)
+                    if (slots[i].pid) keep[kept++] = slots[i].pid;
+                curfew_shim_kill_children(keep, kept, 64);
+                swept = batch_now_ms();
+            }
         }
         now = batch_now_ms();
         for (uint32_t i = 0; i < width; i++) {
@@ -564,10 +588,12 @@ static int scan_batch(int sock) {
             kill(-slots[i].pid, SIGKILL);
         }
     }
+    curfew_shim_kill_children(NULL, 0, 64);
     return 0;
 stop:
     for (uint32_t i = 0; i < width; i++)
         if (slots[i].pid) kill(-slots[i].pid, SIGKILL);
+    curfew_shim_kill_children(NULL, 0, 64);
     return 0;
 }
 
