@@ -307,6 +307,18 @@ static void scan_path(int channel, const char *name) {
     if (handle == NULL) {
         const char *why = dlerror();
         append_u32(&out, CURFEW_SCAN_DLOPEN_FAILED);
+        /* Why, in the host's words, judged here: the host reads no file a
+         * plugin could have swapped for one that blocks. */
+        uint32_t cause = CURFEW_SCAN_CANNOT_LOAD;
+        unsigned char magic[4];
+        int fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        if (fd >= 0 && fstat(fd, &info) == 0 && info.st_size == 0) {
+            cause = CURFEW_SCAN_EMPTY;
+        } else if (fd >= 0 && read_all(fd, magic, sizeof magic) == 0 && memcmp(magic, "\x7f" "ELF", 4) != 0) {
+            cause = CURFEW_SCAN_NOT_ELF;
+        }
+        if (fd >= 0) close(fd);
+        append_u32(&out, cause);
         if (why) append(&out, why, strnlen(why, 4096));
         answer(channel, &out);
     }
@@ -357,6 +369,8 @@ typedef struct {
 /* How often, at most, the server looks for what scanners left behind (a
  * walk of /proc); and once more before it leaves. */
 #define BATCH_SWEEP_MS 50
+/* The most scanners at once, whatever the host asks. */
+#define BATCH_MAX_WIDTH 64
 
 /* A file asked about and not started yet. */
 typedef struct {
@@ -378,7 +392,7 @@ static int batch_report(int sock, batch_slot *slot, int status) {
 }
 
 /* Reads what a scanner's channel holds now, up to the cap: -1 at its end
- * (or past the cap, which also kills the scanner), else 0. */
+ * or past the cap (flagged; the caller kills the scanner), else 0. */
 static int batch_read(batch_slot *slot, int nonblocking) {
     unsigned char chunk[65536];
     for (;;) {
@@ -388,7 +402,6 @@ static int batch_read(batch_slot *slot, int nonblocking) {
         if (got <= 0) return -1;
         if ((size_t)got > CURFEW_SCAN_MAX_REPLY - slot->said.used) {
             slot->flags |= CURFEW_SCAN_OVERFLOW;
-            kill(-slot->pid, SIGKILL);
             return -1;
         }
         append(&slot->said, chunk, (size_t)got);
@@ -397,7 +410,7 @@ static int batch_read(batch_slot *slot, int nonblocking) {
 }
 
 /* Starts a scanner of `request` in `slot`: 0, or -1 when it cannot fork. */
-static int batch_start(batch_slot *slot, const batch_request *request, int sock, int null, uint32_t timeout_ms) {
+static int batch_start(batch_slot *slot, const batch_request *request, int null, uint32_t timeout_ms) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return -1;
     pid_t server = getpid();
@@ -409,6 +422,7 @@ static int batch_start(batch_slot *slot, const batch_request *request, int sock,
     }
     if (pid == 0) {
         signal(SIGCHLD, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
@@ -416,12 +430,11 @@ static int batch_start(batch_slot *slot, const batch_request *request, int sock,
         /* Its channel is the server's to read: with the server gone, it has no one to answer. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != server) _exit(1);
-        dup2(pair[1], 3);
+        dup2(pair[1], 3); /* over the server's socket to the host */
         dup2(null, 0);
         dup2(null, 1);
         dup2(null, 2);
         close_range(4, ~0U, 0);
-        (void)sock;
         scan_path(3, request->path);
     }
     setpgid(pid, pid); /* also here, so a kill right away finds the group */
@@ -436,16 +449,27 @@ static int batch_start(batch_slot *slot, const batch_request *request, int sock,
     return 0;
 }
 
+/* Whether the child `pid` has exited (it stays unreaped). */
+static int batch_exited(pid_t pid) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+}
+
 /* `curfew __scanbatch` on the stream socket `sock`: scans every file the
  * host names, each in a scanner forked for it, as many at once as the host
  * said, and reports each (see curfew_shims.h). Leaves once the host has
- * sent all it will and every scanner has been reported, or at once (killing
- * them) on a stop. */
+ * sent all it will and every scanner has been reported, or at once on a
+ * stop; either way, and on any failure, with every scanner and what the
+ * scanners left behind killed. */
 static int scan_batch(int sock) {
+    /* Nobody of this uid attaches to the server (a plugin could rewrite
+     * other files' reports) or to its scanners; they dump no core. */
+    prctl(PR_SET_DUMPABLE, 0);
     uint32_t settings[2];
     if (read_all(sock, settings, sizeof settings) != 0) return 0;
     uint32_t timeout_ms = settings[0];
-    uint32_t width = settings[1] < 1 ? 1 : settings[1] > 64 ? 64 : settings[1];
+    uint32_t width = settings[1] < 1 ? 1 : settings[1] > BATCH_MAX_WIDTH ? BATCH_MAX_WIDTH : settings[1];
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     int children = curfew_shim_child_pipe();
     if (null < 0 || children < 0) return 1;
@@ -453,127 +477,165 @@ static int scan_batch(int sock) {
     curfew_shim_become_subreaper();
     signal(SIGPIPE, SIG_IGN);
 
-    batch_slot slots[64];
+    int code = 0;
+    batch_slot slots[BATCH_MAX_WIDTH];
     memset(slots, 0, sizeof slots);
     batch_request *queue = NULL;
     size_t queued = 0, queue_head = 0, queue_capacity = 0;
     buffer incoming = {0};
-    size_t incoming_head = 0;
-    int requests_open = 1;
+    int all_asked = 0;
     uint32_t running = 0;
     int64_t swept = batch_now_ms();
     for (;;) {
         /* Start what there is room for. */
         while (running < width && queue_head < queued) {
             batch_slot *slot = NULL;
-            for (uint32_t i = 0; i < width; i++)
-                if (slots[i].pid == 0) { slot = &slots[i]; break; }
+            for (uint32_t i = 0; i < width && !slot; i++)
+                if (slots[i].pid == 0) slot = &slots[i];
             batch_request *request = &queue[queue_head++];
-            if (batch_start(slot, request, sock, null, timeout_ms) != 0) {
+            if (batch_start(slot, request, null, timeout_ms) != 0) {
                 /* Not forked: reported with status -1, for the host to try another way. */
                 batch_slot failed = {.id = request->id, .flags = CURFEW_SCAN_NOT_STARTED};
-                if (batch_report(sock, &failed, -1) != 0) return 1;
+                if (batch_report(sock, &failed, -1) != 0) {
+                    code = 1;
+                    goto leave;
+                }
             } else {
                 running++;
             }
             free(request->path);
         }
         if (queue_head == queued) queued = queue_head = 0;
-        if (!requests_open && queued == 0 && running == 0) break;
+        if (all_asked && queued == 0 && running == 0) break;
 
-        struct pollfd polls[66];
+        struct pollfd polls[2 + BATCH_MAX_WIDTH];
+        int watched[2 + BATCH_MAX_WIDTH];
         int count = 0;
         polls[count++] = (struct pollfd){children, POLLIN, 0};
-        if (requests_open) polls[count++] = (struct pollfd){sock, POLLIN, 0};
-        int watched[64];
+        /* Read even once all is asked: a stop may still come. */
+        int request_poll = count;
+        polls[count++] = (struct pollfd){sock, POLLIN, 0};
+        int first_channel = count;
         int64_t now = batch_now_ms(), soonest = now + 1000;
         for (uint32_t i = 0; i < width; i++) {
-            if (slots[i].pid == 0) continue;
-            if (slots[i].deadline < soonest) soonest = slots[i].deadline;
-            if (slots[i].fd < 0) continue;
-            if (now < slots[i].started + BATCH_QUIET_MS) {
-                if (slots[i].started + BATCH_QUIET_MS < soonest) soonest = slots[i].started + BATCH_QUIET_MS;
+            batch_slot *slot = &slots[i];
+            /* One killed at its deadline waits for its SIGCHLD alone. */
+            if (slot->pid == 0 || (slot->flags & CURFEW_SCAN_HUNG)) continue;
+            if (slot->deadline < soonest) soonest = slot->deadline;
+            if (slot->fd < 0) continue;
+            if (now < slot->started + BATCH_QUIET_MS) {
+                if (slot->started + BATCH_QUIET_MS < soonest) soonest = slot->started + BATCH_QUIET_MS;
                 continue;
             }
             watched[count] = (int)i;
-            polls[count++] = (struct pollfd){slots[i].fd, POLLIN, 0};
+            polls[count++] = (struct pollfd){slot->fd, POLLIN, 0};
         }
         int wait = soonest > now ? (int)(soonest - now) : 0;
-        if (poll(polls, (nfds_t)count, wait) < 0 && errno != EINTR) return 1;
+        if (poll(polls, (nfds_t)count, wait) < 0 && errno != EINTR) {
+            code = 1;
+            goto leave;
+        }
 
-        for (int p = requests_open ? 2 : 1; p < count; p++) {
+        for (int p = first_channel; p < count; p++) {
             if (!polls[p].revents) continue;
             batch_slot *slot = &slots[watched[p]];
             if (batch_read(slot, 0) != 0) {
+                /* Not reaped yet: its pid is still its own. */
+                if (slot->flags & CURFEW_SCAN_OVERFLOW) kill(-slot->pid, SIGKILL);
                 close(slot->fd);
                 slot->fd = -1;
             }
         }
-        if (requests_open && polls[1].revents) {
+        if (polls[request_poll].revents) {
             unsigned char chunk[65536];
             ssize_t got = recv(sock, chunk, sizeof chunk, 0);
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) {
-                requests_open = 0; /* all asked */
-            } else {
-                append(&incoming, chunk, (size_t)got);
-                /* Whole requests: an id, a length and a path. */
-                while (incoming.used - incoming_head >= 8) {
-                    uint32_t head[2];
-                    memcpy(head, incoming.bytes + incoming_head, sizeof head);
-                    if (head[0] == CURFEW_SCAN_STOP) goto stop;
-                    if (head[1] == 0 || head[1] > CURFEW_SCAN_MAX_PATH) return 1;
-                    if (incoming.used - incoming_head - 8 < head[1]) break;
-                    char *path = malloc(head[1] + 1);
-                    if (!path) return 1;
-                    memcpy(path, incoming.bytes + incoming_head + 8, head[1]);
-                    path[head[1]] = 0;
-                    incoming_head += 8 + head[1];
-                    if (queued == queue_capacity) {
-                        size_t capacity = queue_capacity ? queue_capacity * 2 : 64;
-                        batch_request *grown = realloc(queue, capacity * sizeof *queue);
-                        if (!grown) return 1;
-                        queue = grown;
-                        queue_capacity = capacity;
-                    }
-                    queue[queued++] = (batch_request){head[0], path};
-                }
-                memmove(incoming.bytes, incoming.bytes + incoming_head, incoming.used - incoming_head);
-                incoming.used -= incoming_head;
-                incoming_head = 0;
+            if (got < 0 && errno != EINTR) {
+                code = 1;
+                goto leave;
             }
+            if (got == 0) goto leave; /* the host is gone, or done */
+            if (got > 0) append(&incoming, chunk, (size_t)got);
+            /* Whole requests: an id, a length and a path; or the end, or a stop. */
+            size_t head = 0;
+            while (incoming.used - head >= 8) {
+                uint32_t fields[2];
+                memcpy(fields, incoming.bytes + head, sizeof fields);
+                if (fields[0] == CURFEW_SCAN_STOP) goto leave;
+                if (fields[0] == CURFEW_SCAN_END) {
+                    all_asked = 1;
+                    head += 8;
+                    continue;
+                }
+                if (all_asked) {
+                    code = 2; /* a request after the end */
+                    goto leave;
+                }
+                if (fields[1] == 0 || fields[1] > CURFEW_SCAN_MAX_PATH) {
+                    code = 2;
+                    goto leave;
+                }
+                if (incoming.used - head - 8 < fields[1]) break;
+                char *path = malloc(fields[1] + 1);
+                if (!path) _exit(3);
+                memcpy(path, incoming.bytes + head + 8, fields[1]);
+                path[fields[1]] = 0;
+                head += 8 + fields[1];
+                if (strlen(path) != fields[1]) {
+                    code = 2;
+                    goto leave;
+                }
+                if (queued == queue_capacity) {
+                    size_t capacity = queue_capacity ? queue_capacity * 2 : 64;
+                    batch_request *grown = realloc(queue, capacity * sizeof *queue);
+                    if (!grown) _exit(3);
+                    queue = grown;
+                    queue_capacity = capacity;
+                }
+                queue[queued++] = (batch_request){fields[0], path};
+            }
+            memmove(incoming.bytes, incoming.bytes + head, incoming.used - head);
+            incoming.used -= head;
         }
         if (polls[0].revents) {
             char drain[64];
             while (read(children, drain, sizeof drain) > 0) {
             }
-            /* Reap what ended: its group killed first, while its pid is still its own. */
+            /* Reap what ended: what it wrote read, and its group killed,
+             * while its pid is still its own; then reaped and reported. */
             for (;;) {
                 siginfo_t info;
                 memset(&info, 0, sizeof info);
                 if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
                 pid_t pid = info.si_pid;
-                kill(-pid, SIGKILL);
+                batch_slot *slot = NULL;
+                for (uint32_t i = 0; i < width && !slot; i++)
+                    if (slots[i].pid == pid) slot = &slots[i];
+                if (slot && slot->fd >= 0) {
+                    batch_read(slot, 1);
+                    close(slot->fd);
+                    slot->fd = -1;
+                }
+                kill(-pid, SIGKILL); /* what it left in its group */
                 int status;
                 while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
                 }
-                for (uint32_t i = 0; i < width; i++) {
-                    batch_slot *slot = &slots[i];
-                    if (slot->pid != pid) continue;
-                    /* All it wrote is in its channel now. */
-                    if (slot->fd >= 0) {
-                        batch_read(slot, 1);
-                        close(slot->fd);
-                        slot->fd = -1;
-                    }
-                    if (batch_report(sock, slot, status) != 0) return 1;
-                    slot->pid = 0;
-                    running--;
+                /* An orphan a scanner left is no scanner: never reported. */
+                if (!slot) continue;
+                if (batch_report(sock, slot, status) != 0) {
+                    code = 1;
+                    goto leave;
+                }
+                slot->pid = 0;
+                running--;
+                /* A long answer's room is not kept for the next. */
+                if (slot->said.capacity > 65536) {
+                    free(slot->said.bytes);
+                    slot->said = (buffer){0};
                 }
             }
             /* What the scanners' plugins left behind. */
             if (batch_now_ms() - swept >= BATCH_SWEEP_MS) {
-                int keep[64];
+                int keep[BATCH_MAX_WIDTH];
                 int kept = 0;
                 for (uint32_t i = 0; i < width; i++)
                     if (slots[i].pid) keep[kept++] = slots[i].pid;
@@ -583,18 +645,19 @@ static int scan_batch(int sock) {
         }
         now = batch_now_ms();
         for (uint32_t i = 0; i < width; i++) {
-            if (slots[i].pid == 0 || now < slots[i].deadline || (slots[i].flags & CURFEW_SCAN_HUNG)) continue;
-            slots[i].flags |= CURFEW_SCAN_HUNG;
-            kill(-slots[i].pid, SIGKILL);
+            batch_slot *slot = &slots[i];
+            if (slot->pid == 0 || now < slot->deadline || (slot->flags & CURFEW_SCAN_HUNG)) continue;
+            /* One that ended just now is the reaper's, not a hang. */
+            if (batch_exited(slot->pid)) continue;
+            slot->flags |= CURFEW_SCAN_HUNG;
+            kill(-slot->pid, SIGKILL);
         }
     }
-    curfew_shim_kill_children(NULL, 0, 64);
-    return 0;
-stop:
+leave:
     for (uint32_t i = 0; i < width; i++)
         if (slots[i].pid) kill(-slots[i].pid, SIGKILL);
     curfew_shim_kill_children(NULL, 0, 64);
-    return 0;
+    return code;
 }
 
 void curfew_shim_scanner_main(int argc, char **argv) {

@@ -68,7 +68,7 @@ struct DescriptorValidator {
     /// The descriptor's job table, after checking every field of the header.
     private func jobTable<Memory: DescriptorMemory>(_ memory: Memory, at raw: UInt) throws(CurfewError) -> JobTable<Memory> {
         guard raw % UInt(MemoryLayout<curfew_plugin>.alignment) == 0 else {
-            throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(Self.hex(raw))).")
+            throw CurfewError(.invalidDescriptor, "The plugin descriptor is misaligned (\(UnsafeRawPointer(bitPattern: raw)!)).")
         }
         // abi_version and struct_size first, before anything else is read.
         let version = try memory.load(raw, as: UInt32.self)
@@ -167,8 +167,6 @@ struct DescriptorValidator {
                 appEvent: unsafeBitCast(appEvent, to: curfew_app_event_fn?.self)),
             index: index, backgroundModes: modes)
     }
-
-    private static func hex(_ address: UInt) -> String { "0x" + String(address, radix: 16) }
 
     private func jobName(_ memory: some DescriptorMemory, at pointer: UInt, index: Int) throws(CurfewError) -> String {
         guard pointer != 0 else {

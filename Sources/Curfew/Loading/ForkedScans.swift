@@ -12,6 +12,8 @@ extension SafeScanner {
         var left: [String] = []
         /// The caller asked to stop: files not answered are in neither list.
         var stopped = false
+        /// How the batch server ended (its wait status), when one started.
+        var serverStatus: Int32?
     }
 
     /// Scans plugin libraries with one batch server (`curfew __scanbatch`,
@@ -36,7 +38,7 @@ extension SafeScanner {
         }
         var batch = ScanBatch(scanner: self, files: files, server: server)
         batch.run(into: &scans, shouldStop: shouldStop)
-        batch.close(stopping: scans.stopped)
+        scans.serverStatus = batch.close(stopping: scans.stopped)
         return scans
     }
 }
@@ -60,15 +62,21 @@ private struct ScanBatch {
         let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         let width = max(2, min(2 * cores, 16))
         let timeout = UInt32(clamping: max(1, scanner.timeoutPerFile.milliseconds))
+        // Requests wait here until the socket takes them: this side never
+        // blocks on a server that is busy writing a report, and reads while
+        // it waits to write.
+        var outbox = withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) }
         var next = 0
-        var gone = !send(withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) })
         var allSent = false
-        // A few requests ahead of the scanners, not all: what is sent and
-        // not yet read (2 × 16 paths of 4 KiB at most) fits a socket's
-        // buffer, so this side never waits on a server busy writing a report.
+        // A few requests ahead of the scanners, not all.
         let ahead = 2 * width
-        while !gone {
-            while inHand.count < ahead && next < files.count {
+        // A server that says nothing for longer than a file may take, with
+        // files in hand, is stuck (plugin code can stop it): given up on.
+        let clock = ContinuousClock()
+        let patience = scanner.timeoutPerFile + .seconds(5)
+        var heard = clock.now
+        while true {
+            while inHand.count < ahead && next < files.count && files.count < Int(CURFEW_SCAN_END) {
                 let id = next
                 next += 1
                 guard let request = ScannerFrames.request(files[id]) else {
@@ -79,41 +87,50 @@ private struct ScanBatch {
                     continue
                 }
                 inHand.insert(id)
-                guard send(withUnsafeBytes(of: UInt32(id)) { Array($0) } + request) else {
-                    gone = true
-                    break
-                }
+                outbox += withUnsafeBytes(of: UInt32(id)) { Array($0) } + request
             }
-            if gone { break }
             if next == files.count && !allSent {
-                shutdown(server.control, Int32(SHUT_WR))
+                outbox += withUnsafeBytes(of: (CURFEW_SCAN_END, UInt32(0))) { Array($0) }
                 allSent = true
             }
-            if inHand.isEmpty && next == files.count { return }
+            guard flush(&outbox) else { break }
+            if inHand.isEmpty && next == files.count && outbox.isEmpty { return }
             if shouldStop() {
                 scans.stopped = true
                 return
             }
-            var entry = pollfd(fd: server.control, events: Int16(POLLIN), revents: 0)
+            if !inHand.isEmpty && heard.duration(to: clock.now) > patience { break }
+            let events = Int16(POLLIN) | (outbox.isEmpty ? 0 : Int16(POLLOUT))
+            var entry = pollfd(fd: server.control, events: events, revents: 0)
             let ready = poll(&entry, 1, 100)
             if ready < 0 && errno == EINTR { continue }
-            guard ready > 0 else { continue }
+            guard ready > 0, entry.revents & ~Int16(POLLOUT) != 0 else { continue }
             var bytes = [UInt8](repeating: 0, count: 65536)
-            let count = bytes.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
+            let count = bytes.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
             guard count > 0 else { break }
+            heard = clock.now
             pending += bytes[..<count]
             guard readReports(into: &scans) else { break }
         }
-        // The server is gone (plugin code may kill it): what it had in hand,
-        // and what it was never sent, go another way.
+        // The server is gone (plugin code may kill or stop it): what it had
+        // in hand, and what it was never sent, go another way.
         scans.left += inHand.sorted().map { files[$0] } + files[next...]
         inHand.removeAll()
     }
 
-    /// Writes all of `bytes` to the server; false once it is gone.
-    private func send(_ bytes: [UInt8]) -> Bool {
-        WorkerProtocol.send(bytes: bytes, to: server.control)
+    /// Sends what the socket takes now of `outbox`; false once the server is gone.
+    private func flush(_ outbox: inout [UInt8]) -> Bool {
+        while !outbox.isEmpty {
+            let sent = outbox.withUnsafeBytes { Glibc.send(server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            if sent > 0 {
+                outbox.removeFirst(sent)
+                continue
+            }
+            if sent < 0 && errno == EINTR { continue }
+            return sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+        }
+        return true
     }
 
     /// Takes each whole report off `pending`; false when one does not read
@@ -177,9 +194,15 @@ private struct ScanBatch {
     }
 
     /// The scan is over: the server leaves once it has reported all (at
-    /// once, its scanners killed, when `stopping`). Two seconds at most.
-    func close(stopping: Bool) {
-        if stopping { _ = send(withUnsafeBytes(of: CURFEW_SCAN_STOP) { Array($0) }) }
+    /// once, its scanners killed, when `stopping`); two seconds at most, then
+    /// it is killed. Its wait status.
+    func close(stopping: Bool) -> Int32 {
+        if stopping {
+            // A stop, if the socket takes it now; else the end of the stream
+            // stops it, or it is killed below.
+            var stop = withUnsafeBytes(of: (CURFEW_SCAN_STOP, UInt32(0))) { Array($0) }
+            _ = flush(&stop)
+        }
         shutdown(server.control, Int32(SHUT_WR))
         let clock = ContinuousClock()
         let end = clock.now + .seconds(2)
@@ -197,5 +220,6 @@ private struct ScanBatch {
         Glibc.kill(server.pid, SIGKILL)  // gone by now, unless stuck: not reaped yet, so still its pid
         var status: Int32 = 0
         while waitpid(server.pid, &status, 0) < 0 && errno == EINTR {}
+        return status
     }
 }

@@ -322,13 +322,22 @@ public struct PluginLoader: Sendable {
     /// Why dlopen refused a file, in words: checked only after it failed, so
     /// the success path costs nothing beyond dlopen itself.
     static func diagnose(_ path: String, _ error: DynamicLoaderError) -> CurfewError {
-        if let info = try? Syscalls.fileStatus(path), info.size == 0 {
-            return CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
+        if let info = try? Syscalls.fileStatus(path), info.size == 0 { return dlopenError(.empty, error) }
+        if let prefix = try? Syscalls.readPrefix(path, count: 4), prefix != [0x7F, 0x45, 0x4C, 0x46] { return dlopenError(.notELF, error) }
+        return dlopenError(.other, error)
+    }
+
+    /// Why dlopen refused a file.
+    enum DynamicLoaderCause {
+        case empty, notELF, other
+    }
+
+    static func dlopenError(_ cause: DynamicLoaderCause, _ error: DynamicLoaderError) -> CurfewError {
+        switch cause {
+        case .empty: CurfewError(.emptyFile, "Empty file (0 bytes), not a shared object.", underlying: error.message)
+        case .notELF:
+            CurfewError(.notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).", underlying: error.message)
+        case .other: CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
         }
-        if let prefix = try? Syscalls.readPrefix(path, count: 4), prefix != [0x7F, 0x45, 0x4C, 0x46] {
-            return CurfewError(
-                .notELF, "Not an ELF shared object (it does not start with the ELF magic bytes).", underlying: error.message)
-        }
-        return CurfewError(.loadFailed, "Cannot be loaded: \(error.message)", underlying: error.message)
     }
 }

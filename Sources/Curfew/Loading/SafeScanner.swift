@@ -263,7 +263,9 @@ public struct SafeScanner: Sendable {
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
         let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
         guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
-            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), true)
+            // A crash is the file's own; a SIGKILL can come from outside (a
+            // sibling plugin's scanner, the OOM killer): not remembered.
+            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != SIGKILL)
         }
         return (answer, true)
     }

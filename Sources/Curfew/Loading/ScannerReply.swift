@@ -30,6 +30,7 @@ struct ScannerFrames: ScannerReply {
     /// The file the scanner was asked about.
     let file: String
     private var pending: [UInt8] = []
+    private var answered = false
 
     /// The largest frame read: four times what the largest descriptor a
     /// scanner copies takes.
@@ -72,6 +73,9 @@ struct ScannerFrames: ScannerReply {
                 events.append(.done)
                 return events
             case CURFEW_SCAN_ANSWER:
+                // A second answer is not read, only refused.
+                guard !answered else { return events + [.problem("two answers")] }
+                answered = true
                 guard let result = Self.result(payload, file: file) else { return events + [.problem("an answer that does not read right")] }
                 events.append(.answer(result))
             default:
@@ -110,8 +114,16 @@ struct ScannerFrames: ScannerReply {
             guard reader.isAtEnd else { return nil }
             verdict = .failure(PluginLoader.notRegularError)
         case CURFEW_SCAN_DLOPEN_FAILED:
+            guard let code = reader.u32() else { return nil }
+            let cause: PluginLoader.DynamicLoaderCause
+            switch code {
+            case CURFEW_SCAN_EMPTY: cause = .empty
+            case CURFEW_SCAN_NOT_ELF: cause = .notELF
+            case CURFEW_SCAN_CANNOT_LOAD: cause = .other
+            default: return nil
+            }
             let text = String(decoding: reader.rest(), as: UTF8.self)
-            verdict = .failure(PluginLoader.diagnose(file, DynamicLoaderError(message: text.isEmpty ? "unknown dynamic loader error" : text)))
+            verdict = .failure(PluginLoader.dlopenError(cause, DynamicLoaderError(message: text.isEmpty ? "unknown dynamic loader error" : text)))
         case CURFEW_SCAN_NO_ENTRY:
             guard reader.isAtEnd else { return nil }
             verdict = .failure(PluginLoader.missingEntryError)
@@ -222,11 +234,20 @@ struct SnapshotMemory: DescriptorMemory {
             let middle = (low + high) / 2
             if regions[middle].address <= address { low = middle + 1 } else { high = middle }
         }
+        // A few tries at most: an honest copy has at most a couple of
+        // regions over one address (a string two jobs share), and a forged
+        // one must not make each read cost the whole copy.
         var index = low - 1
-        while index >= 0 && reach[index] > address {
+        var tries = 0
+        var steps = 0
+        while index >= 0 && reach[index] > address && tries < 4 && steps < 64 {
+            steps += 1
             let region = regions[index]
             let offset = address - region.address
-            if offset < UInt(region.bytes.count), let value = body(region, Int(offset)) { return value }
+            if offset < UInt(region.bytes.count) {
+                tries += 1
+                if let value = body(region, Int(offset)) { return value }
+            }
             index -= 1
         }
         return nil

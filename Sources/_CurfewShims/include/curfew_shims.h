@@ -161,7 +161,8 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *                  the memory stopped being readable (the copy never
  *                  faults), for the host to check;
  *   STAT_FAILED    a u32 errno;   NOT_REGULAR, NO_ENTRY  nothing;
- *   DLOPEN_FAILED  dlerror's text;
+ *   DLOPEN_FAILED  a u32 cause (CANNOT_LOAD, EMPTY: 0 bytes, NOT_ELF: no
+ *                  ELF magic), then dlerror's text;
  *   DECLINED       a u32 count, then per message a u32 length and bytes:
  *                  what the entry logged before it returned NULL.
  * Plugin code runs in the scanner and can write on fd 3 too: the host
@@ -169,16 +170,19 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 /* `curfew __scanbatch` scans many files, each in a scanner it forks, and
  * reports each on its fd 3, a stream socket. The host sends a u32 timeout
  * in milliseconds and a u32 number of scanners to run at once, then per
- * file a u32 id, a u32 path length and the path; it shuts down its writing
- * side once all are sent, or sends a u32 CURFEW_SCAN_STOP to end at once.
+ * file a u32 id, a u32 path length and the path; once all are sent, a u32
+ * CURFEW_SCAN_END and a u32 0; to end at once, CURFEW_SCAN_STOP and 0 (the
+ * end of its stream ends the server at once too).
  * Per file the server sends a u32 id, its scanner's i32 wait status (-1
  * with CURFEW_SCAN_NOT_STARTED), u32 flags, a u32 length and what the
  * scanner said on its channel (frames as above, at most
  * CURFEW_SCAN_MAX_REPLY bytes). A scanner still running at the timeout is
  * killed and flagged CURFEW_SCAN_HUNG. The server leaves once every file is
- * reported and the host has sent all. Its scanners die with it. */
+ * reported after the end. Its scanners die with it (what they
+ * started is killed before it leaves). */
 #define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch"
 #define CURFEW_SCAN_STOP 0xFFFFFFFFu
+#define CURFEW_SCAN_END 0xFFFFFFFEu
 #define CURFEW_SCAN_MAX_REPLY 4198400u /* 4 MiB and 4 KiB */
 #define CURFEW_SCAN_HUNG 1u
 #define CURFEW_SCAN_OVERFLOW 2u
@@ -198,13 +202,17 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 #define CURFEW_SCAN_DLOPEN_FAILED 3u
 #define CURFEW_SCAN_NO_ENTRY 4u
 #define CURFEW_SCAN_DECLINED 5u
+#define CURFEW_SCAN_CANNOT_LOAD 0u
+#define CURFEW_SCAN_EMPTY 1u
+#define CURFEW_SCAN_NOT_ELF 2u
 /* Bytes of a job's background modes text copied at most: more than the
  * host reads (its limit and one more). A name and a summary are copied to
  * their limits in curfew.h and one more. */
 #define CURFEW_SCAN_MODES_BYTES 1024u
 
-/* When argv[1] is CURFEW_SCAN_SERVER_ARGUMENT or CURFEW_SCAN_FILE_ARGUMENT
- * (and nothing follows it), runs that role and exits; else returns at once. */
+/* When argv[1] is CURFEW_SCAN_BATCH_ARGUMENT, CURFEW_SCAN_SERVER_ARGUMENT
+ * or CURFEW_SCAN_FILE_ARGUMENT (and nothing follows it), runs that role and
+ * exits; else returns at once. */
 void curfew_shim_scanner_main(int argc, char **argv);
 
 #endif

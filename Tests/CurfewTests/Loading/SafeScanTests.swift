@@ -109,6 +109,18 @@ extension ProcessTests {
             #expect(report.scan.jobs.map(\.name) == ["edge-job"], "\(report.scan.rejected.map(\.error.description))")
         }
 
+        /// A scan stopped while scanners hang ends its batch server at once:
+        /// the server kills them and leaves by itself. Before, it took the
+        /// stop for the end of the requests, started the rest and was killed
+        /// two seconds later, with what the plugins had left still running.
+        @Test func aStoppedScanEndsItsServerCleanly() async throws {
+            let plugin = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=3"])
+            let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil, timeoutPerFile: .seconds(30))
+            let scans = try await Fixtures.offPool { scanner.scanForked(Array(repeating: plugin, count: 8), shouldStop: { true }) }
+            #expect(scans.stopped)
+            #expect(scans.serverStatus == 0, "exited by itself (a wait status of 9 is the host's SIGKILL)")
+        }
+
         /// A scanner's channel is read up to a cap: plugin code that writes
         /// past it gets its file rejected, and the scan's memory stays bounded.
         @Test func aFloodOnTheScannersChannelIsCutAtTheCap() async throws {
