@@ -429,6 +429,9 @@ static int batch_start(batch_slot *slot, const batch_request *request, int null,
         setpgid(0, 0);
         /* Its channel is the server's to read: with the server gone, it has no one to answer. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* Dumpable again, as the plugin would be anywhere else (its own
+         * /proc files readable by it); only the server stays closed. */
+        prctl(PR_SET_DUMPABLE, 1);
         if (getppid() != server) _exit(1);
         dup2(pair[1], 3); /* over the server's socket to the host */
         dup2(null, 0);
@@ -463,8 +466,8 @@ static int batch_exited(pid_t pid) {
  * stop; either way, and on any failure, with every scanner and what the
  * scanners left behind killed. */
 static int scan_batch(int sock) {
-    /* Nobody of this uid attaches to the server (a plugin could rewrite
-     * other files' reports) or to its scanners; they dump no core. */
+    /* Nobody of this uid attaches to the server: a plugin in one scanner
+     * could rewrite the reports of other files. */
     prctl(PR_SET_DUMPABLE, 0);
     uint32_t settings[2];
     if (read_all(sock, settings, sizeof settings) != 0) return 0;
