@@ -310,12 +310,22 @@ static void scan_path(int channel, const char *name) {
         /* Why, in the host's words, judged here: the host reads no file a
          * plugin could have swapped for one that blocks. */
         uint32_t cause = CURFEW_SCAN_CANNOT_LOAD;
-        unsigned char magic[4];
         int fd = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd >= 0 && fstat(fd, &info) == 0 && info.st_size == 0) {
             cause = CURFEW_SCAN_EMPTY;
-        } else if (fd >= 0 && read_all(fd, magic, sizeof magic) == 0 && memcmp(magic, "\x7f" "ELF", 4) != 0) {
-            cause = CURFEW_SCAN_NOT_ELF;
+        } else if (fd >= 0) {
+            /* Its first four bytes, or as many as it has: not the ELF magic, not ELF. */
+            unsigned char magic[4];
+            size_t got = 0;
+            int failed = 0;
+            while (got < sizeof magic) {
+                ssize_t count = read(fd, magic + got, sizeof magic - got);
+                if (count < 0 && errno == EINTR) continue;
+                if (count < 0) failed = 1;
+                if (count <= 0) break;
+                got += (size_t)count;
+            }
+            if (!failed && (got < sizeof magic || memcmp(magic, "\x7f" "ELF", 4) != 0)) cause = CURFEW_SCAN_NOT_ELF;
         }
         if (fd >= 0) close(fd);
         append_u32(&out, cause);

@@ -140,6 +140,16 @@ extension ProcessTests {
             var plugins = try (1...19).map { try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\($0)"]) }
             plugins += [try Fixtures.compile("modes_jobs.c"), try Fixtures.compile("modes_jobs.c", defines: ["NOT_CONTINUOUS"])]
             plugins += Fixtures.examplePlugins
+            // Files dlopen refuses, or that never reach it.
+            let odd = folder + "/odd"
+            try FileManager.default.createDirectory(atPath: odd, withIntermediateDirectories: true)
+            for (name, text) in [("empty.so", ""), ("short.so", "ab"), ("text.so", "not a library, just text\n")] {
+                try text.write(toFile: "\(odd)/\(name)", atomically: true, encoding: .utf8)
+                plugins.append("\(odd)/\(name)")
+            }
+            try FileManager.default.copyItem(atPath: "/bin/true", toPath: odd + "/program.so")
+            #expect(mkfifo(odd + "/fifo.so", 0o600) == 0)
+            plugins += [odd + "/program.so", odd + "/fifo.so"]
             let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
             for plugin in plugins {
                 let loaded = PluginLoader().scan([plugin])
