@@ -59,10 +59,16 @@ static int write_all(int fd, const void *bytes, size_t count) {
     return 0;
 }
 
-static void send_frame(int channel, uint32_t kind, const buffer *payload) {
+/* Appends a frame: its header, then `payload` (none when NULL). */
+static void append_frame(buffer *to, uint32_t kind, const buffer *payload) {
     uint32_t header[3] = {CURFEW_SCAN_MAGIC, kind, payload ? (uint32_t)payload->used : 0};
-    if (write_all(channel, header, sizeof header) != 0) _exit(4);
-    if (payload && write_all(channel, payload->bytes, payload->used) != 0) _exit(4);
+    append(to, header, sizeof header);
+    if (payload) append(to, payload->bytes, payload->used);
+}
+
+/* Writes `frames` on the channel; a scanner that cannot ends. */
+static void send_frames(int channel, const buffer *frames) {
+    if (write_all(channel, frames->bytes, frames->used) != 0) _exit(4);
 }
 
 /* ---- Reading memory that may not be there ------------------------------- */
@@ -191,8 +197,7 @@ done:
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static buffer logged;
 static uint32_t logged_count;
-#define MAX_MESSAGES 64u
-#define MAX_MESSAGE_BYTES 4096u
+
 
 static double no_time_remaining(curfew_context *ctx) { (void)ctx; return 0; }
 static bool always_expiring(curfew_context *ctx) { (void)ctx; return true; }
@@ -205,9 +210,9 @@ static curfew_app_state background(curfew_context *ctx) { (void)ctx; return CURF
 static void keep_message(curfew_context *ctx, curfew_log_level level, const char *message) {
     (void)ctx; (void)level;
     if (message == NULL) return;
-    size_t length = strnlen(message, MAX_MESSAGE_BYTES);
+    size_t length = strnlen(message, CURFEW_SCAN_MAX_MESSAGE_BYTES);
     pthread_mutex_lock(&log_lock);
-    if (logged_count < MAX_MESSAGES) {
+    if (logged_count < CURFEW_SCAN_MAX_MESSAGES) {
         append_u32(&logged, (uint32_t)length);
         append(&logged, message, length);
         logged_count++;
@@ -247,28 +252,31 @@ static const curfew_host scanner_host = {
 
 static void scan_path(int channel, const char *name) __attribute__((noreturn));
 
-static int read_all(int fd, void *bytes, size_t count) {
-    unsigned char *at = bytes;
-    while (count > 0) {
-        ssize_t got = read(fd, at, count);
+/* Reads `count` bytes, or as many as come before the end: how many, or -1
+ * on an error. */
+static ssize_t read_up_to(int fd, void *bytes, size_t count) {
+    size_t done = 0;
+    while (done < count) {
+        ssize_t got = read(fd, (unsigned char *)bytes + done, count - done);
         if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return -1;
-        at += got;
-        count -= (size_t)got;
+        if (got < 0) return -1;
+        if (got == 0) break;
+        done += (size_t)got;
     }
-    return 0;
+    return (ssize_t)done;
+}
+
+static int read_all(int fd, void *bytes, size_t count) {
+    return read_up_to(fd, bytes, count) == (ssize_t)count ? 0 : -1;
 }
 
 static void answer(int channel, const buffer *payload) __attribute__((noreturn));
 static void answer(int channel, const buffer *payload) {
     /* The answer and the end in one write: one wake-up of the reader. */
     buffer frames = {0};
-    uint32_t header[3] = {CURFEW_SCAN_MAGIC, CURFEW_SCAN_ANSWER, (uint32_t)payload->used};
-    append(&frames, header, sizeof header);
-    append(&frames, payload->bytes, payload->used);
-    uint32_t done[3] = {CURFEW_SCAN_MAGIC, CURFEW_SCAN_DONE, 0};
-    append(&frames, done, sizeof done);
-    if (write_all(channel, frames.bytes, frames.used) != 0) _exit(4);
+    append_frame(&frames, CURFEW_SCAN_ANSWER, payload);
+    append_frame(&frames, CURFEW_SCAN_DONE, NULL);
+    send_frames(channel, &frames);
     _exit(0);
 }
 
@@ -293,7 +301,9 @@ static void scan_path(int channel, const char *name) {
     strncat(path, name, CURFEW_SCAN_MAX_PATH);
     if (pipe2(copy_pipe, O_CLOEXEC) != 0) copy_pipe[0] = copy_pipe[1] = -1;
 
-    send_frame(channel, CURFEW_SCAN_LOADING, NULL);
+    buffer loading = {0};
+    append_frame(&loading, CURFEW_SCAN_LOADING, NULL);
+    send_frames(channel, &loading);
     buffer out = {0};
     struct stat info;
     /* dlopen would block on a FIFO: only regular files go to it. */
@@ -321,16 +331,8 @@ static void scan_path(int channel, const char *name) {
         } else if (fd >= 0) {
             /* Its first four bytes, or as many as it has: not the ELF magic, not ELF. */
             unsigned char magic[4];
-            size_t got = 0;
-            int failed = 0;
-            while (got < sizeof magic) {
-                ssize_t count = read(fd, magic + got, sizeof magic - got);
-                if (count < 0 && errno == EINTR) continue;
-                if (count < 0) failed = 1;
-                if (count <= 0) break;
-                got += (size_t)count;
-            }
-            if (!failed && (got < sizeof magic || memcmp(magic, "\x7f" "ELF", 4) != 0)) cause = CURFEW_SCAN_NOT_ELF;
+            ssize_t got = read_up_to(fd, magic, sizeof magic);
+            if (got >= 0 && (got < (ssize_t)sizeof magic || memcmp(magic, "\x7f" "ELF", 4) != 0)) cause = CURFEW_SCAN_NOT_ELF;
         }
         if (fd >= 0) close(fd);
         append_u32(&out, cause);

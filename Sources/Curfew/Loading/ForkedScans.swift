@@ -156,7 +156,7 @@ private struct ScanBatch {
 
     /// One file's verdict from its scanner's report.
     private func report(
-        _ file: String, status: Int32, flags: UInt32, said: ArraySlice<UInt8>, into scans: inout SafeScanner.ForkedScans
+        _ file: String, status: Int32, flags: UInt32, said bytes: ArraySlice<UInt8>, into scans: inout SafeScanner.ForkedScans
     ) {
         if flags & CURFEW_SCAN_NOT_STARTED != 0 {
             scans.left.append(file)
@@ -167,30 +167,17 @@ private struct ScanBatch {
             return
         }
         var reply = ScannerFrames(file: file)
-        var answer: FileResult?
-        var problem: String?
-        var finished = false
-        var loading = false
-        let events = said.withUnsafeBytes { reply.read($0) }
-        for event in events {
-            switch event {
-            case .problem(let what): problem = problem ?? what
-            case .done: finished = true
-            case .loading: loading = true
-            case .answer(let result):
-                if answer != nil { problem = problem ?? "two answers" }
-                answer = result
-            }
+        var said = ScannerSaid()
+        _ = said.hear(bytes.withUnsafeBytes { reply.read($0) })
+        if flags & CURFEW_SCAN_OVERFLOW != 0 {
+            said.cutShort("a message of more than \(ScannerFrames.maximumFrameBytes >> 20) MiB")
         }
-        if flags & CURFEW_SCAN_OVERFLOW != 0 && problem == nil {
-            problem = "a message of more than \(ScannerFrames.maximumFrameBytes >> 20) MiB"
-        }
-        if problem == nil && !loading {
+        guard !said.endedBeforeLoading else {
             // It ended before it loaded anything: no verdict on the file.
             scans.left.append(file)
             return
         }
-        scans.answers[file] = SafeScanner.verdict(answer: answer, problem: problem, finished: finished, status: status)
+        scans.answers[file] = said.verdict(status: status)
     }
 
     /// The scan is over: the server leaves once it has reported all (at

@@ -190,16 +190,11 @@ public struct SafeScanner: Sendable {
         WorkerProtocol.send(bytes: request, to: channel[0])
 
         var reply: any ScannerReply = native ? ScannerFrames(file: file) : ScannerLines(file: file)
-        var answer: FileResult?
-        var problem: String?
-        var finished = false
-        /// The worker said it was about to load the file: before that, no
-        /// code of the file's has run in it.
-        var loading = false
+        var said = ScannerSaid()
         var bytes = [UInt8](repeating: 0, count: 65536)
         let clock = MonotonicClock()
         let deadline = clock.now().advanced(by: timeoutPerFile)
-        reading: while !finished {
+        while true {
             if shouldStop() {
                 _ = end(killing: true)
                 return nil
@@ -217,26 +212,10 @@ public struct SafeScanner: Sendable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             let events = bytes.withUnsafeBytes { reply.read(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-            for event in events {
-                switch event {
-                case .problem(let what):
-                    problem = what
-                    break reading
-                case .done:
-                    finished = true
-                case .loading:
-                    loading = true
-                case .answer(let result):
-                    guard answer == nil else {
-                        problem = "two answers"
-                        break reading
-                    }
-                    answer = result
-                }
-            }
+            guard said.hear(events) else { break }
         }
-        let ended = end(killing: problem != nil || !finished)
-        if problem == nil && !loading && attempt < 3 {
+        let ended = end(killing: said.problem != nil || !said.finished)
+        if said.endedBeforeLoading && attempt < 3 {
             // It ended before it loaded anything (say, forked as its server
             // died, it left at once): no verdict on the file. Another worker,
             // on another socket.
@@ -244,30 +223,7 @@ public struct SafeScanner: Sendable {
             closed = true
             return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt + 1)
         }
-        return Self.verdict(answer: answer, problem: problem, finished: finished, status: ended)
-    }
-
-    /// A file's verdict from what its scanner said and how it ended (its
-    /// wait status, `nil` when unknown), and whether the file alone decided
-    /// it. The scanner's word counts only if it is about this file, said
-    /// once, and followed by a clean exit.
-    static func verdict(answer: FileResult?, problem: String?, finished: Bool, status: Int32?) -> (result: FileResult, cacheable: Bool) {
-        func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
-        if let problem {
-            return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
-        }
-        guard let status else {
-            // Most likely the plugin killed it, but not surely: not cached.
-            return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
-        }
-        let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
-        let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
-        guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
-            // A crash is the file's own; a SIGKILL can come from outside (a
-            // sibling plugin's scanner, the OOM killer): not remembered.
-            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != SIGKILL)
-        }
-        return (answer, true)
+        return said.verdict(status: ended)
     }
 
     /// The verdict on a file whose loading hung past the timeout.

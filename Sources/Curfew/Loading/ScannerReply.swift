@@ -15,6 +15,71 @@ enum ScanEvent: Equatable {
     case problem(String)
 }
 
+/// What a scanner has said of its file, event by event, and the verdict it
+/// comes to once the scanner has ended.
+struct ScannerSaid {
+    private(set) var answer: FileResult?
+    private(set) var problem: String?
+    private(set) var finished = false
+    private(set) var loading = false
+
+    /// Takes in `events`; false once there is nothing more to hear (it is
+    /// done, or said something no scanner says: the first such thing counts).
+    mutating func hear(_ events: [ScanEvent]) -> Bool {
+        for event in events {
+            switch event {
+            case .problem(let what):
+                problem = what
+                return false
+            case .done:
+                finished = true
+                return false
+            case .loading:
+                loading = true
+            case .answer(let result):
+                guard answer == nil else {
+                    problem = "two answers"
+                    return false
+                }
+                answer = result
+            }
+        }
+        return true
+    }
+
+    /// Marks what it said as cut short by plugin code (past the size a
+    /// scanner may say), unless something else already was.
+    mutating func cutShort(_ what: String) {
+        if problem == nil { problem = what }
+    }
+
+    /// It ended before it loaded anything: it gives no verdict on the file.
+    var endedBeforeLoading: Bool { problem == nil && !loading }
+
+    /// The file's verdict once the scanner ended with wait status `status`
+    /// (`nil` when unknown), and whether the file alone decided it: its
+    /// word counts only if it is about this file, said once, and followed
+    /// by a clean exit.
+    func verdict(status: Int32?) -> (result: FileResult, cacheable: Bool) {
+        func rejected(_ reason: String) -> FileResult { .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: reason) }
+        if let problem {
+            return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
+        }
+        guard let status else {
+            // Most likely the plugin killed it, but not surely: not cached.
+            return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
+        }
+        let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
+        let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
+        guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
+            // A crash is the file's own; a SIGKILL can come from outside (a
+            // sibling plugin's scanner, the OOM killer): not remembered.
+            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != SIGKILL)
+        }
+        return (answer, true)
+    }
+}
+
 /// Reads what a scanner says as it arrives, whatever it says: plugin code
 /// runs in the scanner and can write on its channel too.
 protocol ScannerReply {
@@ -22,8 +87,8 @@ protocol ScannerReply {
     mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent]
 }
 
-/// The replies of the C scanner (`curfew __scanserver`): frames, the last
-/// answer a copy of the file's descriptor, checked here by the
+/// The replies of the C scanner (`scanner.c`, under `curfew __scanbatch` or
+/// `__scanserver`): frames, the answer a copy of the file's descriptor, checked here by the
 /// ``DescriptorValidator`` a descriptor in this process's memory goes
 /// through.
 struct ScannerFrames: ScannerReply {
@@ -32,8 +97,8 @@ struct ScannerFrames: ScannerReply {
     private var pending: [UInt8] = []
     private var answered = false
 
-    /// The largest frame read: four times what the largest descriptor a
-    /// scanner copies takes.
+    /// The largest frame read: ten times what the largest descriptor copy
+    /// takes (256 jobs, each with its strings: about 370 KB).
     static let maximumFrameBytes = 4 << 20
     /// The most regions a copy holds: the descriptor, its table, and per job
     /// the job, its name, summary and modes.
@@ -128,7 +193,7 @@ struct ScannerFrames: ScannerReply {
             guard reader.isAtEnd else { return nil }
             verdict = .failure(PluginLoader.missingEntryError)
         case CURFEW_SCAN_DECLINED:
-            guard let count = reader.u32(), count <= 64 else { return nil }
+            guard let count = reader.u32(), count <= CURFEW_SCAN_MAX_MESSAGES else { return nil }
             var messages: [String] = []
             for _ in 0..<count {
                 guard let length = reader.u32(), let bytes = reader.bytes(Int(length)) else { return nil }

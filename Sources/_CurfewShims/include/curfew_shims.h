@@ -164,7 +164,9 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *   DLOPEN_FAILED  a u32 cause (CANNOT_LOAD, EMPTY: 0 bytes, NOT_ELF: no
  *                  ELF magic), then dlerror's text;
  *   DECLINED       a u32 count, then per message a u32 length and bytes:
- *                  what the entry logged before it returned NULL.
+ *                  what the entry logged before it returned NULL (the first
+ *                  CURFEW_SCAN_MAX_MESSAGES, each cut at
+ *                  CURFEW_SCAN_MAX_MESSAGE_BYTES).
  * Plugin code runs in the scanner and can write on fd 3 too: the host
  * takes nothing it reads for more than a claim about this file. */
 /* `curfew __scanbatch` scans many files, each in a scanner it forks, and
@@ -202,6 +204,8 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 #define CURFEW_SCAN_DLOPEN_FAILED 3u
 #define CURFEW_SCAN_NO_ENTRY 4u
 #define CURFEW_SCAN_DECLINED 5u
+#define CURFEW_SCAN_MAX_MESSAGES 64u
+#define CURFEW_SCAN_MAX_MESSAGE_BYTES 4096u
 #define CURFEW_SCAN_CANNOT_LOAD 0u
 #define CURFEW_SCAN_EMPTY 1u
 #define CURFEW_SCAN_NOT_ELF 2u
