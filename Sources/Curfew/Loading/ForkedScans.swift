@@ -169,9 +169,7 @@ private struct ScanBatch {
         var reply = ScannerFrames(file: file)
         var said = ScannerSaid()
         _ = said.hear(bytes.withUnsafeBytes { reply.read($0) })
-        if flags & CURFEW_SCAN_OVERFLOW != 0 {
-            said.cutShort("a message of more than \(ScannerFrames.maximumFrameBytes >> 20) MiB")
-        }
+        if flags & CURFEW_SCAN_OVERFLOW != 0 { said.cutShort(ScannerFrames.tooMuch) }
         guard !said.endedBeforeLoading else {
             // It ended before it loaded anything: no verdict on the file.
             scans.left.append(file)

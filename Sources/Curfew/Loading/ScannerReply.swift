@@ -96,6 +96,11 @@ struct ScannerFrames: ScannerReply {
     let file: String
     private var pending: [UInt8] = []
     private var answered = false
+    /// The bytes read so far.
+    private var heard = 0
+
+    /// What a scanner that said more than it may is said to have sent.
+    static let tooMuch = "a message of more than \(maximumFrameBytes >> 20) MiB"
 
     /// The largest frame read: ten times what the largest descriptor copy
     /// takes (256 jobs, each with its strings: about 370 KB).
@@ -117,6 +122,10 @@ struct ScannerFrames: ScannerReply {
     }
 
     mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent] {
+        // All a scanner may say, whoever reads it: the batch server stops
+        // reading there too, and flags it (``ScannerSaid/cutShort(_:)``).
+        heard += bytes.count
+        guard heard <= Int(CURFEW_SCAN_MAX_REPLY) else { return [.problem(Self.tooMuch)] }
         pending.append(contentsOf: bytes)
         var events: [ScanEvent] = []
         var start = 0
@@ -126,9 +135,7 @@ struct ScannerFrames: ScannerReply {
             guard header.u32() == CURFEW_SCAN_MAGIC, let kind = header.u32(), let length = header.u32() else {
                 return events + [.problem("bytes that are not a message")]
             }
-            guard Int(length) <= Self.maximumFrameBytes else {
-                return events + [.problem("a message of more than \(Self.maximumFrameBytes >> 20) MiB")]
-            }
+            guard Int(length) <= Self.maximumFrameBytes else { return events + [.problem(Self.tooMuch)] }
             guard pending.count - start - 12 >= Int(length) else { break }
             let payload = pending[start + 12..<start + 12 + Int(length)]
             start += 12 + Int(length)

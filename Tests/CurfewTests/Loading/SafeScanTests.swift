@@ -132,6 +132,15 @@ extension ProcessTests {
             #expect(reasons[plugins + "/c-flood.so"]
                 == "Its scanner worker sent a message of more than 4 MiB, so plugin code wrote on its channel while it loaded.")
             #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+
+            // The same cap for a scanner of its own (no batch server). Before,
+            // only each frame was capped there: the flood was read to its end.
+            var alone = scanner()
+            alone.usesForkServer = false
+            alone.rescan = true
+            let aloneReport = try await scan([plugins + "/c-flood.so"], with: alone)
+            #expect(aloneReport.scan.rejected.first?.error.description
+                == "Its scanner worker sent a message of more than 4 MiB, so plugin code wrote on its channel while it loaded.")
         }
 
         /// The C scanner's verdict on each loader rule is the in-process
