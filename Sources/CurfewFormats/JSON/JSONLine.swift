@@ -42,6 +42,8 @@ public struct JSONLine: Sendable {
     }
 
     public static func quote(_ text: String) -> String {
+        // Most text needs no escape: then it is copied whole, not scalar by scalar.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }) { return "\"" + text + "\"" }
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
