@@ -439,7 +439,7 @@ static int list_children(pid_t *pids, int capacity) {
     struct dirent *entry;
     while ((entry = readdir(tasks)) != NULL) {
         if (entry->d_name[0] == '.') continue;
-        char path[64];
+        char path[sizeof "/proc/self/task//children" + sizeof entry->d_name];
         snprintf(path, sizeof path, "/proc/self/task/%s/children", entry->d_name);
         FILE *file = fopen(path, "re");
         if (file == NULL) continue;

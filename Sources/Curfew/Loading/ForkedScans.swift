@@ -12,115 +12,94 @@ extension SafeScanner {
         var left: [String] = []
         /// The caller asked to stop: files not answered are in neither list.
         var stopped = false
-        /// How the batch server ended (its wait status), when one started.
-        var serverStatus: Int32?
+        /// How each batch server ended (its wait status), for those that started.
+        var serverStatuses: [Int32] = []
     }
 
-    /// Scans plugin libraries with one batch server (`curfew __scanbatch`,
-    /// C that runs no Swift): it forks a scanner per file, as many at once
-    /// as twice the cores, reads each one's channel, reaps it, and reports
-    /// what it said and how it ended on one stream. The host's part per
-    /// file is a request, a read and the check of the answer; no thread,
-    /// socket pair or fork round trip of its own.
+    /// Scans plugin libraries with batch servers (`curfew __scanbatch`, C
+    /// that runs no Swift): each forks a scanner per file, reads each one's
+    /// channel, reaps it, and reports what it said and how it ended on one
+    /// stream. The host's part per file is a request, a read and the check of
+    /// the answer; no thread, socket pair or fork round trip of its own.
     ///
-    /// When plugin code kills the server, the files it had in hand are left
+    /// One server per core (four at most): a server forks, reads and reaps
+    /// its scanners one after another, so a single one keeps one core busy
+    /// with that alone while scanners wait for it. Files go to whichever
+    /// server has room, from this one thread.
+    ///
+    /// When plugin code kills a server, the files it had in hand are left
     /// for ``scanAlone``, whose scanners answer on channels of this process.
-    func scanForked(_ files: [String], shouldStop: () -> Bool) -> ForkedScans {
+    ///
+    /// - Parameter started: Called once the servers are started (or could
+    ///   not be), for work of the caller's to run while they scan.
+    func scanForked(_ files: [String], shouldStop: () -> Bool, started: () -> Void = {}) -> ForkedScans {
         var scans = ForkedScans()
-        guard !files.isEmpty else { return scans }
-        guard usesForkServer,
-            let server = ForkServer.spawn(
-                executable: workerExecutable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: WorkerProtocol.helperEnvironment(),
-                type: SOCK_STREAM)
-        else {
+        guard !files.isEmpty else {
+            started()
+            return scans
+        }
+        let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        // Twice the cores scan at once in all (sixteen at most), shared by the servers.
+        let count = min(cores, 4, files.count)
+        let width = max(2, min(2 * cores, 16) / count)
+        var servers: [ScanServer] = []
+        if usesForkServer {
+            // `curfew-scanner` when installed, else (or when it cannot start) the host's own image.
+            let executables = [batchExecutable, workerExecutable].compactMap { $0 }
+            let environment = WorkerProtocol.helperEnvironment()
+            spawning: for _ in 0..<count {
+                for executable in executables {
+                    if let server = ForkServer.spawn(
+                        executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: environment, type: SOCK_STREAM)
+                    {
+                        servers.append(ScanServer(server: server, width: width, timeoutPerFile: timeoutPerFile))
+                        continue spawning
+                    }
+                }
+                break
+            }
+        }
+        started()
+        guard !servers.isEmpty else {
             scans.left = files
             return scans
         }
-        var batch = ScanBatch(scanner: self, files: files, server: server)
+        var batch = ScanBatch(scanner: self, files: files, servers: servers)
         batch.run(into: &scans, shouldStop: shouldStop)
-        scans.serverStatus = batch.close(stopping: scans.stopped)
+        scans.serverStatuses = batch.close(stopping: scans.stopped)
         return scans
     }
 }
 
 /// The host's side of one `__scanbatch` server.
-private struct ScanBatch {
-    let scanner: SafeScanner
-    let files: [String]
+private struct ScanServer {
     let server: (pid: pid_t, control: Int32)
-    /// The files sent and not yet reported, by id (their index in `files`).
-    private var inHand = Set<Int>()
-    private var pending: [UInt8] = []
+    /// Files sent to it and not yet reported, by id (their index in the batch's files).
+    var inHand = Set<Int>()
+    /// Bytes read and not yet a whole report.
+    var pending: [UInt8] = []
+    /// Requests waiting until the socket takes them: the host never blocks
+    /// on a server that is busy writing a report, and reads while it waits
+    /// to write.
+    var outbox: [UInt8]
+    /// Whether it has been told that no more files will come.
+    var allSent = false
+    /// Gone (it died, or spoke out of protocol): its files went another way.
+    var gone = false
+    /// When it last said anything.
+    var heard = ContinuousClock.now
+    /// How many files it may hold at once: a few ahead of its scanners.
+    let ahead: Int
 
-    init(scanner: SafeScanner, files: [String], server: (pid: pid_t, control: Int32)) {
-        self.scanner = scanner
-        self.files = files
+    init(server: (pid: pid_t, control: Int32), width: Int, timeoutPerFile: Duration) {
         self.server = server
+        let timeout = UInt32(clamping: max(1, timeoutPerFile.milliseconds))
+        outbox = withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) }
+        ahead = 2 * width
     }
 
-    mutating func run(into scans: inout SafeScanner.ForkedScans, shouldStop: () -> Bool) {
-        let cores = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
-        let width = max(2, min(2 * cores, 16))
-        let timeout = UInt32(clamping: max(1, scanner.timeoutPerFile.milliseconds))
-        // Requests wait here until the socket takes them: this side never
-        // blocks on a server that is busy writing a report, and reads while
-        // it waits to write.
-        var outbox = withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) }
-        var next = 0
-        var allSent = false
-        // A few requests ahead of the scanners, not all.
-        let ahead = 2 * width
-        // A server that says nothing for longer than a file may take, with
-        // files in hand, is stuck (plugin code can stop it): given up on.
-        let clock = ContinuousClock()
-        let patience = scanner.timeoutPerFile + .seconds(5)
-        var heard = clock.now
-        while true {
-            while inHand.count < ahead && next < files.count && files.count < Int(CURFEW_SCAN_END) {
-                let id = next
-                next += 1
-                guard let request = ScannerFrames.request(files[id]) else {
-                    scans.answers[files[id]] = (
-                        .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: "Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."),
-                        true
-                    )
-                    continue
-                }
-                inHand.insert(id)
-                outbox += withUnsafeBytes(of: UInt32(id)) { Array($0) } + request
-            }
-            if next == files.count && !allSent {
-                outbox += withUnsafeBytes(of: (CURFEW_SCAN_END, UInt32(0))) { Array($0) }
-                allSent = true
-            }
-            guard flush(&outbox) else { break }
-            if inHand.isEmpty && next == files.count && outbox.isEmpty { return }
-            if shouldStop() {
-                scans.stopped = true
-                return
-            }
-            if !inHand.isEmpty && heard.duration(to: clock.now) > patience { break }
-            let events = Int16(POLLIN) | (outbox.isEmpty ? 0 : Int16(POLLOUT))
-            var entry = pollfd(fd: server.control, events: events, revents: 0)
-            let ready = poll(&entry, 1, 100)
-            if ready < 0 && errno == EINTR { continue }
-            guard ready > 0, entry.revents & ~Int16(POLLOUT) != 0 else { continue }
-            var bytes = [UInt8](repeating: 0, count: 65536)
-            let count = bytes.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-            if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
-            guard count > 0 else { break }
-            heard = clock.now
-            pending += bytes[..<count]
-            guard readReports(into: &scans) else { break }
-        }
-        // The server is gone (plugin code may kill or stop it): what it had
-        // in hand, and what it was never sent, go another way.
-        scans.left += inHand.sorted().map { files[$0] } + files[next...]
-        inHand.removeAll()
-    }
-
-    /// Sends what the socket takes now of `outbox`; false once the server is gone.
-    private func flush(_ outbox: inout [UInt8]) -> Bool {
+    /// Sends what the socket takes now of the outbox; false once the server is gone.
+    mutating func flush() -> Bool {
         while !outbox.isEmpty {
             let sent = outbox.withUnsafeBytes { Glibc.send(server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
             if sent > 0 {
@@ -133,22 +112,139 @@ private struct ScanBatch {
         return true
     }
 
-    /// Takes each whole report off `pending`; false when one does not read
-    /// right (the server is not speaking the protocol: treat it as gone).
-    private mutating func readReports(into scans: inout SafeScanner.ForkedScans) -> Bool {
+    /// The scan is over: the server leaves once it has reported all (at
+    /// once, its scanners killed, when `stopping`); by `end` at the latest,
+    /// then it is killed. Its wait status.
+    mutating func close(stopping: Bool, by end: ContinuousClock.Instant) -> Int32 {
+        if stopping && !gone {
+            // A stop, if the socket takes it now; else the end of the stream
+            // stops it, or it is killed below.
+            outbox = withUnsafeBytes(of: (CURFEW_SCAN_STOP, UInt32(0))) { Array($0) }
+            _ = flush()
+        }
+        shutdown(server.control, Int32(SHUT_WR))
+        let clock = ContinuousClock()
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !gone && clock.now < end {
+            var entry = pollfd(fd: server.control, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
+            if ready < 0 && errno == EINTR { continue }
+            guard ready > 0 else { break }
+            let count = buffer.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, 0) }
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+        }
+        Glibc.close(server.control)
+        Glibc.kill(server.pid, SIGKILL)  // gone by now, unless stuck: not reaped yet, so still its pid
+        var status: Int32 = 0
+        while waitpid(server.pid, &status, 0) < 0 && errno == EINTR {}
+        return status
+    }
+}
+
+/// The host's side of a scan by batch servers.
+private struct ScanBatch {
+    let scanner: SafeScanner
+    let files: [String]
+    var servers: [ScanServer]
+
+    init(scanner: SafeScanner, files: [String], servers: [ScanServer]) {
+        self.scanner = scanner
+        self.files = files
+        self.servers = servers
+    }
+
+    mutating func run(into scans: inout SafeScanner.ForkedScans, shouldStop: () -> Bool) {
+        var next = 0
+        // A server that says nothing for longer than a file may take, with
+        // files in hand, is stuck (plugin code can stop it): given up on.
+        let clock = ContinuousClock()
+        let patience = scanner.timeoutPerFile + .seconds(5)
+        var bytes = [UInt8](repeating: 0, count: 65536)
+        while true {
+            // Files to the servers with room, each in turn.
+            for index in servers.indices where !servers[index].gone {
+                while servers[index].inHand.count < servers[index].ahead && next < files.count && files.count < Int(CURFEW_SCAN_END) {
+                    let id = next
+                    next += 1
+                    guard let request = ScannerFrames.request(files[id]) else {
+                        scans.answers[files[id]] = (
+                            .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: "Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."),
+                            true
+                        )
+                        continue
+                    }
+                    servers[index].inHand.insert(id)
+                    servers[index].outbox += withUnsafeBytes(of: UInt32(id)) { Array($0) } + request
+                }
+            }
+            for index in servers.indices where !servers[index].gone {
+                if next == files.count && !servers[index].allSent {
+                    servers[index].outbox += withUnsafeBytes(of: (CURFEW_SCAN_END, UInt32(0))) { Array($0) }
+                    servers[index].allSent = true
+                }
+                if !servers[index].flush() { lose(index, into: &scans) }
+            }
+            let live = servers.indices.filter { !servers[$0].gone }
+            if live.isEmpty { break }
+            if next == files.count && live.allSatisfy({ servers[$0].inHand.isEmpty && servers[$0].outbox.isEmpty }) { return }
+            if shouldStop() {
+                scans.stopped = true
+                return
+            }
+            for index in live where !servers[index].inHand.isEmpty && servers[index].heard.duration(to: clock.now) > patience {
+                lose(index, into: &scans)
+            }
+            var entries = live.map { index in
+                pollfd(fd: servers[index].server.control, events: Int16(POLLIN) | (servers[index].outbox.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)
+            }
+            let ready = poll(&entries, nfds_t(entries.count), 100)
+            if ready < 0 && errno == EINTR { continue }
+            guard ready > 0 else { continue }
+            for (entry, index) in zip(entries, live) where !servers[index].gone && entry.revents & ~Int16(POLLOUT) != 0 {
+                let count = bytes.withUnsafeMutableBytes { recv(servers[index].server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
+                guard count > 0 else {
+                    lose(index, into: &scans)
+                    continue
+                }
+                servers[index].heard = clock.now
+                servers[index].pending += bytes[..<count]
+                if !readReports(from: index, into: &scans) { lose(index, into: &scans) }
+            }
+        }
+        // Every server is gone (plugin code may kill or stop them): what
+        // was never sent goes another way too.
+        scans.left += files[next...]
+    }
+
+    /// A server is gone: what it had in hand goes another way.
+    private mutating func lose(_ index: Int, into scans: inout SafeScanner.ForkedScans) {
+        guard !servers[index].gone else { return }
+        servers[index].gone = true
+        scans.left += servers[index].inHand.sorted().map { files[$0] }
+        servers[index].inHand.removeAll()
+    }
+
+    /// Takes each whole report off a server's pending bytes; false when one
+    /// does not read right (the server is not speaking the protocol: treat
+    /// it as gone).
+    private mutating func readReports(from index: Int, into scans: inout SafeScanner.ForkedScans) -> Bool {
         var start = 0
-        defer { pending.removeFirst(start) }
+        let pending = servers[index].pending
+        servers[index].pending = []
+        defer { servers[index].pending = Array(pending[start...]) }
         while pending.count - start >= 16 {
             let header = pending[start..<start + 16].withUnsafeBytes {
                 (id: $0.loadUnaligned(as: UInt32.self), status: $0.loadUnaligned(fromByteOffset: 4, as: Int32.self),
                  flags: $0.loadUnaligned(fromByteOffset: 8, as: UInt32.self), length: $0.loadUnaligned(fromByteOffset: 12, as: UInt32.self))
             }
-            guard header.length <= CURFEW_SCAN_MAX_REPLY, inHand.contains(Int(header.id)) else { return false }
+            guard header.length <= CURFEW_SCAN_MAX_REPLY, servers[index].inHand.contains(Int(header.id)) else { return false }
             guard pending.count - start - 16 >= Int(header.length) else { break }
             let said = pending[start + 16..<start + 16 + Int(header.length)]
             start += 16 + Int(header.length)
             let id = Int(header.id)
-            inHand.remove(id)
+            servers[index].inHand.remove(id)
             report(files[id], status: header.status, flags: header.flags, said: said, into: &scans)
         }
         return true
@@ -178,33 +274,11 @@ private struct ScanBatch {
         scans.answers[file] = said.verdict(status: status)
     }
 
-    /// The scan is over: the server leaves once it has reported all (at
+    /// The scan is over: each server leaves once it has reported all (at
     /// once, its scanners killed, when `stopping`); two seconds at most, then
-    /// it is killed. Its wait status.
-    func close(stopping: Bool) -> Int32 {
-        if stopping {
-            // A stop, if the socket takes it now; else the end of the stream
-            // stops it, or it is killed below.
-            var stop = withUnsafeBytes(of: (CURFEW_SCAN_STOP, UInt32(0))) { Array($0) }
-            _ = flush(&stop)
-        }
-        shutdown(server.control, Int32(SHUT_WR))
-        let clock = ContinuousClock()
-        let end = clock.now + .seconds(2)
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while clock.now < end {
-            var entry = pollfd(fd: server.control, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
-            if ready < 0 && errno == EINTR { continue }
-            guard ready > 0 else { break }
-            let count = buffer.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
-        }
-        Glibc.close(server.control)
-        Glibc.kill(server.pid, SIGKILL)  // gone by now, unless stuck: not reaped yet, so still its pid
-        var status: Int32 = 0
-        while waitpid(server.pid, &status, 0) < 0 && errno == EINTR {}
-        return status
+    /// it is killed. Their wait statuses.
+    mutating func close(stopping: Bool) -> [Int32] {
+        let end = ContinuousClock.now + .seconds(2)
+        return servers.indices.map { servers[$0].close(stopping: stopping, by: end) }
     }
 }

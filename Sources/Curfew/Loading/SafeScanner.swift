@@ -18,6 +18,12 @@ import _CurfewShims
 public struct SafeScanner: Sendable {
     /// The executable started as the scanner: `curfew` itself.
     public var workerExecutable: String
+    /// The program that runs the batch servers, which fork a scanner per
+    /// plugin library: `curfew-scanner` (see ``scanner(beside:)``), a C
+    /// program of a few pages whose forks cost a fraction of the host
+    /// image's; `nil` for `workerExecutable` itself (`curfew __scanbatch.N`),
+    /// as when `curfew` is copied alone or built by SwiftPM alone.
+    public var batchExecutable: String?
     /// The scan cache's folder (a file per plugin folder); `nil` for no cache.
     public var cacheFolder: String?
     /// How long loading one file may take before it counts as hanging.
@@ -32,8 +38,29 @@ public struct SafeScanner: Sendable {
     public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,
                 timeoutPerFile: Duration = .seconds(10)) {
         self.workerExecutable = workerExecutable
+        self.batchExecutable = SafeScanner.scanner(beside: workerExecutable)
         self.cacheFolder = cacheFolder
         self.timeoutPerFile = timeoutPerFile
+    }
+
+    /// The scanner program's name (built by `Scripts/build-scanner`).
+    public static let scannerName = "curfew-scanner"
+
+    /// `curfew-scanner` for the host at `executable`: in the folder of its
+    /// real path (a build folder), else in `../libexec/curfew/` from there
+    /// (as `Scripts/install` installs it); the first that is an executable
+    /// regular file, or `nil`.
+    public static func scanner(beside executable: String) -> String? {
+        guard let real = realpath(executable, nil) else { return nil }
+        defer { free(real) }
+        let path = String(cString: real)
+        guard let slash = path.lastIndex(of: "/") else { return nil }
+        let folder = String(path[...slash])
+        for candidate in [folder + scannerName, folder + "../libexec/curfew/" + scannerName] {
+            var status = stat()
+            if stat(candidate, &status) == 0, status.st_mode & S_IFMT == S_IFREG, access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
     }
 
     /// systemd's `$CACHE_DIRECTORY` (its first entry) `/scan-v2`, else
@@ -105,7 +132,23 @@ public struct SafeScanner: Sendable {
         // Plugin libraries first, all from this thread (see scanForked);
         // then, each on a thread of its own, manifests and whatever that
         // left.
-        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop)
+        // The shards the answers go to are read while the files are scanned,
+        // on a thread of their own (a rescan has not read them), once the
+        // scan's servers are started.
+        let unread = misses.compactMap { keys[$0] ?? nil }.map(\.path)
+        let reading = DispatchGroup()
+        let read = Mutex<ScanCache?>(nil)
+        let readShards = { [cache] in
+            guard !unread.isEmpty else { return }
+            reading.enter()
+            if !Thread.detach({
+                var after = cache
+                after.load(shardsOf: unread)
+                read.withLock { $0 = after }
+                reading.leave()
+            }) { reading.leave() }
+        }
+        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop, started: readShards)
         let answers = Mutex(forked.answers)
         let queue = forked.stopped ? [] : misses.filter { $0.hasSuffix(ForeignManifestReader.suffix) } + forked.left
         // Twice as many scans as cores at once, each on a thread of its own
@@ -136,6 +179,8 @@ public struct SafeScanner: Sendable {
         scans.wait()
         launchers.native.close()
         launchers.manifest.close()
+        reading.wait()
+        if let after = read.withLock({ $0 }) { cache = after }
         var cacheable = Set<String>()
         for (file, answer) in answers.withLock({ $0 }) {
             results[file] = answer.result

@@ -6,7 +6,7 @@ import _CurfewShims
 /// JSON file per plugin folder: a lookup reads only the shard of the file's
 /// own folder, and a miss rewrites only that shard, so what a scan costs
 /// does not grow with the plugins other folders have cached.
-struct ScanCache {
+struct ScanCache: Sendable {
     /// A file as it is now: replaced, rewritten or touched, it is another key.
     struct Key: Hashable {
         let path: String
@@ -18,7 +18,7 @@ struct ScanCache {
     }
 
     /// One folder's results, by real path (one entry a path).
-    private struct Shard {
+    private struct Shard: Sendable {
         var entries: [String: (key: Key, result: FileResult)] = [:]
         var changed = false
     }
@@ -80,11 +80,18 @@ struct ScanCache {
         shards[name]!.changed = true
     }
 
+    /// Reads now the shards of the files at real paths `paths`, each once.
+    mutating func load(shardsOf paths: [String]) {
+        for path in paths { _ = shard(for: path) }
+    }
+
     /// Writes the shards that changed, forgetting their files that are gone.
     func save() {
         guard let folder else { return }
         for (name, shard) in shards where shard.changed {
-            let lines = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }.sorted { $0.key.path < $1.key.path }.map {
+            let present = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }
+            let ordered = present.sorted { $0.key.path < $1.key.path }
+            let lines = ordered.map {
                 key, result in
                 "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
                     + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"

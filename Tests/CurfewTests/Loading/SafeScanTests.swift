@@ -118,7 +118,7 @@ extension ProcessTests {
             let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil, timeoutPerFile: .seconds(30))
             let scans = try await Fixtures.offPool { scanner.scanForked(Array(repeating: plugin, count: 8), shouldStop: { true }) }
             #expect(scans.stopped)
-            #expect(scans.serverStatus == 0, "exited by itself (a wait status of 9 is the host's SIGKILL)")
+            #expect(!scans.serverStatuses.isEmpty && scans.serverStatuses.allSatisfy { $0 == 0 }, "each exited by itself (a wait status of 9 is the host's SIGKILL)")
         }
 
         /// A scanner's channel is read up to a cap: plugin code that writes
@@ -145,7 +145,9 @@ extension ProcessTests {
 
         /// The C scanner's verdict on each loader rule is the in-process
         /// loader's, word for word: one validator reads both.
-        @Test func theScannerJudgesEveryRuleAsTheLoaderDoes() async throws {
+        /// Both programs that can run the batch: `curfew-scanner`, and the
+        /// host's own image (`curfew __scanbatch.N`, when the scanner is not installed).
+        @Test(arguments: [true, false]) func theScannerJudgesEveryRuleAsTheLoaderDoes(scannerProgram: Bool) async throws {
             var plugins = try (1...19).map { try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=\($0)"]) }
             plugins += [try Fixtures.compile("modes_jobs.c"), try Fixtures.compile("modes_jobs.c", defines: ["NOT_CONTINUOUS"])]
             plugins += Fixtures.examplePlugins
@@ -159,7 +161,9 @@ extension ProcessTests {
             try FileManager.default.copyItem(atPath: "/bin/true", toPath: odd + "/program.so")
             #expect(mkfifo(odd + "/fifo.so", 0o600) == 0)
             plugins += [odd + "/program.so", odd + "/fifo.so"]
-            let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
+            var scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
+            #expect(scanner.batchExecutable == Fixtures.scannerExecutable, "the tests' curfew finds the scanner beside it")
+            if !scannerProgram { scanner.batchExecutable = nil }
             for plugin in plugins {
                 let loaded = PluginLoader().scan([plugin])
                 let scanned = try await scan([plugin], with: scanner).scan
@@ -170,6 +174,73 @@ extension ProcessTests {
                 }
                 #expect(described(scanned) == described(loaded), "\(plugin)")
             }
+        }
+
+        /// A scan's files are shared by a batch server per core. Plugin code
+        /// that kills one server leaves the others scanning, and what the
+        /// dead one had in hand is scanned again one by one: every file gets
+        /// a verdict, and each good file it did not share a server with
+        /// loads.
+        @Test func aServerKilledMidScanLosesNoFile() async throws {
+            let plugins = try plugins(6)
+            for index in 0..<40 {
+                try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugins + "/c-good-\(index).so")
+            }
+            setenv("CURFEW_FIXTURE_SPARE", "\(getpid())", 1)
+            defer { unsetenv("CURFEW_FIXTURE_SPARE") }
+            var scanner = scanner()
+            scanner.timeoutPerFile = .seconds(10)
+            let report = try await scan([plugins], with: scanner)
+            let files = try FileManager.default.contentsOfDirectory(atPath: plugins).map { plugins + "/" + $0 }
+            let answered = report.scan.plugins.map(\.path) + report.scan.rejected.map(\.path)
+            #expect(Set(answered) == Set(files) && answered.count == files.count, "one verdict per file")
+            #expect(report.scan.rejected.map(\.path).contains(plugins + "/a-bad.so"))
+            // The copies declare the same job: each loaded is "already declared" by the first.
+            let loaded = report.scan.rejected.filter { $0.error.description.contains("is already declared by") }.count + report.scan.plugins.count
+            #expect(loaded >= 30, "\(report.scan.rejected.map { ($0.path, $0.error.description) })")
+        }
+
+        /// A `curfew-scanner` of another build refuses the role it is asked
+        /// for, and one that is not a scanner at all says nothing the host
+        /// reads as a report: either way each file is scanned by the host's
+        /// own image, with the verdicts it would have had.
+        @Test(arguments: ["exit 64", "printf 'not a report, just bytes to fill a header' >&3"])
+        func aScannerProgramFromAnotherBuildChangesNoVerdict(script: String) async throws {
+            let plugins = try plugins(1)
+            let impostor = folder + "/curfew-scanner"
+            try "#!/bin/sh\n\(script)\n".write(toFile: impostor, atomically: true, encoding: .utf8)
+            #expect(chmod(impostor, 0o755) == 0)
+            var scanner = scanner()
+            scanner.batchExecutable = impostor
+            let report = try await scan([plugins], with: scanner)
+            #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+            #expect(report.scan.rejected.map(\.error.description)
+                == ["Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function."])
+        }
+
+        /// The host looks for its scanner beside its own real path (a build
+        /// folder), then in ../libexec/curfew/ (an installed tree); only an
+        /// executable regular file counts.
+        @Test func theScannerProgramIsFoundBesideTheHostOrInLibexec() throws {
+            let tree = folder + "/tree"
+            for path in ["bin", "libexec/curfew", "other"] {
+                try FileManager.default.createDirectory(atPath: tree + "/" + path, withIntermediateDirectories: true)
+            }
+            try "".write(toFile: tree + "/bin/curfew", atomically: true, encoding: .utf8)
+            #expect(symlink(tree + "/bin/curfew", tree + "/other/curfew") == 0)
+            #expect(SafeScanner.scanner(beside: tree + "/bin/curfew") == nil)
+            let installed = tree + "/libexec/curfew/curfew-scanner"
+            try "".write(toFile: installed, atomically: true, encoding: .utf8)
+            #expect(SafeScanner.scanner(beside: tree + "/bin/curfew") == nil, "not executable")
+            #expect(chmod(installed, 0o755) == 0)
+            #expect(SafeScanner.scanner(beside: tree + "/bin/curfew") == tree + "/bin/../libexec/curfew/curfew-scanner")
+            #expect(SafeScanner.scanner(beside: tree + "/other/curfew") == tree + "/bin/../libexec/curfew/curfew-scanner", "by the real path")
+            #expect(mkdir(tree + "/bin/curfew-scanner", 0o755) == 0)
+            #expect(SafeScanner.scanner(beside: tree + "/bin/curfew") == tree + "/bin/../libexec/curfew/curfew-scanner", "a folder is no scanner")
+            #expect(rmdir(tree + "/bin/curfew-scanner") == 0)
+            try "".write(toFile: tree + "/bin/curfew-scanner", atomically: true, encoding: .utf8)
+            #expect(chmod(tree + "/bin/curfew-scanner", 0o755) == 0)
+            #expect(SafeScanner.scanner(beside: tree + "/bin/curfew") == tree + "/bin/curfew-scanner")
         }
 
         @Test func aConstructorThatAbortsIsRejected() async throws {

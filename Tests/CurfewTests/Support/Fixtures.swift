@@ -51,8 +51,27 @@ enum Fixtures {
     /// and runs everything a few times slower.
     static let sanitized = ProcessInfo.processInfo.environment["CURFEW_TEST_SANITIZER"] != nil
 
-    /// The `curfew` executable built with the tests.
-    static var curfewExecutable: String { buildFolder + "/curfew" }
+    /// The `curfew` executable built with the tests, with its scanner beside it.
+    static var curfewExecutable: String {
+        _ = scannerExecutable
+        return buildFolder + "/curfew"
+    }
+
+    /// `curfew-scanner`, built by `Scripts/build-scanner` beside `curfew`
+    /// once a run, so the tests' `curfew` scans as an installed one does;
+    /// `nil` under a sanitizer (plugins built with AddressSanitizer load only
+    /// where its runtime is, in the instrumented `curfew`, whose own image
+    /// then runs the scans).
+    static let scannerExecutable: String? = {
+        guard !sanitized else { return nil }
+        // Built under another name and renamed: a `curfew` never finds half of one.
+        let output = buildFolder + "/.curfew-scanner-\(getpid())"
+        let result = try? runBlocking(packageRoot.path + "/Scripts/build-scanner", [output], in: nil, timeout: nil, environment: [:])
+        guard let result, result.status == 0 else { fatalError("Scripts/build-scanner failed: \(result?.stderr ?? "did not start")") }
+        let installed = buildFolder + "/" + SafeScanner.scannerName
+        guard rename(output, installed) == 0 else { fatalError("cannot put curfew-scanner beside curfew: errno \(errno)") }
+        return installed
+    }()
 
     /// The example plugins built by SwiftPM.
     static var examplePlugins: [String] {
