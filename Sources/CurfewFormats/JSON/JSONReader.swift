@@ -24,6 +24,8 @@ package struct JSONSyntaxError: Error, Equatable {
 package struct JSONReader {
     package static let maximumDepth = 64
     package static let maximumMembers = 10_000
+    /// Up to this many members, a key's duplicate is sought among them.
+    package static let fewMembers = 8
     package static let maximumValues = 1_000_000
     package static let maximumNumberLength = 100
 
@@ -99,9 +101,11 @@ package struct JSONReader {
         defer { depth -= 1 }
         index += 1
         var members: [(key: String, value: JSONValue)] = []
-        // A set, not a search of `members`: a duplicate check per key must
-        // not make a many-keyed object quadratic.
-        var keys = Set<String>()
+        // A duplicate key is sought among the few members so far, then, once
+        // the object has more, in a set: neither a search of every member
+        // per key (quadratic) nor a set for every small object (most of the
+        // cost of reading the scan cache).
+        var keys: Set<String>?
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
             index += 1
@@ -114,11 +118,12 @@ package struct JSONReader {
             }
             let keyStart = index
             let key = try string()
-            guard keys.insert(key).inserted else {
+            if keys == nil && members.count >= Self.fewMembers { keys = Set(members.map(\.key)) }
+            guard keys?.insert(key).inserted ?? !members.contains(where: { $0.key == key }) else {
                 let shown = key.unicodeScalars.count > 64 ? String(key.unicodeScalars.prefix(64)) + "…" : key
                 throw error("duplicate key \"\(shown)\"", at: keyStart)
             }
-            if keys.count > Self.maximumMembers {
+            if members.count >= Self.maximumMembers {
                 throw error("more than \(Self.maximumMembers) keys in one object", at: keyStart)
             }
             skipWhitespace()

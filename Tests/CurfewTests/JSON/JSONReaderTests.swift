@@ -41,6 +41,24 @@ import Testing
         #expect((try? JSONReader.parse(object(keys: JSONReader.maximumMembers))) != nil)
     }
 
+    /// A duplicate is found wherever the two keys fall: both among an
+    /// object's first few members (searched), one there and one after
+    /// (the set is built from the first ones), or both after.
+    @Test(arguments: [(3, 5), (0, JSONReader.fewMembers), (2, 30), (20, 31)])
+    func aDuplicateKeyIsFoundAnywhere(first: Int, again: Int) {
+        var keys = (0..<again).map { "k\($0)" }
+        keys.append("k\(first)")
+        let text = "{" + keys.map { "\"\($0)\":0" }.joined(separator: ",") + "}"
+        #expect(throws: JSONSyntaxError.self) { try JSONReader.parse(Array(text.utf8)) }
+        do {
+            _ = try JSONReader.parse(Array(text.utf8))
+        } catch {
+            #expect(error.message == "duplicate key \"k\(first)\"")
+        }
+        keys.removeLast()
+        #expect((try? JSONReader.parse(Array(("{" + keys.map { "\"\($0)\":0" }.joined(separator: ",") + "}").utf8))) != nil)
+    }
+
     @Test func boundsOnValuesAndNumbers() {
         let many = Array(("[" + Array(repeating: "[0,0,0,0,0,0,0,0,0]", count: 100_001).joined(separator: ",") + "]").utf8)
         #expect(throws: JSONSyntaxError(line: 1, column: 1_999_999, message: "more than 1000000 values in one text")) {
