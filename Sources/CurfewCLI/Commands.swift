@@ -226,6 +226,8 @@ public enum CurfewMain {
         var scanner = SafeScanner()
         scanner.rescan = options.rescan
         let scan = scanner.scan(options.effectivePaths, loader: loader).scan
+        // The listing goes out in one write.
+        var lines: [String] = []
         if options.json {
             for plugin in scan.plugins {
                 for job in plugin.jobs {
@@ -237,7 +239,7 @@ public enum CurfewMain {
                     if let library = job.foreignLibrary { line.add("library", library) }
                     line.addRaw("continuous", job.isContinuous ? "true" : "false")
                     if !job.backgroundModes.isEmpty { line.add("modes", job.backgroundModes) }
-                    console.machine(line.text)
+                    lines.append(line.text)
                 }
             }
             for rejected in scan.rejected {
@@ -245,11 +247,12 @@ public enum CurfewMain {
                 line.add("plugin", rejected.path)
                 line.add("code", rejected.error.code.rawValue)
                 line.add("reason", rejected.error.description)
-                console.machine(line.text)
+                lines.append(line.text)
             }
+            console.machine(lines: lines)
         } else {
             for plugin in scan.plugins {
-                console.human(Untrusted.line(plugin.path))
+                lines.append(Untrusted.line(plugin.path))
                 let width = plugin.jobs.map(\.name.count).max() ?? 0
                 for job in plugin.jobs {
                     var notes: [String] = []
@@ -259,12 +262,13 @@ public enum CurfewMain {
                         notes.append(job.backgroundModes.isEmpty ? "continuous" : "continuous: " + job.backgroundModes.joined(separator: ", "))
                     }
                     let suffix = notes.isEmpty ? "" : " [\(notes.joined(separator: ", "))]"
-                    console.human("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + Untrusted.line(job.summary + suffix))
+                    lines.append("  " + job.name + String(repeating: " ", count: width - job.name.count + 2) + Untrusted.line(job.summary + suffix))
                 }
             }
             for rejected in scan.rejected {
-                console.human(console.paint("rejected", .red) + "  \(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
+                lines.append(console.paint("rejected", .red) + "  \(Untrusted.line(rejected.path)): \(Untrusted.line(rejected.error.description))")
             }
+            console.human(lines: lines)
         }
         if scan.plugins.isEmpty && scan.rejected.isEmpty {
             console.error("Error: No plugin (a .so file or a .curfew.json manifest) in \(Self.pathList(options.effectivePaths))")

@@ -68,6 +68,17 @@ final class Console: Sendable {
         emit(line, to: outputDescriptor, priority: priority)
     }
 
+    /// Writes lines for people at once: a listing, in one write rather
+    /// than a write (and a wakeup of the reader) per line.
+    func human(lines: [String], priority: Priority = .info) {
+        emit(lines, to: humanDescriptor, priority: priority)
+    }
+
+    /// Writes lines of machine output to stdout at once.
+    func machine(lines: [String], priority: Priority = .info) {
+        emit(lines, to: outputDescriptor, priority: priority)
+    }
+
     /// Writes an error line to stderr.
     func error(_ line: String, priority: Priority = .error) {
         emit(line, to: errorDescriptor, priority: priority)
@@ -105,12 +116,19 @@ final class Console: Sendable {
     }
 
     private func emit(_ line: String, to descriptor: Int32, priority: Priority) {
-        let line = journal.contains(descriptor) ? "<\(priority.rawValue)>" + line : line
+        emit([line], to: descriptor, priority: priority)
+    }
+
+    private func emit(_ lines: [String], to descriptor: Int32, priority: Priority) {
+        guard !lines.isEmpty else { return }
+        let prefix = journal.contains(descriptor) ? "<\(priority.rawValue)>" : ""
+        var text = ""
+        for line in lines { text += prefix + line + "\n" }
         live.withLock { live in
-            guard !live.lines.isEmpty else { return write(line + "\n", to: descriptor) }
+            guard !live.lines.isEmpty else { return write(text, to: descriptor) }
             // A status block is drawn under the last line: lift it, write, put it back.
             write(clearing(live.lines.count), to: humanDescriptor)
-            write(line + "\n", to: descriptor)
+            write(text, to: descriptor)
             write(live.lines.map { $0 + "\n" }.joined(), to: humanDescriptor)
         }
     }

@@ -89,14 +89,17 @@ struct ScanCache: Sendable {
     func save() {
         guard let folder else { return }
         for (name, shard) in shards where shard.changed {
-            let present = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }
-            let ordered = present.sorted { $0.key.path < $1.key.path }
-            let lines = ordered.map {
-                key, result in
-                "{\"path\":\(JSONLine.quote(key.path)),\"size\":\(key.size),\"mtime\":\(key.mtime),\"ctime\":\(key.ctime),"
-                    + "\"device\":\(Int64(bitPattern: key.device)),\"inode\":\(Int64(bitPattern: key.inode)),\"result\":\(result.message(file: key.path))}"
+            let entries = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }.sorted { $0.key.path < $1.key.path }
+            // Appended in place: one string, not one per entry joined.
+            var text = "{\"version\":\(Self.version),\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n"
+            for (index, (key, result)) in entries.enumerated() {
+                text += index == 0 ? "{\"path\":" : ",\n{\"path\":"
+                JSONLine.append(quoted: key.path, to: &text)
+                text += ",\"size\":" + String(key.size) + ",\"mtime\":" + String(key.mtime) + ",\"ctime\":" + String(key.ctime)
+                text += ",\"device\":" + String(Int64(bitPattern: key.device)) + ",\"inode\":" + String(Int64(bitPattern: key.inode))
+                text += ",\"result\":" + result.message(file: key.path) + "}"
             }
-            let text = "{\"version\":\(Self.version),\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n" + lines.joined(separator: ",\n") + "\n]}\n"
+            text += "\n]}\n"
             Self.replace(folder + "/" + name, with: Array(text.utf8))
         }
     }

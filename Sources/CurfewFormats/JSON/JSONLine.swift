@@ -1,6 +1,8 @@
 /// A JSON object written key by key, in order, on one line.
 public struct JSONLine: Sendable {
-    private var fields: [String] = []
+    /// The members so far, comma-separated: each is appended in place, not
+    /// kept as a string of its own and joined at the end.
+    private var members = ""
 
     /// An object whose first member is `"event": event`.
     public init(event: String) {
@@ -12,29 +14,46 @@ public struct JSONLine: Sendable {
         add(key, value)
     }
 
+    /// Starts a member: its key and the colon.
+    private mutating func key(_ key: String) {
+        if !members.isEmpty { members += "," }
+        Self.append(quoted: key, to: &members)
+        members += ":"
+    }
+
     public mutating func add(_ key: String, _ value: String?) {
-        fields.append("\(Self.quote(key)):\(value.map(Self.quote) ?? "null")")
+        self.key(key)
+        if let value { Self.append(quoted: value, to: &members) } else { members += "null" }
     }
 
     public mutating func add(_ key: String, _ value: Int64) {
-        fields.append("\(Self.quote(key)):\(value)")
+        self.key(key)
+        members += String(value)
     }
 
     public mutating func add(_ key: String, _ value: Double?) {
-        guard let value, value.isFinite else { return fields.append("\(Self.quote(key)):null") }
-        fields.append("\(Self.quote(key)):\(Self.number(value))")
+        self.key(key)
+        guard let value, value.isFinite else { return members += "null" }
+        members += Self.number(value)
     }
 
     public mutating func add(_ key: String, _ values: [String]) {
-        fields.append("\(Self.quote(key)):[\(values.map(Self.quote).joined(separator: ","))]")
+        self.key(key)
+        members += "["
+        for (index, value) in values.enumerated() {
+            if index > 0 { members += "," }
+            Self.append(quoted: value, to: &members)
+        }
+        members += "]"
     }
 
     public mutating func addRaw(_ key: String, _ json: String) {
-        fields.append("\(Self.quote(key)):\(json)")
+        self.key(key)
+        members += json
     }
 
     /// The object, on one line.
-    public var text: String { "{" + fields.joined(separator: ",") + "}" }
+    public var text: String { "{" + members + "}" }
 
     public static func number(_ value: Double) -> String {
         let micro = (value * 1_000_000).rounded() / 1_000_000
@@ -42,22 +61,32 @@ public struct JSONLine: Sendable {
     }
 
     public static func quote(_ text: String) -> String {
+        var out = ""
+        append(quoted: text, to: &out)
+        return out
+    }
+
+    /// Appends `text` to `out` as a JSON string.
+    public static func append(quoted text: String, to out: inout String) {
+        out += "\""
         // Most text needs no escape: then it is copied whole, not scalar by scalar.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }) { return "\"" + text + "\"" }
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }) {
+            out += text
+        } else {
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                default: out.unicodeScalars.append(scalar)
+                }
             }
         }
-        return out + "\""
+        out += "\""
     }
 }
