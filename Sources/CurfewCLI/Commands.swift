@@ -36,20 +36,28 @@ public enum CurfewMain {
         return Console.outputWasClosed && status == ExitCode.success ? ExitCode.outputClosed : status
     }
 
-    private static func command(_ arguments: [String]) async -> Int32 {
-        // A reader that goes away (`| head`) is an EPIPE the console handles,
-        // not a signal that ends the host before its jobs clean up. Caught by a
-        // handler that does nothing, not ignored: exec resets a handler, so a
-        // program an in-process plugin runs gets SIGPIPE as usual (workers
-        // start with every signal at its default anyway).
+    /// Runs, on the calling thread, a command that loads no plugin code in
+    /// this process and awaits nothing (`list`, `help`, `--version`, the
+    /// manual, completions): its exit status, or `nil` for any other
+    /// command (and for arguments that do not parse), which ``main(_:)``
+    /// runs. A listing then costs no thread start and no hand-off to the
+    /// cooperative pool and back.
+    public static func mainAtOnce(_ arguments: [String]) -> Int32? {
+        guard let invocation = try? ArgumentParser.parse(arguments), runsAtOnce(invocation) else { return nil }
         curfew_shim_catch_sigpipe()
-        let invocation: Invocation
-        do throws(UsageError) {
-            invocation = try ArgumentParser.parse(arguments)
-        } catch {
-            Console(json: false).error(String(Help.errorText(error).dropLast()))
-            return ExitCode.usage
+        guard let status = atOnce(invocation) else { return nil }
+        return Console.outputWasClosed && status == ExitCode.success ? ExitCode.outputClosed : status
+    }
+
+    private static func runsAtOnce(_ invocation: Invocation) -> Bool {
+        switch invocation {
+        case .help, .version, .manual, .completions, .list: true
+        default: false
         }
+    }
+
+    /// The commands ``mainAtOnce(_:)`` runs; `nil` for the others.
+    private static func atOnce(_ invocation: Invocation) -> Int32? {
         switch invocation {
         case .help(let command):
             Console(json: false).machine(String(Help.text(command).dropLast()))
@@ -65,6 +73,29 @@ public enum CurfewMain {
             return ExitCode.success
         case .list(let options):
             return list(options)
+        default:
+            return nil
+        }
+    }
+
+    private static func command(_ arguments: [String]) async -> Int32 {
+        // A reader that goes away (`| head`) is an EPIPE the console handles,
+        // not a signal that ends the host before its jobs clean up. Caught by a
+        // handler that does nothing, not ignored: exec resets a handler, so a
+        // program an in-process plugin runs gets SIGPIPE as usual (workers
+        // start with every signal at its default anyway).
+        curfew_shim_catch_sigpipe()
+        let invocation: Invocation
+        do throws(UsageError) {
+            invocation = try ArgumentParser.parse(arguments)
+        } catch {
+            Console(json: false).error(String(Help.errorText(error).dropLast()))
+            return ExitCode.usage
+        }
+        if let status = atOnce(invocation) { return status }
+        switch invocation {
+        case .help, .version, .manual, .completions, .list:
+            return ExitCode.success  // answered above
         case .run(let options):
             return await run(options)
         case .serve(let options):

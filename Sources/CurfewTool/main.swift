@@ -28,4 +28,10 @@ if arguments.first == IsolationWorker.argument {
     // A worker, started by a host running isolated.
     exit(IsolationWorker.main())
 }
+// A listing, help and the like run here, on the main thread: no plugin code
+// is loaded in this process for them, and nothing is awaited.
+var unblocked = sigset_t()
+sigemptyset(&unblocked)
+pthread_sigmask(SIG_SETMASK, &unblocked, nil)
+if let status = CurfewMain.mainAtOnce(arguments) { exit(status) }
 exitAfter { await CurfewMain.main(arguments) }

@@ -48,9 +48,9 @@ struct ScanCache: Sendable {
     /// `path`: its folder's path, hashed (FNV-1a, 64 bits). Folders whose
     /// hashes collide share a shard; entries keep their whole paths.
     static func shardName(for path: String) -> String {
-        let parent = path.lastIndex(of: "/").map { path[..<$0] } ?? Substring(path)
+        let parent = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path.utf8[..<$0] } ?? path.utf8[...]
         var hash = FNV1a()
-        hash.add(parent.utf8)
+        hash.add(parent)
         return hash.hex + ".json"
     }
 
@@ -120,6 +120,7 @@ struct ScanCache: Sendable {
             root["abi"]?.numberValue == Double(PluginLoader.abiVersion),
             case .array(let list)? = root["entries"]
         else { return shard }
+        shard.entries.reserveCapacity(list.count)
         for entry in list {
             guard let file = entry["path"]?.stringValue, let size = entry["size"]?.integerValue,
                 let mtime = entry["mtime"]?.integerValue, let ctime = entry["ctime"]?.integerValue,

@@ -89,7 +89,19 @@ enum Syscalls {
             let type = Int32(entry.pointee.d_type)
             entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false))
         }
-        return entries.sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        return entries.sorted { bytesPrecede($0.name, $1.name) }
+    }
+
+    /// Whether `a`'s UTF-8 bytes sort before `b`'s: compared with `memcmp`,
+    /// not byte by byte through the generic sequence comparison.
+    static func bytesPrecede(_ a: String, _ b: String) -> Bool {
+        let compared = a.utf8.withContiguousStorageIfAvailable { a in
+            b.utf8.withContiguousStorageIfAvailable { b in
+                let common = memcmp(a.baseAddress!, b.baseAddress!, min(a.count, b.count))
+                return common != 0 ? common < 0 : a.count < b.count
+            }
+        }
+        return (compared ?? nil) ?? a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
     /// Whether `path` is a symbolic link itself (`lstat`).

@@ -45,6 +45,15 @@ import Testing
         #expect(throws: CurfewError.self) { try opened.job(0, named: "no-such-job") }
     }
 
+    /// A folder's files are listed in the order of their names' bytes,
+    /// compared with memcmp: a shorter prefix first, and bytes past ASCII
+    /// after it, as `ls` sorts in the C locale.
+    @Test func filesAreOrderedByTheBytesOfTheirNames() {
+        let names = ["b", "a", "ab", "é", "Z", "", "a\u{0}", "aa", "\u{7F}", "日本"]
+        #expect(names.sorted(by: Syscalls.bytesPrecede) == names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) })
+        #expect(names.sorted(by: Syscalls.bytesPrecede) == ["", "Z", "a", "a\u{0}", "aa", "ab", "b", "\u{7F}", "é", "日本"])
+    }
+
     @Test func notAnELFFile() throws {
         let folder = Fixtures.temporaryFolder()
         let path = folder + "/garbage.so"
