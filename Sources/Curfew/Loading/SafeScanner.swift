@@ -461,7 +461,7 @@ struct ScannedJob: Sendable, Equatable {
         line.add("summary", summary)
         line.addRaw("continuous", continuous ? "true" : "false")
         line.addRaw("chunked", chunked ? "true" : "false")
-        line.add("library", foreignLibrary)
+        if let foreignLibrary { line.add("library", foreignLibrary) }
         if !modes.isEmpty { line.add("modes", modes) }
         return line.text
     }
@@ -482,16 +482,18 @@ enum FileResult: Sendable, Equatable {
         }
     }
 
-    func message(file: String) -> String {
+    /// The verdict as JSON: a scanner worker's answer about `file`, or,
+    /// without a file, a scan cache entry's result (its entry has the path).
+    func message(file: String?) -> String {
         switch self {
         case .jobs(let jobs):
             var line = JSONLine("type", "scanned")
-            line.add("file", file)
+            if let file { line.add("file", file) }
             line.addRaw("jobs", "[" + jobs.map(\.json).joined(separator: ",") + "]")
             return line.text
         case .rejected(let code, let reason):
             var line = JSONLine("type", "rejected")
-            line.add("file", file)
+            if let file { line.add("file", file) }
             line.add("code", code)
             line.add("reason", reason)
             return line.text

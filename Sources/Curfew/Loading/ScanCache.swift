@@ -97,7 +97,7 @@ struct ScanCache: Sendable {
                 JSONLine.append(quoted: key.path, to: &text)
                 text += ",\"size\":" + String(key.size) + ",\"mtime\":" + String(key.mtime) + ",\"ctime\":" + String(key.ctime)
                 text += ",\"device\":" + String(Int64(bitPattern: key.device)) + ",\"inode\":" + String(Int64(bitPattern: key.inode))
-                text += ",\"result\":" + result.message(file: key.path) + "}"
+                text += ",\"result\":" + result.message(file: nil) + "}"
             }
             text += "\n]}\n"
             Self.replace(folder + "/" + name, with: Array(text.utf8))

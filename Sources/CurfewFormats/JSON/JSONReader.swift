@@ -219,6 +219,16 @@ package struct JSONReader {
             text += part
         }
         while true {
+            // To the next quote, backslash or control byte, in one sweep.
+            index = bytes.withUnsafeBufferPointer { buffer in
+                var at = index
+                while at < buffer.count {
+                    let byte = buffer[at]
+                    if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+                    at += 1
+                }
+                return at
+            }
             guard index < bytes.count else { throw error("unterminated string") }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
@@ -227,10 +237,6 @@ package struct JSONReader {
                 return text
             }
             if byte < 0x20 { throw error("a control character must be escaped in a string") }
-            if byte != UInt8(ascii: "\\") {
-                index += 1
-                continue
-            }
             try flush(self, &text, upTo: index)
             index += 1
             guard index < bytes.count else { throw error("unterminated string") }
