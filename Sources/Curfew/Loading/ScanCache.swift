@@ -21,6 +21,8 @@ struct ScanCache: Sendable {
     private struct Shard: Sendable {
         var entries: [String: (key: Key, result: FileResult)] = [:]
         var changed = false
+        /// Paths stored by this scan: their files were just there.
+        var stored = Set<String>()
     }
 
     /// The cache folder, or `nil` for no cache.
@@ -78,6 +80,7 @@ struct ScanCache: Sendable {
         // One entry per path: a changed file replaces its old result.
         shards[name]!.entries[key.path] = (key, result)
         shards[name]!.changed = true
+        shards[name]!.stored.insert(key.path)
     }
 
     /// Reads now the shards of the files at real paths `paths`, each once.
@@ -89,7 +92,8 @@ struct ScanCache: Sendable {
     func save() {
         guard let folder else { return }
         for (name, shard) in shards where shard.changed {
-            let entries = shard.entries.values.filter { access($0.key.path, F_OK) == 0 }.sorted { $0.key.path < $1.key.path }
+            let entries = shard.entries.values.filter { shard.stored.contains($0.key.path) || access($0.key.path, F_OK) == 0 }
+                .sorted { Syscalls.bytesPrecede($0.key.path, $1.key.path) }
             // Appended in place: one string, not one per entry joined.
             var text = "{\"version\":\(Self.version),\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n"
             for (index, (key, result)) in entries.enumerated() {
