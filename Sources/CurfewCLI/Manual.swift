@@ -21,6 +21,9 @@ enum Manual {
             ".TP",
             ".I include/curfew.h",
             "The C ABI plugins are written against, installed beside this page's binary.",
+            ".TP",
+            ".I libexec/curfew/curfew-scanner",
+            "The plugin scanner, a C program that forks a scanner per plugin file. curfew looks for it beside its own real path, then in ../libexec/curfew/ from there; without it, curfew scans from its own image, more slowly.",
             ".SH SEE ALSO",
             "The README and docs/writing-jobs.md of the Curfew package; systemd.service(5), systemd.timer(5).",
         ]

@@ -41,6 +41,16 @@ import Testing
         #expect((try? JSONReader.parse(object(keys: JSONReader.maximumMembers))) != nil)
     }
 
+    /// A string's bytes past ASCII are valid UTF-8 or the text is refused,
+    /// in a run of its own or after an escape; an ASCII run is taken as it is.
+    @Test func aStringIsValidUTF8() throws {
+        for bytes: [UInt8] in [[0x22, 0xFF, 0x22], [0x22, 0x61, 0xC3, 0x22], [0x22, 0x61, 0x5C, 0x6E, 0xED, 0xA0, 0x80, 0x22]] {
+            #expect(throws: JSONSyntaxError.self, "\(bytes)") { try JSONReader.parse(bytes) }
+        }
+        #expect(try JSONReader.parse(Array("\"plain\"".utf8)) == .string("plain"))
+        #expect(try JSONReader.parse(Array("\"caf\u{E9} \\n \u{65E5}\"".utf8)) == .string("caf\u{E9} \n \u{65E5}"))
+    }
+
     /// A duplicate is found wherever the two keys fall: both among an
     /// object's first few members (searched), one there and one after
     /// (the set is built from the first ones), or both after.
