@@ -404,8 +404,16 @@ static int64_t batch_now_ms(void) {
 /* Sends a scanner's result: its id, wait status, flags and what it said. */
 static int batch_report(int sock, batch_slot *slot, int status) {
     uint32_t header[4] = {slot->id, (uint32_t)status, slot->flags, (uint32_t)slot->said.used};
+    /* Most reports are short: the header and what was said in one write,
+     * so the host wakes once for them. */
+    unsigned char whole[8192];
+    if (slot->said.used <= sizeof whole - sizeof header) {
+        memcpy(whole, header, sizeof header);
+        if (slot->said.used) memcpy(whole + sizeof header, slot->said.bytes, slot->said.used);
+        return write_all(sock, whole, sizeof header + slot->said.used);
+    }
     if (write_all(sock, header, sizeof header) != 0) return -1;
-    return slot->said.used ? write_all(sock, slot->said.bytes, slot->said.used) : 0;
+    return write_all(sock, slot->said.bytes, slot->said.used);
 }
 
 /* Reads what a scanner's channel holds now, up to the cap: -1 at its end
