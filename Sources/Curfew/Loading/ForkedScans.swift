@@ -16,8 +16,9 @@ extension SafeScanner {
         var serverStatuses: [Int32] = []
     }
 
-    /// Scans plugin libraries with batch servers (`curfew __scanbatch`, C
-    /// that runs no Swift): each forks a scanner per file, reads each one's
+    /// Scans plugin libraries with batch servers (C that runs no Swift:
+    /// `curfew-scanner`, else `curfew __scanbatch.N`, see
+    /// ``SafeScanner/batchExecutable``): each forks a scanner per file, reads each one's
     /// channel, reaps it, and reports what it said and how it ended on one
     /// stream. The host's part per file is a request, a read and the check of
     /// the answer; no thread, socket pair or fork round trip of its own.
@@ -71,7 +72,7 @@ extension SafeScanner {
     }
 }
 
-/// The host's side of one `__scanbatch` server.
+/// The host's side of one batch server.
 private struct ScanServer {
     let server: (pid: pid_t, control: Int32)
     /// Files sent to it and not yet reported, by id (their index in the batch's files).
