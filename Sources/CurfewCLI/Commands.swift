@@ -43,17 +43,10 @@ public enum CurfewMain {
     /// runs. A listing then costs no thread start and no hand-off to the
     /// cooperative pool and back.
     public static func mainAtOnce(_ arguments: [String]) -> Int32? {
-        guard let invocation = try? ArgumentParser.parse(arguments), runsAtOnce(invocation) else { return nil }
-        curfew_shim_catch_sigpipe()
+        guard let invocation = try? ArgumentParser.parse(arguments) else { return nil }
+        curfew_shim_catch_sigpipe()  // as command(_:) does first
         guard let status = atOnce(invocation) else { return nil }
         return Console.outputWasClosed && status == ExitCode.success ? ExitCode.outputClosed : status
-    }
-
-    private static func runsAtOnce(_ invocation: Invocation) -> Bool {
-        switch invocation {
-        case .help, .version, .manual, .completions, .list: true
-        default: false
-        }
     }
 
     /// The commands ``mainAtOnce(_:)`` runs; `nil` for the others.

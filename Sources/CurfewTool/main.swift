@@ -3,8 +3,8 @@ import CurfewCLI
 import Glibc
 import _CurfewShims
 
-// A plugin scanner (`__scanserver`, `__scanfile`) runs no Swift: it goes
-// from here into C and exits, so its forks copy next to nothing.
+// A plugin scanner (`__scanbatch.N`, `__scanserver`, `__scanfile`) runs no
+// Swift: it goes from here into C and exits, so its forks copy next to nothing.
 curfew_shim_scanner_main(CommandLine.argc, CommandLine.unsafeArgv)
 
 // No top-level `await` here, on purpose: with one, the main thread parks in

@@ -198,7 +198,6 @@ static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static buffer logged;
 static uint32_t logged_count;
 
-
 static double no_time_remaining(curfew_context *ctx) { (void)ctx; return 0; }
 static bool always_expiring(curfew_context *ctx) { (void)ctx; return true; }
 static curfew_task_id no_task(curfew_context *ctx, const char *name, curfew_expiration_handler handler, void *data) {
@@ -484,9 +483,9 @@ static int batch_exited(pid_t pid) {
     return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
 }
 
-/* `curfew __scanbatch` on the stream socket `sock`: scans every file the
- * host names, each in a scanner forked for it, as many at once as the host
- * said, and reports each (see curfew_shims.h). Leaves once the host has
+/* The batch role (CURFEW_SCAN_BATCH_ARGUMENT) on the stream socket `sock`:
+ * scans every file the host names, each in a scanner forked for it, as many
+ * at once as the host said, and reports each (see curfew_shims.h). Leaves once the host has
  * sent all it will and every scanner has been reported, or at once on a
  * stop; either way, and on any failure, with every scanner and what the
  * scanners left behind killed. */

@@ -169,10 +169,7 @@ private struct ScanBatch {
                     let id = next
                     next += 1
                     guard let request = ScannerFrames.request(files[id]) else {
-                        scans.answers[files[id]] = (
-                            .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: "Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."),
-                            true
-                        )
+                        scans.answers[files[id]] = SafeScanner.pathTooLongVerdict
                         continue
                     }
                     servers[index].inHand.insert(id)
@@ -232,17 +229,15 @@ private struct ScanBatch {
     /// it as gone).
     private mutating func readReports(from index: Int, into scans: inout SafeScanner.ForkedScans) -> Bool {
         var start = 0
-        let pending = servers[index].pending
-        servers[index].pending = []
-        defer { servers[index].pending = Array(pending[start...]) }
-        while pending.count - start >= 16 {
-            let header = pending[start..<start + 16].withUnsafeBytes {
+        defer { servers[index].pending.removeFirst(start) }
+        while servers[index].pending.count - start >= 16 {
+            let header = servers[index].pending[start..<start + 16].withUnsafeBytes {
                 (id: $0.loadUnaligned(as: UInt32.self), status: $0.loadUnaligned(fromByteOffset: 4, as: Int32.self),
                  flags: $0.loadUnaligned(fromByteOffset: 8, as: UInt32.self), length: $0.loadUnaligned(fromByteOffset: 12, as: UInt32.self))
             }
             guard header.length <= CURFEW_SCAN_MAX_REPLY, servers[index].inHand.contains(Int(header.id)) else { return false }
-            guard pending.count - start - 16 >= Int(header.length) else { break }
-            let said = pending[start + 16..<start + 16 + Int(header.length)]
+            guard servers[index].pending.count - start - 16 >= Int(header.length) else { break }
+            let said = servers[index].pending[start + 16..<start + 16 + Int(header.length)]
             start += 16 + Int(header.length)
             let id = Int(header.id)
             servers[index].inHand.remove(id)

@@ -212,7 +212,7 @@ public struct SafeScanner: Sendable {
         let request: [UInt8]
         if native {
             guard let bytes = ScannerFrames.request(file) else {
-                return (rejected("Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."), true)
+                return Self.pathTooLongVerdict
             }
             request = bytes
         } else {
@@ -270,6 +270,12 @@ public struct SafeScanner: Sendable {
         }
         return said.verdict(status: ended)
     }
+
+    /// The verdict on a file whose path is longer than a scanner reads.
+    static let pathTooLongVerdict: (result: FileResult, cacheable: Bool) = (
+        .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: "Cannot be loaded: its path is longer than \(CURFEW_SCAN_MAX_PATH) bytes."),
+        true
+    )
 
     /// The verdict on a file whose loading hung past the timeout.
     var hungVerdict: (result: FileResult, cacheable: Bool) {

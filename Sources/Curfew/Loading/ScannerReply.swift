@@ -87,8 +87,8 @@ protocol ScannerReply {
     mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent]
 }
 
-/// The replies of the C scanner (`scanner.c`, under `curfew __scanbatch` or
-/// `__scanserver`): frames, the answer a copy of the file's descriptor, checked here by the
+/// The replies of the C scanner (`scanner.c`, in the batch role of
+/// `curfew-scanner` or `curfew`, or under `curfew __scanserver`): frames, the answer a copy of the file's descriptor, checked here by the
 /// ``DescriptorValidator`` a descriptor in this process's memory goes
 /// through.
 struct ScannerFrames: ScannerReply {

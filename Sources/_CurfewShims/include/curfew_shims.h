@@ -169,8 +169,9 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *                  CURFEW_SCAN_MAX_MESSAGE_BYTES).
  * Plugin code runs in the scanner and can write on fd 3 too: the host
  * takes nothing it reads for more than a claim about this file. */
-/* `curfew __scanbatch` scans many files, each in a scanner it forks, and
- * reports each on its fd 3, a stream socket. The host sends a u32 timeout
+/* The batch role, `curfew-scanner __scanbatch.N` (or `curfew` with the same
+ * argument, when curfew-scanner is not installed), scans many files, each
+ * in a scanner it forks, and reports each on its fd 3, a stream socket. The host sends a u32 timeout
  * in milliseconds and a u32 number of scanners to run at once, then per
  * file a u32 id, a u32 path length and the path; once all are sent, a u32
  * CURFEW_SCAN_END and a u32 0; to end at once, CURFEW_SCAN_STOP and 0 (the

@@ -208,7 +208,8 @@ extension ProcessTests {
         func aScannerProgramFromAnotherBuildChangesNoVerdict(script: String) async throws {
             let plugins = try plugins(1)
             let impostor = folder + "/curfew-scanner"
-            try "#!/bin/sh\n\(script)\n".write(toFile: impostor, atomically: true, encoding: .utf8)
+            let ran = folder + "/impostor-ran"
+            try "#!/bin/sh\n: > '\(ran)'\n\(script)\n".write(toFile: impostor, atomically: true, encoding: .utf8)
             #expect(chmod(impostor, 0o755) == 0)
             var scanner = scanner()
             scanner.batchExecutable = impostor
@@ -216,6 +217,7 @@ extension ProcessTests {
             #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
             #expect(report.scan.rejected.map(\.error.description)
                 == ["Crashed while loading: the scanner worker died of SIGSEGV in its constructor or entry function."])
+            #expect(access(ran, F_OK) == 0, "the impostor was asked first")
         }
 
         /// The host looks for its scanner beside its own real path (a build
