@@ -388,6 +388,14 @@ typedef struct {
 /* The most scanners at once, whatever the host asks. */
 #define BATCH_MAX_WIDTH 64
 
+/* Reports are held and sent a few at once (see CURFEW_SCAN_REPORTS_AT_ONCE):
+ * each write to the host wakes it, and a host woken per file takes the core
+ * from this server per file. Held reports go out once there are that many,
+ * or this many bytes, or when no request waits to start (the host has more
+ * to send, or it is the end), or once the oldest has waited this long. */
+#define BATCH_REPORT_BYTES 65536
+#define BATCH_HOLD_MS 10
+
 /* A file asked about and not started yet. */
 typedef struct {
     uint32_t id;
@@ -400,19 +408,38 @@ static int64_t batch_now_ms(void) {
     return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
-/* Sends a scanner's result: its id, wait status, flags and what it said. */
-static int batch_report(int sock, batch_slot *slot, int status) {
+/* Reports held for the host (see BATCH_REPORTS_AT_ONCE). */
+typedef struct {
+    buffer bytes;
+    uint32_t count;
+    int64_t since; /* when the oldest was held */
+} batch_held;
+
+/* Holds a scanner's result: its id, wait status, flags and what it said. */
+static void batch_report(batch_held *held, const batch_slot *slot, int status) {
     uint32_t header[4] = {slot->id, (uint32_t)status, slot->flags, (uint32_t)slot->said.used};
-    /* Most reports are short: the header and what was said in one write,
-     * so the host wakes once for them. */
-    unsigned char whole[8192];
-    if (slot->said.used <= sizeof whole - sizeof header) {
-        memcpy(whole, header, sizeof header);
-        if (slot->said.used) memcpy(whole + sizeof header, slot->said.bytes, slot->said.used);
-        return write_all(sock, whole, sizeof header + slot->said.used);
+    if (held->count == 0) held->since = batch_now_ms();
+    append(&held->bytes, header, sizeof header);
+    append(&held->bytes, slot->said.bytes, slot->said.used);
+    held->count++;
+}
+
+/* Sends the held reports if it is time (`waiting`: requests wait to
+ * start): 0, or -1 when the host cannot take them. */
+static int batch_send(int sock, batch_held *held, int waiting) {
+    if (held->count == 0) return 0;
+    if (waiting && held->count < CURFEW_SCAN_REPORTS_AT_ONCE && held->bytes.used < BATCH_REPORT_BYTES &&
+        batch_now_ms() - held->since < BATCH_HOLD_MS)
+        return 0;
+    int sent = write_all(sock, held->bytes.bytes, held->bytes.used);
+    held->bytes.used = 0;
+    held->count = 0;
+    /* A long answer's room is not kept for the next. */
+    if (held->bytes.capacity > 4 * BATCH_REPORT_BYTES) {
+        free(held->bytes.bytes);
+        held->bytes = (buffer){0};
     }
-    if (write_all(sock, header, sizeof header) != 0) return -1;
-    return write_all(sock, slot->said.bytes, slot->said.used);
+    return sent;
 }
 
 /* Reads what a scanner's channel holds now, up to the cap: -1 at its end
@@ -510,6 +537,7 @@ static int scan_batch(int sock) {
     batch_request *queue = NULL;
     size_t queued = 0, queue_head = 0, queue_capacity = 0;
     buffer incoming = {0};
+    batch_held held = {0};
     int all_asked = 0;
     uint32_t running = 0;
     int64_t swept = batch_now_ms();
@@ -523,16 +551,17 @@ static int scan_batch(int sock) {
             if (batch_start(slot, request, null, timeout_ms) != 0) {
                 /* Not forked: reported with status -1, for the host to try another way. */
                 batch_slot failed = {.id = request->id, .flags = CURFEW_SCAN_NOT_STARTED};
-                if (batch_report(sock, &failed, -1) != 0) {
-                    code = 1;
-                    goto leave;
-                }
+                batch_report(&held, &failed, -1);
             } else {
                 running++;
             }
             free(request->path);
         }
         if (queue_head == queued) queued = queue_head = 0;
+        if (batch_send(sock, &held, queued > 0) != 0) {
+            code = 1;
+            goto leave;
+        }
         if (all_asked && queued == 0 && running == 0) break;
 
         struct pollfd polls[2 + BATCH_MAX_WIDTH];
@@ -544,6 +573,7 @@ static int scan_batch(int sock) {
         polls[count++] = (struct pollfd){sock, POLLIN, 0};
         int first_channel = count;
         int64_t now = batch_now_ms(), soonest = now + 1000;
+        if (held.count) soonest = held.since + BATCH_HOLD_MS;
         for (uint32_t i = 0; i < width; i++) {
             batch_slot *slot = &slots[i];
             /* One killed at its deadline waits for its SIGCHLD alone. */
@@ -648,10 +678,7 @@ static int scan_batch(int sock) {
                 }
                 /* An orphan a scanner left is no scanner: never reported. */
                 if (!slot) continue;
-                if (batch_report(sock, slot, status) != 0) {
-                    code = 1;
-                    goto leave;
-                }
+                batch_report(&held, slot, status);
                 slot->pid = 0;
                 running--;
                 /* A long answer's room is not kept for the next. */

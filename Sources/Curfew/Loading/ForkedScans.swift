@@ -89,14 +89,16 @@ private struct ScanServer {
     var gone = false
     /// When it last said anything.
     var heard = ContinuousClock.now
-    /// How many files it may hold at once: a few ahead of its scanners.
+    /// How many files it may hold at once: twice its scanners and twice the
+    /// reports it sends at once, so it has files to start while its reports
+    /// wait to be sent and while the host answers them.
     let ahead: Int
 
     init(server: (pid: pid_t, control: Int32), width: Int, timeoutPerFile: Duration) {
         self.server = server
         let timeout = UInt32(clamping: max(1, timeoutPerFile.milliseconds))
         outbox = withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) }
-        ahead = 2 * width
+        ahead = 2 * (width + Int(CURFEW_SCAN_REPORTS_AT_ONCE))
     }
 
     /// Sends what the socket takes now of the outbox; false once the server is gone.

@@ -179,8 +179,12 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * Per file the server sends a u32 id, its scanner's i32 wait status (-1
  * with CURFEW_SCAN_NOT_STARTED), u32 flags, a u32 length and what the
  * scanner said on its channel (frames as above, at most
- * CURFEW_SCAN_MAX_REPLY bytes). A scanner still running at the timeout is
- * killed and flagged CURFEW_SCAN_HUNG. The server leaves once every file is
+ * CURFEW_SCAN_MAX_REPLY bytes). Reports are held and sent up to
+ * CURFEW_SCAN_REPORTS_AT_ONCE in one write, or sooner when no request waits
+ * to start, so a host that keeps more files than that and the width with a
+ * server wakes once per that many files and never leaves the server idle.
+ * A scanner still running at the timeout is killed and flagged
+ * CURFEW_SCAN_HUNG. The server leaves once every file is
  * reported after the end. Its scanners die with it (what they
  * started is killed before it leaves). */
 /* The number after the dot is the protocol's version, bumped with any change
@@ -190,6 +194,7 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 #define CURFEW_SCAN_STOP 0xFFFFFFFFu
 #define CURFEW_SCAN_END 0xFFFFFFFEu
 #define CURFEW_SCAN_MAX_REPLY 4198400u /* 4 MiB and 4 KiB */
+#define CURFEW_SCAN_REPORTS_AT_ONCE 8u
 #define CURFEW_SCAN_HUNG 1u
 #define CURFEW_SCAN_OVERFLOW 2u
 #define CURFEW_SCAN_NOT_STARTED 4u

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import _CurfewShims
 
 @testable import Curfew
 
@@ -119,6 +120,59 @@ extension ProcessTests {
             let scans = try await Fixtures.offPool { scanner.scanForked(Array(repeating: plugin, count: 8), shouldStop: { true }) }
             #expect(scans.stopped)
             #expect(!scans.serverStatuses.isEmpty && scans.serverStatuses.allSatisfy { $0 == 0 }, "each exited by itself (a wait status of 9 is the host's SIGKILL)")
+        }
+
+        /// A batch server holds its reports to send several in one write,
+        /// but never past the moment the host needs them: when no request
+        /// waits to start (the host has more to send), and a few
+        /// milliseconds after the oldest at the latest (here a good file's,
+        /// while the next one hangs for 30 s with a third file waiting
+        /// behind it). Both programs that run the batch.
+        @Test(arguments: [true, false]) func aBatchServerHoldsNoReportTheHostWaitsFor(scannerProgram: Bool) async throws {
+            let good = Fixtures.examplePlugins[1]
+            let hangs = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=3"])
+            let executable = scannerProgram ? Fixtures.scannerExecutable ?? Fixtures.curfewExecutable : Fixtures.curfewExecutable
+            let server = try #require(ForkServer.spawn(
+                executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: WorkerProtocol.helperEnvironment(), type: SOCK_STREAM))
+            defer {
+                Glibc.close(server.control)
+                Glibc.kill(server.pid, SIGKILL)
+                var status: Int32 = 0
+                waitpid(server.pid, &status, 0)
+            }
+            func send(_ bytes: [UInt8]) {
+                #expect(bytes.withUnsafeBytes { Glibc.send(server.control, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count)
+            }
+            func request(_ id: UInt32, _ path: String) throws -> [UInt8] {
+                withUnsafeBytes(of: id) { Array($0) } + (try #require(ScannerFrames.request(path)))
+            }
+            /// The ids of the reports that come within two seconds, until `count` have.
+            func reports(_ count: Int) -> [UInt32] {
+                var pending: [UInt8] = []
+                var ids: [UInt32] = []
+                let end = ContinuousClock.now + .seconds(2)
+                var buffer = [UInt8](repeating: 0, count: 65536)
+                while ids.count < count, ContinuousClock.now < end {
+                    var entry = pollfd(fd: server.control, events: Int16(POLLIN), revents: 0)
+                    guard poll(&entry, 1, 100) > 0 else { continue }
+                    let got = buffer.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, 0) }
+                    guard got > 0 else { break }
+                    pending += buffer[..<got]
+                    while pending.count >= 16 {
+                        let (id, length) = pending.withUnsafeBytes { ($0.loadUnaligned(as: UInt32.self), $0.loadUnaligned(fromByteOffset: 12, as: UInt32.self)) }
+                        guard pending.count >= 16 + Int(length) else { break }
+                        ids.append(id)
+                        pending.removeFirst(16 + Int(length))
+                    }
+                }
+                return ids
+            }
+            // A 30 s timeout, one scanner at once.
+            send(withUnsafeBytes(of: (UInt32(30_000), UInt32(1))) { Array($0) })
+            send(try request(1, good) + request(2, good))
+            #expect(reports(2) == [1, 2], "no request waits: both sent, without the end of the requests")
+            send(try request(3, good) + request(4, hangs) + request(5, good))
+            #expect(reports(1) == [3], "sent while a scanner hangs and a request waits")
         }
 
         /// A scanner's channel is read up to a cap: plugin code that writes
