@@ -12,12 +12,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- An answer being written -------------------------------------------- */
@@ -73,46 +74,72 @@ static void send_frames(int channel, const buffer *frames) {
 
 /* ---- Reading memory that may not be there ------------------------------- */
 
-/* A pipe the copies go through: write(2) from an address that is not
- * readable fails with EFAULT where a load would fault. */
-static int copy_pipe[2] = {-1, -1};
+/* The page size, read once before any scanner is forked. */
+static size_t page_size = 4096;
+
+/* Where a copy that meets memory that is not there goes instead of the
+ * scanner's death: set, on the copying thread only, while a page is read. */
+static __thread sigjmp_buf *copy_escape;
+
+/* SIGSEGV and SIGBUS while the descriptor is copied. A fault of the copy
+ * ends that page's copy; any other (plugin code on another thread, say)
+ * has the death it would have had. */
+static void on_copy_fault(int signal, siginfo_t *info, void *context) {
+    (void)info;
+    (void)context;
+    sigjmp_buf *escape = copy_escape;
+    if (escape) siglongjmp(*escape, 1);
+    struct sigaction fallback = {.sa_handler = SIG_DFL};
+    sigemptyset(&fallback.sa_mask);
+    sigaction(signal, &fallback, NULL);
+    raise(signal);
+}
+
+/* From here on, a fault of the copy is caught (see copy_readable). */
+static void catch_copy_faults(void) {
+    struct sigaction on_fault = {.sa_sigaction = on_copy_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
+    sigemptyset(&on_fault.sa_mask);
+    sigaction(SIGSEGV, &on_fault, NULL);
+    sigaction(SIGBUS, &on_fault, NULL);
+}
+
+/* Copies `count` bytes a byte at a time: loads the sanitizer does not
+ * check (the bytes past a string's end are read on purpose, and a plugin
+ * built with AddressSanitizer keeps redzones there) and no call to memcpy
+ * it would intercept. */
+__attribute__((noinline, no_sanitize("address"))) static void copy_bytes(
+    unsigned char *out, const volatile unsigned char *from, size_t count) {
+    for (size_t index = 0; index < count; index++) out[index] = from[index];
+}
+
+/* Copies `count` bytes of one page: 1, or 0 when the page is not readable. */
+__attribute__((noinline)) static int copy_page(unsigned char *out, uintptr_t from, size_t count) {
+    sigjmp_buf escape;
+    if (sigsetjmp(escape, 0) != 0) {
+        copy_escape = NULL;
+        return 0;
+    }
+    copy_escape = &escape;
+    copy_bytes(out, (const volatile unsigned char *)from, count);
+    copy_escape = NULL;
+    return 1;
+}
 
 /* Copies up to `size` bytes from `address` into `out`, a page at a time,
  * and returns how many could be read (a prefix). With `text`, stops after
- * the page that holds a NUL. */
+ * the page that holds a NUL. A page that is not readable faults into
+ * on_copy_fault, which ends the copy there: no system call per page. */
 static size_t copy_readable(unsigned char *out, uintptr_t address, size_t size, int text) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    if (page == 0 || page > 65536) page = 4096;
     size_t done = 0;
     while (done < size) {
         uintptr_t at = address + done;
         if (at < address) break; /* past the end of the address space */
-        size_t piece = page - at % page;
+        size_t piece = page_size - at % page_size;
         if (piece > size - done) piece = size - done;
-        ssize_t written;
-        if (copy_pipe[1] < 0) {
-            memcpy(out + done, (const void *)at, piece); /* no pipe: a fault ends the scanner */
-            written = (ssize_t)piece;
-        } else {
-            /* The system call itself, not a sanitizer's wrapper of it: the
-             * bytes past a string's end are read on purpose (a copy ends at
-             * a page, or at the most the host reads), and a plugin built
-             * with AddressSanitizer keeps redzones there. */
-            do {
-                written = syscall(SYS_write, copy_pipe[1], (const void *)at, piece);
-            } while (written < 0 && errno == EINTR);
-            if (written <= 0) break;
-            size_t got = 0;
-            while (got < (size_t)written) {
-                ssize_t count = read(copy_pipe[0], out + done + got, (size_t)written - got);
-                if (count < 0 && errno == EINTR) continue;
-                if (count <= 0) return done + got;
-                got += (size_t)count;
-            }
-        }
-        int ended = text && memchr(out + done, 0, (size_t)written) != NULL;
-        done += (size_t)written;
-        if ((size_t)written < piece || ended) break;
+        if (!copy_page(out + done, at, piece)) break;
+        int ended = text && memchr(out + done, 0, piece) != NULL;
+        done += piece;
+        if (ended) break;
     }
     return done;
 }
@@ -298,7 +325,6 @@ static void scan_path(int channel, const char *name) {
     /* Room for "./" in front. */
     char path[CURFEW_SCAN_MAX_PATH + 3] = "./";
     strncat(path, name, CURFEW_SCAN_MAX_PATH);
-    if (pipe2(copy_pipe, O_CLOEXEC) != 0) copy_pipe[0] = copy_pipe[1] = -1;
 
     buffer loading = {0};
     append_frame(&loading, CURFEW_SCAN_LOADING, NULL);
@@ -354,6 +380,7 @@ static void scan_path(int channel, const char *name) {
         pthread_mutex_unlock(&log_lock);
         answer(channel, &out);
     }
+    catch_copy_faults();
     snapshot(&out, (uintptr_t)descriptor);
     answer(channel, &out);
 }
@@ -361,7 +388,6 @@ static void scan_path(int channel, const char *name) {
 /* ---- The batch server ----------------------------------------------------- */
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -719,6 +745,8 @@ void curfew_shim_scanner_main(int argc, char **argv) {
     int server = strcmp(argv[1], CURFEW_SCAN_SERVER_ARGUMENT) == 0;
     int batch = strcmp(argv[1], CURFEW_SCAN_BATCH_ARGUMENT) == 0;
     if (!server && !batch && strcmp(argv[1], CURFEW_SCAN_FILE_ARGUMENT) != 0) return;
+    long page = sysconf(_SC_PAGESIZE);
+    if (page > 0 && page <= 65536) page_size = (size_t)page;
     /* A helper dies with the host that started it (a scanner may be stuck in
      * a plugin's constructor, deaf to its channel). Before any other work. */
     const char *host = getenv(CURFEW_PARENT_VARIABLE);

@@ -158,8 +158,8 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *                  region a u64 address, a u32 size asked for, a u32 size
  *                  readable and that many bytes: copies of the descriptor,
  *                  its job table, each job and its strings, each cut where
- *                  the memory stopped being readable (the copy never
- *                  faults), for the host to check;
+ *                  the memory stopped being readable (a fault ends the
+ *                  copy, not the scanner), for the host to check;
  *   STAT_FAILED    a u32 errno;   NOT_REGULAR, NO_ENTRY  nothing;
  *   DLOPEN_FAILED  a u32 cause (CANNOT_LOAD, EMPTY: 0 bytes, NOT_ELF: no
  *                  ELF magic), then dlerror's text;
