@@ -68,6 +68,9 @@ public struct PluginLoader: Sendable {
         return Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File")
     }
 
+    /// This process's user, asked once: a scan checks every file's owner.
+    private static let effectiveUser = geteuid()
+
     private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String) -> CurfewError? {
         let (mode, owner) = (status.mode, status.owner)
         let sticky = status.isDirectory && mode & 0o1000 != 0
@@ -78,7 +81,7 @@ public struct PluginLoader: Sendable {
                 "\(what) is writable by \(who) (mode \(String(mode & 0o777, radix: 8))), so anyone there could replace the code it runs; "
                     + "chmod go-w it, or pass --allow-insecure-plugins.")
         }
-        if owner != geteuid() && owner != 0 {
+        if owner != effectiveUser && owner != 0 {
             return CurfewError(
                 .insecure,
                 "\(what) is owned by uid \(owner), neither you nor root; chown it, or pass --allow-insecure-plugins.")

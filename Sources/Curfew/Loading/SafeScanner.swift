@@ -136,25 +136,16 @@ public struct SafeScanner: Sendable {
         // on a thread of their own (a rescan has not read them), once the
         // scan's servers are started.
         let unread = misses.compactMap { keys[$0] ?? nil }.map(\.path)
-        let reading = DispatchGroup()
-        let read = Mutex<ScanCache?>(nil)
-        let readShards = { [cache] in
-            guard !unread.isEmpty else { return }
-            reading.enter()
-            if !Thread.detach({
-                var after = cache
-                after.load(shardsOf: unread)
-                read.withLock { $0 = after }
-                reading.leave()
-            }) { reading.leave() }
+        var read: (() -> ScanCache)?
+        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop) {
+            read = cache.loading(shardsOf: unread)
         }
-        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop, started: readShards)
         let answers = Mutex(forked.answers)
         let queue = forked.stopped ? [] : misses.filter { $0.hasSuffix(ForeignManifestReader.suffix) } + forked.left
         // Twice as many scans as cores at once, each on a thread of its own
         // (a scan mostly waits for its worker: a pool sized to the cores
         // would leave them idle while workers start and exit).
-        let width = max(1, min(queue.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
+        let width = queue.isEmpty ? 0 : max(1, min(queue.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
         let next = Atomic<Int>(0)
         // A plugin library goes to a C scanner; a manifest to a Swift one
         // (it reads JSON and checks symbols with libffi's types).
@@ -171,7 +162,7 @@ public struct SafeScanner: Sendable {
             }
         }
         var started = 0
-        for _ in 0..<(queue.isEmpty ? 0 : width) {
+        for _ in 0..<width {
             scans.enter()
             if Thread.detach({ scanNext(); scans.leave() }) { started += 1 } else { scans.leave() }
         }
@@ -179,8 +170,7 @@ public struct SafeScanner: Sendable {
         scans.wait()
         launchers.native.close()
         launchers.manifest.close()
-        reading.wait()
-        if let after = read.withLock({ $0 }) { cache = after }
+        if let read { cache = read() }
         var cacheable = Set<String>()
         for (file, answer) in answers.withLock({ $0 }) {
             results[file] = answer.result

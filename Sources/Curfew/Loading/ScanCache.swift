@@ -1,5 +1,7 @@
 import CurfewFormats
+import Dispatch
 import Glibc
+import Synchronization
 import _CurfewShims
 
 /// Scan results by (real path, size, times, device, inode, host ABI), one
@@ -29,6 +31,9 @@ struct ScanCache: Sendable {
     let folder: String?
     /// Shards read so far, by shard file name.
     private var shards: [String: Shard] = [:]
+    /// The folder of the last file looked up and its shard's name: a scan
+    /// looks up a folder's files one after another.
+    private var lastFolder: (path: Substring, name: String)?
 
     /// The largest shard read.
     static let maximumBytes = 16 << 20
@@ -50,10 +55,27 @@ struct ScanCache: Sendable {
     /// `path`: its folder's path, hashed (FNV-1a, 64 bits). Folders whose
     /// hashes collide share a shard; entries keep their whole paths.
     static func shardName(for path: String) -> String {
-        let parent = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path.utf8[..<$0] } ?? path.utf8[...]
+        shardName(folder: folder(of: path))
+    }
+
+    private static func folder(of path: String) -> Substring {
+        Substring(path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path.utf8[..<$0] } ?? path.utf8[...])
+    }
+
+    private static func shardName(folder: Substring) -> String {
         var hash = FNV1a()
-        hash.add(parent)
+        hash.add(folder.utf8)
         return hash.hex + ".json"
+    }
+
+    /// The shard file name for `path`, as ``shardName(for:)``, computed once
+    /// for the files of one folder in a row.
+    private mutating func cachedShardName(for path: String) -> String {
+        let folder = Self.folder(of: path)
+        if let lastFolder, lastFolder.path.utf8.elementsEqual(folder.utf8) { return lastFolder.name }
+        let name = Self.shardName(folder: folder)
+        lastFolder = (folder, name)
+        return name
     }
 
     /// The key of a file as it is now, or `nil` when it cannot be read.
@@ -75,7 +97,7 @@ struct ScanCache: Sendable {
     }
 
     mutating func store(_ key: Key, _ result: FileResult) {
-        let name = Self.shardName(for: key.path)
+        let name = cachedShardName(for: key.path)
         guard shard(for: key.path) != nil else { return }
         // One entry per path: a changed file replaces its old result.
         shards[name]!.entries[key.path] = (key, result)
@@ -86,6 +108,31 @@ struct ScanCache: Sendable {
     /// Reads now the shards of the files at real paths `paths`, each once.
     mutating func load(shardsOf paths: [String]) {
         for path in paths { _ = shard(for: path) }
+    }
+
+    /// Reads the shards of the files at real paths `paths` on a thread of
+    /// its own, while the caller works on. The closure returned waits for
+    /// it and gives this cache with them read (it reads them itself when no
+    /// thread could start).
+    func loading(shardsOf paths: [String]) -> () -> ScanCache {
+        let before = self
+        let read = { @Sendable () -> ScanCache in
+            var cache = before
+            cache.load(shardsOf: paths)
+            return cache
+        }
+        guard !paths.isEmpty else { return { before } }
+        let done = DispatchSemaphore(value: 0)
+        let loaded = Mutex<ScanCache?>(nil)
+        guard Thread.detach({
+            let cache = read()
+            loaded.withLock { $0 = cache }
+            done.signal()
+        }) else { return read }
+        return {
+            done.wait()
+            return loaded.withLock { $0 } ?? before
+        }
     }
 
     /// Writes the shards that changed, forgetting their files that are gone.
@@ -111,7 +158,7 @@ struct ScanCache: Sendable {
     /// The shard `path` belongs to, read on first need; `nil` with no cache.
     private mutating func shard(for path: String) -> Shard? {
         guard let folder else { return nil }
-        let name = Self.shardName(for: path)
+        let name = cachedShardName(for: path)
         if let shard = shards[name] { return shard }
         let shard = Self.readOwnFile(folder + "/" + name).map(Self.parse) ?? Shard()
         shards[name] = shard
