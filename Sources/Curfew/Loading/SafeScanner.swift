@@ -435,21 +435,49 @@ struct ScannedJob: Sendable, Equatable {
         foreignLibrary = job.foreignLibrary
     }
 
-    init?(_ value: JSONValue) {
-        guard let name = value["name"]?.stringValue, let summary = value["summary"]?.stringValue else { return nil }
+    /// Reads a job from the cache or a scanner worker: an object with a
+    /// string name and summary (else `nil`), whose other members count only
+    /// when they are what the host writes.
+    init?(reading reader: inout JSONReader) throws(JSONSyntaxError) {
+        var name: String?
+        var summary: String?
+        var continuous = false
+        var chunked = false
+        var library: String?
+        var modes: [String] = []
+        let object = try reader.readObjectIfOne { reader, key, kind throws(JSONSyntaxError) in
+            switch key {
+            case "name" where kind == .string: name = try reader.readString()
+            case "summary" where kind == .string: summary = try reader.readString()
+            case "continuous" where kind == .bool: continuous = try reader.readBool()
+            case "chunked" where kind == .bool: chunked = try reader.readBool()
+            case "library" where kind == .string: library = try reader.readString()
+            case "modes" where kind == .array:
+                // Kept only if still a list of modes.
+                var valid = true
+                try reader.readArray { reader throws(JSONSyntaxError) in
+                    guard reader.nextKind() == .string else {
+                        valid = false
+                        return
+                    }
+                    let mode = try reader.readString()
+                    if modes.count < BackgroundMode.maximumCount && BackgroundMode.isValidName(mode) {
+                        modes.append(mode)
+                    } else {
+                        valid = false
+                    }
+                }
+                if !valid { modes = [] }
+            default: break  // skipped
+            }
+        }
+        guard object, let name, let summary else { return nil }
         self.name = name
         self.summary = summary
-        continuous = value["continuous"] == .bool(true)
-        chunked = value["chunked"] == .bool(true)
-        foreignLibrary = value["library"]?.stringValue
-        // From the cache or a scanner worker: kept only if still a list of modes.
-        if case .array(let names)? = value["modes"] {
-            let texts = names.compactMap(\.stringValue)
-            modes = texts.count == names.count && texts.count <= BackgroundMode.maximumCount && texts.allSatisfy(BackgroundMode.isValidName)
-                ? texts : []
-        } else {
-            modes = []
-        }
+        self.continuous = continuous
+        self.chunked = chunked
+        foreignLibrary = library
+        self.modes = modes
     }
 
     var json: String {
@@ -468,14 +496,42 @@ enum FileResult: Sendable, Equatable {
     case jobs([ScannedJob])
     case rejected(code: String, reason: String)
 
+    /// A scanner worker's answer, or a cache entry's result.
     init(message value: JSONValue) {
-        if value["type"]?.stringValue == "rejected" {
-            self = .rejected(code: value["code"]?.stringValue ?? "load-failed", reason: value["reason"]?.stringValue ?? "")
-        } else if case .array(let jobs)? = value["jobs"] {
-            self = .jobs(jobs.compactMap(ScannedJob.init))
-        } else {
-            self = .rejected(code: "load-failed", reason: "The scanner worker gave no result.")
+        var reader = JSONReader(Array(value.text.utf8))
+        // The text of a value read once reads again.
+        self = (try? FileResult(reading: &reader)) ?? .rejected(code: "load-failed", reason: "The scanner worker gave no result.")
+    }
+
+    /// Reads a verdict: `rejected` with its code and reason, else the jobs
+    /// listed (those that read right), else no result. With its type, when
+    /// it is an object with a string `type`.
+    static func read(_ reader: inout JSONReader) throws(JSONSyntaxError) -> (result: FileResult, type: String?) {
+        var type: String?
+        var code: String?
+        var reason: String?
+        var jobs: [ScannedJob]?
+        _ = try reader.readObjectIfOne { reader, key, kind throws(JSONSyntaxError) in
+            switch key {
+            case "type" where kind == .string: type = try reader.readString()
+            case "code" where kind == .string: code = try reader.readString()
+            case "reason" where kind == .string: reason = try reader.readString()
+            case "jobs" where kind == .array:
+                var list: [ScannedJob] = []
+                try reader.readArray { reader throws(JSONSyntaxError) in
+                    if let job = try ScannedJob(reading: &reader) { list.append(job) }
+                }
+                jobs = list
+            default: break  // skipped
+            }
         }
+        if type == "rejected" { return (.rejected(code: code ?? "load-failed", reason: reason ?? ""), type) }
+        if let jobs { return (.jobs(jobs), type) }
+        return (.rejected(code: "load-failed", reason: "The scanner worker gave no result."), type)
+    }
+
+    init(reading reader: inout JSONReader) throws(JSONSyntaxError) {
+        self = try Self.read(&reader).result
     }
 
     /// The verdict as JSON: a scanner worker's answer about `file`, or,

@@ -16,6 +16,11 @@ package struct JSONSyntaxError: Error, Equatable {
 /// Every text from outside the host goes through it: worker messages,
 /// manifests, the scan cache.
 ///
+/// It reads a text whole into a ``JSONValue`` (``parse(_:)``), or a value at
+/// a time into the caller's own types (``init(_:)``, ``nextKind()`` and the
+/// `read` methods), with no tree between: the same grammar, checks and
+/// limits either way.
+///
 /// - Important: It never traps on its input, and its time and memory are
 ///   linear in the input's length: it nests at most ``maximumDepth`` levels,
 ///   holds at most ``maximumMembers`` keys in one object and
@@ -41,6 +46,17 @@ package struct JSONReader {
         reader.skipWhitespace()
         guard reader.index == bytes.count else { throw reader.error("unexpected text after the JSON value") }
         return value
+    }
+
+    /// What the next value is.
+    package enum Kind: Equatable, Sendable {
+        case object, array, string, number, bool, null
+    }
+
+    /// A reader of `bytes` a value at a time: read the top value with one of
+    /// the `read` methods (or ``skipValue()``), then ``finish()``.
+    package init(_ bytes: [UInt8]) {
+        self.init(bytes: bytes)
     }
 
     private init(bytes: [UInt8]) {
@@ -75,18 +91,136 @@ package struct JSONReader {
         }
     }
 
-    private mutating func value() throws(JSONSyntaxError) -> JSONValue {
-        guard index < bytes.count else { throw error("unexpected end of the text: expected a value") }
+    /// The kind of the value that begins after any whitespace, or `nil`
+    /// when none does (the text ends, or another byte is there).
+    package mutating func nextKind() -> Kind? {
+        skipWhitespace()
+        guard index < bytes.count else { return nil }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return .object
+        case UInt8(ascii: "["): return .array
+        case UInt8(ascii: "\""): return .string
+        case UInt8(ascii: "t"), UInt8(ascii: "f"): return .bool
+        case UInt8(ascii: "n"): return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number
+        default: return nil
+        }
+    }
+
+    /// Reads an object, handing each member's key to `member`, which reads
+    /// the member's value with one `read` method (a value it leaves unread
+    /// is skipped). Duplicate keys are an error, as in ``parse(_:)``.
+    package mutating func readObject(
+        _ member: (inout JSONReader, String) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) {
+        try begin(.object)
+        try object(member)
+    }
+
+    /// Reads the next value as ``readObject(_:)`` does when it is an object,
+    /// handing `member` each member's key and kind too; skips it when it is
+    /// not. Whether it was one.
+    package mutating func readObjectIfOne(
+        _ member: (inout JSONReader, String, Kind?) throws(JSONSyntaxError) -> Void
+    ) throws(JSONSyntaxError) -> Bool {
+        guard nextKind() == .object else {
+            try skipValue()
+            return false
+        }
+        try readObject { reader, key throws(JSONSyntaxError) in try member(&reader, key, reader.nextKind()) }
+        return true
+    }
+
+    /// Reads an array, handing the reader to `element` for each element,
+    /// which reads it with one `read` method (one left unread is skipped).
+    package mutating func readArray(_ element: (inout JSONReader) throws(JSONSyntaxError) -> Void) throws(JSONSyntaxError) {
+        try begin(.array)
+        try array(element)
+    }
+
+    package mutating func readString() throws(JSONSyntaxError) -> String {
+        try begin(.string)
+        return try string()
+    }
+
+    /// Reads a number: the integer it is exactly, or `nil` when it is none
+    /// that fits an `Int64` (a fraction, an exponent, too many digits), as
+    /// ``JSONValue/integerValue`` reads it.
+    package mutating func readInteger() throws(JSONSyntaxError) -> Int64? {
+        try begin(.number)
+        let digits = try number()
+        var at = digits.lowerBound
+        let negative = bytes[at] == UInt8(ascii: "-")
+        if negative { at += 1 }
+        var value: Int64 = 0
+        while at < digits.upperBound {
+            let byte = bytes[at]
+            guard (0x30...0x39).contains(byte) else { return nil }
+            let digit = Int64(byte - 0x30)
+            let (times, overflowed) = value.multipliedReportingOverflow(by: 10)
+            let (next, overflowedAgain) = negative ? times.subtractingReportingOverflow(digit) : times.addingReportingOverflow(digit)
+            guard !overflowed && !overflowedAgain else { return nil }
+            value = next
+            at += 1
+        }
+        return value
+    }
+
+    /// Reads a number as ``JSONValue/numberValue`` does.
+    package mutating func readDouble() throws(JSONSyntaxError) -> Double? {
+        try begin(.number)
+        return Double(String(decoding: bytes[try number()], as: UTF8.self))
+    }
+
+    package mutating func readBool() throws(JSONSyntaxError) -> Bool {
+        try begin(.bool)
+        if case .bool(let flag) = try literal() { return flag }
+        throw error("expected true or false")
+    }
+
+    /// Reads the next value, whatever it is, and forgets it (it is checked
+    /// as any other).
+    package mutating func skipValue() throws(JSONSyntaxError) {
+        skipWhitespace()
+        _ = try value()
+    }
+
+    /// Ends the reading: only whitespace may follow the value read.
+    package mutating func finish() throws(JSONSyntaxError) {
+        skipWhitespace()
+        guard index == bytes.count else { throw error("unexpected text after the JSON value") }
+    }
+
+    /// Counts the value that begins here, which must be of `kind`.
+    private mutating func begin(_ kind: Kind) throws(JSONSyntaxError) {
+        guard let next = nextKind() else {
+            throw error(index < bytes.count ? "expected a value" : "unexpected end of the text: expected a value")
+        }
+        guard next == kind else { throw error("expected \(kind), not \(next)") }
+        try count()
+    }
+
+    private mutating func count() throws(JSONSyntaxError) {
         values += 1
         if values > Self.maximumValues { throw error("more than \(Self.maximumValues) values in one text") }
+    }
+
+    private mutating func value() throws(JSONSyntaxError) -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of the text: expected a value") }
+        try count()
         switch bytes[index] {
-        case UInt8(ascii: "{"): return try object()
-        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "{"):
+            var members: [(key: String, value: JSONValue)] = []
+            try object { reader, key throws(JSONSyntaxError) in members.append((key, try reader.value())) }
+            return .object(members)
+        case UInt8(ascii: "["):
+            var elements: [JSONValue] = []
+            try array { reader throws(JSONSyntaxError) in elements.append(try reader.value()) }
+            return .array(elements)
         case UInt8(ascii: "\""): return .string(try string())
-        case UInt8(ascii: "t"): return try literal("true", .bool(true))
-        case UInt8(ascii: "f"): return try literal("false", .bool(false))
-        case UInt8(ascii: "n"): return try literal("null", .null)
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
+        case UInt8(ascii: "t"), UInt8(ascii: "f"), UInt8(ascii: "n"): return try literal()
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return .number(String(decoding: bytes[try number()], as: UTF8.self))
         default: throw error("expected a value")
         }
     }
@@ -96,11 +230,15 @@ package struct JSONReader {
         if depth > Self.maximumDepth { throw error("nested more than \(Self.maximumDepth) levels deep") }
     }
 
-    private mutating func object() throws(JSONSyntaxError) -> JSONValue {
+    /// The object that begins here (counted), each member's value read by
+    /// `member` or else skipped.
+    private mutating func object(_ member: (inout JSONReader, String) throws(JSONSyntaxError) -> Void) throws(JSONSyntaxError) {
         try nest()
         defer { depth -= 1 }
         index += 1
-        var members: [(key: String, value: JSONValue)] = []
+        // The keys so far (the first few; then the set has them all), and how many.
+        var members: [String] = []
+        var count = 0
         // A duplicate key is sought among the few members so far, then, once
         // the object has more, in a set: neither a search of every member
         // per key (quadratic) nor a set for every small object (most of the
@@ -109,7 +247,7 @@ package struct JSONReader {
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
             index += 1
-            return .object(members)
+            return
         }
         while true {
             skipWhitespace()
@@ -118,19 +256,21 @@ package struct JSONReader {
             }
             let keyStart = index
             let key = try string()
-            if keys == nil && members.count >= Self.fewMembers { keys = Set(members.map(\.key)) }
-            guard keys?.insert(key).inserted ?? !members.contains(where: { $0.key == key }) else {
+            if keys == nil && members.count >= Self.fewMembers { keys = Set(members) }
+            guard keys?.insert(key).inserted ?? !members.contains(key) else {
                 let shown = key.unicodeScalars.count > 64 ? String(key.unicodeScalars.prefix(64)) + "…" : key
                 throw error("duplicate key \"\(shown)\"", at: keyStart)
             }
-            if members.count >= Self.maximumMembers {
+            if count >= Self.maximumMembers {
                 throw error("more than \(Self.maximumMembers) keys in one object", at: keyStart)
             }
+            count += 1
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after the key") }
             index += 1
             skipWhitespace()
-            members.append((key, try value()))
+            if keys == nil { members.append(key) }
+            try read(by: { reader throws(JSONSyntaxError) in try member(&reader, key) })
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of the text: expected ',' or '}'") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -139,23 +279,30 @@ package struct JSONReader {
             }
             guard bytes[index] == UInt8(ascii: "}") else { throw error("expected ',' or '}'") }
             index += 1
-            return .object(members)
+            return
         }
     }
 
-    private mutating func array() throws(JSONSyntaxError) -> JSONValue {
+    /// One value, read by `reader` (or skipped, when it reads none).
+    private mutating func read(by reader: (inout JSONReader) throws(JSONSyntaxError) -> Void) throws(JSONSyntaxError) {
+        let before = values
+        try reader(&self)
+        if values == before { try skipValue() }
+    }
+
+    /// The array that begins here (counted), each element read by `element` or else skipped.
+    private mutating func array(_ element: (inout JSONReader) throws(JSONSyntaxError) -> Void) throws(JSONSyntaxError) {
         try nest()
         defer { depth -= 1 }
         index += 1
-        var elements: [JSONValue] = []
         skipWhitespace()
         if index < bytes.count && bytes[index] == UInt8(ascii: "]") {
             index += 1
-            return .array(elements)
+            return
         }
         while true {
             skipWhitespace()
-            elements.append(try value())
+            try read(by: element)
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of the text: expected ',' or ']'") }
             if bytes[index] == UInt8(ascii: ",") {
@@ -164,20 +311,28 @@ package struct JSONReader {
             }
             guard bytes[index] == UInt8(ascii: "]") else { throw error("expected ',' or ']'") }
             index += 1
-            return .array(elements)
+            return
         }
     }
 
-    private mutating func literal(_ word: String, _ value: JSONValue) throws(JSONSyntaxError) -> JSONValue {
-        let utf8 = Array(word.utf8)
-        guard bytes.count - index >= utf8.count, Array(bytes[index..<index + utf8.count]) == utf8 else {
-            throw error("expected a value")
-        }
-        index += utf8.count
+    /// The literal that begins here: `true`, `false` or `null`.
+    private mutating func literal() throws(JSONSyntaxError) -> JSONValue {
+        let (word, value): (StaticString, JSONValue) =
+            switch bytes[index] {
+            case UInt8(ascii: "t"): ("true", .bool(true))
+            case UInt8(ascii: "f"): ("false", .bool(false))
+            default: ("null", .null)
+            }
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - index >= count,
+            word.withUTF8Buffer({ expected in bytes[index..<index + count].elementsEqual(expected) })
+        else { throw error("expected a value") }
+        index += count
         return value
     }
 
-    private mutating func number() throws(JSONSyntaxError) -> JSONValue {
+    /// The number that begins here: where its text is.
+    private mutating func number() throws(JSONSyntaxError) -> Range<Int> {
         let start = index
         func digits(_ reader: inout JSONReader) -> Int {
             let from = reader.index
@@ -202,7 +357,7 @@ package struct JSONReader {
         if index - start > Self.maximumNumberLength {
             throw error("a number of more than \(Self.maximumNumberLength) characters", at: start)
         }
-        return .number(String(decoding: bytes[start..<index], as: UTF8.self))
+        return start..<index
     }
 
     private mutating func string() throws(JSONSyntaxError) -> String {

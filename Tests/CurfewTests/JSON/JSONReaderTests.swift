@@ -28,6 +28,90 @@ import Testing
         #expect(throws: JSONSyntaxError(line: line, column: column, message: message)) { try parse(text) }
     }
 
+    /// A value at a time, a text reads as it does whole: the same values
+    /// (here rebuilt into a tree, numbers as `Double`s), the same errors.
+    @Test(arguments: [
+        #"{"a": [1, -2.5e3, true, false, null, "x\n\u00e9\ud83d\ude00"], "b": {}, "c": [], "d": {"e": [[0]]}}"#,
+        "  18446744073709551615 ", "[]", "\"only\"", "null",
+        "", "{\"a\": 1,}", "[1 2]", "{\"a\": 01}", "\"tab\there\"", "{\"a\": 1, \"a\": 2}", "[1]\n  x", "\"é\\q\"", "tru", "[nul]", "{\"a\" 1}",
+    ])
+    func aValueAtATimeReadsAsTheWhole(text: String) {
+        func rebuild(_ reader: inout JSONReader) throws(JSONSyntaxError) -> JSONValue {
+            switch reader.nextKind() {
+            case .object:
+                var members: [(key: String, value: JSONValue)] = []
+                try reader.readObject { reader, key throws(JSONSyntaxError) in members.append((key, try rebuild(&reader))) }
+                return .object(members)
+            case .array:
+                var elements: [JSONValue] = []
+                try reader.readArray { reader throws(JSONSyntaxError) in elements.append(try rebuild(&reader)) }
+                return .array(elements)
+            case .string: return .string(try reader.readString())
+            case .number: return .number(String(try reader.readDouble()!))
+            case .bool: return .bool(try reader.readBool())
+            case .null, nil:
+                try reader.skipValue()
+                return .null
+            }
+        }
+        func doubles(_ value: JSONValue) -> JSONValue {
+            switch value {
+            case .object(let members): .object(members.map { ($0.key, doubles($0.value)) })
+            case .array(let elements): .array(elements.map(doubles))
+            case .number: .number(String(value.numberValue!))
+            default: value
+            }
+        }
+        let bytes = Array(text.utf8)
+        let whole = Result { () throws(JSONSyntaxError) in doubles(try JSONReader.parse(bytes)) }
+        var reader = JSONReader(bytes)
+        let piecewise = Result { () throws(JSONSyntaxError) -> JSONValue in
+            let value = try rebuild(&reader)
+            try reader.finish()
+            return value
+        }
+        #expect(piecewise == whole)
+        var skipping = JSONReader(bytes)
+        let skipped = Result { () throws(JSONSyntaxError) in
+            try skipping.skipValue()
+            try skipping.finish()
+        }
+        #expect(skipped.map { true } == whole.map { _ in true })
+    }
+
+    /// A member or element the caller leaves unread is skipped, and checked
+    /// all the same; a value of another kind than asked is an error.
+    @Test func whatIsNotReadIsSkipped() throws {
+        var reader = JSONReader(Array(#"{"a": 1, "b": [1, {"c": [2]}], "d": "x", "e": [true, "y"]}"#.utf8))
+        var read: [String] = []
+        try reader.readObject { reader, key throws(JSONSyntaxError) in
+            if key == "d" { read.append(try reader.readString()) }
+            if key == "e" { try reader.readArray { reader throws(JSONSyntaxError) in if reader.nextKind() == .string { read.append(try reader.readString()) } } }
+        }
+        try reader.finish()
+        #expect(read == ["x", "y"])
+        var broken = JSONReader(Array(#"{"a": [1, 2 3], "d": "x"}"#.utf8))
+        #expect(throws: JSONSyntaxError(line: 1, column: 13, message: "expected ',' or ']'")) {
+            try broken.readObject { reader, key throws(JSONSyntaxError) in if key == "d" { _ = try reader.readString() } }
+        }
+        var number = JSONReader(Array("[1]".utf8))
+        #expect(throws: JSONSyntaxError(line: 1, column: 2, message: "expected string, not number")) {
+            try number.readArray { reader throws(JSONSyntaxError) in _ = try reader.readString() }
+        }
+    }
+
+    /// An integer read a value at a time is exactly what the tree's
+    /// `integerValue` gives: `nil` for a fraction, an exponent or a number
+    /// past `Int64`.
+    @Test(arguments: [
+        "0", "-0", "7", "-7", "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+        "1.0", "1e3", "-1E-3", "12345678901234567890123", "1796159659799410255",
+    ])
+    func integersReadExactly(text: String) throws {
+        var reader = JSONReader(Array(text.utf8))
+        #expect(try reader.readInteger() == JSONValue.number(text).integerValue)
+    }
+
     /// An object of `count` distinct keys, as one line.
     func object(keys count: Int) -> [UInt8] {
         Array(("{" + (0..<count).map { "\"k\($0)\":0" }.joined(separator: ",") + "}").utf8)

@@ -1,3 +1,4 @@
+import CurfewFormats
 import Foundation
 import Glibc
 import Testing
@@ -279,5 +280,151 @@ import Testing
             .write(toFile: shard, atomically: false, encoding: .utf8)
         var old = ScanCache(folder: folder)
         #expect(old.lookup(key) == nil)
+    }
+}
+
+/// The scan cache's shards are read a value at a time, straight into keys
+/// and results. That reading is held to the whole-tree reading it replaced
+/// (kept here as the oracle): every shard gives the same entries, or none.
+@Suite struct ScanCacheReadingTests {
+    /// The whole-tree reading: a shard parsed into a `JSONValue`, then its
+    /// entries picked out of it.
+    /// A job as text: every field the host keeps.
+    static func describe(name: String, summary: String, continuous: Bool, chunked: Bool, library: String?, modes: [String]) -> String {
+        "\(name)|\(summary)|\(continuous)|\(chunked)|\(library ?? "-")|\(modes)"
+    }
+
+    static func describe(_ result: FileResult) -> String {
+        switch result {
+        case .jobs(let jobs):
+            "jobs " + jobs.map {
+                describe(name: $0.name, summary: $0.summary, continuous: $0.continuous, chunked: $0.chunked, library: $0.foreignLibrary, modes: $0.modes)
+            }.joined(separator: "; ")
+        case .rejected(let code, let reason): "rejected \(code): \(reason)"
+        }
+    }
+
+    static func oracle(_ bytes: [UInt8]) -> [String: String] {
+        guard let root = try? JSONReader.parse(bytes), root["version"]?.integerValue == Int64(ScanCache.version),
+            root["abi"]?.numberValue == Double(PluginLoader.abiVersion), case .array(let list)? = root["entries"]
+        else { return [:] }
+        func job(_ value: JSONValue) -> String? {
+            guard let name = value["name"]?.stringValue, let summary = value["summary"]?.stringValue else { return nil }
+            var modes: [String] = []
+            if case .array(let names)? = value["modes"] {
+                let texts = names.compactMap(\.stringValue)
+                if texts.count == names.count && texts.count <= BackgroundMode.maximumCount && texts.allSatisfy(BackgroundMode.isValidName) {
+                    modes = texts
+                }
+            }
+            return describe(
+                name: name, summary: summary, continuous: value["continuous"] == .bool(true), chunked: value["chunked"] == .bool(true),
+                library: value["library"]?.stringValue, modes: modes)
+        }
+        var entries: [String: String] = [:]
+        for entry in list {
+            guard let file = entry["path"]?.stringValue, let size = entry["size"]?.integerValue,
+                let mtime = entry["mtime"]?.integerValue, let ctime = entry["ctime"]?.integerValue,
+                let device = entry["device"]?.integerValue, let inode = entry["inode"]?.integerValue,
+                let result = entry["result"], let type = result["type"]?.stringValue, type == "scanned" || type == "rejected"
+            else { continue }
+            let verdict: String =
+                if type == "rejected" {
+                    "rejected \(result["code"]?.stringValue ?? "load-failed"): \(result["reason"]?.stringValue ?? "")"
+                } else if case .array(let jobs)? = result["jobs"] {
+                    "jobs " + jobs.compactMap(job).joined(separator: "; ")
+                } else {
+                    "rejected load-failed: The scanner worker gave no result."
+                }
+            let key = ScanCache.Key(
+                path: file, size: size, mtime: mtime, ctime: ctime, device: UInt64(bitPattern: device), inode: UInt64(bitPattern: inode))
+            entries[file] = "\(key) \(verdict)"
+        }
+        return entries
+    }
+
+    /// The entries as the cache reads them, described as the oracle does.
+    static func read(_ bytes: [UInt8]) -> [String: String] {
+        ((try? ScanCache.entries(ofShard: bytes)) ?? [:]).mapValues { "\($0.key) \(describe($0.result))" }
+    }
+
+    func expectSame(_ text: String, _ comment: Comment? = nil) {
+        let bytes = Array(text.utf8)
+        #expect(Self.read(bytes) == Self.oracle(bytes), comment)
+    }
+
+    static let entry =
+        #"{"path":"/p/a.so","size":15328,"mtime":1796159659799410255,"ctime":1796178551504966183,"device":65024,"inode":1679889,"#
+        + #""result":{"type":"scanned","jobs":[{"name":"a","summary":"An \"a\" job. \u00e9","continuous":false,"chunked":true,"#
+        + #""library":"/l/a.so","modes":["audio","x-fetch"]}]}}"#
+    static let rejected =
+        #"{"result":{"reason":"Not ELF.","code":"not-elf","type":"rejected"},"inode":2,"device":1,"ctime":3,"mtime":4,"size":5,"path":"/p/b.so"}"#
+
+    static func shard(_ entries: [String], version: String = "\(ScanCache.version)", abi: String = "\(PluginLoader.abiVersion)") -> String {
+        "{\"version\":\(version),\"abi\":\(abi),\"entries\":[\n" + entries.joined(separator: ",\n") + "\n]}\n"
+    }
+
+    /// Shards as the host writes them, and with every way an entry or the
+    /// whole can be off: reordered, unknown or missing members, members of
+    /// another kind, numbers that are no `Int64`, odd modes, duplicates,
+    /// another version or ABI, text that is not JSON.
+    @Test func everyShardReadsAsTheWholeTreeReadIt() {
+        func entry(_ old: String, _ new: String) -> String { Self.entry.replacingOccurrences(of: old, with: new) }
+        var odd: [String] = [Self.entry, Self.rejected]
+        odd += [
+            entry("/p/a.so\"", "/p/c.so\",\"extra\":[1,{\"x\":null}]"),
+            entry("\"size\":15328", "\"size\":\"15328\""),
+            entry("\"size\":15328", "\"size\":15328.0"),
+            entry("\"inode\":1679889", "\"inode\":18446744073709551615"),
+            entry("\"inode\":1679889", "\"inode\":-1"),
+            entry("\"type\":\"scanned\"", "\"type\":\"other\""),
+            entry("\"type\":\"scanned\",", ""),
+            entry("\"jobs\":[", "\"jobs\":[7,{\"name\":\"b\"},"),
+            entry("\"jobs\":[{", "\"jobs\":{\"x\":[{").replacingOccurrences(of: "}]}}", with: "}]}}}"),
+            entry("\"x-fetch\"", "7"),
+            entry("\"x-fetch\"", "\"no such mode\""),
+            entry("\"x-fetch\"", Array(repeating: "\"x-more\"", count: BackgroundMode.maximumCount).joined(separator: ",")),
+            entry("\"continuous\":false", "\"continuous\":\"true\""),
+            entry("\"chunked\":true", "\"chunked\":1"),
+            entry("\"library\":\"/l/a.so\"", "\"library\":null"),
+        ]
+        func rejected(_ old: String, _ new: String) -> String { Self.rejected.replacingOccurrences(of: old, with: new) }
+        odd += [
+            rejected("\"code\":\"not-elf\",", ""),
+            rejected("\"reason\":\"Not ELF.\"", "\"reason\":[]"),
+            rejected("\"result\":{", "\"result\":[{").replacingOccurrences(of: "\"},", with: "\"}],"),
+            "7", "[]", "{}",
+        ]
+        for entry in odd { expectSame(Self.shard([entry, Self.rejected]), "\(entry)") }
+        expectSame(Self.shard(odd), "all at once")
+        expectSame(Self.shard([Self.entry, Self.entry]), "one path twice")
+        expectSame(Self.shard([Self.entry.replacingOccurrences(of: "\"size\":15328,", with: "\"size\":15328,\"size\":1,")]), "a duplicate key")
+        for (version, abi) in [("2", "1"), ("3.0", "1"), ("\"3\"", "1"), ("3", "1.0"), ("3", "2"), ("3", "1e0")] {
+            expectSame(Self.shard([Self.entry], version: version, abi: abi), "version \(version), abi \(abi)")
+        }
+        for text in ["", "[]", "{\"version\":3}", Self.shard([Self.entry]) + "x", String(Self.shard([Self.entry]).dropLast(4))] {
+            expectSame(text, "\(text.prefix(40))")
+        }
+        #expect(Self.oracle(Array(Self.shard([Self.entry, Self.rejected]).utf8)).count == 2, "the oracle reads what the host writes")
+    }
+
+    /// Random damage to a shard (bytes changed, dropped or doubled) never
+    /// makes the two readings part.
+    @Test func aDamagedShardReadsAsTheWholeTreeReadIt() {
+        var generator = SystemRandomNumberGenerator()
+        let text = Array(Self.shard([Self.entry, Self.rejected, Self.entry.replacingOccurrences(of: "/p/a.so", with: "/p/d.so")]).utf8)
+        let alphabet = Array("{}[]:,\"\\0123456789.-eE tfnlu".utf8)
+        for _ in 0..<3000 {
+            var bytes = text
+            for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                let at = Int.random(in: 0..<bytes.count, using: &generator)
+                switch Int.random(in: 0..<3, using: &generator) {
+                case 0: bytes[at] = alphabet.randomElement(using: &generator)!
+                case 1: bytes.remove(at: at)
+                default: bytes.insert(bytes[at], at: at)
+                }
+            }
+            #expect(Self.read(bytes) == Self.oracle(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+        }
     }
 }
