@@ -434,7 +434,7 @@ static int64_t batch_now_ms(void) {
     return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
-/* Reports held for the host (see BATCH_REPORTS_AT_ONCE). */
+/* Reports held for the host (see CURFEW_SCAN_REPORTS_AT_ONCE). */
 typedef struct {
     buffer bytes;
     uint32_t count;

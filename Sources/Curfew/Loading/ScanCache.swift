@@ -72,7 +72,7 @@ struct ScanCache: Sendable {
     /// for the files of one folder in a row.
     private mutating func cachedShardName(for path: String) -> String {
         let folder = Self.folder(of: path)
-        if let lastFolder, lastFolder.path.utf8.elementsEqual(folder.utf8) { return lastFolder.name }
+        if let lastFolder, lastFolder.path == folder { return lastFolder.name }
         let name = Self.shardName(folder: folder)
         lastFolder = (folder, name)
         return name
@@ -184,6 +184,8 @@ struct ScanCache: Sendable {
             case ("abi", .number): abi = try reader.readDouble()
             case ("entries", .array):
                 var read: [String: (key: Key, result: FileResult)] = [:]
+                // Room for as many entries as a shard of this size holds, about.
+                read.reserveCapacity(bytes.count / 256)
                 try reader.readArray { reader throws(JSONSyntaxError) in
                     if let entry = try Self.entry(&reader) { read[entry.key.path] = entry }
                 }
