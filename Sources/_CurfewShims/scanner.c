@@ -78,29 +78,54 @@ static void send_frames(int channel, const buffer *frames) {
 static size_t page_size = 4096;
 
 /* Where a copy that meets memory that is not there goes instead of the
- * scanner's death: set, on the copying thread only, while a page is read. */
-static __thread sigjmp_buf *copy_escape;
+ * scanner's death: set, on the copying thread only, while a page is read.
+ * Volatile: the handler reads it, and the compiler sees no other reader of
+ * the store before the copy. */
+static __thread sigjmp_buf *volatile copy_escape;
+
+/* What SIGSEGV and SIGBUS did before the copy (the plugin's handlers, say). */
+static struct sigaction copy_before[2];
 
 /* SIGSEGV and SIGBUS while the descriptor is copied. A fault of the copy
  * ends that page's copy; any other (plugin code on another thread, say)
- * has the death it would have had. */
+ * goes where it went before: the plugin's handler, or the death it would
+ * have had. */
 static void on_copy_fault(int signal, siginfo_t *info, void *context) {
-    (void)info;
-    (void)context;
     sigjmp_buf *escape = copy_escape;
     if (escape) siglongjmp(*escape, 1);
+    struct sigaction *before = &copy_before[signal == SIGBUS];
+    if (before->sa_flags & SA_SIGINFO) {
+        before->sa_sigaction(signal, info, context);
+        return;
+    }
+    if (before->sa_handler != SIG_DFL && before->sa_handler != SIG_IGN) {
+        before->sa_handler(signal);
+        return;
+    }
     struct sigaction fallback = {.sa_handler = SIG_DFL};
     sigemptyset(&fallback.sa_mask);
     sigaction(signal, &fallback, NULL);
     raise(signal);
 }
 
-/* From here on, a fault of the copy is caught (see copy_readable). */
-static void catch_copy_faults(void) {
+/* While the copy runs, a fault of it is caught (see copy_readable), on
+ * this thread even if plugin code blocked the signals; `catching` 0 puts
+ * back what was there. */
+static void catch_copy_faults(int catching) {
+    if (!catching) {
+        sigaction(SIGSEGV, &copy_before[0], NULL);
+        sigaction(SIGBUS, &copy_before[1], NULL);
+        return;
+    }
     struct sigaction on_fault = {.sa_sigaction = on_copy_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
     sigemptyset(&on_fault.sa_mask);
-    sigaction(SIGSEGV, &on_fault, NULL);
-    sigaction(SIGBUS, &on_fault, NULL);
+    sigaction(SIGSEGV, &on_fault, &copy_before[0]);
+    sigaction(SIGBUS, &on_fault, &copy_before[1]);
+    sigset_t faults;
+    sigemptyset(&faults);
+    sigaddset(&faults, SIGSEGV);
+    sigaddset(&faults, SIGBUS);
+    pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
 }
 
 /* Copies `count` bytes a byte at a time: loads the sanitizer does not
@@ -380,8 +405,9 @@ static void scan_path(int channel, const char *name) {
         pthread_mutex_unlock(&log_lock);
         answer(channel, &out);
     }
-    catch_copy_faults();
+    catch_copy_faults(1);
     snapshot(&out, (uintptr_t)descriptor);
+    catch_copy_faults(0);
     answer(channel, &out);
 }
 

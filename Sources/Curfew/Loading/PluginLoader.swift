@@ -42,19 +42,22 @@ public struct PluginLoader: Sendable {
     /// another's entries, so it may be writable by all.
     func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil) -> CurfewError? {
         var verdicts: [String: CurfewError?] = [:]
-        return insecurity(path, status: known, verdicts: &verdicts)
+        return insecurity(path, status: known, verdicts: &verdicts, user: geteuid())
     }
 
-    /// ``insecurity(_:status:)``, remembering each folder's verdict in `verdicts`.
-    func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?]) -> CurfewError? {
+    /// ``insecurity(_:status:)``, remembering each folder's verdict in
+    /// `verdicts`, for `user` (this process's, asked once for a scan).
+    func insecurity(
+        _ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?], user: uid_t
+    ) -> CurfewError? {
         guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
-        if let problem = ownInsecurity(status) { return problem }
+        if let problem = ownInsecurity(status, user: user) { return problem }
         for folder in Self.foldersAbove(path) {
             if let verdict = verdicts[folder] {
                 if let verdict { return verdict }
                 continue
             }
-            let verdict = (try? Syscalls.fileStatus(folder)).flatMap { Self.unsafeOwnership($0, what: "Folder \(folder) (above it)") }
+            let verdict = (try? Syscalls.fileStatus(folder)).flatMap { Self.unsafeOwnership($0, what: "Folder \(folder) (above it)", user: user) }
             verdicts[folder] = verdict
             if let verdict { return verdict }
         }
@@ -63,15 +66,12 @@ public struct PluginLoader: Sendable {
 
     /// Why a file's or folder's own `status` makes loading from it unsafe,
     /// the folders above it aside.
-    private func ownInsecurity(_ status: Syscalls.FileStatus) -> CurfewError? {
+    private func ownInsecurity(_ status: Syscalls.FileStatus, user: uid_t) -> CurfewError? {
         guard !allowsInsecurePlugins else { return nil }
-        return Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File")
+        return Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File", user: user)
     }
 
-    /// This process's user, asked once: a scan checks every file's owner.
-    private static let effectiveUser = geteuid()
-
-    private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String) -> CurfewError? {
+    private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String, user: uid_t) -> CurfewError? {
         let (mode, owner) = (status.mode, status.owner)
         let sticky = status.isDirectory && mode & 0o1000 != 0
         if mode & 0o022 != 0 && !sticky {
@@ -81,7 +81,7 @@ public struct PluginLoader: Sendable {
                 "\(what) is writable by \(who) (mode \(String(mode & 0o777, radix: 8))), so anyone there could replace the code it runs; "
                     + "chmod go-w it, or pass --allow-insecure-plugins.")
         }
-        if owner != effectiveUser && owner != 0 {
+        if owner != user && owner != 0 {
             return CurfewError(
                 .insecure,
                 "\(what) is owned by uid \(owner), neither you nor root; chown it, or pass --allow-insecure-plugins.")
@@ -174,10 +174,13 @@ public struct PluginLoader: Sendable {
     /// a regular file; paths that cannot be read are rejected.
     func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [Candidate] {
         var files: [Candidate] = []
+        // Asked once for the scan, not once for each file's owner.
+        let user = geteuid()
         for path in paths {
             do throws(SystemError) {
                 let info = try Syscalls.fileStatus(path)
-                if let insecure = insecurity(path, status: info) {
+                var verdicts: [String: CurfewError?] = [:]
+                if let insecure = insecurity(path, status: info, verdicts: &verdicts, user: user) {
                     rejected.append(RejectedPlugin(path: path, error: insecure))
                     continue
                 }
@@ -190,7 +193,6 @@ public struct PluginLoader: Sendable {
                 // replace it could replace the folder: the folder passed
                 // above, so its own status is all that is left to check.
                 let realFolder = Syscalls.realPath(path)
-                var verdicts: [String: CurfewError?] = [:]
                 for entry in try Syscalls.directoryEntries(path)
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
@@ -198,7 +200,7 @@ public struct PluginLoader: Sendable {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
                     if entry.isRegular == true, let realFolder {
                         let status = try? Syscalls.fileStatus(file)
-                        if let status, let insecure = ownInsecurity(status) {
+                        if let status, let insecure = ownInsecurity(status, user: user) {
                             rejected.append(RejectedPlugin(path: file, error: insecure))
                             continue
                         }
@@ -206,7 +208,7 @@ public struct PluginLoader: Sendable {
                         files.append(Candidate(path: file, isRegular: status.map(\.isRegular) ?? true, known: status.map { (real, $0) }))
                         continue
                     }
-                    if let insecure = insecurity(file, verdicts: &verdicts) {
+                    if let insecure = insecurity(file, verdicts: &verdicts, user: user) {
                         rejected.append(RejectedPlugin(path: file, error: insecure))
                         continue
                     }

@@ -496,13 +496,6 @@ enum FileResult: Sendable, Equatable {
     case jobs([ScannedJob])
     case rejected(code: String, reason: String)
 
-    /// A scanner worker's answer, or a cache entry's result.
-    init(message value: JSONValue) {
-        var reader = JSONReader(Array(value.text.utf8))
-        // The text of a value read once reads again.
-        self = (try? FileResult(reading: &reader)) ?? .rejected(code: "load-failed", reason: "The scanner worker gave no result.")
-    }
-
     /// Reads a verdict: `rejected` with its code and reason, else the jobs
     /// listed (those that read right), else no result. With its type, when
     /// it is an object with a string `type`.

@@ -72,7 +72,8 @@ struct ScanCache: Sendable {
     /// for the files of one folder in a row.
     private mutating func cachedShardName(for path: String) -> String {
         let folder = Self.folder(of: path)
-        if let lastFolder, lastFolder.path == folder { return lastFolder.name }
+        // Bytes, as the name hashes them (`==` would match another normalization).
+        if let lastFolder, lastFolder.path.utf8.elementsEqual(folder.utf8) { return lastFolder.name }
         let name = Self.shardName(folder: folder)
         lastFolder = (folder, name)
         return name

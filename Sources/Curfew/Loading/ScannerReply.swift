@@ -365,7 +365,13 @@ struct ScannerLines: ScannerReply {
                 return events + [.problem("a message of unknown type")]
             }
             guard value["file"]?.stringValue == file else { return events + [.problem("a message about another file")] }
-            events.append(type == "scanning" ? .loading : .answer(FileResult(message: value)))
+            if type == "scanning" {
+                events.append(.loading)
+                continue
+            }
+            var reader = JSONReader(Array(line.utf8))
+            guard let result = try? FileResult(reading: &reader) else { return events + [.problem("a line that is not a message")] }
+            events.append(.answer(result))
         }
         return events
     }

@@ -179,10 +179,11 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * Per file the server sends a u32 id, its scanner's i32 wait status (-1
  * with CURFEW_SCAN_NOT_STARTED), u32 flags, a u32 length and what the
  * scanner said on its channel (frames as above, at most
- * CURFEW_SCAN_MAX_REPLY bytes). Reports are held and sent up to
- * CURFEW_SCAN_REPORTS_AT_ONCE in one write, or sooner when no request waits
- * to start, so a host that keeps more files than that and the width with a
- * server wakes once per that many files and never leaves the server idle.
+ * CURFEW_SCAN_MAX_REPLY bytes). Reports are held and sent together once
+ * CURFEW_SCAN_REPORTS_AT_ONCE or more (or 64 KiB) are held, or when no
+ * request waits to start, or once the oldest has waited 10 ms: a host that
+ * keeps more files than that and the width with a server wakes about once
+ * per that many files and never leaves the server idle.
  * A scanner still running at the timeout is killed and flagged
  * CURFEW_SCAN_HUNG. The server leaves once every file is
  * reported after the end. Its scanners die with it (what they

@@ -151,7 +151,8 @@ extension ProcessTests {
             let extended = messages.filter { $0.time > stopping }.flatMap(\.fields).filter { $0.hasPrefix("EXTEND_TIMEOUT_USEC=") }
             #expect(!extended.isEmpty, "\(messages.map(\.fields))")
             let microseconds = extended.compactMap { Int64($0.dropFirst("EXTEND_TIMEOUT_USEC=".count)) }
-            #expect(microseconds.allSatisfy { $0 > 1_000_000 && $0 <= 2_000_000 }, "the lead left and a second: \(microseconds)")
+            // A tick at the spinner's deadline, before it is reaped, has no lead left: a second.
+            #expect(microseconds.allSatisfy { $0 >= 1_000_000 && $0 <= 2_000_000 }, "the lead left and a second: \(microseconds)")
         }
 
         @Test func anAbstractNotifySocketHearsReadyToo() async throws {
