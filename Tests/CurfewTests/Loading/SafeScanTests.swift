@@ -175,6 +175,27 @@ extension ProcessTests {
             #expect(reports(1) == [3], "sent while a scanner hangs and a request waits")
         }
 
+        /// A plugin whose runtime handles its own faults keeps its handler
+        /// while the scanner copies its descriptor: a fault of its own thread
+        /// meanwhile goes to it. Before, the copy's handler took every fault
+        /// and the scanner died of SIGSEGV.
+        @Test func aPluginsOwnFaultHandlerStillHandlesItsFaultsDuringTheCopy() async throws {
+            let plugin = try Fixtures.compile("fault_runtime.c")
+            let record = folder + "/fault-record"
+            setenv("CURFEW_FIXTURE_FAULTFILE", record, 1)
+            defer { unsetenv("CURFEW_FIXTURE_FAULTFILE") }
+            // The thread sees the copy's handler unless the machine keeps it
+            // off its core for the whole copy: a few tries.
+            var faulted = false
+            for _ in 0..<5 where !faulted {
+                let report = try await scan([plugin], with: SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil))
+                #expect(report.scan.rejected.map(\.error.description) == [])
+                #expect(report.scan.jobs.count == 256)
+                faulted = (try? String(contentsOfFile: record, encoding: .utf8)) == "handled\n"
+            }
+            #expect(faulted, "the plugin's thread faulted while the scanner copied, and its handler took the fault")
+        }
+
         /// A scanner's channel is read up to a cap: plugin code that writes
         /// past it gets its file rejected, and the scan's memory stays bounded.
         @Test func aFloodOnTheScannersChannelIsCutAtTheCap() async throws {
