@@ -109,14 +109,8 @@ static void on_copy_fault(int signal, siginfo_t *info, void *context) {
 }
 
 /* While the copy runs, a fault of it is caught (see copy_readable), on
- * this thread even if plugin code blocked the signals; `catching` 0 puts
- * back what was there. */
-static void catch_copy_faults(int catching) {
-    if (!catching) {
-        sigaction(SIGSEGV, &copy_before[0], NULL);
-        sigaction(SIGBUS, &copy_before[1], NULL);
-        return;
-    }
+ * this thread even if plugin code blocked the signals. */
+static void catch_copy_faults(void) {
     struct sigaction on_fault = {.sa_sigaction = on_copy_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
     sigemptyset(&on_fault.sa_mask);
     sigaction(SIGSEGV, &on_fault, &copy_before[0]);
@@ -126,6 +120,12 @@ static void catch_copy_faults(int catching) {
     sigaddset(&faults, SIGSEGV);
     sigaddset(&faults, SIGBUS);
     pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+}
+
+/* The copy is done: SIGSEGV and SIGBUS go where they went before it. */
+static void release_copy_faults(void) {
+    sigaction(SIGSEGV, &copy_before[0], NULL);
+    sigaction(SIGBUS, &copy_before[1], NULL);
 }
 
 /* Copies `count` bytes a byte at a time: loads the sanitizer does not
@@ -405,9 +405,9 @@ static void scan_path(int channel, const char *name) {
         pthread_mutex_unlock(&log_lock);
         answer(channel, &out);
     }
-    catch_copy_faults(1);
+    catch_copy_faults();
     snapshot(&out, (uintptr_t)descriptor);
-    catch_copy_faults(0);
+    release_copy_faults();
     answer(channel, &out);
 }
 

@@ -497,16 +497,19 @@ enum FileResult: Sendable, Equatable {
     case rejected(code: String, reason: String)
 
     /// Reads a verdict: `rejected` with its code and reason, else the jobs
-    /// listed (those that read right), else no result. With its type, when
-    /// it is an object with a string `type`.
-    static func read(_ reader: inout JSONReader) throws(JSONSyntaxError) -> (result: FileResult, type: String?) {
+    /// listed (those that read right), else no result. With its type and
+    /// file, when it is an object with a string `type` and `file` (a
+    /// scanner worker's message has both, a cache entry's result a type).
+    static func read(_ reader: inout JSONReader) throws(JSONSyntaxError) -> (result: FileResult, type: String?, file: String?) {
         var type: String?
+        var file: String?
         var code: String?
         var reason: String?
         var jobs: [ScannedJob]?
         _ = try reader.readObjectIfOne { reader, key, kind throws(JSONSyntaxError) in
             switch key {
             case "type" where kind == .string: type = try reader.readString()
+            case "file" where kind == .string: file = try reader.readString()
             case "code" where kind == .string: code = try reader.readString()
             case "reason" where kind == .string: reason = try reader.readString()
             case "jobs" where kind == .array:
@@ -518,13 +521,9 @@ enum FileResult: Sendable, Equatable {
             default: break  // skipped
             }
         }
-        if type == "rejected" { return (.rejected(code: code ?? "load-failed", reason: reason ?? ""), type) }
-        if let jobs { return (.jobs(jobs), type) }
-        return (.rejected(code: "load-failed", reason: "The scanner worker gave no result."), type)
-    }
-
-    init(reading reader: inout JSONReader) throws(JSONSyntaxError) {
-        self = try Self.read(&reader).result
+        if type == "rejected" { return (.rejected(code: code ?? "load-failed", reason: reason ?? ""), type, file) }
+        if let jobs { return (.jobs(jobs), type, file) }
+        return (.rejected(code: "load-failed", reason: "The scanner worker gave no result."), type, file)
     }
 
     /// The verdict as JSON: a scanner worker's answer about `file`, or,

@@ -204,7 +204,7 @@ struct ScanCache: Sendable {
     private static func entry(_ reader: inout JSONReader) throws(JSONSyntaxError) -> (key: Key, result: FileResult)? {
         var path: String?
         var (size, mtime, ctime, device, inode): (Int64?, Int64?, Int64?, Int64?, Int64?)
-        var result: (result: FileResult, type: String?)?
+        var result: (result: FileResult, type: String?, file: String?)?
         let object = try reader.readObjectIfOne { reader, member, kind throws(JSONSyntaxError) in
             switch member {
             case "path" where kind == .string: path = try reader.readString()

@@ -357,21 +357,22 @@ struct ScannerLines: ScannerReply {
         if buffer.droppedLines > dropped { return [.problem("a message of more than \(WorkerProtocol.maximumMessageBytes >> 20) MiB")] }
         var events: [ScanEvent] = []
         for line in lines {
-            guard let value = try? JSONReader.parse(Array(line.utf8)), let type = value["type"]?.stringValue else {
+            // One reading of the line: its type, its file and the verdict.
+            var reader = JSONReader(Array(line.utf8))
+            let read = { () throws(JSONSyntaxError) -> (result: FileResult, type: String?, file: String?) in
+                let message = try FileResult.read(&reader)
+                try reader.finish()
+                return message
+            }
+            guard let message = try? read(), let type = message.type else {
                 return events + [.problem("a line that is not a message")]
             }
             if type == "done" { return events + [.done] }
             guard type == "scanning" || type == "scanned" || type == "rejected" else {
                 return events + [.problem("a message of unknown type")]
             }
-            guard value["file"]?.stringValue == file else { return events + [.problem("a message about another file")] }
-            if type == "scanning" {
-                events.append(.loading)
-                continue
-            }
-            var reader = JSONReader(Array(line.utf8))
-            guard let result = try? FileResult(reading: &reader) else { return events + [.problem("a line that is not a message")] }
-            events.append(.answer(result))
+            guard message.file == file else { return events + [.problem("a message about another file")] }
+            events.append(type == "scanning" ? .loading : .answer(message.result))
         }
         return events
     }

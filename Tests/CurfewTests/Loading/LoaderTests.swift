@@ -428,3 +428,27 @@ import Testing
         }
     }
 }
+
+/// What a Swift scanner worker says, line by line, read once each: a
+/// message's type, its file and its verdict.
+@Suite struct ScannerLinesTests {
+    func events(_ text: String) -> [ScanEvent] {
+        var lines = ScannerLines(file: "/p/a.json")
+        return Array(text.utf8).withUnsafeBytes { lines.read($0) }
+    }
+
+    @Test func eachLineIsAMessageAboutTheFileOrAProblem() {
+        let scanned = #"{"type":"scanned","file":"/p/a.json","jobs":[{"name":"a","summary":"A.","continuous":false,"chunked":true}]}"#
+        #expect(events(#"{"type":"scanning","file":"/p/a.json"}"# + "\n" + scanned + "\n" + #"{"type":"done"}"# + "\n")
+            == [.loading, .answer(.jobs([ScannedJob(PluginJob(scannedName: "a", summary: "A.", pluginPath: "/p/a.json",
+                isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0, backgroundModes: []))])), .done])
+        #expect(events(#"{"type":"rejected","file":"/p/a.json","code":"not-elf","reason":"No."}"# + "\n")
+            == [.answer(.rejected(code: "not-elf", reason: "No."))])
+        #expect(events(scanned.replacingOccurrences(of: "/p/a.json", with: "/p/b.json") + "\n") == [.problem("a message about another file")])
+        #expect(events(#"{"type":"scanned"}"# + "\n") == [.problem("a message about another file")])
+        #expect(events(#"{"type":"other","file":"/p/a.json"}"# + "\n") == [.problem("a message of unknown type")])
+        for line in ["not json", scanned + " x", "[1]", #"{"file":"/p/a.json"}"#, #"{"type":7}"#, #"{"type":"done","type":"done"}"#] {
+            #expect(events(line + "\n") == [.problem("a line that is not a message")], "\(line)")
+        }
+    }
+}
