@@ -163,9 +163,10 @@ public final class HookScheduler: @unchecked Sendable {
 
     // MARK: Lanes
 
-    /// Queues `work` on `lane`; an `urgent` lane that was idle goes ahead
-    /// of the lanes that wait, behind urgent ones that came before it (its
-    /// own earlier work still comes first).
+    /// Queues `work` on `lane`. Urgent work puts its lane ahead of the
+    /// lanes that wait, behind the urgent ones already there: at once when
+    /// the lane is idle or waits for a thread, when its running work ends
+    /// otherwise. The lane's own earlier work still comes first.
     func enqueue(_ work: @escaping @Sendable () -> Void, on lane: Lane, urgent: Bool = false) {
         withLock {
             if lane.first == nil {
@@ -173,7 +174,16 @@ public final class HookScheduler: @unchecked Sendable {
             } else {
                 lane.rest.append(work)
             }
-            guard !lane.scheduled else { return }
+            lane.enqueued &+= 1
+            if urgent { lane.urgentThrough = lane.enqueued }
+            guard !lane.scheduled else {
+                // Waiting behind other lanes' work: it goes ahead of that now.
+                if urgent && lane.waiting && !lane.placedUrgently {
+                    removeReady(lane)
+                    pushReadyUrgently(lane)
+                }
+                return
+            }
             lane.scheduled = true
             if urgent {
                 pushReadyUrgently(lane)
@@ -189,34 +199,68 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { lane.scheduled }
     }
 
+    // The ready list: lanes waiting for a thread, the urgent ones first (up
+    // to `urgentTail`), each part in the order its lanes joined it.
+
     private func pushReady(_ lane: Lane) {
         lane.nextReady = nil
+        lane.previousReady = readyTail
         if let tail = readyTail {
             tail.nextReady = lane
         } else {
             readyHead = lane
         }
         readyTail = lane
+        lane.waiting = true
+        lane.placedUrgently = false
     }
 
     private func pushReadyUrgently(_ lane: Lane) {
+        let next: Lane?
         if let last = urgentTail {
-            lane.nextReady = last.nextReady
+            next = last.nextReady
             last.nextReady = lane
         } else {
-            lane.nextReady = readyHead
+            next = readyHead
             readyHead = lane
         }
+        lane.previousReady = urgentTail
+        lane.nextReady = next
+        if let next {
+            next.previousReady = lane
+        } else {
+            readyTail = lane
+        }
         urgentTail = lane
-        if lane.nextReady == nil { readyTail = lane }
+        lane.waiting = true
+        lane.placedUrgently = true
+    }
+
+    /// Takes a lane out of the ready list, wherever it is.
+    private func removeReady(_ lane: Lane) {
+        let previous = lane.previousReady
+        let next = lane.nextReady
+        if let previous {
+            previous.nextReady = next
+        } else {
+            readyHead = next
+        }
+        if let next {
+            next.previousReady = previous
+        } else {
+            readyTail = previous
+        }
+        // Urgent lanes are a prefix of the list: the one before an urgent lane is urgent.
+        if urgentTail === lane { urgentTail = previous }
+        lane.nextReady = nil
+        lane.previousReady = nil
+        lane.waiting = false
+        lane.placedUrgently = false
     }
 
     private func popReady() -> Lane? {
         guard let lane = readyHead else { return nil }
-        readyHead = lane.nextReady
-        if readyHead == nil { readyTail = nil }
-        if urgentTail === lane { urgentTail = nil }
-        lane.nextReady = nil
+        removeReady(lane)
         return lane
     }
 
@@ -311,6 +355,7 @@ public final class HookScheduler: @unchecked Sendable {
                 if !hasLeader { handOffTimers() }
                 busySince[slot] = curfew_shim_monotonic_nanoseconds()
                 next = lane.first
+                lane.started &+= 1
                 if lane.restHead < lane.rest.count {
                     lane.first = lane.rest[lane.restHead]
                     lane.rest[lane.restHead] = nil  // what it captured goes once it has run
@@ -334,7 +379,13 @@ public final class HookScheduler: @unchecked Sendable {
                 busySince[slot] = 0
                 idleSince = curfew_shim_monotonic_nanoseconds()
                 if lane.first != nil {
-                    pushReady(lane)  // behind the lanes that waited meanwhile
+                    // Behind the lanes that waited meanwhile, or, with urgent
+                    // work of its own to come, behind the urgent ones.
+                    if lane.urgentThrough > lane.started {
+                        pushReadyUrgently(lane)
+                    } else {
+                        pushReady(lane)
+                    }
                 } else {
                     lane.scheduled = false
                 }
@@ -449,7 +500,17 @@ public final class Lane: HookQueue, @unchecked Sendable {
     fileprivate var restHead = 0
     /// In the ready list or running on a thread.
     fileprivate var scheduled = false
+    /// In the ready list, and in its urgent part.
+    fileprivate var waiting = false
+    fileprivate var placedUrgently = false
     fileprivate var nextReady: Lane?
+    /// The list holds each lane through the one before it (or its head).
+    fileprivate unowned(unsafe) var previousReady: Lane?
+    /// How much work was ever enqueued and started, and the count at the
+    /// last urgent work: urgent work waits while it is above `started`.
+    fileprivate var enqueued: UInt64 = 0
+    fileprivate var started: UInt64 = 0
+    fileprivate var urgentThrough: UInt64 = 0
 
     fileprivate init(scheduler: HookScheduler) {
         self.scheduler = scheduler
@@ -459,8 +520,8 @@ public final class Lane: HookQueue, @unchecked Sendable {
         scheduler.enqueue(work, on: self)
     }
 
-    /// As ``enqueue(_:)``, ahead of other lanes' waiting work when this lane
-    /// is idle: for an expiration, which is due now.
+    /// As ``enqueue(_:)``, ahead of other lanes' waiting work (behind this
+    /// lane's own): for an expiration, which is due now.
     public func enqueueUrgently(_ work: @escaping @Sendable () -> Void) {
         scheduler.enqueue(work, on: self, urgent: true)
     }

@@ -117,22 +117,39 @@ import Testing
         #expect(waited(other))
     }
 
-    @Test func urgentLanesGoAheadOfWaitingLanesInTheirOrderButNotOfTheirOwnWork() {
-        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+    /// The names of work in the order it ran, and a signal once `count` have.
+    final class RunOrder: Sendable {
+        let done = DispatchSemaphore(value: 0)
+        private let ran = Mutex<[String]>([])
+        private let count: Int
+        init(count: Int) { self.count = count }
+        func record(_ name: String) -> @Sendable () -> Void {
+            { [self] in if ran.withLock({ $0.append(name); return $0.count }) == count { done.signal() } }
+        }
+        var names: [String] { ran.withLock { $0 } }
+    }
+
+    /// Holds the one thread of `scheduler` in work on `lane` until the
+    /// returned semaphore is signalled.
+    func occupy(_ lane: Lane) -> DispatchSemaphore {
         let release = DispatchSemaphore(value: 0)
         let entered = DispatchSemaphore(value: 0)
-        let done = DispatchSemaphore(value: 0)
-        let order = Mutex<[String]>([])
-        func record(_ name: String) -> @Sendable () -> Void {
-            { if order.withLock({ $0.append(name); return $0.count }) == 5 { done.signal() } }
-        }
-        let busy = scheduler.makeLane()
-        busy.enqueue {
+        lane.enqueue {
             entered.signal()
             release.wait()
         }
         #expect(waited(entered))
-        // The busy lane's own next work stays behind its running work, urgent or not.
+        return release
+    }
+
+    @Test func urgentLanesGoAheadOfWaitingLanesInTheirOrderButNotOfTheirOwnWork() {
+        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+        let runs = RunOrder(count: 5)
+        let record = runs.record
+        let busy = scheduler.makeLane()
+        let release = occupy(busy)
+        // The busy lane's own next work stays behind its running work, urgent
+        // or not; once that ends, the lane joins the urgent ones.
         busy.enqueueUrgently(record("busy, urgent"))
         scheduler.makeLane().enqueueUrgently(record("urgent 1"))
         scheduler.makeLane().enqueue(record("first"))
@@ -140,8 +157,29 @@ import Testing
         // Urgent lanes go ahead of the others in the order they came.
         scheduler.makeLane().enqueueUrgently(record("urgent 2"))
         release.signal()
-        #expect(waited(done))
-        #expect(order.withLock { $0 } == ["urgent 1", "urgent 2", "first", "second", "busy, urgent"])
+        #expect(waited(runs.done))
+        #expect(runs.names == ["urgent 1", "urgent 2", "busy, urgent", "first", "second"])
+    }
+
+    /// Before: a lane already waiting for a thread kept its place when urgent
+    /// work came, so a job whose chunk timer fired just before its grant
+    /// expired ran its `expire` hook behind every other lane's waiting work
+    /// (10 ms late in a burst of a thousand ends).
+    @Test func urgentWorkTakesItsWaitingLaneAheadOfTheOthers() {
+        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+        let runs = RunOrder(count: 5)
+        let record = runs.record
+        let release = occupy(scheduler.makeLane())
+        let waiting = scheduler.makeLane()
+        waiting.enqueue(record("waiting, first"))
+        scheduler.makeLane().enqueue(record("other"))
+        scheduler.makeLane().enqueue(record("other 2"))
+        waiting.enqueueUrgently(record("waiting, urgent"))
+        scheduler.makeLane().enqueueUrgently(record("urgent"))
+        release.signal()
+        #expect(waited(runs.done))
+        // Its own first work still comes first; then it takes its turn among the urgent.
+        #expect(runs.names == ["waiting, first", "urgent", "waiting, urgent", "other", "other 2"])
     }
 
     @Test func aLaneIsBusyWhileItsWorkIsQueuedOrRunning() {
