@@ -21,14 +21,6 @@ final class WorkerSource: Sendable {
         let exitPipe: [Int32]
     }
 
-    private struct Spares {
-        var ready: [Spare] = []
-        var forking = 0
-        /// Workers the run will still ask for: no spare is forked beyond them.
-        var wanted: Int
-        var closed = false
-    }
-
     /// How many forked workers wait at most.
     static let spareCount = 2
 
@@ -44,7 +36,7 @@ final class WorkerSource: Sendable {
     private let shared = Mutex(Shared())
     /// The fork server, started on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
-    private let spares: Mutex<Spares>
+    private let spares: Mutex<SpareStock<Spare>>
     /// How many workers were forked, and how many started with posix_spawn.
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
@@ -58,17 +50,14 @@ final class WorkerSource: Sendable {
             shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 } }
         }
         forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
-        spares = Mutex(Spares(wanted: expected))
+        spares = Mutex(SpareStock(wanted: expected, limit: Self.spareCount))
     }
 
     /// A new worker: forked by the fork server (ahead of need, when one
     /// waits), or else from the pool.
     private func newWorker() throws(SystemError) -> WorkerProcess {
         if forks.isOn {
-            let spare = spares.withLock { state -> Spare? in
-                state.wanted = max(0, state.wanted - 1)
-                return state.ready.popLast()
-            }
+            let spare = spares.withLock { $0.take() }
             let forked: Spare?
             if let spare { forked = spare } else { forked = try forkOne() }
             if let forked {
@@ -107,24 +96,13 @@ final class WorkerSource: Sendable {
     /// Forks spares in the background, up to ``spareCount`` and to the
     /// workers the run will still ask for.
     private func refill() {
-        let count = spares.withLock { state -> Int in
-            guard !state.closed else { return 0 }
-            let missing = max(0, min(Self.spareCount, state.wanted) - state.ready.count - state.forking)
-            state.forking += missing
-            return missing
-        }
+        let count = spares.withLock { $0.startForks() }
         for _ in 0..<count {
             let started = Thread.detach { [self] in
                 let spare = try? forkOne()
-                let unused = spares.withLock { state -> Spare? in
-                    state.forking -= 1
-                    guard let spare, !state.closed else { return spare }
-                    state.ready.append(spare)
-                    return nil
-                }
-                if let unused { Self.release(unused) }
+                if let unused = spares.withLock({ $0.forked(spare) }) { Self.release(unused) }
             }
-            if !started { spares.withLock { $0.forking -= 1 } }
+            if !started { _ = spares.withLock { $0.forked(nil) } }
         }
     }
 
@@ -171,13 +149,61 @@ final class WorkerSource: Sendable {
             shared.workers.values.forEach { $0.close() }
             shared.workers.removeAll()
         }
-        let unused = spares.withLock { state -> [Spare] in
-            state.closed = true
-            defer { state.ready.removeAll() }
-            return state.ready
-        }
-        unused.forEach(Self.release)
+        spares.withLock { $0.close() }.forEach(Self.release)
         pool.close()
         forks.close()
+    }
+}
+
+/// The workers forked ahead of need, and those being forked, bounded by
+/// how many the run will still ask for: a spare beyond that would wait, a
+/// process doing nothing, until the run ends. A fork started while more
+/// were wanted may end after requests took workers of their own: its spare
+/// is then released, not kept.
+struct SpareStock<Spare> {
+    private(set) var ready: [Spare] = []
+    private(set) var forking = 0
+    /// Workers the run will still ask for.
+    private(set) var wanted: Int
+    /// How many wait at most.
+    let limit: Int
+    private var closed = false
+
+    init(wanted: Int, limit: Int) {
+        self.wanted = max(0, wanted)
+        self.limit = limit
+    }
+
+    /// A worker is asked for: a spare if one waits. (No more spares wait
+    /// than requests are left, so none becomes surplus here.)
+    mutating func take() -> Spare? {
+        wanted = max(0, wanted - 1)
+        return ready.popLast()
+    }
+
+    /// How many forks to start now (counted as under way).
+    mutating func startForks() -> Int {
+        guard !closed else { return 0 }
+        let missing = max(0, min(limit, wanted) - ready.count - forking)
+        forking += missing
+        return missing
+    }
+
+    /// A fork started by ``startForks()`` ended (`nil`: it failed): the
+    /// spare to release when no request will take it, or `nil`.
+    mutating func forked(_ spare: Spare?) -> Spare? {
+        forking = max(0, forking - 1)
+        guard let spare else { return nil }
+        guard !closed && ready.count < min(limit, wanted) else { return spare }
+        ready.append(spare)
+        return nil
+    }
+
+    /// The run is over: the spares waiting, to release; forks still under
+    /// way release theirs as they end.
+    mutating func close() -> [Spare] {
+        closed = true
+        defer { ready.removeAll() }
+        return ready
     }
 }
