@@ -143,6 +143,8 @@ public struct PluginLoader: Sendable {
     static func assemble(_ results: [(String, Result<LoadedPlugin, CurfewError>)], rejected: [RejectedPlugin]) -> PluginScan {
         var scan = PluginScan(rejected: rejected)
         var jobOwners: [String: String] = [:]
+        jobOwners.reserveCapacity(results.count)
+        scan.plugins.reserveCapacity(results.count)
         for (path, result) in results {
             switch result {
             case .failure(let error):

@@ -106,6 +106,8 @@ public struct SafeScanner: Sendable {
         var cache = ScanCache(folder: cacheFolder)
         var results: [String: FileResult] = [:]
         var keys: [String: ScanCache.Key] = [:]
+        results.reserveCapacity(files.count)
+        keys.reserveCapacity(files.count)
         var misses: [String] = []
         var report = Report(scan: PluginScan())
         for file in files {
