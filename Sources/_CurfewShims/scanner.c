@@ -386,7 +386,7 @@ static void scan_path(int channel, const char *name) {
         }
         if (fd >= 0) close(fd);
         append_u32(&out, cause);
-        if (why) append(&out, why, strnlen(why, 4096));
+        if (why) append(&out, why, strnlen(why, CURFEW_SCAN_MAX_DLERROR_BYTES));
         answer(channel, &out);
     }
     void *symbol = dlsym(handle, CURFEW_PLUGIN_ENTRY_SYMBOL);

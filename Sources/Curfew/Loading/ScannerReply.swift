@@ -194,7 +194,10 @@ struct ScannerFrames: ScannerReply {
             case CURFEW_SCAN_CANNOT_LOAD: cause = .other
             default: return nil
             }
-            let text = String(decoding: reader.rest(), as: UTF8.self)
+            // The scanner cuts dlerror's text there: longer is plugin code's.
+            let said = reader.rest()
+            guard said.count <= Int(CURFEW_SCAN_MAX_DLERROR_BYTES) else { return nil }
+            let text = String(decoding: said, as: UTF8.self)
             verdict = .failure(PluginLoader.dlopenError(cause, DynamicLoaderError(message: text.isEmpty ? "unknown dynamic loader error" : text)))
         case CURFEW_SCAN_NO_ENTRY:
             guard reader.isAtEnd else { return nil }

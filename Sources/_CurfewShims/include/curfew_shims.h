@@ -162,7 +162,8 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *                  copy, not the scanner), for the host to check;
  *   STAT_FAILED    a u32 errno;   NOT_REGULAR, NO_ENTRY  nothing;
  *   DLOPEN_FAILED  a u32 cause (CANNOT_LOAD, EMPTY: 0 bytes, NOT_ELF: no
- *                  ELF magic), then dlerror's text;
+ *                  ELF magic), then dlerror's text, cut at
+ *                  CURFEW_SCAN_MAX_DLERROR_BYTES;
  *   DECLINED       a u32 count, then per message a u32 length and bytes:
  *                  what the entry logged before it returned NULL (the first
  *                  CURFEW_SCAN_MAX_MESSAGES, each cut at
@@ -219,6 +220,7 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 #define CURFEW_SCAN_CANNOT_LOAD 0u
 #define CURFEW_SCAN_EMPTY 1u
 #define CURFEW_SCAN_NOT_ELF 2u
+#define CURFEW_SCAN_MAX_DLERROR_BYTES 4096u
 /* Bytes of a job's background modes text copied at most: more than the
  * host reads (its limit and one more). A name and a summary are copied to
  * their limits in curfew.h and one more. */
