@@ -206,7 +206,9 @@ struct ScannerFrames: ScannerReply {
             guard let count = reader.u32(), count <= CURFEW_SCAN_MAX_MESSAGES else { return nil }
             var messages: [String] = []
             for _ in 0..<count {
-                guard let length = reader.u32(), let bytes = reader.bytes(Int(length)) else { return nil }
+                // The scanner cuts each message there: longer is plugin code's.
+                guard let length = reader.u32(), length <= CURFEW_SCAN_MAX_MESSAGE_BYTES, let bytes = reader.bytes(Int(length))
+                else { return nil }
                 messages.append(String(decoding: bytes, as: UTF8.self))
             }
             guard reader.isAtEnd else { return nil }

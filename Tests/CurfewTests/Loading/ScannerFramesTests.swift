@@ -6,12 +6,17 @@ import _CurfewShims
 /// A scanner's answer is a claim made by a process that ran plugin code:
 /// it is believed only as far as the real scanner could have said it.
 @Suite struct ScannerFramesTests {
-    func dlopenFailed(_ text: [UInt8]) -> ArraySlice<UInt8> {
+    /// Words in the protocol's byte order (the machine's), then `bytes`.
+    func payload(_ words: [UInt32], _ bytes: [UInt8] = []) -> ArraySlice<UInt8> {
         var payload: [UInt8] = []
-        for word in [CURFEW_SCAN_DLOPEN_FAILED, CURFEW_SCAN_CANNOT_LOAD] {
-            withUnsafeBytes(of: word.littleEndian) { payload += $0 }
+        for word in words {
+            withUnsafeBytes(of: word) { payload += $0 }
         }
-        return ArraySlice(payload + text)
+        return ArraySlice(payload + bytes)
+    }
+
+    func dlopenFailed(_ text: [UInt8]) -> ArraySlice<UInt8> {
+        payload([CURFEW_SCAN_DLOPEN_FAILED, CURFEW_SCAN_CANNOT_LOAD], text)
     }
 
     /// Before: plugin code could forge a dynamic loader's refusal of up to
@@ -21,5 +26,20 @@ import _CurfewShims
         let result = ScannerFrames.result(dlopenFailed(longest), file: "/p/a.so")
         #expect(result == .rejected(code: CurfewError.Code.loadFailed.rawValue, reason: "Cannot be loaded: " + String(repeating: "x", count: longest.count)))
         #expect(ScannerFrames.result(dlopenFailed(longest + [UInt8(ascii: "x")]), file: "/p/a.so") == nil)
+    }
+
+    /// Before: the same, through a message the entry logged before it
+    /// declined, which the scanner cuts at CURFEW_SCAN_MAX_MESSAGE_BYTES.
+    @Test func aDeclinedEntrysMessageLongerThanTheScannerSendsIsNotBelieved() {
+        let longest = Int(CURFEW_SCAN_MAX_MESSAGE_BYTES)
+        let fits = ScannerFrames.result(
+            payload([CURFEW_SCAN_DECLINED, 1, UInt32(longest)], [UInt8](repeating: UInt8(ascii: "m"), count: longest)), file: "/p/a.so")
+        guard case .rejected(_, let reason) = fits else {
+            Issue.record("a message the scanner could send was refused: \(String(describing: fits))")
+            return
+        }
+        #expect(reason.contains(String(repeating: "m", count: 100)))
+        let forged = payload([CURFEW_SCAN_DECLINED, 1, UInt32(longest + 1)], [UInt8](repeating: UInt8(ascii: "m"), count: longest + 1))
+        #expect(ScannerFrames.result(forged, file: "/p/a.so") == nil)
     }
 }
