@@ -30,7 +30,7 @@ package struct JSONReader {
     package static let maximumDepth = 64
     package static let maximumMembers = 10_000
     /// Up to this many members, a key's duplicate is sought among them.
-    package static let fewMembers = 8  // the size of `object`'s `members`
+    package static let fewMembers = 8
     package static let maximumValues = 1_000_000
     package static let maximumNumberLength = 100
 
@@ -236,9 +236,9 @@ package struct JSONReader {
         try nest()
         defer { depth -= 1 }
         index += 1
-        // The keys so far (the first few, in place; then the set has them
-        // all), and how many.
-        var members = InlineArray<8, String>(repeating: "")
+        // The keys so far (the first few, room for them made at once; then
+        // the set has them all), and how many.
+        var members: [String] = []
         var count = 0
         // A duplicate key is sought among the few members so far, then, once
         // the object has more, in a set: neither a search of every member
@@ -257,12 +257,8 @@ package struct JSONReader {
             }
             let keyStart = index
             let key = try string()
-            if keys == nil && count == Self.fewMembers {
-                var all = Set<String>(minimumCapacity: 2 * Self.fewMembers)
-                for index in members.indices { all.insert(members[index]) }
-                keys = all
-            }
-            guard keys?.insert(key).inserted ?? !(0..<count).contains(where: { members[$0] == key }) else {
+            if keys == nil && members.count >= Self.fewMembers { keys = Set(members) }
+            guard keys?.insert(key).inserted ?? !members.contains(key) else {
                 let shown = key.unicodeScalars.count > 64 ? String(key.unicodeScalars.prefix(64)) + "…" : key
                 throw error("duplicate key \"\(shown)\"", at: keyStart)
             }
@@ -274,7 +270,10 @@ package struct JSONReader {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after the key") }
             index += 1
             skipWhitespace()
-            if keys == nil { members[count - 1] = key }
+            if keys == nil {
+                if members.isEmpty { members.reserveCapacity(Self.fewMembers) }
+                members.append(key)
+            }
             try read(by: { reader throws(JSONSyntaxError) in try member(&reader, key) })
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of the text: expected ',' or '}'") }
