@@ -113,8 +113,16 @@ static void on_copy_fault(int signal, siginfo_t *info, void *context) {
 static void catch_copy_faults(void) {
     struct sigaction on_fault = {.sa_sigaction = on_copy_fault, .sa_flags = SA_SIGINFO | SA_NODEFER};
     sigemptyset(&on_fault.sa_mask);
-    sigaction(SIGSEGV, &on_fault, &copy_before[0]);
-    sigaction(SIGBUS, &on_fault, &copy_before[1]);
+    /* What was there is read before the copy's handler takes its place:
+     * the kernel writes the old action out only after it installed the new
+     * one, and another thread's fault in between must find it. What it
+     * says as it installs replaces that, in case the plugin changed it. */
+    for (int which = 0; which < 2; which++) {
+        int signal = which == 0 ? SIGSEGV : SIGBUS;
+        struct sigaction was;
+        sigaction(signal, NULL, &copy_before[which]);
+        if (sigaction(signal, &on_fault, &was) == 0 && memcmp(&was, &copy_before[which], sizeof was) != 0) copy_before[which] = was;
+    }
     sigset_t faults;
     sigemptyset(&faults);
     sigaddset(&faults, SIGSEGV);
