@@ -287,7 +287,7 @@ public final class Runner: Sendable {
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
             elapsed: .zero, reason: reason, progress: nil)
-        workers?.jobEnded(job)
+        workers?.jobEnded(job, refused: true)
         events.post(.finished(result)) { [self] in record(index, result) }
     }
 

@@ -42,4 +42,20 @@ import Testing
         #expect(stock.startForks() == 0)
         #expect(stock.ready.isEmpty)
     }
+
+    /// A request that will not come (a refused job's) lowers what waits; a
+    /// replacement (a plugin's worker died) takes a spare without counting.
+    @Test func refusedAndReplacedRequestsKeepTheCountTrue() {
+        var stock = SpareStock<Int>(wanted: 3, limit: 2)
+        #expect(stock.startForks() == 2)
+        #expect(stock.forked(1) == nil)
+        #expect(stock.forked(2) == nil)
+        #expect(stock.take(counted: false) == 2)  // a replacement
+        #expect(stock.wanted == 3)
+        #expect(stock.forget().isEmpty)  // 2 requests left, 1 spare waits
+        #expect(stock.forget().isEmpty)  // 1 left, 1 waits
+        #expect(stock.forget() == [1])  // none left: the spare goes
+        #expect(stock.ready.isEmpty && stock.wanted == 0)
+        #expect(stock.startForks() == 0)
+    }
 }

@@ -31,6 +31,8 @@ final class WorkerSource: Sendable {
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
+        /// The plugins a worker was made for (a second is a replacement).
+        var made: Set<String> = []
     }
 
     private let shared = Mutex(Shared())
@@ -40,7 +42,8 @@ final class WorkerSource: Sendable {
     /// How many workers were forked, and how many started with posix_spawn.
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
-    /// - Parameter expected: How many workers the run will ask for at most.
+    /// - Parameter expected: How many workers the run will ask for, one per
+    ///   job or per plugin (a worker that dies and is replaced aside).
     /// - Parameter jobs: The run's jobs: under `--isolate plugin` a plugin's
     ///   worker is closed when the last of them ends.
     init(pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = []) {
@@ -54,10 +57,11 @@ final class WorkerSource: Sendable {
     }
 
     /// A new worker: forked by the fork server (ahead of need, when one
-    /// waits), or else from the pool.
-    private func newWorker() throws(SystemError) -> WorkerProcess {
+    /// waits), or else from the pool. `replacing`: for a plugin whose
+    /// worker died, a request the expected count did not include.
+    private func newWorker(replacing: Bool = false) throws(SystemError) -> WorkerProcess {
         if forks.isOn {
-            let spare = spares.withLock { $0.take() }
+            let spare = spares.withLock { $0.take(counted: !replacing) }
             let forked: Spare?
             if let spare { forked = spare } else { forked = try forkOne() }
             if let forked {
@@ -117,26 +121,34 @@ final class WorkerSource: Sendable {
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
         return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
             if let live = shared.workers[job.pluginPath], live.isUsable { return live }
-            let process = try newWorker()
+            let process = try newWorker(replacing: shared.made.contains(job.pluginPath))
             shared.workers[job.pluginPath] = process
+            shared.made.insert(job.pluginPath)
             return process
         }
     }
 
-    /// One of the run's jobs has ended (or was refused): under `--isolate
-    /// plugin`, the last of a plugin's jobs closes its worker, so a folder
-    /// of many plugins does not keep a process per plugin to the run's end.
-    func jobEnded(_ job: PluginJob) {
-        guard isolation == .plugin else { return }
-        let done = shared.withLock { shared -> WorkerProcess? in
-            guard let left = shared.jobsLeft[job.pluginPath] else { return nil }
+    /// One of the run's jobs has ended, or was `refused` (it asked for no
+    /// worker): under `--isolate plugin`, the last of a plugin's jobs closes
+    /// its worker, so a folder of many plugins does not keep a process per
+    /// plugin to the run's end. A worker the run will not ask for after all
+    /// (a refused job's, a plugin's whose jobs were all refused) is not
+    /// waited for with a spare.
+    func jobEnded(_ job: PluginJob, refused: Bool = false) {
+        guard isolation == .plugin else {
+            if refused { spares.withLock { $0.forget() }.forEach(Self.release) }
+            return
+        }
+        let (done, neverMade) = shared.withLock { shared -> (WorkerProcess?, Bool) in
+            guard let left = shared.jobsLeft[job.pluginPath] else { return (nil, false) }
             guard left <= 1 else {
                 shared.jobsLeft[job.pluginPath] = left - 1
-                return nil
+                return (nil, false)
             }
             shared.jobsLeft[job.pluginPath] = nil
-            return shared.workers.removeValue(forKey: job.pluginPath)
+            return (shared.workers.removeValue(forKey: job.pluginPath), !shared.made.contains(job.pluginPath))
         }
+        if neverMade { spares.withLock { $0.forget() }.forEach(Self.release) }
         done?.close()
     }
 
@@ -174,11 +186,21 @@ struct SpareStock<Spare> {
         self.limit = limit
     }
 
-    /// A worker is asked for: a spare if one waits. (No more spares wait
-    /// than requests are left, so none becomes surplus here.)
-    mutating func take() -> Spare? {
-        wanted = max(0, wanted - 1)
+    /// A worker is asked for: a spare if one waits. `counted`: one of the
+    /// requests `wanted` counts (not a replacement). No more spares wait
+    /// than requests are left, so none becomes surplus here.
+    mutating func take(counted: Bool = true) -> Spare? {
+        if counted { wanted = max(0, wanted - 1) }
         return ready.popLast()
+    }
+
+    /// A request counted in `wanted` will not come: the spares beyond the
+    /// requests left, to release.
+    mutating func forget() -> [Spare] {
+        wanted = max(0, wanted - 1)
+        guard ready.count > wanted else { return [] }
+        defer { ready.removeLast(ready.count - wanted) }
+        return Array(ready[wanted...])
     }
 
     /// How many forks to start now (counted as under way).
@@ -192,6 +214,7 @@ struct SpareStock<Spare> {
     /// A fork started by ``startForks()`` ended (`nil`: it failed): the
     /// spare to release when no request will take it, or `nil`.
     mutating func forked(_ spare: Spare?) -> Spare? {
+        assert(forking > 0, "a fork ended that was not started")
         forking = max(0, forking - 1)
         guard let spare else { return nil }
         guard !closed && ready.count < min(limit, wanted) else { return spare }
