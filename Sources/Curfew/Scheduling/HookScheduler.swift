@@ -500,8 +500,9 @@ public final class Lane: HookQueue, @unchecked Sendable {
     fileprivate var restHead = 0
     /// In the ready list or running on a thread.
     fileprivate var scheduled = false
-    /// In the ready list, and in its urgent part.
+    /// In the ready list (not running).
     fileprivate var waiting = false
+    /// In the ready list's urgent part.
     fileprivate var placedUrgently = false
     fileprivate var nextReady: Lane?
     /// The list holds each lane through the one before it (or its head).

@@ -182,6 +182,31 @@ import Testing
         #expect(runs.names == ["waiting, first", "urgent", "waiting, urgent", "other", "other 2"])
     }
 
+    /// The lane moves from wherever it waits: the middle, the end, or
+    /// behind an urgent lane that waits; the others keep their order.
+    @Test(arguments: [
+        (["other", "waiting", "other 2"], ["waiting, first", "waiting, urgent", "other", "other 2"]),
+        (["other", "other 2", "waiting"], ["waiting, first", "waiting, urgent", "other", "other 2"]),
+        (["urgent", "other", "waiting"], ["urgent", "waiting, first", "waiting, urgent", "other"]),
+    ])
+    func aWaitingLaneMovesFromAnyPlace(queued: [String], expected: [String]) {
+        let scheduler = HookScheduler(threads: 1, stall: .seconds(60))
+        let runs = RunOrder(count: expected.count)
+        let release = occupy(scheduler.makeLane())
+        let waiting = scheduler.makeLane()
+        for name in queued {
+            switch name {
+            case "waiting": waiting.enqueue(runs.record("waiting, first"))
+            case "urgent": scheduler.makeLane().enqueueUrgently(runs.record(name))
+            default: scheduler.makeLane().enqueue(runs.record(name))
+            }
+        }
+        waiting.enqueueUrgently(runs.record("waiting, urgent"))
+        release.signal()
+        #expect(waited(runs.done))
+        #expect(runs.names == expected)
+    }
+
     @Test func aLaneIsBusyWhileItsWorkIsQueuedOrRunning() {
         let scheduler = HookScheduler(threads: 1)
         let lane = scheduler.makeLane()

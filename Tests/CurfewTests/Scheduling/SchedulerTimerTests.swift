@@ -25,14 +25,17 @@ import _CurfewShims
         // the machine stalls this thread that long (then order is not judged:
         // a timer armed after an earlier deadline passed fires when armed).
         let base = now() + 300_000_000
-        // Deadlines 0…9 ms out of order, each twice: ties keep the order armed.
+        // Deadlines 0…90 ms out of order, each twice: ties keep the order
+        // armed. Ten milliseconds apart: two threads fire them, and one the
+        // machine holds off its core for 1 ms would let the next deadline's
+        // timer run on the other first (seen on a loaded machine).
         let offsets = [7, 2, 9, 0, 5, 3, 8, 1, 6, 4]
         var armedOrder: [Int] = []
         for round in 0..<2 {
             for offset in offsets {
                 let label = offset * 10 + round
                 armedOrder.append(label)
-                _ = scheduler.schedule(at: base + UInt64(offset) * 1_000_000) {
+                _ = scheduler.schedule(at: base + UInt64(offset) * 10_000_000) {
                     if fired.withLock({ $0.append(label); return $0.count }) == 20 { done.signal() }
                 }
             }
