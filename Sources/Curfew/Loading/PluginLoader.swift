@@ -195,16 +195,16 @@ public struct PluginLoader: Sendable {
                 // replace it could replace the folder: the folder passed
                 // above, so its own status is all that is left to check.
                 let realFolder = Syscalls.realPath(path)
-                // Its entries' status is read through it, one name each.
-                let folder = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-                defer { if folder >= 0 { Glibc.close(folder) } }
-                for entry in try Syscalls.directoryEntries(path)
+                // Listed, and its entries' status read one name each, through one descriptor.
+                let folder = try Syscalls.openFolder(path)
+                defer { Glibc.close(folder) }
+                for entry in try Syscalls.directoryEntries(in: folder)
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
                     if entry.isRegular == true, let realFolder {
-                        let status = try? folder >= 0 ? Syscalls.fileStatus(entry.name, in: folder) : Syscalls.fileStatus(file)
+                        let status = try? Syscalls.fileStatus(entry.name, in: folder)
                         if let status, let insecure = ownInsecurity(status, user: user) {
                             rejected.append(RejectedPlugin(path: file, error: insecure))
                             continue

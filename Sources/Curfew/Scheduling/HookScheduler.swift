@@ -178,7 +178,7 @@ public final class HookScheduler: @unchecked Sendable {
             if urgent { lane.urgentThrough = lane.enqueued }
             guard !lane.scheduled else {
                 // Waiting behind other lanes' work: it goes ahead of that now.
-                if urgent && lane.waiting && !lane.placedUrgently {
+                if urgent && isWaiting(lane) && !lane.placedUrgently {
                     removeReady(lane)
                     pushReadyUrgently(lane)
                 }
@@ -211,7 +211,6 @@ public final class HookScheduler: @unchecked Sendable {
             readyHead = lane
         }
         readyTail = lane
-        lane.waiting = true
         lane.placedUrgently = false
     }
 
@@ -232,8 +231,12 @@ public final class HookScheduler: @unchecked Sendable {
             readyTail = lane
         }
         urgentTail = lane
-        lane.waiting = true
         lane.placedUrgently = true
+    }
+
+    /// Whether the lane is in the ready list (not running).
+    private func isWaiting(_ lane: Lane) -> Bool {
+        lane.previousReady != nil || readyHead === lane
     }
 
     /// Takes a lane out of the ready list, wherever it is.
@@ -254,7 +257,6 @@ public final class HookScheduler: @unchecked Sendable {
         if urgentTail === lane { urgentTail = previous }
         lane.nextReady = nil
         lane.previousReady = nil
-        lane.waiting = false
         lane.placedUrgently = false
     }
 
@@ -500,8 +502,6 @@ public final class Lane: HookQueue, @unchecked Sendable {
     fileprivate var restHead = 0
     /// In the ready list or running on a thread.
     fileprivate var scheduled = false
-    /// In the ready list (not running).
-    fileprivate var waiting = false
     /// In the ready list's urgent part.
     fileprivate var placedUrgently = false
     fileprivate var nextReady: Lane?

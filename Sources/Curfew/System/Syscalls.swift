@@ -86,11 +86,26 @@ enum Syscalls {
         return try readPrefix(path, count: max(Int(info.size), 1))
     }
 
-    /// The entries of a directory, without `.` and `..`, sorted bytewise by
-    /// name, each with whether it is a regular file (`nil`: the directory
+    /// The folder at `path`, open to list it (``directoryEntries(in:)``) and
+    /// read its entries' status (``fileStatus(_:in:)``). The caller closes it.
+    static func openFolder(_ path: String) throws(SystemError) -> Int32 {
+        let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        guard fd >= 0 else { throw SystemError(errno: errno) }
+        return fd
+    }
+
+    /// The entries of the open `folder`, without `.` and `..`, sorted
+    /// bytewise by name, each with whether it is a regular file (`nil`: the
     /// entry does not say, as for a symlink; ask `fileStatus`).
-    static func directoryEntries(_ path: String) throws(SystemError) -> [(name: String, isRegular: Bool?)] {
-        guard let dir = opendir(path) else { throw SystemError(errno: errno) }
+    static func directoryEntries(in folder: Int32) throws(SystemError) -> [(name: String, isRegular: Bool?)] {
+        // The listing reads a copy of the descriptor, which it closes.
+        let copy = fcntl(folder, F_DUPFD_CLOEXEC, 0)
+        guard copy >= 0 else { throw SystemError(errno: errno) }
+        guard let dir = fdopendir(copy) else {
+            let error = SystemError(errno: errno)
+            close(copy)
+            throw error
+        }
         defer { closedir(dir) }
         var entries: [(name: String, isRegular: Bool?)] = []
         while let entry = readdir(dir) {
