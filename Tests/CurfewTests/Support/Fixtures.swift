@@ -87,9 +87,20 @@ enum Fixtures {
         return path
     }
 
+    /// The folder every fixture, scratch folder, cache and state folder of
+    /// this test run goes in: new for each run (a folder named by the process
+    /// id was found again when the id came round, and a test's copy into it
+    /// failed with "File exists"), mode 755 as a folder made by the user is,
+    /// and removed when the run exits unless `CURFEW_TEST_KEEP` is set, to look
+    /// at what a failed test left.
     private static let workRoot: String = {
-        let path = NSTemporaryDirectory() + "curfew-tests-\(getpid())"
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        var template = Array((NSTemporaryDirectory() + "curfew-tests-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { fatalError("mkdtemp failed: \(String(cString: strerror(errno)))") }
+        let path = String(cString: made)
+        chmod(path, 0o755)
+        if ProcessInfo.processInfo.environment["CURFEW_TEST_KEEP"] == nil {
+            atexit { try? FileManager.default.removeItem(atPath: Fixtures.workRoot) }
+        }
         return path
     }()
 
