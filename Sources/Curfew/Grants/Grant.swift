@@ -150,12 +150,12 @@ public final class Grant: Sendable {
     /// (unlimited). A grant already expiring keeps its deadline: an
     /// expiration is never undone. Before the start, the grant starts held.
     public func hold() {
-        let timers = state.withLock { state -> [any CurfewTimer] in
-            guard !state.held else { return [] }
+        let timers = state.withLock { state -> TimersToCancel in
+            guard !state.held else { return TimersToCancel() }
             switch state.phase {
             case .idle:
                 state.held = true
-                return []
+                return TimersToCancel()
             case .active:
                 state.held = true
                 state.armed &+= 1
@@ -165,12 +165,12 @@ public final class Grant: Sendable {
                     state.expirationTimer = nil
                     state.deadlineTimer = nil
                 }
-                return [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
+                return TimersToCancel(state.expirationTimer, state.deadlineTimer)
             case .expiring, .closed, .finished:
-                return []
+                return TimersToCancel()
             }
         }
-        timers.forEach { $0.cancel() }
+        timers.cancel()
     }
 
     /// Starts the clock again, as the host enters the background: the whole
@@ -239,7 +239,7 @@ public final class Grant: Sendable {
 
     /// The names of the tasks begun and not yet ended, oldest first.
     public var openTaskNames: [String] {
-        state.withLock { $0.tasks.ordered.map(\.task.name) }
+        state.withLock { $0.tasks.orderedNames }
     }
 
     /// How many tasks are open.
@@ -335,48 +335,46 @@ public final class Grant: Sendable {
 
     /// Ends the grant: whatever is open, no task can begin and no timer fires.
     public func finish() {
-        let timers = state.withLock { state -> [any CurfewTimer] in
+        let timers = state.withLock { state -> TimersToCancel in
             state.phase = .finished
             expiringFlag.store(true, ordering: .relaxed)
             defer {
                 state.expirationTimer = nil
                 state.deadlineTimer = nil
             }
-            return [state.expirationTimer, state.deadlineTimer].compactMap { $0 }
+            return TimersToCancel(state.expirationTimer, state.deadlineTimer)
         }
-        timers.forEach { $0.cancel() }
+        timers.cancel()
     }
 
     // From a timer of the clock, on the timer queue, or inside ManualClock.advance.
     /// - Parameter armed: For the expiration timer, the arming it belongs to.
     private func expire(_ reason: ExpirationReason, armed: UInt64? = nil) {
         let clock = manager.clock
-        let change = state.withLock { state -> (observer: GrantObserver, ids: [UInt64], rearm: CurfewInstant?, old: [any CurfewTimer])? in
+        let change = state.withLock { state -> (observer: GrantObserver, ids: [UInt64], old: TimersToCancel)? in
             guard state.phase == .active else { return nil }
             if let armed, armed != state.armed || state.held { return nil }  // a timer disarmed as it fired
             state.phase = .expiring(reason)
             expiringFlag.store(true, ordering: .relaxed)
-            var old = [state.expirationTimer].compactMap { $0 }
+            var old = TimersToCancel(state.expirationTimer)
             state.expirationTimer = nil
-            var rearm: CurfewInstant?
             if reason != .timeout {
                 // Early expiration: the job gets at most one lead time from now.
                 let newDeadline = clock.now().advanced(by: lead)
                 if newDeadline.nanoseconds < deadlineNanoseconds.load(ordering: .relaxed) {
                     deadlineNanoseconds.store(newDeadline.nanoseconds, ordering: .relaxed)
-                    old += [state.deadlineTimer].compactMap { $0 }
+                    old.second = state.deadlineTimer
                     state.armed &+= 1
                     let armed = state.armed
                     state.deadlineTimer = clock.schedule(at: newDeadline) { [weak self] in
                         self?.reachDeadline(armed: armed)
                     }
-                    rearm = newDeadline
                 }
             }
-            return (state.observer, state.tasks.ordered.map(\.id), rearm, old)
+            return (state.observer, state.tasks.orderedIDs, old)
         }
         guard let change else { return }
-        change.old.forEach { $0.cancel() }
+        change.old.cancel()
         change.observer.expiring(reason)
         guard !change.ids.isEmpty else { return }
         // Each open task's handler, in the order the tasks began, on the
@@ -394,9 +392,62 @@ public final class Grant: Sendable {
         let due = state.withLock { state -> (GrantObserver, [String])? in
             guard state.phase != .finished && state.phase != .idle, armed == state.armed else { return nil }
             state.deadlineTimer = nil
-            return (state.observer, state.tasks.ordered.map(\.task.name))
+            return (state.observer, state.tasks.orderedNames)
         }
         guard let (observer, open) = due else { return }
         observer.deadline(open)
+    }
+}
+
+extension Grant {
+    /// Takes a grant through its life once, on a hand-stepped clock: started,
+    /// expired, closed, finished. The runtime builds the type metadata that
+    /// path uses from mangled names on first use, and that took a few
+    /// hundred microseconds out of the first expiration of a run, which is
+    /// the first of a burst when a run's jobs started together. Once per
+    /// process; starts no thread and arms no timer of the scheduler.
+    static func warmUp() {
+        _ = warmedUp
+    }
+
+    private static let warmedUp: Void = {
+        let clock = ManualClock()
+        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(2), grace: .seconds(1)))
+        guard let grant = try? manager.makeGrant(name: "warm-up", handlerQueue: WarmUpQueue()) else { return }
+        grant.start(observer: GrantObserver())
+        clock.advance(by: .seconds(1))
+        _ = grant.closeIfDrained()
+        grant.finish()
+    }()
+
+    /// Where a warm-up grant's task handlers would run: it begins none.
+    private struct WarmUpQueue: HookQueue {
+        func enqueue(_ work: @escaping @Sendable () -> Void) { work() }
+    }
+}
+
+extension OpenTasks where Task == Grant.OpenTask {
+    /// The open tasks' names, oldest first.
+    var orderedNames: [String] {
+        isEmpty ? [] : ordered.map { $0.task.name }
+    }
+}
+
+/// The timers a grant takes out of its state to cancel once its lock is
+/// released: at most its two. Not an array, whose storage of existentials
+/// the runtime builds from its mangled name on first use: the first grant
+/// to expire in a process is the first of a burst, and paid for it.
+private struct TimersToCancel {
+    var first: (any CurfewTimer)?
+    var second: (any CurfewTimer)?
+
+    init(_ first: (any CurfewTimer)? = nil, _ second: (any CurfewTimer)? = nil) {
+        self.first = first
+        self.second = second
+    }
+
+    func cancel() {
+        first?.cancel()
+        second?.cancel()
     }
 }

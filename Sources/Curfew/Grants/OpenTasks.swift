@@ -55,6 +55,12 @@ struct OpenTasks<Task> {
         slots.compactMap { $0 }
     }
 
+    /// The open tasks' identifiers, oldest first (none, at no cost, for a
+    /// job that opened no task: every chunked job as its grant expires).
+    var orderedIDs: [UInt64] {
+        isEmpty ? [] : slots.compactMap { $0?.id }
+    }
+
     private mutating func sweep() {
         // Typed, or inference keeps the holes (compactMap to an optional element).
         let open: [(id: UInt64, task: Task)] = slots.compactMap { $0 }

@@ -535,7 +535,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // MARK: Host services
 
     override var timeRemainingSeconds: Double {
-        grant.timeRemaining.map(\.seconds) ?? Double.greatestFiniteMagnitude
+        // Not `map(\.seconds)`, which goes through the runtime's generic key
+        // path code: a chunk loop may ask for the time left on every chunk.
+        guard let remaining = grant.timeRemaining else { return Double.greatestFiniteMagnitude }
+        return remaining.seconds
     }
 
     override var isExpiring: Bool {

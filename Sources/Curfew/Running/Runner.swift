@@ -117,6 +117,8 @@ public final class Runner: Sendable {
     ///
     /// - Important: Call it, or ``run()``, once.
     public func start(completion: @escaping @Sendable ([JobResult]) -> Void) {
+        // Jobs in this process expire here: the first expiration pays no first-use cost.
+        if workers == nil { Grant.warmUp() }
         let done = state.withLock { state -> Bool in
             precondition(!state.started, "Runner.run() called twice")
             state.started = true

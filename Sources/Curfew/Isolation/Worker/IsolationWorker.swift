@@ -70,6 +70,7 @@ public enum IsolationWorker {
         _ = ScanCache.shardName(for: "/p.so")
         Runner.warmUp(job)
         WorkerHost.warmUp(runner)
+        Grant.warmUp()
     }
 
     /// Runs the worker on the calling thread (the main one) and returns its
