@@ -16,6 +16,13 @@ import Synchronization
 /// the handler got to it: a handler busy with one job's flood of output
 /// does not make another job's events late.
 ///
+/// Posting takes no lock of the scheduler's unless the channel is idle:
+/// events wait in a list of the channel's own, and one piece of work on the
+/// lane hands them to the handler in order, at most ``drainBatch`` at a
+/// time before it goes behind the other lanes' work. A burst of job ends
+/// (two events each) takes the scheduler's lock once a batch, not once an
+/// event.
+///
 /// The events waiting for the handler are bounded for those who read
 /// outside text (a worker's output and messages): they call
 /// ``waitForRoom()`` before reading more, so a flood is held up in the
@@ -24,6 +31,48 @@ final class EventChannel: Sendable {
     private let lane = HookScheduler.shared.makeLane()
     private let clock: any CurfewClock
     private let handler: @Sendable (RunEvent, CurfewInstant) -> Void
+    /// Events posted and not yet taken by the lane's work, oldest first, and
+    /// whether that work is enqueued or running (it is, while any wait).
+    private let waiting = Mutex(Waiting())
+
+    private struct Waiting {
+        /// From `head` on (the slots before it are handed over already).
+        var events: [Posted?] = []
+        var head = 0
+        var draining = false
+
+        /// Takes up to `limit` events, oldest first.
+        mutating func take(_ limit: Int) -> [Posted] {
+            let end = min(events.count, head + limit)
+            var taken: [Posted] = []
+            taken.reserveCapacity(end - head)
+            for index in head..<end {
+                taken.append(events[index]!)
+                events[index] = nil
+            }
+            head = end
+            if head == events.count {
+                events.removeAll(keepingCapacity: events.count <= 1024)
+                head = 0
+            } else if head >= 1024 && head * 2 >= events.count {
+                // A flood does not keep the slots it was handed: at most half the list.
+                events.removeFirst(head)
+                head = 0
+            }
+            return taken
+        }
+    }
+
+    private struct Posted {
+        let event: RunEvent
+        let time: CurfewInstant
+        let weight: Int
+        let then: (@Sendable () -> Void)?
+    }
+
+    /// The most events one piece of the lane's work hands over before it
+    /// lets other lanes' work run.
+    static let drainBatch = 16
     /// The bytes of text in events not yet handled (each event counts
     /// ``eventWeight`` bytes and its text).
     private let backlog = Atomic<Int>(0)
@@ -47,11 +96,29 @@ final class EventChannel: Sendable {
         let time = time ?? clock.now()
         let weight = Self.weight(of: event)
         backlog.add(weight, ordering: .relaxed)
-        lane.enqueue { [self] in
-            handler(event, time)
-            backlog.subtract(weight, ordering: .relaxed)
-            then?()
+        let start = waiting.withLock { waiting -> Bool in
+            waiting.events.append(Posted(event: event, time: time, weight: weight, then: then))
+            guard !waiting.draining else { return false }
+            waiting.draining = true
+            return true
         }
+        if start { lane.enqueue { [self] in drain() } }
+    }
+
+    /// On the lane: hands up to ``drainBatch`` waiting events to the handler,
+    /// in order, then enqueues itself again if more wait.
+    private func drain() {
+        let batch = waiting.withLock { $0.take(Self.drainBatch) }
+        for posted in batch {
+            handler(posted.event, posted.time)
+            backlog.subtract(posted.weight, ordering: .relaxed)
+            posted.then?()
+        }
+        let more = waiting.withLock { waiting -> Bool in
+            waiting.draining = waiting.head < waiting.events.count
+            return waiting.draining
+        }
+        if more { lane.enqueue { [self] in drain() } }
     }
 
     /// Blocks while more than ``maximumBacklog`` bytes of events wait. Call it
