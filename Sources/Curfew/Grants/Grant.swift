@@ -356,7 +356,8 @@ public final class Grant: Sendable {
             if let armed, armed != state.armed || state.held { return nil }  // a timer disarmed as it fired
             state.phase = .expiring(reason)
             expiringFlag.store(true, ordering: .relaxed)
-            var old = TimersToCancel(state.expirationTimer)
+            // From the expiration timer (`armed`), that timer has fired: nothing to cancel.
+            var old = TimersToCancel(armed == nil ? state.expirationTimer : nil)
             state.expirationTimer = nil
             if reason != .timeout {
                 // Early expiration: the job gets at most one lead time from now.

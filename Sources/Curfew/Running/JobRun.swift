@@ -391,7 +391,9 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // A task's expiration handler may still be returning after it ended the
         // last task: destroy comes after it, so the two never overlap. The
         // job's thread does not wait for it: destroy is enqueued behind it.
-        if handlers.isBusy {
+        // (A job that began no task never had a handler enqueued: the grant,
+        // closed now, begins none, and its lock is the job's own, not the scheduler's.)
+        if grant.tasksBegun > 0 && handlers.isBusy {
             handlers.enqueue { self.queue.enqueue { self.destroy(skip: skip) } }
         } else {
             destroy(skip: skip)
