@@ -1,5 +1,8 @@
 import Curfew
+import Dispatch
+import Synchronization
 import Glibc
+import _CurfewShims
 
 func readAll(_ path: String) throws -> [UInt8] {
     guard let file = fopen(path, "rb") else { throw CurfewError(.notFound, "cannot open \(path)") }
@@ -170,4 +173,52 @@ extension StringProtocol {
         let skip = Set(set)
         return String(drop { skip.contains($0) }.reversed().drop { skip.contains($0) }.reversed())
     }
+}
+
+/// The floor under an expiration's lateness on this machine: as many
+/// threads as cores that do nothing but spin through the given deadlines
+/// (monotonic nanoseconds, earliest first), each taking the next one and
+/// noting how late it saw it pass, in milliseconds. Nothing in a host can
+/// run earlier than these threads see a deadline pass; only the machine
+/// taking a core away (another process, the hypervisor) makes one late.
+func spinningLateness(deadlines: [UInt64], threads: Int) -> [Double] {
+    let next = Atomic<Int>(0)
+    let lateness = UnsafeMutableBufferPointer<Double>.allocate(capacity: deadlines.count)
+    defer { lateness.deallocate() }
+    lateness.initialize(repeating: 0)
+    nonisolated(unsafe) let results = lateness
+    DispatchQueue.concurrentPerform(iterations: max(1, threads)) { _ in
+        while true {
+            let index = next.add(1, ordering: .relaxed).oldValue
+            guard index < deadlines.count else { return }
+            let deadline = deadlines[index]
+            var seen = now()
+            while seen < deadline { seen = now() }
+            results[index] = Double(seen - deadline) / 1e6
+        }
+    }
+    return Array(lateness)
+}
+
+/// What a host that sleeps between expirations pays on this machine: one
+/// thread that sleeps until the next of the given deadlines (monotonic
+/// nanoseconds, earliest first; an absolute `clock_nanosleep` with a timer
+/// slack of 1 ns, as the host's own threads have) and, each time it wakes,
+/// notes how late it is for every deadline passed, in milliseconds. The
+/// calling thread keeps that slack.
+func sleepingLateness(deadlines: [UInt64]) -> [Double] {
+    var lateness = [Double](repeating: 0, count: deadlines.count)
+    // The calling thread keeps the slack: the live-jobs child ends after.
+    _ = curfew_shim_set_timer_slack(1)
+    var index = 0
+    while index < deadlines.count {
+        var until = timespec(tv_sec: Int(deadlines[index] / 1_000_000_000), tv_nsec: Int(deadlines[index] % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nil) == EINTR {}
+        let woke = now()
+        while index < deadlines.count && deadlines[index] <= woke {
+            lateness[index] = Double(woke - deadlines[index]) / 1e6
+            index += 1
+        }
+    }
+    return lateness
 }
