@@ -52,12 +52,14 @@ final class EventChannel: Sendable {
             }
             head = end
             if head == events.count {
-                events.removeAll(keepingCapacity: events.count <= 1024)
+                // A flood's storage goes with it; a list of a usual size keeps its own.
+                events.removeAll(keepingCapacity: events.capacity <= 1024)
                 head = 0
             } else if head >= 1024 && head * 2 >= events.count {
                 // A flood does not keep the slots it was handed: at most half the list.
                 events.removeFirst(head)
                 head = 0
+                if events.capacity > 4 * max(events.count, 1024) { events = Array(events) }
             }
             return taken
         }

@@ -15,7 +15,7 @@ struct EventChannelTests {
         func note(_ line: String) { lines.withLock { $0.append(line) } }
     }
 
-    @Test func eventsFromManyThreadsArriveOnceEachInTheOrderEachThreadPostedThem() async {
+    @Test func eventsFromManyThreadsArriveOnceEachInTheOrderEachThreadPostedThem() {
         let seen = Seen()
         let threads = 4
         let perThread = 500
@@ -52,5 +52,45 @@ struct EventChannelTests {
             next[event[0]] = event[1] + 1
         }
         #expect(next == [Int](repeating: perThread, count: threads))
+    }
+
+    /// Thousands wait while the handler is held up (the channel's list
+    /// compacts as they are handed over), and a `then` that posts puts its
+    /// event behind every one posted before it.
+    @Test func aBacklogAndEventsPostedFromThensKeepTheirOrder() {
+        let seen = Seen()
+        let release = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let count = 3000
+        let channel = Mutex<EventChannel?>(nil)
+        let made = EventChannel(clock: MonotonicClock()) { event, _ in
+            guard case .log(_, _, let message) = event else { return }
+            if message == "0" { release.wait() }
+            seen.note(message)
+            if message == "last" { done.signal() }
+        }
+        channel.withLock { $0 = made }
+        for index in 0..<count {
+            made.post(.log(job: "j", level: .info, message: "\(index)")) {
+                // Every hundredth posts one more from its then.
+                guard index % 100 == 0 else { return }
+                channel.withLock { $0 }?.post(.log(job: "j", level: .info, message: "after \(index)"))
+            }
+        }
+        release.signal()
+        // Posted once every then above has run: the last thing handed over.
+        let last = DispatchSemaphore(value: 0)
+        made.post(.log(job: "j", level: .info, message: "marker")) { last.signal() }
+        #expect(last.wait(timeout: .now() + 30) == .success)
+        made.post(.log(job: "j", level: .info, message: "last"))
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        let lines = seen.lines.withLock { $0 }
+        #expect(lines.count == count + count / 100 + 2)
+        #expect(lines.filter { !$0.hasPrefix("after") && $0 != "marker" && $0 != "last" } == (0..<count).map { "\($0)" })
+        for index in stride(from: 0, to: count, by: 100) {
+            let event = lines.firstIndex(of: "\(index)")
+            let after = lines.firstIndex(of: "after \(index)")
+            #expect(event != nil && after != nil && event! < after!, "after \(index) comes after \(index)")
+        }
     }
 }

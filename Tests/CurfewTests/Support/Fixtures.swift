@@ -80,7 +80,7 @@ enum Fixtures {
         }
     }
 
-    /// A fresh folder, removed by nobody: under the test run's temporary root.
+    /// A fresh folder under the test run's work folder (see `workRoot`).
     static func temporaryFolder(_ name: String = "dir") -> String {
         let path = workRoot + "/\(name)-\(nextSerial())"
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -92,17 +92,25 @@ enum Fixtures {
     /// id was found again when the id came round, and a test's copy into it
     /// failed with "File exists"), mode 755 as a folder made by the user is,
     /// and removed when the run exits unless `CURFEW_TEST_KEEP` is set, to look
-    /// at what a failed test left.
+    /// at what a failed test left. Only the test process removes it: a child
+    /// forked without exec that calls `exit` runs the same handler.
     private static let workRoot: String = {
         var template = Array((NSTemporaryDirectory() + "curfew-tests-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { fatalError("mkdtemp failed: \(String(cString: strerror(errno)))") }
-        let path = String(cString: made)
+        guard mkdtemp(&template) != nil else { fatalError("mkdtemp failed: \(String(cString: strerror(errno)))") }
+        let path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         chmod(path, 0o755)
         if ProcessInfo.processInfo.environment["CURFEW_TEST_KEEP"] == nil {
-            atexit { try? FileManager.default.removeItem(atPath: Fixtures.workRoot) }
+            _ = workRootOwner  // read here, in the test process, not first in a child
+            atexit {
+                guard getpid() == Fixtures.workRootOwner else { return }
+                try? FileManager.default.removeItem(atPath: Fixtures.workRoot)
+            }
         }
         return path
     }()
+
+    /// The process that made `workRoot`.
+    private static let workRootOwner = getpid()
 
     private static let serial = Atomic<Int>(0)
     private static func nextSerial() -> Int { serial.add(1, ordering: .relaxed).newValue }
