@@ -564,7 +564,7 @@ struct Bench {
         let (cpuAfter, timeAfter) = (processCPUNanoseconds(), now())
         let liveRate = Double(cpuAtBurst - cpuBefore) / Double(max(1, timeAtBurst - timeBefore))
         let endsCPU = Double(cpuAfter - cpuAtBurst) - liveRate * Double(timeAfter - timeAtBurst)
-        let cores = Double(max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        let cores = Double(RunConfiguration.activeProcessorCount)
         precondition(results.allSatisfy { $0.outcome == Outcome.expired }, "a sleeping job did not expire cleanly")
         var lateness = [Double](repeating: 0, count: count)
         let got = Int(samples(&lateness, Int64(count)))

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <dirent.h>
@@ -422,6 +423,16 @@ int curfew_shim_set_timer_slack(unsigned long nanoseconds) {
 
 int curfew_shim_name_thread(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : errno;
+}
+
+int curfew_shim_usable_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int count = CPU_COUNT(&set);
+        if (count > 0) return count;
+    }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    return online > 0 && online < 1 << 20 ? (int)online : 1;
 }
 
 int curfew_shim_become_subreaper(void) {

@@ -39,7 +39,7 @@ extension SafeScanner {
             started()
             return scans
         }
-        let cores = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+        let cores = RunConfiguration.activeProcessorCount
         // Twice the cores scan at once in all (sixteen at most), shared by the servers.
         let count = min(cores, 4, files.count)
         let width = max(2, min(2 * cores, 16) / count)

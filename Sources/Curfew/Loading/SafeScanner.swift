@@ -147,7 +147,7 @@ public struct SafeScanner: Sendable {
         // Twice as many scans as cores at once, each on a thread of its own
         // (a scan mostly waits for its worker: a pool sized to the cores
         // would leave them idle while workers start and exit).
-        let width = queue.isEmpty ? 0 : max(1, min(queue.count, 2 * Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))), 16))
+        let width = queue.isEmpty ? 0 : max(1, min(queue.count, 2 * RunConfiguration.activeProcessorCount, 16))
         let next = Atomic<Int>(0)
         // A plugin library goes to a C scanner; a manifest to a Swift one
         // (it reads JSON and checks symbols with libffi's types).

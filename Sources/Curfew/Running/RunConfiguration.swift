@@ -1,6 +1,7 @@
 import Dispatch
 import Glibc
 import Synchronization
+import _CurfewShims
 
 /// How a ``Runner`` runs jobs.
 public struct RunConfiguration: Sendable {
@@ -41,8 +42,9 @@ public struct RunConfiguration: Sendable {
     /// Where in-process jobs' hooks run (tests give a runner one of its own).
     var scheduler = HookScheduler.shared
 
-    /// The number of processors the system has active.
-    public static var activeProcessorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+    /// The processors this process may run on: its CPU affinity (`taskset`,
+    /// a container's cpuset), not every processor the machine has online.
+    public static var activeProcessorCount: Int { max(1, Int(curfew_shim_usable_cpus())) }
 
     public init(
         policy: GrantPolicy = GrantPolicy(), maxConcurrentJobs: Int = RunConfiguration.activeProcessorCount,

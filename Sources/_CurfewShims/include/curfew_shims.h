@@ -98,6 +98,11 @@ int curfew_shim_set_timer_slack(unsigned long nanoseconds);
  * `top -H` and `perf` show it. 0, or errno. */
 int curfew_shim_name_thread(const char *name);
 
+/* How many CPUs the calling thread may run on (its affinity: `taskset`, a
+ * container's cpuset), at least 1; the online CPUs when the affinity cannot
+ * be read. */
+int curfew_shim_usable_cpus(void);
+
 /* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
  * of its descendants come to it, not to init. 0, or errno. */
 int curfew_shim_become_subreaper(void);
