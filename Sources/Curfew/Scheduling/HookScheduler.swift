@@ -4,7 +4,7 @@ import _CurfewShims
 
 /// Where an in-process job's hooks run, and where every ``MonotonicClock``
 /// timer of the process fires: threads of the host's own, as many as the
-/// machine has cores, shared by every job's ``Lane``.
+/// cores it may run on, shared by every job's ``Lane``.
 ///
 /// A job that waits between chunks holds no thread, so a thousand live jobs
 /// cost a thousand lanes (a few dozen bytes each), not a thousand threads.
