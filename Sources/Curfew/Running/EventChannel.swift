@@ -72,6 +72,12 @@ final class EventChannel: Sendable {
         let then: (@Sendable () -> Void)?
     }
 
+    /// The room the waiting list holds now, in events (for tests: a flood's
+    /// storage is let go once it has been handed over).
+    var waitingCapacity: Int {
+        waiting.withLock { $0.events.capacity }
+    }
+
     /// The most events one piece of the lane's work hands over before it
     /// lets other lanes' work run.
     static let drainBatch = 16

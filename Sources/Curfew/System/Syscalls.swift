@@ -30,9 +30,7 @@ enum Syscalls {
     }
 
     static func fileStatus(_ path: String) throws(SystemError) -> FileStatus {
-        var info = Glibc.stat()
-        guard stat(path, &info) == 0 else { throw SystemError(errno: errno) }
-        return fileStatus(info)
+        try fileStatus(path, in: AT_FDCWD)
     }
 
     /// As ``fileStatus(_:)`` for the entry `name` of the folder open as
@@ -40,10 +38,6 @@ enum Syscalls {
     static func fileStatus(_ name: String, in folder: Int32) throws(SystemError) -> FileStatus {
         var info = Glibc.stat()
         guard fstatat(folder, name, &info, 0) == 0 else { throw SystemError(errno: errno) }
-        return fileStatus(info)
-    }
-
-    private static func fileStatus(_ info: stat) -> FileStatus {
         let type = info.st_mode & S_IFMT
         return FileStatus(
             isDirectory: type == S_IFDIR, isRegular: type == S_IFREG, size: Int64(info.st_size),

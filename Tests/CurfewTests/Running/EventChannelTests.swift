@@ -93,4 +93,23 @@ struct EventChannelTests {
             #expect(event != nil && after != nil && event! < after!, "after \(index) comes after \(index)")
         }
     }
+
+    /// A flood's storage goes once it has been handed over: a run that once
+    /// had thousands of events waiting does not keep room for them to its end.
+    @Test func theListLetsGoOfAFloodOnceItIsHandedOver() {
+        let release = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        let channel = EventChannel(clock: MonotonicClock()) { event, _ in
+            guard case .log(_, _, let message) = event else { return }
+            if message == "0" { release.wait() }
+            if message == "last" { done.signal() }
+        }
+        for index in 0..<5000 { channel.post(.log(job: "j", level: .info, message: "\(index)")) }
+        channel.post(.log(job: "j", level: .info, message: "last"))
+        #expect(channel.waitingCapacity >= 4000, "the flood waits")
+        release.signal()
+        #expect(done.wait(timeout: .now() + 30) == .success)
+        #expect(channel.waitingCapacity <= 1024)
+    }
 }
+
