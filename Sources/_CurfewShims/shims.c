@@ -590,3 +590,40 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid) {
     *uid = credentials.uid;
     return 0;
 }
+
+/* The CPUs the thread may run on before `curfew_shim_bind_to_cpu`, for
+ * `curfew_shim_unbind`. Read at each bind, so a change of the process's
+ * CPUs made meanwhile (taskset, a cpuset) is kept. */
+static __thread cpu_set_t allowed_before_bind;
+static __thread int bound;
+
+int curfew_shim_bind_to_cpu(int nth) {
+    cpu_set_t one;
+    if (bound) return 0;
+    if (sched_getaffinity(0, sizeof allowed_before_bind, &allowed_before_bind) != 0) return errno;
+    int count = CPU_COUNT(&allowed_before_bind);
+    if (count <= 1 || nth < 0) return 0;
+    nth %= count;
+    CPU_ZERO(&one);
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &allowed_before_bind) && nth-- == 0) {
+            CPU_SET(cpu, &one);
+            break;
+        }
+    }
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return errno;
+    bound = 1;
+    return 0;
+}
+
+int curfew_shim_unbind(void) {
+    if (!bound) return 0;
+    bound = 0;
+    if (sched_setaffinity(0, sizeof allowed_before_bind, &allowed_before_bind) == 0) return 0;
+    /* The CPUs it had are not all allowed now (a cpuset shrank): every CPU,
+     * which the kernel narrows to the ones allowed. */
+    int error = errno;
+    cpu_set_t every;
+    memset(&every, 0xff, sizeof every);
+    return sched_setaffinity(0, sizeof every, &every) == 0 ? 0 : error;
+}

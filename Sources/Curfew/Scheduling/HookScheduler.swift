@@ -1,5 +1,6 @@
 import Dispatch
 import Glibc
+import Synchronization
 import _CurfewShims
 
 /// Where an in-process job's hooks run, and where every ``MonotonicClock``
@@ -19,9 +20,20 @@ import _CurfewShims
 /// wait for work. At the deadline it hands the lead to a follower, fires
 /// the due timers (the host's short work: a grant's state change, an
 /// enqueue) and runs the first piece of work they made ready itself, so an
-/// expiration costs one wake. When no thread is idle to lead, the monitor
-/// waits for the deadline and fires the timers, so a hook that blocks
-/// every thread cannot hold up a deadline.
+/// expiration costs one wake. When no thread is idle to lead and every
+/// thread has been in its piece of work for a monitor tick, the monitor
+/// fires the due timers, so a hook that blocks every thread cannot hold up
+/// a deadline by more than a tick. The monitor looks once a tick while it
+/// has anything to watch and is never woken for each piece of work.
+///
+/// Two threads must not end up on one core while the other idles, which is
+/// what the kernel did in a burst of expirations: a thread woken from sleep
+/// is often put on its waker's core, behind it, and there it waited for
+/// milliseconds. So an idle thread spins for a few microseconds, while
+/// another thread works, before it sleeps; and it sleeps bound to a core of
+/// its own (its slot's, offset by the process id), so that it wakes there.
+/// It is unbound as soon as it wakes, before it runs anything: a thread
+/// that plugin or host code starts never inherits the binding.
 ///
 /// - Important: Start no work and arm no timer on it in a process that will
 ///   `fork` without `exec` (the fork server): a child has none of its threads.
@@ -41,6 +53,9 @@ public final class HookScheduler: @unchecked Sendable {
     let monitorTickNanoseconds: UInt64
     /// How long a thread beyond the base idles before it leaves.
     let idleExitNanoseconds: UInt64
+    /// How long an idle thread spins, watching for work, before it sleeps,
+    /// when another thread is in a piece of work.
+    let spinNanoseconds: UInt64
 
     /// Timers taken under one hold of the lock.
     private static let firingBatch = 64
@@ -60,6 +75,12 @@ public final class HookScheduler: @unchecked Sendable {
     /// to them not yet taken.
     private var followers = 0
     private var wakeups = 0
+    /// Idle threads spinning before they sleep, not yet told to look; and
+    /// spinners told to look whose spin has not yet ended. A spinner is
+    /// told by a change of `kicks`, which it watches without the lock.
+    private var spinners = 0
+    private var spinnersTold = 0
+    private let kicks = Atomic<UInt64>(0)
     /// Threads firing timers, which look at the ready list next unasked:
     /// each takes one piece of work made ready meanwhile without a wake.
     private var claims = 0
@@ -73,16 +94,21 @@ public final class HookScheduler: @unchecked Sendable {
     /// it is between works, `freeSlot` when no thread has the slot.
     private var busySince: [UInt64] = []
     private var monitorStarted = false
-    /// The deadline the monitor waits until (`.max`: until told; 0: it is
-    /// not waiting), and whether it waits one tick to look for stuck threads.
+    /// The instant the monitor waits until (`.max`: until told; 0: it is
+    /// awake, or told to wake).
     private var monitorUntil: UInt64 = 0
-    private var monitorTicking = false
+    /// How often the monitor looked, and the signals sent to wake an idle
+    /// hook thread (for tests).
+    private var monitorLooks: UInt64 = 0
+    private var threadWakeSignals: UInt64 = 0
     private static let freeSlot = UInt64.max
 
     init(
         threads: Int, maximumThreads: Int = 512, stall: Duration = .milliseconds(10),
-        monitorTick: Duration = .milliseconds(2), idleExit: Duration = .seconds(1)
+        monitorTick: Duration = .milliseconds(1), idleExit: Duration = .seconds(1),
+        spin: Duration = .microseconds(50)
     ) {
+        spinNanoseconds = UInt64(max(spin.nanoseconds, 0))
         baseThreads = max(1, threads)
         self.maximumThreads = max(baseThreads, maximumThreads)
         stallNanoseconds = UInt64(max(stall.nanoseconds, 1))
@@ -113,7 +139,10 @@ public final class HookScheduler: @unchecked Sendable {
         withLock {
             timers.insert(entry, at: deadline)
             if hasLeader {
-                if deadline < leaderUntil { leaderWake.signal() }
+                if deadline < leaderUntil {
+                    threadWakeSignals &+= 1
+                    leaderWake.signal()
+                }
             } else if threads < baseThreads {
                 startThread()  // it takes the lead
             } else {
@@ -133,6 +162,17 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { timers.pendingCount }
     }
 
+    /// How often the monitor has looked, and how many signals have been sent
+    /// to wake an idle hook thread. For tests.
+    var wakeCounts: (monitorLooks: UInt64, threadSignals: UInt64) {
+        withLock { (monitorLooks, threadWakeSignals) }
+    }
+
+    /// Idle threads spinning now, not yet told to look. For tests.
+    var spinningThreads: Int {
+        withLock { spinners }
+    }
+
     /// The deadline the leader, or the monitor when none leads, waits for
     /// now (`.max`: none; 0: neither waits for a timer). For tests.
     var timerWaitingUntil: UInt64 {
@@ -143,8 +183,11 @@ public final class HookScheduler: @unchecked Sendable {
     /// or, with none idle, the monitor watches the deadlines.
     private func handOffTimers() {
         guard timers.nextDeadline != nil else { return }
-        if followers > wakeups {
+        if spinners > 0 {
+            tellSpinner()
+        } else if followers > wakeups {
             wakeups += 1
+            threadWakeSignals &+= 1
             workAvailable.signal()
         } else {
             watchTimersFromMonitor()
@@ -156,8 +199,8 @@ public final class HookScheduler: @unchecked Sendable {
         guard let next = timers.nextDeadline else { return }
         if !monitorStarted {
             startMonitor()
-        } else if monitorUntil != 0 && next < monitorUntil {
-            monitorWake.signal()
+        } else {
+            wakeMonitorIfAsleep()
         }
     }
 
@@ -268,7 +311,14 @@ public final class HookScheduler: @unchecked Sendable {
 
     /// Whether a thread will look at the ready list soon without a new wake.
     private var idleThreadAvailable: Bool {
-        claims > 0 || followers > wakeups || (hasLeader && !leaderCalled)
+        claims > 0 || spinners > 0 || followers > wakeups || (hasLeader && !leaderCalled)
+    }
+
+    /// With the lock held: one spinner looks at the ready list and the timers next.
+    private func tellSpinner() {
+        spinners -= 1
+        spinnersTold += 1
+        kicks.add(1, ordering: .releasing)
     }
 
     /// Work is ready: a thread firing timers takes it, or a follower, or
@@ -277,18 +327,22 @@ public final class HookScheduler: @unchecked Sendable {
     private func wakeOrGrow() {
         if claims > 0 {
             claims -= 1
+        } else if spinners > 0 {
+            tellSpinner()
         } else if followers > wakeups {
             wakeups += 1
+            threadWakeSignals &+= 1
             workAvailable.signal()
         } else if hasLeader && !leaderCalled {
             leaderCalled = true
+            threadWakeSignals &+= 1
             leaderWake.signal()
         } else if threads < baseThreads {
             startThread()
         } else if !monitorStarted {
             startMonitor()
-        } else if monitorUntil != 0 && !monitorTicking {
-            monitorWake.signal()
+        } else {
+            wakeMonitorIfAsleep()
         }
     }
 
@@ -309,6 +363,17 @@ public final class HookScheduler: @unchecked Sendable {
         }
     }
 
+    /// With the lock held: wakes the monitor if it sleeps until told. One
+    /// that looks a tick from now is left alone: it looks soon enough, and
+    /// a signal for each enqueue or deadline of a burst kept its core from
+    /// ever looking idle to the kernel, which then left a preempted hook
+    /// thread waiting behind the other on one core for milliseconds.
+    private func wakeMonitorIfAsleep() {
+        guard monitorUntil == .max else { return }
+        monitorUntil = 0
+        monitorWake.signal()
+    }
+
     /// With the lock held.
     private func startMonitor() {
         monitorStarted = true
@@ -317,6 +382,9 @@ public final class HookScheduler: @unchecked Sendable {
 
     private func workerLoop(slot: Int) {
         _ = curfew_shim_name_thread("curfew-hooks")
+        // The CPU it sleeps on: each slot its own, and each process's
+        // slots start at a CPU of their own (workers are processes too).
+        let sleepCPU = Int32(truncatingIfNeeded: (slot &+ Int(getpid())) & 0xffff)
         _ = curfew_shim_set_timer_slack(1)
         var due: [@Sendable () -> Void] = []
         var next: (@Sendable () -> Void)?
@@ -325,6 +393,8 @@ public final class HookScheduler: @unchecked Sendable {
         /// the work its claim took without a wake is this thread's to run.
         var justFired = false
         var idleSince = curfew_shim_monotonic_nanoseconds()
+        /// Spun without being told since it last slept or worked: sleeps next.
+        var spun = false
         lock()
         while true {
             // Timers due now, before any hook: whoever is idle fires them.
@@ -414,35 +484,69 @@ public final class HookScheduler: @unchecked Sendable {
                 hasLeader = true
                 leaderCalled = false
                 leaderUntil = min(timers.nextDeadline ?? .max, leaveAt)
+                _ = curfew_shim_bind_to_cpu(sleepCPU)
                 if leaderUntil == .max {
                     leaderWake.wait()
                 } else {
                     leaderWake.wait(until: leaderUntil)
                 }
+                _ = curfew_shim_unbind()
                 leaderCalled = false
                 continue
             }
+            if !spun && spinNanoseconds > 0 && threadsBusySince != 0 {
+                // Another thread works, and may make work for this one in
+                // microseconds (a burst of expirations): spin a little for
+                // it before sleeping, as a woken thread is often put on its
+                // waker's core, behind it.
+                spinners += 1
+                let seen = kicks.load(ordering: .acquiring)
+                unlock()
+                let until = curfew_shim_monotonic_nanoseconds() &+ spinNanoseconds
+                var told = false
+                while !told && curfew_shim_monotonic_nanoseconds() < until {
+                    curfew_shim_spin_pause()
+                    told = kicks.load(ordering: .acquiring) != seen
+                }
+                lock()
+                if spinnersTold > 0 {
+                    spinnersTold -= 1
+                } else {
+                    spinners -= 1
+                }
+                spun = !told
+                continue
+            }
+            spun = false
             followers += 1
+            _ = curfew_shim_bind_to_cpu(sleepCPU)
             if leaveAt == .max {
                 workAvailable.wait()
             } else {
                 workAvailable.wait(until: leaveAt)
             }
+            _ = curfew_shim_unbind()
             followers -= 1
             if wakeups > 0 { wakeups -= 1 }
         }
     }
 
     /// Adds a thread when work waits, none is idle, and threads are stuck;
-    /// fires the timers when no thread is idle to lead.
+    /// fires the due timers when no thread is idle to lead and every thread
+    /// has been in its piece of work for a tick (threads between short
+    /// pieces look at the timers themselves). It looks once a tick while
+    /// there is anything to watch, and once more before it sleeps until told.
     private func monitorLoop() {
         _ = curfew_shim_name_thread("curfew-monitor")
         _ = curfew_shim_set_timer_slack(1)
         var due: [@Sendable () -> Void] = []
+        var lookAgain = false
         lock()
         while true {
+            monitorLooks &+= 1
             let now = curfew_shim_monotonic_nanoseconds()
-            if !hasLeader, let deadline = timers.nextDeadline, deadline <= now {
+            let held = now &- min(threadsBusySince, now)
+            if !hasLeader, held >= monitorTickNanoseconds, let deadline = timers.nextDeadline, deadline <= now {
                 timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
                 if !due.isEmpty {
                     fire(&due)
@@ -457,9 +561,17 @@ public final class HookScheduler: @unchecked Sendable {
                 }
                 if threads < baseThreads + stuck { startThread() }
             }
-            var until = workWaits ? now &+ monitorTickNanoseconds : .max
-            if !hasLeader, let deadline = timers.nextDeadline { until = min(until, deadline) }
-            monitorTicking = workWaits
+            let watchesTimers = !hasLeader && timers.nextDeadline != nil
+            var until: UInt64 = .max
+            if workWaits || watchesTimers || lookAgain {
+                until = now &+ monitorTickNanoseconds
+                if watchesTimers, let deadline = timers.nextDeadline {
+                    // The first instant it could fire: the deadline, once
+                    // every thread has been in its work for a tick.
+                    until = min(until, max(deadline, threadsBusySince &+ monitorTickNanoseconds))
+                }
+            }
+            lookAgain = workWaits || watchesTimers
             monitorUntil = until
             if until == .max {
                 monitorWake.wait()
@@ -468,6 +580,14 @@ public final class HookScheduler: @unchecked Sendable {
             }
             monitorUntil = 0
         }
+    }
+
+    /// With the lock held: when the latest of the pieces of work running now
+    /// began (monotonic ns), or 0 when no thread is in one.
+    private var threadsBusySince: UInt64 {
+        var latest: UInt64 = 0
+        for since in busySince where since != Self.freeSlot && since > latest { latest = since }
+        return latest
     }
 
     /// Runs the timers' work taken from the heap, outside the lock (held on

@@ -102,6 +102,20 @@ int curfew_shim_name_thread(const char *name);
  * container's cpuset), at least 1; the online CPUs when the affinity cannot
  * be read. */
 int curfew_shim_usable_cpus(void);
+/* Binds the calling thread to the `nth` (modulo their count) of the CPUs it
+ * may run on now, until `curfew_shim_unbind`, which gives it back those
+ * CPUs. No-op with one CPU, or when already bound. 0 or an errno. */
+int curfew_shim_bind_to_cpu(int nth);
+int curfew_shim_unbind(void);
+
+/* A hint to the CPU, in a loop that spins on memory. */
+static inline void curfew_shim_spin_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 /* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
  * of its descendants come to it, not to init. 0, or errno. */
