@@ -591,29 +591,38 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid) {
     return 0;
 }
 
-/* The CPUs the thread may run on before `curfew_shim_bind_to_cpu`, for
+/* The CPUs the thread may run on before `curfew_shim_bind_for_sleep`, for
  * `curfew_shim_unbind`. Read at each bind, so a change of the process's
  * CPUs made meanwhile (taskset, a cpuset) is kept. */
 static __thread cpu_set_t allowed_before_bind;
 static __thread int bound;
 
-int curfew_shim_bind_to_cpu(int nth) {
-    cpu_set_t one;
-    if (bound) return 0;
-    if (sched_getaffinity(0, sizeof allowed_before_bind, &allowed_before_bind) != 0) return errno;
-    int count = CPU_COUNT(&allowed_before_bind);
-    if (count <= 1 || nth < 0) return 0;
-    nth %= count;
-    CPU_ZERO(&one);
-    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (CPU_ISSET(cpu, &allowed_before_bind) && nth-- == 0) {
-            CPU_SET(cpu, &one);
-            break;
-        }
+static int cpu_taken(int cpu, const int *taken, int count) {
+    for (int i = 0; i < count; i++) {
+        if (taken[i] == cpu) return 1;
     }
-    if (sched_setaffinity(0, sizeof one, &one) != 0) return errno;
-    bound = 1;
     return 0;
+}
+
+int curfew_shim_bind_for_sleep(const int *taken, int count) {
+    if (bound) return -1;
+    if (sched_getaffinity(0, sizeof allowed_before_bind, &allowed_before_bind) != 0) return -1;
+    if (CPU_COUNT(&allowed_before_bind) <= 1) return -1;
+    int chosen = sched_getcpu();
+    if (chosen < 0 || chosen >= CPU_SETSIZE || !CPU_ISSET(chosen, &allowed_before_bind) ||
+        cpu_taken(chosen, taken, count)) {
+        chosen = -1;
+        for (int cpu = 0; cpu < CPU_SETSIZE && chosen < 0; cpu++) {
+            if (CPU_ISSET(cpu, &allowed_before_bind) && !cpu_taken(cpu, taken, count)) chosen = cpu;
+        }
+        if (chosen < 0) return -1;
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(chosen, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return -1;
+    bound = 1;
+    return chosen;
 }
 
 int curfew_shim_unbind(void) {
