@@ -26,14 +26,12 @@ import _CurfewShims
 /// a deadline by more than a tick. The monitor looks once a tick while it
 /// has anything to watch and is never woken for each piece of work.
 ///
-/// Two threads must not end up on one core while the other idles, which is
-/// what the kernel did in a burst of expirations: a thread woken from sleep
-/// is often put on its waker's core, behind it, and there it waited for
-/// milliseconds. So an idle thread spins for a few microseconds, while
-/// another thread works, before it sleeps; and, while many timers are armed,
-/// it sleeps bound to a core no other hook thread sleeps on, so that it
-/// wakes there. It is unbound as soon as it wakes, before it runs anything:
-/// a thread that plugin or host code starts never inherits the binding.
+/// A thread woken from sleep is often put on its waker's core, behind it,
+/// and in a burst of expirations two threads sat on one core for
+/// milliseconds while the other idled. So an idle thread, while another
+/// thread works, spins for a few microseconds (``spinNanoseconds``) for
+/// work before it sleeps: work made meanwhile is handed to it without a
+/// wake.
 ///
 /// - Important: Start no work and arm no timer on it in a process that will
 ///   `fork` without `exec` (the fork server): a child has none of its threads.
@@ -59,8 +57,6 @@ public final class HookScheduler: @unchecked Sendable {
 
     /// Timers taken under one hold of the lock.
     private static let firingBatch = 64
-    /// The timers armed from which an idle thread sleeps bound to a core.
-    private static let timersForBinding = 64
 
     // Everything below, the lanes' queues included, is guarded by `mutex`.
     private let mutex = ThreadLock()
@@ -95,8 +91,6 @@ public final class HookScheduler: @unchecked Sendable {
     /// Per thread slot: when its current work began (monotonic ns), 0 when
     /// it is between works, `freeSlot` when no thread has the slot.
     private var busySince: [UInt64] = []
-    /// Per thread slot: the CPU its thread sleeps bound to, or -1.
-    private var sleepingOn: [Int32] = []
     private var monitorStarted = false
     /// The instant the monitor waits until (`.max`: until told; 0: it is
     /// awake, or told to wake).
@@ -170,11 +164,6 @@ public final class HookScheduler: @unchecked Sendable {
     /// to wake an idle hook thread. For tests.
     var wakeCounts: (monitorLooks: UInt64, threadSignals: UInt64) {
         withLock { (monitorLooks, threadWakeSignals) }
-    }
-
-    /// The cores idle threads sleep bound to now. For tests.
-    var coresSleptOn: [Int32] {
-        withLock { sleepingOn.filter { $0 >= 0 } }
     }
 
     /// Idle threads spinning now, not yet told to look. For tests.
@@ -363,7 +352,6 @@ public final class HookScheduler: @unchecked Sendable {
         } else {
             slot = busySince.count
             busySince.append(0)
-            sleepingOn.append(-1)
         }
         busySince[slot] = 0
         threads += 1
@@ -491,13 +479,11 @@ public final class HookScheduler: @unchecked Sendable {
                 hasLeader = true
                 leaderCalled = false
                 leaderUntil = min(timers.nextDeadline ?? .max, leaveAt)
-                bindForSleep(slot)
                 if leaderUntil == .max {
                     leaderWake.wait()
                 } else {
                     leaderWake.wait(until: leaderUntil)
                 }
-                unbindAfterSleep(slot)
                 leaderCalled = false
                 continue
             }
@@ -526,13 +512,11 @@ public final class HookScheduler: @unchecked Sendable {
             }
             spun = false
             followers += 1
-            bindForSleep(slot)
             if leaveAt == .max {
                 workAvailable.wait()
             } else {
                 workAvailable.wait(until: leaveAt)
             }
-            unbindAfterSleep(slot)
             followers -= 1
             if wakeups > 0 { wakeups -= 1 }
         }
@@ -587,25 +571,6 @@ public final class HookScheduler: @unchecked Sendable {
             }
             monitorUntil = 0
         }
-    }
-
-    /// With the lock held, before a thread sleeps: while many timers are
-    /// armed (a burst of expirations may come), it sleeps bound to a core no
-    /// other hook thread sleeps on, its own if that one is free, so that it
-    /// wakes there (see the type's comment). With few, the kernel places a
-    /// woken thread: a worker process running one job was slower bound.
-    private func bindForSleep(_ slot: Int) {
-        guard timers.pendingCount >= Self.timersForBinding else { return }
-        sleepingOn[slot] = sleepingOn.withUnsafeBufferPointer {
-            curfew_shim_bind_for_sleep($0.baseAddress, Int32($0.count))
-        }
-    }
-
-    /// With the lock held, as a thread wakes, before it runs anything.
-    private func unbindAfterSleep(_ slot: Int) {
-        guard sleepingOn[slot] >= 0 else { return }
-        sleepingOn[slot] = -1
-        _ = curfew_shim_unbind()
     }
 
     /// With the lock held: when the latest of the pieces of work running now

@@ -102,14 +102,6 @@ int curfew_shim_name_thread(const char *name);
  * container's cpuset), at least 1; the online CPUs when the affinity cannot
  * be read. */
 int curfew_shim_usable_cpus(void);
-/* Binds the calling thread, until `curfew_shim_unbind`, to the CPU it runs
- * on, or, when that one is in `taken` (`count` CPU numbers), to the first
- * CPU it may run on that is not: the CPU bound, or -1 when it did not bind
- * (one CPU allowed, every one taken, already bound, or an error). */
-int curfew_shim_bind_for_sleep(const int *taken, int count);
-/* Gives a thread bound by `curfew_shim_bind_for_sleep` back the CPUs it
- * had (or every CPU allowed now, when those are not): 0 or an errno. */
-int curfew_shim_unbind(void);
 
 /* A hint to the CPU, in a loop that spins on memory. */
 static inline void curfew_shim_spin_pause(void) {

@@ -7,9 +7,8 @@ import _CurfewShims
 @testable import Curfew
 
 /// How the scheduler's threads sleep and wake in a burst: the monitor looks
-/// once a tick, not once a deadline; an idle thread spins for work while
-/// another works, and takes it without being woken; and, with many timers
-/// armed, idle threads sleep bound to cores apart, but never run work bound.
+/// once a tick, not once a deadline; and an idle thread spins for work
+/// while another works, and takes it without being woken.
 @Suite(.timeLimit(.minutes(1))) struct SchedulerWakeTests {
     func now() -> UInt64 { curfew_shim_monotonic_nanoseconds() }
 
@@ -94,51 +93,5 @@ import _CurfewShims
         let last = DispatchSemaphore(value: 0)
         scheduler.makeLane().enqueue { last.signal() }
         #expect(waited(last))
-    }
-
-    /// With many timers armed, idle threads sleep bound to cores apart, so
-    /// that each wakes on its own; a binding that outlived the sleep would
-    /// be inherited by every thread a hook or the host starts from it.
-    @Test(.enabled(if: curfew_shim_usable_cpus() > 1, "needs two processors or more"))
-    func idleThreadsSleepOnCoresApartAndWorkNeverRunsBound() {
-        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
-        let far = (0..<100).map { _ in scheduler.schedule(at: now() + 3_600_000_000_000) {} }
-        defer { far.forEach { $0.cancel() } }
-        // Both threads started, both idle: one leads, one follows.
-        let entered = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        for _ in 0..<2 {
-            scheduler.makeLane().enqueue {
-                entered.signal()
-                release.wait()
-            }
-        }
-        #expect(waited(entered) && waited(entered))
-        release.signal()
-        release.signal()
-        let start = now()
-        while scheduler.coresSleptOn.count < 2 && now() < start + 10_000_000_000 { usleep(100) }
-        let cores = scheduler.coresSleptOn
-        #expect(cores.count == 2 && cores[0] != cores[1], "\(cores)")
-
-        let lane = scheduler.makeLane()
-        let expected = curfew_shim_usable_cpus()
-        let seen = Mutex<[Int32]>([])
-        for _ in 0..<20 {
-            let done = DispatchSemaphore(value: 0)
-            // A timer's work, then a hook's, each after the threads slept.
-            _ = scheduler.schedule(at: now() + 1_000_000) {
-                seen.withLock { $0.append(curfew_shim_usable_cpus()) }
-                lane.enqueue {
-                    seen.withLock { $0.append(curfew_shim_usable_cpus()) }
-                    done.signal()
-                }
-            }
-            #expect(waited(done))
-            usleep(2000)
-        }
-        let counts = seen.withLock { $0 }
-        #expect(counts.count == 40)
-        #expect(counts.allSatisfy { $0 == expected }, "\(counts)")
     }
 }
