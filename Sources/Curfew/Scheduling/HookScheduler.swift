@@ -95,9 +95,9 @@ public final class HookScheduler: @unchecked Sendable {
     /// The instant the monitor waits until (`.max`: until told; 0: it is
     /// awake, or told to wake).
     private var monitorUntil: UInt64 = 0
-    /// How often the monitor looked, and the signals sent to wake an idle
+    /// How often the monitor woke, and the signals sent to wake an idle
     /// hook thread (for tests).
-    private var monitorLooks: UInt64 = 0
+    private var monitorWakes: UInt64 = 0
     private var threadWakeSignals: UInt64 = 0
     private static let freeSlot = UInt64.max
 
@@ -160,10 +160,10 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { timers.pendingCount }
     }
 
-    /// How often the monitor has looked, and how many signals have been sent
+    /// How often the monitor has woken, and how many signals have been sent
     /// to wake an idle hook thread. For tests.
-    var wakeCounts: (monitorLooks: UInt64, threadSignals: UInt64) {
-        withLock { (monitorLooks, threadWakeSignals) }
+    var wakeCounts: (monitorWakes: UInt64, threadSignals: UInt64) {
+        withLock { (monitorWakes, threadWakeSignals) }
     }
 
     /// Idle threads spinning now, not yet told to look. For tests.
@@ -406,6 +406,7 @@ public final class HookScheduler: @unchecked Sendable {
                     if !hasLeader { handOffTimers() }
                     claims += 1
                     busySince[slot] = now
+                    spun = false
                     fire(&due)
                     busySince[slot] = 0
                     if claims > 0 { claims -= 1 }
@@ -421,6 +422,7 @@ public final class HookScheduler: @unchecked Sendable {
                 }
                 if !hasLeader { handOffTimers() }
                 busySince[slot] = curfew_shim_monotonic_nanoseconds()
+                spun = false
                 next = lane.first
                 lane.started &+= 1
                 if lane.restHead < lane.rest.count {
@@ -534,7 +536,6 @@ public final class HookScheduler: @unchecked Sendable {
         var lookAgain = false
         lock()
         while true {
-            monitorLooks &+= 1
             let now = curfew_shim_monotonic_nanoseconds()
             let held = now &- min(threadsBusySince, now)
             if !hasLeader, held >= monitorTickNanoseconds, let deadline = timers.nextDeadline, deadline <= now {
@@ -570,6 +571,7 @@ public final class HookScheduler: @unchecked Sendable {
                 monitorWake.wait(until: until)
             }
             monitorUntil = 0
+            monitorWakes &+= 1
         }
     }
 

@@ -6,7 +6,7 @@ import _CurfewShims
 
 @testable import Curfew
 
-/// How the scheduler's threads sleep and wake in a burst: the monitor looks
+/// How the scheduler's threads sleep and wake in a burst: the monitor wakes
 /// once a tick, not once a deadline; and an idle thread spins for work
 /// while another works, and takes it without being woken.
 @Suite(.timeLimit(.minutes(1))) struct SchedulerWakeTests {
@@ -22,7 +22,7 @@ import _CurfewShims
     /// two-core machine that kept the second core from ever looking idle to
     /// the kernel, which then left one hook thread waiting behind the other
     /// on the first for milliseconds: the p99 of a burst of expirations.
-    @Test func theMonitorLooksOnceATickWhileEveryThreadWorksInShortPieces() {
+    @Test func theMonitorWakesOnceATickWhileEveryThreadWorksInShortPieces() {
         let tick: UInt64 = 5_000_000
         let scheduler = HookScheduler(
             threads: 2, stall: .seconds(60), monitorTick: .nanoseconds(Int64(tick)), spin: .zero)
@@ -46,13 +46,13 @@ import _CurfewShims
             _ = scheduler.schedule(at: start + UInt64(index) * 50_000) { fired.add(1, ordering: .relaxed) }
         }
         while fired.load(ordering: .relaxed) < 2000 && now() < start + 10_000_000_000 { usleep(1000) }
-        let looks = scheduler.wakeCounts.monitorLooks
+        let wakes = scheduler.wakeCounts.monitorWakes
         let elapsed = now() - start + 2_000_000
         stop.store(true, ordering: .relaxed)
         #expect(waited(stopped) && waited(stopped))
         #expect(fired.load(ordering: .relaxed) == 2000)
         // Once a tick, one more before it sleeps, and a few for the lanes' start.
-        #expect(looks <= elapsed / tick + 8, "the monitor looked \(looks) times in \(elapsed / 1_000_000) ms")
+        #expect(wakes <= elapsed / tick + 8, "the monitor woke \(wakes) times in \(elapsed / 1_000_000) ms")
     }
 
     /// Before: an idle thread slept at once, so each piece of work a burst
