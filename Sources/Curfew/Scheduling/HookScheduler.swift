@@ -1,6 +1,5 @@
 import Dispatch
 import Glibc
-import Synchronization
 import _CurfewShims
 
 /// Where an in-process job's hooks run, and where every ``MonotonicClock``
@@ -23,15 +22,10 @@ import _CurfewShims
 /// expiration costs one wake. When no thread is idle to lead and every
 /// thread has been in its piece of work for a monitor tick, the monitor
 /// fires the due timers, so a hook that blocks every thread cannot hold up
-/// a deadline by more than a tick. The monitor looks once a tick while it
-/// has anything to watch and is never woken for each piece of work.
-///
-/// A thread woken from sleep is often put on its waker's core, behind it,
-/// and in a burst of expirations two threads sat on one core for
-/// milliseconds while the other idled. So an idle thread, while another
-/// thread works, spins for a few microseconds (``spinNanoseconds``) for
-/// work before it sleeps: work made meanwhile is handed to it without a
-/// wake.
+/// a deadline by more than a tick. The monitor is never woken for each
+/// piece of work or each deadline of a burst: that kept its core from ever
+/// looking idle to the kernel, which then left a hook thread woken onto
+/// the other's core waiting there for milliseconds.
 ///
 /// - Important: Start no work and arm no timer on it in a process that will
 ///   `fork` without `exec` (the fork server): a child has none of its threads.
@@ -47,13 +41,12 @@ public final class HookScheduler: @unchecked Sendable {
     /// How long one piece of work may hold a thread before the monitor
     /// counts the thread as stuck and lets another one start.
     let stallNanoseconds: UInt64
-    /// How often the monitor looks, while work waits and no thread is idle.
+    /// How often the monitor looks while work waits and no thread is idle,
+    /// and how long every thread must have been in its work before the
+    /// monitor fires due timers itself.
     let monitorTickNanoseconds: UInt64
     /// How long a thread beyond the base idles before it leaves.
     let idleExitNanoseconds: UInt64
-    /// How long an idle thread spins, watching for work, before it sleeps,
-    /// when another thread is in a piece of work.
-    let spinNanoseconds: UInt64
 
     /// Timers taken under one hold of the lock.
     private static let firingBatch = 64
@@ -73,12 +66,6 @@ public final class HookScheduler: @unchecked Sendable {
     /// to them not yet taken.
     private var followers = 0
     private var wakeups = 0
-    /// Idle threads spinning before they sleep, not yet told to look; and
-    /// spinners told to look whose spin has not yet ended. A spinner is
-    /// told by a change of `kicks`, which it watches without the lock.
-    private var spinners = 0
-    private var spinnersTold = 0
-    private let kicks = Atomic<UInt64>(0)
     /// Threads firing timers, which look at the ready list next unasked:
     /// each takes one piece of work made ready meanwhile without a wake.
     private var claims = 0
@@ -95,18 +82,14 @@ public final class HookScheduler: @unchecked Sendable {
     /// The instant the monitor waits until (`.max`: until told; 0: it is
     /// awake, or told to wake).
     private var monitorUntil: UInt64 = 0
-    /// How often the monitor woke, and the signals sent to wake an idle
-    /// hook thread (for tests).
+    /// How often the monitor woke (for tests).
     private var monitorWakes: UInt64 = 0
-    private var threadWakeSignals: UInt64 = 0
     private static let freeSlot = UInt64.max
 
     init(
         threads: Int, maximumThreads: Int = 512, stall: Duration = .milliseconds(10),
-        monitorTick: Duration = .milliseconds(1), idleExit: Duration = .seconds(1),
-        spin: Duration = .microseconds(50)
+        monitorTick: Duration = .milliseconds(1), idleExit: Duration = .seconds(1)
     ) {
-        spinNanoseconds = UInt64(max(spin.nanoseconds, 0))
         baseThreads = max(1, threads)
         self.maximumThreads = max(baseThreads, maximumThreads)
         stallNanoseconds = UInt64(max(stall.nanoseconds, 1))
@@ -137,10 +120,7 @@ public final class HookScheduler: @unchecked Sendable {
         withLock {
             timers.insert(entry, at: deadline)
             if hasLeader {
-                if deadline < leaderUntil {
-                    threadWakeSignals &+= 1
-                    leaderWake.signal()
-                }
+                if deadline < leaderUntil { leaderWake.signal() }
             } else if threads < baseThreads {
                 startThread()  // it takes the lead
             } else {
@@ -160,19 +140,13 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { timers.pendingCount }
     }
 
-    /// How often the monitor has woken, and how many signals have been sent
-    /// to wake an idle hook thread. For tests.
-    var wakeCounts: (monitorWakes: UInt64, threadSignals: UInt64) {
-        withLock { (monitorWakes, threadWakeSignals) }
+    /// How often the monitor has woken. For tests.
+    var monitorWakeCount: UInt64 {
+        withLock { monitorWakes }
     }
 
-    /// Idle threads spinning now, not yet told to look. For tests.
-    var spinningThreads: Int {
-        withLock { spinners }
-    }
-
-    /// The deadline the leader, or the monitor when none leads, waits for
-    /// now (`.max`: none; 0: neither waits for a timer). For tests.
+    /// The instant the leader, or the monitor when none leads, waits until
+    /// now (`.max`: none; 0: neither waits). For tests.
     var timerWaitingUntil: UInt64 {
         withLock { hasLeader ? leaderUntil : monitorUntil }
     }
@@ -181,11 +155,8 @@ public final class HookScheduler: @unchecked Sendable {
     /// or, with none idle, the monitor watches the deadlines.
     private func handOffTimers() {
         guard timers.nextDeadline != nil else { return }
-        if spinners > 0 {
-            tellSpinner()
-        } else if followers > wakeups {
+        if followers > wakeups {
             wakeups += 1
-            threadWakeSignals &+= 1
             workAvailable.signal()
         } else {
             watchTimersFromMonitor()
@@ -197,8 +168,10 @@ public final class HookScheduler: @unchecked Sendable {
         guard let next = timers.nextDeadline else { return }
         if !monitorStarted {
             startMonitor()
-        } else {
-            wakeMonitorIfAsleep()
+        } else if monitorUntil != 0 && max(next, threadsBusySince &+ monitorTickNanoseconds) < monitorUntil {
+            // It would fire this timer before it next wakes.
+            monitorUntil = 0
+            monitorWake.signal()
         }
     }
 
@@ -309,14 +282,7 @@ public final class HookScheduler: @unchecked Sendable {
 
     /// Whether a thread will look at the ready list soon without a new wake.
     private var idleThreadAvailable: Bool {
-        claims > 0 || spinners > 0 || followers > wakeups || (hasLeader && !leaderCalled)
-    }
-
-    /// With the lock held: one spinner looks at the ready list and the timers next.
-    private func tellSpinner() {
-        spinners -= 1
-        spinnersTold += 1
-        kicks.add(1, ordering: .releasing)
+        claims > 0 || followers > wakeups || (hasLeader && !leaderCalled)
     }
 
     /// Work is ready: a thread firing timers takes it, or a follower, or
@@ -325,15 +291,11 @@ public final class HookScheduler: @unchecked Sendable {
     private func wakeOrGrow() {
         if claims > 0 {
             claims -= 1
-        } else if spinners > 0 {
-            tellSpinner()
         } else if followers > wakeups {
             wakeups += 1
-            threadWakeSignals &+= 1
             workAvailable.signal()
         } else if hasLeader && !leaderCalled {
             leaderCalled = true
-            threadWakeSignals &+= 1
             leaderWake.signal()
         } else if threads < baseThreads {
             startThread()
@@ -362,10 +324,7 @@ public final class HookScheduler: @unchecked Sendable {
     }
 
     /// With the lock held: wakes the monitor if it sleeps until told. One
-    /// that looks a tick from now is left alone: it looks soon enough, and
-    /// a signal for each enqueue or deadline of a burst kept its core from
-    /// ever looking idle to the kernel, which then left a preempted hook
-    /// thread waiting behind the other on one core for milliseconds.
+    /// that looks a tick from now is left alone: it looks soon enough.
     private func wakeMonitorIfAsleep() {
         guard monitorUntil == .max else { return }
         monitorUntil = 0
@@ -388,8 +347,6 @@ public final class HookScheduler: @unchecked Sendable {
         /// the work its claim took without a wake is this thread's to run.
         var justFired = false
         var idleSince = curfew_shim_monotonic_nanoseconds()
-        /// Spun without being told since it last slept or worked: sleeps next.
-        var spun = false
         lock()
         while true {
             // Timers due now, before any hook: whoever is idle fires them.
@@ -406,7 +363,6 @@ public final class HookScheduler: @unchecked Sendable {
                     if !hasLeader { handOffTimers() }
                     claims += 1
                     busySince[slot] = now
-                    spun = false
                     fire(&due)
                     busySince[slot] = 0
                     if claims > 0 { claims -= 1 }
@@ -422,7 +378,6 @@ public final class HookScheduler: @unchecked Sendable {
                 }
                 if !hasLeader { handOffTimers() }
                 busySince[slot] = curfew_shim_monotonic_nanoseconds()
-                spun = false
                 next = lane.first
                 lane.started &+= 1
                 if lane.restHead < lane.rest.count {
@@ -489,30 +444,6 @@ public final class HookScheduler: @unchecked Sendable {
                 leaderCalled = false
                 continue
             }
-            if !spun && spinNanoseconds > 0 && threadsBusySince != 0 {
-                // Another thread works, and may make work for this one in
-                // microseconds (a burst of expirations): spin a little for
-                // it before sleeping, as a woken thread is often put on its
-                // waker's core, behind it.
-                spinners += 1
-                let seen = kicks.load(ordering: .acquiring)
-                unlock()
-                let until = curfew_shim_monotonic_nanoseconds() &+ spinNanoseconds
-                var told = false
-                while !told && curfew_shim_monotonic_nanoseconds() < until {
-                    curfew_shim_spin_pause()
-                    told = kicks.load(ordering: .acquiring) != seen
-                }
-                lock()
-                if spinnersTold > 0 {
-                    spinnersTold -= 1
-                } else {
-                    spinners -= 1
-                }
-                spun = !told
-                continue
-            }
-            spun = false
             followers += 1
             if leaveAt == .max {
                 workAvailable.wait()
@@ -527,8 +458,9 @@ public final class HookScheduler: @unchecked Sendable {
     /// Adds a thread when work waits, none is idle, and threads are stuck;
     /// fires the due timers when no thread is idle to lead and every thread
     /// has been in its piece of work for a tick (threads between short
-    /// pieces look at the timers themselves). It looks once a tick while
-    /// there is anything to watch, and once more before it sleeps until told.
+    /// pieces look at the timers themselves). While work waits it looks
+    /// once a tick, and once more before it sleeps until told; for timers
+    /// it wakes when it could first fire one.
     private func monitorLoop() {
         _ = curfew_shim_name_thread("curfew-monitor")
         _ = curfew_shim_set_timer_slack(1)
@@ -553,17 +485,13 @@ public final class HookScheduler: @unchecked Sendable {
                 }
                 if threads < baseThreads + stuck { startThread() }
             }
-            let watchesTimers = !hasLeader && timers.nextDeadline != nil
-            var until: UInt64 = .max
-            if workWaits || watchesTimers || lookAgain {
-                until = now &+ monitorTickNanoseconds
-                if watchesTimers, let deadline = timers.nextDeadline {
-                    // The first instant it could fire: the deadline, once
-                    // every thread has been in its work for a tick.
-                    until = min(until, max(deadline, threadsBusySince &+ monitorTickNanoseconds))
-                }
+            var until: UInt64 = workWaits || lookAgain ? now &+ monitorTickNanoseconds : .max
+            if !hasLeader, let deadline = timers.nextDeadline {
+                // The first instant it could fire: the deadline, once every
+                // thread has been in its work for a tick.
+                until = min(until, max(deadline, threadsBusySince &+ monitorTickNanoseconds))
             }
-            lookAgain = workWaits || watchesTimers
+            lookAgain = workWaits
             monitorUntil = until
             if until == .max {
                 monitorWake.wait()

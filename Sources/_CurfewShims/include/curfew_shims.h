@@ -103,15 +103,6 @@ int curfew_shim_name_thread(const char *name);
  * be read. */
 int curfew_shim_usable_cpus(void);
 
-/* A hint to the CPU, in a loop that spins on memory. */
-static inline void curfew_shim_spin_pause(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): orphans
  * of its descendants come to it, not to init. 0, or errno. */
 int curfew_shim_become_subreaper(void);
