@@ -82,7 +82,9 @@ public final class HookScheduler: @unchecked Sendable {
     /// The instant the monitor waits until (`.max`: until told; 0: it is
     /// awake, or told to wake).
     private var monitorUntil: UInt64 = 0
-    /// How often the monitor woke (for tests).
+    /// How often the monitor woke while some thread had been in its piece
+    /// of work for less than a tick: while threads work in short pieces
+    /// (for tests).
     private var monitorWakes: UInt64 = 0
     private static let freeSlot = UInt64.max
 
@@ -140,7 +142,9 @@ public final class HookScheduler: @unchecked Sendable {
         withLock { timers.pendingCount }
     }
 
-    /// How often the monitor has woken. For tests.
+    /// How often the monitor has woken while threads worked in short pieces
+    /// (a machine that holds every thread off its core for a tick makes it
+    /// wake for each deadline, rightly). For tests.
     var monitorWakeCount: UInt64 {
         withLock { monitorWakes }
     }
@@ -168,8 +172,11 @@ public final class HookScheduler: @unchecked Sendable {
         guard let next = timers.nextDeadline else { return }
         if !monitorStarted {
             startMonitor()
-        } else if monitorUntil != 0 && max(next, threadsBusySince &+ monitorTickNanoseconds) < monitorUntil {
-            // It would fire this timer before it next wakes.
+        } else if monitorUntil != 0,
+            max(next, curfew_shim_monotonic_nanoseconds() &+ monitorTickNanoseconds) < monitorUntil
+        {
+            // It could fire this timer before it next wakes: a tick after
+            // the work the caller goes to now, at the earliest.
             monitorUntil = 0
             monitorWake.signal()
         }
@@ -499,7 +506,8 @@ public final class HookScheduler: @unchecked Sendable {
                 monitorWake.wait(until: until)
             }
             monitorUntil = 0
-            monitorWakes &+= 1
+            let woke = curfew_shim_monotonic_nanoseconds()
+            if woke &- min(threadsBusySince, woke) < monitorTickNanoseconds { monitorWakes &+= 1 }
         }
     }
 

@@ -23,7 +23,8 @@ import _CurfewShims
     /// on the first for milliseconds: the p99 of a burst of expirations.
     @Test func theMonitorWakesOnceATickWhileEveryThreadWorksInShortPieces() {
         // A tick of a second: a machine that holds both threads off their
-        // cores for that long is the only way the monitor fires a timer here.
+        // cores for that long is the only way the monitor fires a timer here
+        // (then it wakes for each deadline, and those wakes are not counted).
         let tick: UInt64 = 1_000_000_000
         let scheduler = HookScheduler(
             threads: 2, stall: .seconds(60), monitorTick: .nanoseconds(Int64(tick)))
