@@ -476,8 +476,8 @@ public final class HookScheduler: @unchecked Sendable {
         lock()
         while true {
             let now = curfew_shim_monotonic_nanoseconds()
-            let held = now &- min(threadsBusySince, now)
-            if !hasLeader, held >= monitorTickNanoseconds, let deadline = timers.nextDeadline, deadline <= now {
+            let busySinceLatest = threadsBusySince
+            if !hasLeader, heldATick(since: busySinceLatest, at: now), let deadline = timers.nextDeadline, deadline <= now {
                 timers.takeDue(at: now, limit: Self.firingBatch, into: &due)
                 if !due.isEmpty {
                     fire(&due)
@@ -496,7 +496,7 @@ public final class HookScheduler: @unchecked Sendable {
             if !hasLeader, let deadline = timers.nextDeadline {
                 // The first instant it could fire: the deadline, once every
                 // thread has been in its work for a tick.
-                until = min(until, max(deadline, threadsBusySince &+ monitorTickNanoseconds))
+                until = min(until, max(deadline, busySinceLatest &+ monitorTickNanoseconds))
             }
             lookAgain = workWaits
             monitorUntil = until
@@ -506,8 +506,7 @@ public final class HookScheduler: @unchecked Sendable {
                 monitorWake.wait(until: until)
             }
             monitorUntil = 0
-            let woke = curfew_shim_monotonic_nanoseconds()
-            if woke &- min(threadsBusySince, woke) < monitorTickNanoseconds { monitorWakes &+= 1 }
+            if !heldATick(since: threadsBusySince, at: curfew_shim_monotonic_nanoseconds()) { monitorWakes &+= 1 }
         }
     }
 
@@ -517,6 +516,12 @@ public final class HookScheduler: @unchecked Sendable {
         var latest: UInt64 = 0
         for since in busySince where since != Self.freeSlot && since > latest { latest = since }
         return latest
+    }
+
+    /// Whether every thread in a piece of work, the latest of which began at
+    /// `busySince` (0: none is in one), has been in it for a tick at `now`.
+    private func heldATick(since busySince: UInt64, at now: UInt64) -> Bool {
+        now &- min(busySince, now) >= monitorTickNanoseconds
     }
 
     /// Runs the timers' work taken from the heap, outside the lock (held on
