@@ -299,7 +299,8 @@ public final class Runner: Sendable {
         // a completed job's checkpoint clear with it, is on disk before the
         // job gives up its slot (an admission under way elsewhere takes a
         // free slot at once). In workers, the next job first: the row ends
-        // with an fdatasync, and may wait for another process's hold on the store.
+        // with an fdatasync when it clears a checkpoint, and may wait for
+        // another process's hold on the store.
         let inProcess = workers == nil
         if inProcess { recorder?.record(result, endedAt: ended) }
         state.withLock { state in

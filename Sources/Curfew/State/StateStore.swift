@@ -8,10 +8,10 @@ import Synchronization
 /// database (`state.db`, WAL) in a folder of this user's, with one
 /// connection, used under a lock.
 ///
-/// Durability: a checkpoint save commits with `synchronous=FULL` (on disk
-/// when it returns, power loss included); everything else commits with
-/// `NORMAL`, which in WAL mode survives the host being killed and may lose
-/// the last commits only to a power loss.
+/// Durability: a checkpoint save, and a job end that clears one, commits
+/// with `synchronous=FULL` (on disk when it returns, power loss included);
+/// everything else commits with `NORMAL`, which in WAL mode survives the
+/// host being killed and may lose the last commits only to a power loss.
 ///
 /// Several hosts may share a folder: SQLite serialises their writes, and
 /// each waits up to ``busyTimeout`` for the others.
@@ -107,6 +107,7 @@ public final class StateStore: @unchecked Sendable {
                     "INSERT OR REPLACE INTO checkpoints (job, data, saved_at) VALUES (?, ?, ?)",
                     [.text(job), .blob(bytes), .integer(Self.wallMilliseconds())])
             }
+            durableCommitCount += 1
         }
     }
 
@@ -213,56 +214,82 @@ public final class StateStore: @unchecked Sendable {
     /// from it: a completed job's checkpoint is cleared (its next run starts
     /// afresh), its chunk-time estimate is kept, and the job's history
     /// beyond ``retention`` runs is pruned.
+    ///
+    /// Clearing a checkpoint is as durable as saving one (a power loss must
+    /// not bring back finished work): that commit is on disk when this
+    /// returns. A job that leaves no checkpoint to clear commits its row as
+    /// the rest of the history does, without a sync of its own.
     public func record(_ record: JobRecord, estimate: ChunkEstimate? = nil) throws(CurfewError) {
         try locked { connection throws(CurfewError) in
-            // Clearing a completed job's checkpoint is as durable as saving one:
-            // a power loss must not bring back finished work.
-            if record.outcome == .completed { try connection.query("PRAGMA synchronous = FULL") }
-            defer { if record.outcome == .completed { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
-            try connection.transaction { () throws(CurfewError) in
-                let checkpointBytes = try connection.query(
-                    "SELECT length(data) FROM checkpoints WHERE job = ?", [.text(record.job)]).first?.first?.integer ?? 0
-                if record.outcome == .completed {
-                    try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(record.job)])
-                }
-                try connection.query(
-                    """
-                    INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
-                        reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """,
-                    [
-                        .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
-                        .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
-                        .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
-                        .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
-                        record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
-                        .text(record.hostVersion),
-                    ])
-                if let estimate {
-                    try connection.query(
-                        "INSERT OR REPLACE INTO estimates (job, plugin_path, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?, ?)",
-                        [
-                            .text(record.job), .text(record.pluginPath), .integer(estimate.mean), .integer(estimate.deviation),
-                            .integer(Int64(clamping: estimate.samples)),
-                        ])
-                }
-                // The oldest runs of this job beyond the retention.
-                try connection.query(
-                    """
-                    DELETE FROM job_runs WHERE job = ?1 AND id <= (
-                        SELECT id FROM job_runs WHERE job = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
-                    """, [.text(record.job), .integer(Int64(retention))])
-                if connection.changes > 0 {
-                    try connection.query(
-                        """
-                        DELETE FROM runs WHERE id < ? AND ended_at IS NOT NULL
-                            AND NOT EXISTS (SELECT 1 FROM job_runs WHERE run_id = runs.id)
-                        """,
-                        [.integer(record.runID)])
-                }
+            // Whether a checkpoint is there is known only inside the
+            // transaction (another host may save one): on finding one to clear,
+            // the first try writes nothing and the second commits with a sync.
+            var durable = false
+            while true {
+                if durable { try connection.query("PRAGMA synchronous = FULL") }
+                defer { if durable { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
+                if try write(record, estimate: estimate, durably: durable, on: connection) { return }
+                durable = true
             }
         }
+    }
+
+    /// How many commits synced the log (`synchronous=FULL`): what tests read.
+    var durableCommits: Int { lock.withLock { _ in durableCommitCount } }
+    private var durableCommitCount = 0
+
+    /// ``record(_:estimate:)``'s transaction; false, having written nothing,
+    /// when it must clear a checkpoint and `durably` is false.
+    private func write(
+        _ record: JobRecord, estimate: ChunkEstimate?, durably durable: Bool, on connection: SQLiteConnection
+    ) throws(CurfewError) -> Bool {
+        let written = try connection.transaction { () throws(CurfewError) -> Bool in
+            let stored = try connection.query("SELECT length(data) FROM checkpoints WHERE job = ?", [.text(record.job)]).first
+            if record.outcome == .completed && stored != nil && !durable { return false }
+            let checkpointBytes = stored?.first?.integer ?? 0
+            if record.outcome == .completed {
+                try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(record.job)])
+            }
+            try connection.query(
+                """
+                INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                    reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [
+                    .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
+                    .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
+                    .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
+                    .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
+                    record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
+                    .text(record.hostVersion),
+                ])
+            if let estimate {
+                try connection.query(
+                    "INSERT OR REPLACE INTO estimates (job, plugin_path, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        .text(record.job), .text(record.pluginPath), .integer(estimate.mean), .integer(estimate.deviation),
+                        .integer(Int64(clamping: estimate.samples)),
+                    ])
+            }
+            // The oldest runs of this job beyond the retention.
+            try connection.query(
+                """
+                DELETE FROM job_runs WHERE job = ?1 AND id <= (
+                    SELECT id FROM job_runs WHERE job = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
+                """, [.text(record.job), .integer(Int64(retention))])
+            if connection.changes > 0 {
+                try connection.query(
+                    """
+                    DELETE FROM runs WHERE id < ? AND ended_at IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM job_runs WHERE run_id = runs.id)
+                    """,
+                    [.integer(record.runID)])
+            }
+            return true
+        }
+        if written && durable { durableCommitCount += 1 }
+        return written
     }
 
     /// Finished job runs, newest first: of `job` only when given, ended at

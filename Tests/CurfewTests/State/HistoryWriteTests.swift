@@ -8,8 +8,9 @@ import Testing
 /// When a job's history row is written against when the next job starts.
 /// In process, the row (with a completed job's checkpoint clear) is on
 /// disk first: the next job's code could take the process down. In
-/// workers, the next job starts first: the row ends with an `fdatasync`
-/// and may wait up to the store's busy timeout for another process.
+/// workers, the next job starts first: the row may end with an `fdatasync`
+/// (a checkpoint cleared) and may wait up to the store's busy timeout for
+/// another process.
 @Suite(.serialized) struct HistoryWriteTests {
     /// What the second job saw as it started; global because a C hook captures nothing.
     nonisolated(unsafe) static var seen: (firstRecorded: Bool, checkpointCleared: Bool, problems: [String])?

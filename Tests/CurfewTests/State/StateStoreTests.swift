@@ -130,6 +130,28 @@ import Testing
         #expect(try store.history(limit: 2).count == 2)
     }
 
+    /// A sync (`synchronous=FULL`) costs a job's end more than its row: only
+    /// a checkpoint's clearing, which a power loss must not undo, pays one.
+    @Test func onlyAJobEndThatClearsACheckpointSyncsTheLog() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let run = try store.beginRun(isolation: .job)
+        try store.saveCheckpoint(job: "kept", bytes: [1])
+        let saved = store.durableCommits
+        #expect(saved == 1, "a save syncs")
+        for outcome in Outcome.allCases {
+            try store.record(record(run, "free", outcome, chunks: 1))
+        }
+        try store.record(record(run, "kept", .expired, chunks: 1))
+        #expect(store.durableCommits == saved, "no checkpoint cleared: no sync")
+        try store.record(record(run, "kept", .completed, chunks: 1))
+        #expect(store.durableCommits == saved + 1, "the clearing syncs")
+        #expect(try store.checkpoint(job: "kept") == nil)
+        let kept = try store.history(job: "kept")
+        #expect(kept.map(\.outcome) == [.completed, .expired])
+        #expect(kept.map(\.checkpointBytes) == [1, 1])
+        #expect(try store.history(job: "free").count == Outcome.allCases.count)
+    }
+
     @Test func historyKeepsTheLastNRunsOfEachJob() throws {
         let store = try StateStore(folder: Fixtures.temporaryFolder("state"), retention: 5)
         let run = try store.beginRun(isolation: .none)
