@@ -52,3 +52,67 @@ enum Thread {
         return box.result
     }
 }
+
+/// Threads kept for the next piece of blocking work: one whose work ends
+/// waits up to ``idleTime`` for another before it leaves, and work given
+/// while none waits gets a new thread, never a place behind other work. A
+/// run that starts a worker per job supervises each on a thread of its
+/// own: kept threads spare it making and ending a thread per job.
+///
+/// For work that sets nothing about its thread (name, signal mask, timer
+/// slack, thread-locals) that the next work could inherit.
+final class KeptThreads: @unchecked Sendable {
+    // Safe because every field is used under `lock`.
+
+    /// The threads that supervise workers.
+    static let supervisors = KeptThreads(idleTime: .seconds(1))
+
+    let idleTime: Duration
+    private let lock = ThreadLock()
+    private let workCame: ThreadCondition
+    /// Work given to a kept thread and not taken yet.
+    private var given: [@Sendable () -> Void] = []
+    /// Threads waiting for work.
+    private var waiting = 0
+
+    init(idleTime: Duration) {
+        self.idleTime = idleTime
+        workCame = lock.makeCondition()
+    }
+
+    /// Runs `body` on a kept thread that waits, or else on a new one; false
+    /// when none could be made.
+    @discardableResult
+    func run(_ body: @escaping @Sendable () -> Void) -> Bool {
+        let handed = lock.withLock { () -> Bool in
+            guard waiting > given.count else { return false }
+            given.append(body)
+            workCame.signal()
+            return true
+        }
+        return handed || Thread.detach { [self] in serve(body) }
+    }
+
+    /// The threads waiting for work now (for tests).
+    var waitingCount: Int { lock.withLock { waiting } }
+
+    private func serve(_ first: @escaping @Sendable () -> Void) {
+        var body = first
+        while true {
+            body()
+            lock.lock()
+            waiting += 1
+            let deadline = curfew_shim_monotonic_nanoseconds() &+ UInt64(max(idleTime.nanoseconds, 0))
+            while given.isEmpty {
+                if workCame.wait(until: deadline) && given.isEmpty {
+                    waiting -= 1
+                    lock.unlock()
+                    return
+                }
+            }
+            body = given.removeFirst()
+            waiting -= 1
+            lock.unlock()
+        }
+    }
+}

@@ -1,4 +1,6 @@
+import Dispatch
 import Glibc
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -28,6 +30,42 @@ extension ProcessTests {
                 server.close()
             }
             #expect(failed == 0, "fork servers that refused to serve")
+        }
+    }
+}
+
+extension ProcessTests {
+    /// A fork asked for without waiting (how spares are forked): each
+    /// request is answered once, in the order sent, and a request the server
+    /// can no longer read is refused at once and never answered.
+    @Suite(.timeLimit(.minutes(1))) struct ForkRequestTests {
+        @Test func eachRequestIsAnsweredOnceAndNoneAfterTheServerLeaves() throws {
+            let server = try #require(ForkServer(executable: Fixtures.curfewExecutable, environment: WorkerProtocol.helperEnvironment()))
+            let answers = Mutex<[(request: Int, pid: pid_t?)]>([])
+            let answered = DispatchSemaphore(value: 0)
+            var hostEnds: [Int32] = []
+            for request in 0..<3 {
+                var pair: [Int32] = [-1, -1]
+                try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+                let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+                let sent = server.fork(channel: pair[1], out: null, err: null) { child in
+                    answers.withLock { $0.append((request, child?.pid)) }
+                    answered.signal()
+                }
+                close(pair[1])
+                close(null)
+                try #require(sent)
+                hostEnds.append(pair[0])
+            }
+            for _ in 0..<3 { try #require(answered.wait(timeout: .now() + 10) == .success) }
+            let got = answers.withLock { $0 }
+            #expect(got.map(\.request) == [0, 1, 2])
+            #expect(Set(got.compactMap(\.pid)).count == 3, "three workers")
+            hostEnds.forEach { close($0) }  // each worker reads end of file and leaves
+            server.close()
+            let late = server.fork(channel: -1, out: -1, err: -1) { _ in answers.withLock { $0.append((3, nil)) } }
+            #expect(!late)
+            #expect(answers.withLock { $0.count } == 3, "a refused request is never answered")
         }
     }
 }

@@ -12,12 +12,11 @@ import _CurfewShims
 /// - Important: The server never loads a plugin or runs plugin code; only
 ///   its children, once forked, become workers.
 final class ForkServer: Sendable {
-    /// A fork request waiting for its reply (replies come in request order).
-    private final class Request: @unchecked Sendable {
-        // Safe because `child` is written by the reader before it signals
-        // `done`, and read by the requester after it waited for it.
-        let done = DispatchSemaphore(value: 0)
-        var child: Child?
+    /// A fork request waiting for its reply (replies come in request order):
+    /// what to do with the child, called once on the reader's thread.
+    private final class Request: Sendable {
+        let then: @Sendable (Child?) -> Void
+        init(_ then: @escaping @Sendable (Child?) -> Void) { self.then = then }
     }
 
     private struct State {
@@ -79,8 +78,28 @@ final class ForkServer: Sendable {
     /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
     /// `nil` when the server is gone or could not fork.
     func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
-        let request = Request()
-        let sent = requests.withLock { _ -> Bool in
+        final class Reply: @unchecked Sendable {
+            // Safe because `child` is written before `done` is signalled and read after it.
+            let done = DispatchSemaphore(value: 0)
+            var child: Child?
+        }
+        let reply = Reply()
+        guard fork(channel: channel, out: out, err: err, then: { child in
+            reply.child = child
+            reply.done.signal()
+        }) else { return nil }
+        reply.done.wait()
+        return reply.child
+    }
+
+    /// Asks for a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`
+    /// (the caller may close its copies once this returns), and returns at
+    /// once: `then` gets the child, or `nil` when the server could not fork
+    /// or is gone, on the thread that reads the server's replies. False, and
+    /// `then` is never called, when the request could not be sent.
+    func fork(channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable (Child?) -> Void) -> Bool {
+        let request = Request(then)
+        return requests.withLock { _ -> Bool in
             guard state.withLock({ state -> Bool in
                 guard !state.gone else { return false }
                 state.waiting.append(request)
@@ -88,17 +107,16 @@ final class ForkServer: Sendable {
             }) else { return false }
             let descriptors: [Int32] = [channel, out, err]
             guard curfew_shim_send_with_fds(control, "fork", descriptors) == 0 else {
-                // Only this request's place: the reader may have emptied the queue already.
-                state.withLock { state in
-                    if let index = state.waiting.firstIndex(where: { $0 === request }) { state.waiting.remove(at: index) }
+                // Not sent: withdrawn, unless the reader found the server gone
+                // and took the queue already, and so answers it (with `nil`).
+                return !state.withLock { state -> Bool in
+                    guard let index = state.waiting.firstIndex(where: { $0 === request }) else { return false }
+                    state.waiting.remove(at: index)
+                    return true
                 }
-                return false
             }
             return true
         }
-        guard sent else { return nil }
-        request.done.wait()
-        return request.child
     }
 
     /// Kills a worker's process group, if the server has not reaped it yet.
@@ -158,8 +176,8 @@ final class ForkServer: Sendable {
                     state.waiting.isEmpty ? nil : state.waiting.removeFirst()
                 }
                 if let request {
-                    if let pid = pid_t(words[1]), pid > 0 { request.child = Child(pid: pid, sequence: UInt64(words[2]) ?? 0) }
-                    request.done.signal()
+                    let child = pid_t(words[1]).flatMap { pid in pid > 0 ? Child(pid: pid, sequence: UInt64(words[2]) ?? 0) : nil }
+                    request.then(child)
                 }
             } else if words.first == "exit", words.count == 3, let worker = pid_t(words[1]), let status = Int32(words[2]) {
                 let listener = state.withLock { state -> (@Sendable (Int32?) -> Void)? in
@@ -176,7 +194,7 @@ final class ForkServer: Sendable {
             defer { state.waiting.removeAll() }
             return state.waiting
         }
-        waiting.forEach { $0.done.signal() }
+        waiting.forEach { $0.then(nil) }
         // Under the request lock: no fork or kill is sending on this number.
         _ = requests.withLock { _ in Glibc.close(control) }
         var status: Int32 = 0
@@ -215,17 +233,40 @@ final class LazyForkServer: Sendable {
     /// A worker forked with fd 3, 1 and 2 as `channel`, `out` and `err`,
     /// and its server; `nil` when forking is off or fails (off from then on).
     func fork(channel: Int32, out: Int32, err: Int32) -> (server: ForkServer, child: ForkServer.Child)? {
-        let server = state.withLock { state -> ForkServer? in
+        guard let server = startedServer() else { return nil }
+        if let child = server.fork(channel: channel, out: out, err: err) { return (server, child) }
+        state.withLock { $0.works = false }  // refused or gone
+        return nil
+    }
+
+    /// Asks for a worker as ``ForkServer/fork(channel:out:err:then:)`` does,
+    /// and returns at once; false, and `then` is never called, when forking
+    /// is off or the request could not be sent. A refusal (`nil`) turns
+    /// forking off, as one that could not be sent does.
+    func fork(
+        channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable ((server: ForkServer, child: ForkServer.Child)?) -> Void
+    ) -> Bool {
+        guard let server = startedServer() else { return false }
+        let sent = server.fork(channel: channel, out: out, err: err) { [self] child in
+            guard let child else {
+                state.withLock { $0.works = false }
+                return then(nil)
+            }
+            then((server, child))
+        }
+        if !sent { state.withLock { $0.works = false } }
+        return sent
+    }
+
+    /// The server, started on first call; `nil` when forking is off.
+    private func startedServer() -> ForkServer? {
+        state.withLock { state -> ForkServer? in
             if state.works && !state.tried {
                 state.tried = true
                 state.server = ForkServer(executable: executable, argument: argument, environment: environment)
             }
             return state.works ? state.server : nil
         }
-        guard let server else { return nil }
-        if let child = server.fork(channel: channel, out: out, err: err) { return (server, child) }
-        state.withLock { $0.works = false }  // refused or gone
-        return nil
     }
 
     /// The server, if one started, leaves (see ``ForkServer/close()``).

@@ -76,37 +76,57 @@ final class WorkerSource: Sendable {
         return WorkerProcess(try pool.take())
     }
 
-    /// Forks a worker, or `nil` when the server refused or is gone (the pool
-    /// serves from then on).
-    private func forkOne() throws(SystemError) -> Spare? {
+    /// The descriptors of a worker to fork: its channel, stdout and stderr
+    /// (the host's end first, the worker's second) and the pipe its exit is
+    /// told on.
+    private typealias Descriptors = (channel: [Int32], out: [Int32], err: [Int32], exitPipe: [Int32])
+
+    private static func descriptors() throws(SystemError) -> Descriptors {
         let (channel, out, err) = try Syscalls.workerDescriptors()
-        let exitPipe: [Int32]
         do throws(SystemError) {
-            exitPipe = try Syscalls.pipe()
+            return (channel, out, err, try Syscalls.pipe())
         } catch {
             (channel + out + err).forEach { Glibc.close($0) }
             throw error
         }
-        let forked = forks.fork(channel: channel[1], out: out[1], err: err[1])
-        [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+    }
+
+    /// The spare a fork with `made` made, or `nil` (its descriptors closed).
+    private static func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
-            ([channel[0], out[0], err[0]] + exitPipe).forEach { Glibc.close($0) }
+            ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Glibc.close($0) }
             return nil
         }
         return Spare(
-            child: forked.child, server: forked.server, channel: channel[0], out: out[0], err: err[0], exitPipe: exitPipe)
+            child: forked.child, server: forked.server, channel: made.channel[0], out: made.out[0], err: made.err[0],
+            exitPipe: made.exitPipe)
     }
 
-    /// Forks spares in the background, up to ``spareCount`` and to the
-    /// workers the run will still ask for.
+    /// Forks a worker, or `nil` when the server refused or is gone (the pool
+    /// serves from then on).
+    private func forkOne() throws(SystemError) -> Spare? {
+        let made = try Self.descriptors()
+        let forked = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1])
+        [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+        return Self.spare(made, forked)
+    }
+
+    /// Asks for spares, up to ``spareCount`` and to the workers the run will
+    /// still ask for, and returns at once: each is stocked as the server's
+    /// reply comes, on the thread that reads the replies, so a spare costs
+    /// this process no thread and no wait.
     private func refill() {
         let count = spares.withLock { $0.startForks() }
         for _ in 0..<count {
-            let started = Thread.detach { [self] in
-                let spare = try? forkOne()
-                if let unused = spares.withLock({ $0.forked(spare) }) { Self.release(unused) }
+            guard let made = try? Self.descriptors() else {
+                _ = spares.withLock { $0.forked(nil) }
+                continue
             }
-            if !started { _ = spares.withLock { $0.forked(nil) } }
+            let sent = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1]) { [self] forked in
+                if let unused = spares.withLock({ $0.forked(Self.spare(made, forked)) }) { Self.release(unused) }
+            }
+            [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+            if !sent { _ = spares.withLock { $0.forked(Self.spare(made, nil)) } }
         }
     }
 
