@@ -101,13 +101,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return (deadline, c.appState)
         }
         let process: WorkerProcess
+        let last: Bool
         do throws(SystemError) {
-            process = try workers.worker(for: job)
+            (process, last) = try workers.worker(for: job)
         } catch {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        guard process.host(self, message: runMessage(deadline: deadline, appState: appState)) else {
+        guard process.host(self, message: runMessage(deadline: deadline, appState: appState, last: last)) else {
             return conclude(.crashed, "its worker had already exited")
         }
         if let deadline { armGrant(deadline) }
@@ -192,7 +193,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     // MARK: Messages
 
-    private func runMessage(deadline: CurfewInstant?, appState: AppState) -> String {
+    /// - Parameter last: No other job will be given this worker: it leaves
+    ///   once its jobs have ended.
+    private func runMessage(deadline: CurfewInstant?, appState: AppState, last: Bool) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.pluginPath)
@@ -223,8 +226,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
         }
         message.addRaw("continuous", job.isContinuous ? "true" : "false")
-        // With one job per worker, the worker exits when this job ends.
-        message.addRaw("last", endsWithItsWorker ? "true" : "false")
+        // With one job per worker, or for a plugin's last job to start, the
+        // worker exits when its jobs have ended.
+        message.addRaw("last", last ? "true" : "false")
         message.addRaw(
             "parameters",
             "{" + configuration.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }

@@ -26,11 +26,14 @@ final class WorkerSource: Sendable {
 
     private let pool: WorkerPool
     private let isolation: Isolation
-    /// Under `--isolate plugin`: each plugin's worker, and how many of the
-    /// run's jobs of that plugin have not ended (its worker leaves at 0).
+    /// Under `--isolate plugin`: each plugin's worker, how many of the
+    /// run's jobs of that plugin have not ended (its worker leaves at 0),
+    /// and how many have not started (the last to start tells its worker
+    /// to leave once its jobs end, with no word after).
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
+        var startsLeft: [String: Int] = [:]
         /// The plugins a worker was made for (a second is a replacement).
         var made: Set<String> = []
     }
@@ -50,7 +53,10 @@ final class WorkerSource: Sendable {
         self.pool = pool
         self.isolation = isolation
         if isolation == .plugin {
-            shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 } }
+            shared.withLock { shared in
+                shared.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 }
+                shared.startsLeft = shared.jobsLeft
+            }
         }
         forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
         spares = Mutex(SpareStock(wanted: expected, limit: Self.spareCount))
@@ -136,15 +142,20 @@ final class WorkerSource: Sendable {
         ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Glibc.close($0) }
     }
 
-    func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
-        guard isolation == .plugin else { return try newWorker() }
+    /// The worker `job` runs on, and whether it is the last job that worker
+    /// will be given: then the worker leaves once its jobs have ended, not
+    /// waiting to be closed.
+    func worker(for job: PluginJob) throws(SystemError) -> (process: WorkerProcess, last: Bool) {
+        guard isolation == .plugin else { return (try newWorker(), true) }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
-        return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
-            if let live = shared.workers[job.pluginPath], live.isUsable { return live }
+        return try shared.withLock { shared throws(SystemError) -> (process: WorkerProcess, last: Bool) in
+            let left = max(0, (shared.startsLeft[job.pluginPath] ?? 1) - 1)
+            shared.startsLeft[job.pluginPath] = left
+            if let live = shared.workers[job.pluginPath], live.isUsable { return (live, left == 0) }
             let process = try newWorker(replacing: shared.made.contains(job.pluginPath))
             shared.workers[job.pluginPath] = process
             shared.made.insert(job.pluginPath)
-            return process
+            return (process, left == 0)
         }
     }
 
