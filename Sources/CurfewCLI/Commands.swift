@@ -360,6 +360,9 @@ public enum CurfewMain {
         // outlives its job by calling setsid() or forking twice; nor does a
         // scanner worker whose fork server died.
         ChildProcesses.adoptOrphans()
+        // Isolated, the workers' fork server starts while the plugins are scanned.
+        Runner.startWorkersEarly(for: options.configuration)
+        defer { Runner.discardEarlyWorkers() }
         let scan = loadPlugins(options, stop: stop)
         if let status = stop.status { return status }
         reporter.scanned(scan)

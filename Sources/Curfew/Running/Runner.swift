@@ -101,6 +101,22 @@ public final class Runner: Sendable {
             results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count, appState: configuration.appState))
     }
 
+    /// Starts, now, the fork server that a run with `configuration` forks its
+    /// workers from (an isolated run's), so that its start (a process start
+    /// and a warm-up, some milliseconds) overlaps what the caller does before
+    /// the run: scanning, opening the store. The next runner made with the
+    /// same worker executable and environment takes it;
+    /// ``discardEarlyWorkers()`` closes one that none took.
+    public static func startWorkersEarly(for configuration: RunConfiguration) {
+        guard configuration.isolation != .none, configuration.usesForkServer else { return }
+        WorkerSource.startEarly(executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration))
+    }
+
+    /// Closes the fork server ``startWorkersEarly(for:)`` started, if no runner took it.
+    public static func discardEarlyWorkers() {
+        WorkerSource.discardEarly()
+    }
+
     /// Runs every job and returns their results, in the jobs' order.
     ///
     /// - Important: Call it once.

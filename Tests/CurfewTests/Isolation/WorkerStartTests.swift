@@ -20,6 +20,31 @@ extension ProcessTests {
             return (Dictionary(uniqueKeysWithValues: results.map { ($0.job, $0) }), runner.workerStarts)
         }
 
+        /// The CLI starts the fork server while it scans: the run that
+        /// follows forks its workers from it; one started for other workers
+        /// (another environment) is not taken, and is closed.
+        @Test func aRunTakesTheForkServerStartedEarlyForItsWorkers() async throws {
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 2)
+            configuration.isolation = .job
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            var other = configuration
+            other.limits.memoryBytes = 256 << 20  // workers start with MALLOC_ARENA_MAX=2
+            Runner.startWorkersEarly(for: other)
+            let plugin = try Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"early\""])
+            let jobs = try PluginLoader().load(plugin).jobs
+            _ = Runner(jobs: jobs, configuration: configuration)
+            #expect(WorkerSource.earlyWaiting, "not taken by a run with other workers")
+            Runner.startWorkersEarly(for: configuration)  // the other one is closed
+            let runner = Runner(jobs: jobs, configuration: configuration)
+            #expect(!WorkerSource.earlyWaiting, "taken")
+            let results = await runner.run()
+            #expect(results.map(\.outcome) == [.completed])
+            #expect(runner.workerStarts == (forked: 1, spawned: 0))
+            Runner.startWorkersEarly(for: other)
+            Runner.discardEarlyWorkers()
+            #expect(!WorkerSource.earlyWaiting)
+        }
+
         @Test(arguments: [true, false])
         func theSameOutcomesEitherWay(forking: Bool) async throws {
             let (results, starts) = try await run(forking: forking)

@@ -211,9 +211,9 @@ final class ForkServer: Sendable {
     }
 }
 
-/// A fork server started on first need and used while it forks: once it
-/// cannot start, refuses or is gone, forking is off for good and callers
-/// start their workers another way.
+/// A fork server started on first need (or sooner: ``startSoon()``) and
+/// used while it forks: once it cannot start, refuses or is gone, forking
+/// is off for good and callers start their workers another way.
 final class LazyForkServer: Sendable {
     private let executable: String
     private let argument: String
@@ -256,6 +256,12 @@ final class LazyForkServer: Sendable {
         }
         if !sent { state.withLock { $0.works = false } }
         return sent
+    }
+
+    /// Starts the server now, on a thread of its own, not on first need: a
+    /// fork asked for meanwhile waits for the start.
+    func startSoon() {
+        if !Thread.detach({ [self] in _ = startedServer() }) { _ = startedServer() }
     }
 
     /// The server, started on first call; `nil` when forking is off.

@@ -39,7 +39,8 @@ final class WorkerSource: Sendable {
     }
 
     private let shared = Mutex(Shared())
-    /// The fork server, started on first need; when it cannot fork, the pool serves.
+    /// The fork server: one started early for this run's workers, or one started
+    /// on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
     private let spares: Mutex<SpareStock<Spare>>
     /// How many workers were forked, and how many started with posix_spawn.
@@ -58,7 +59,8 @@ final class WorkerSource: Sendable {
                 shared.startsLeft = shared.jobsLeft
             }
         }
-        forks = LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
+        forks = (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
+            ?? LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
         spares = Mutex(SpareStock(wanted: expected, limit: Self.spareCount))
     }
 
@@ -195,6 +197,46 @@ final class WorkerSource: Sendable {
         spares.withLock { $0.close() }.forEach(Self.release)
         pool.close()
         forks.close()
+    }
+}
+
+extension WorkerSource {
+    /// A fork server started before its run, and the worker executable and
+    /// environment it was started for: the next source made for those takes it.
+    private static let early = Mutex<(executable: String, environment: [String], forks: LazyForkServer)?>(nil)
+
+    /// Starts a fork server now, for the next run whose workers start with
+    /// `executable` and `environment` (one started before and not taken is
+    /// closed).
+    static func startEarly(executable: String, environment: [String]) {
+        let forks = LazyForkServer(executable: executable, environment: environment, enabled: true)
+        let replaced = early.withLock { slot -> LazyForkServer? in
+            defer { slot = (executable, environment, forks) }
+            return slot?.forks
+        }
+        replaced?.close()
+        forks.startSoon()
+    }
+
+    /// The fork server started early for `executable` and `environment`, now
+    /// this caller's, or `nil`.
+    static func takeEarly(executable: String, environment: [String]) -> LazyForkServer? {
+        early.withLock { slot -> LazyForkServer? in
+            guard let started = slot, started.executable == executable, started.environment == environment else { return nil }
+            slot = nil
+            return started.forks
+        }
+    }
+
+    /// Whether a fork server started early waits for its run (for tests).
+    static var earlyWaiting: Bool { early.withLock { $0 != nil } }
+
+    /// Closes a fork server started early that no run took.
+    static func discardEarly() {
+        early.withLock { slot -> LazyForkServer? in
+            defer { slot = nil }
+            return slot?.forks
+        }?.close()
     }
 }
 
