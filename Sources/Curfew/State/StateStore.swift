@@ -226,8 +226,9 @@ public final class StateStore: @unchecked Sendable {
             // the first try writes nothing and the second commits with a sync.
             var durable = false
             while true {
-                if durable { try connection.query("PRAGMA synchronous = FULL") }
-                defer { if durable { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
+                let syncing = durable
+                if syncing { try connection.query("PRAGMA synchronous = FULL") }
+                defer { if syncing { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
                 if try write(record, estimate: estimate, durably: durable, on: connection) { return }
                 durable = true
             }

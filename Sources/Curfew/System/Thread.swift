@@ -100,6 +100,7 @@ final class KeptThreads: @unchecked Sendable {
         var body = first
         while true {
             body()
+            body = {}  // what it captured goes now, not when the thread next works or leaves
             lock.lock()
             waiting += 1
             let deadline = curfew_shim_monotonic_nanoseconds() &+ UInt64(max(idleTime.nanoseconds, 0))

@@ -67,5 +67,16 @@ extension ProcessTests {
             #expect(!late)
             #expect(answers.withLock { $0.count } == 3, "a refused request is never answered")
         }
+
+        /// A server asked to start soon and closed before it did never starts.
+        @Test func aLazyServerClosedBeforeItStartsNeverDoes() throws {
+            let forks = LazyForkServer(
+                executable: Fixtures.curfewExecutable, environment: WorkerProtocol.helperEnvironment(), enabled: true)
+            forks.close()
+            forks.startSoon()
+            #expect(forks.fork(channel: -1, out: -1, err: -1) == nil)
+            #expect(forks.serverPid == nil)
+            #expect(!forks.isOn)
+        }
     }
 }

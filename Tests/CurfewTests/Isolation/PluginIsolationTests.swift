@@ -40,9 +40,10 @@ extension ProcessTests {
             #expect(events.filter { $0.event == "finished" }.allSatisfy { $0.outcome == "completed" })
         }
 
-        /// The last job a plugin's worker is given tells it so: the worker
-        /// leaves as that job ends, before the host has even handled the end
-        /// (here it cannot: the end's event is held until the worker is gone).
+        /// Once a plugin's jobs have all been started, its worker is told no
+        /// more will come: it leaves as its last job ends, before the host
+        /// has even handled that end (here it cannot: the end's event is
+        /// held until the worker is gone).
         @Test func aPluginsWorkerLeavesAfterItsLastJobUnasked() async throws {
             let plugin = try Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"alone\""])
             var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(10)), maxConcurrentJobs: 1)

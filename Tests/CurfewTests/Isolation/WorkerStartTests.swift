@@ -40,9 +40,17 @@ extension ProcessTests {
             let results = await runner.run()
             #expect(results.map(\.outcome) == [.completed])
             #expect(runner.workerStarts == (forked: 1, spawned: 0))
+            // One no run takes is closed: its process ends.
             Runner.startWorkersEarly(for: other)
+            var pid: pid_t?
+            for _ in 0..<5000 where pid == nil {
+                pid = WorkerSource.earlyServerPid
+                if pid == nil { usleep(1000) }
+            }
+            let server = try #require(pid, "the early server started")
             Runner.discardEarlyWorkers()
             #expect(!WorkerSource.earlyWaiting)
+            #expect(kill(server, 0) == -1 && errno == ESRCH, "closed and reaped")
         }
 
         @Test(arguments: [true, false])

@@ -28,7 +28,7 @@ final class ForkServer: Sendable {
         var reaped = false
     }
 
-    private let pid: pid_t
+    let pid: pid_t
     private let control: Int32
     private let state = Mutex(State())
     /// Requests are sent one at a time and queued in the order sent, so
@@ -270,13 +270,24 @@ final class LazyForkServer: Sendable {
             if state.works && !state.tried {
                 state.tried = true
                 state.server = ForkServer(executable: executable, argument: argument, environment: environment)
+                if state.server == nil { state.works = false }
             }
             return state.works ? state.server : nil
         }
     }
 
-    /// The server, if one started, leaves (see ``ForkServer/close()``).
+    /// The server's pid, once it has started (for tests).
+    var serverPid: pid_t? {
+        state.withLock { $0.server?.pid }
+    }
+
+    /// The server, if one started, leaves (see ``ForkServer/close()``); one
+    /// not started yet (``startSoon()`` may be on its way) never will.
     func close() {
-        state.withLock { $0.server }?.close()
+        state.withLock { state -> ForkServer? in
+            state.tried = true
+            state.works = false
+            return state.server
+        }?.close()
     }
 }

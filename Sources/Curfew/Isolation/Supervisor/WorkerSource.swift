@@ -28,8 +28,8 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Under `--isolate plugin`: each plugin's worker, how many of the
     /// run's jobs of that plugin have not ended (its worker leaves at 0),
-    /// and how many have not started (the last to start tells its worker
-    /// to leave once its jobs end, with no word after).
+    /// and how many have not been given their worker (at 0 the worker is
+    /// told that no more will come, and leaves as its jobs end).
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
@@ -144,21 +144,31 @@ final class WorkerSource: Sendable {
         ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Glibc.close($0) }
     }
 
-    /// The worker `job` runs on, and whether it is the last job that worker
-    /// will be given: then the worker leaves once its jobs have ended, not
-    /// waiting to be closed.
-    func worker(for job: PluginJob) throws(SystemError) -> (process: WorkerProcess, last: Bool) {
-        guard isolation == .plugin else { return (try newWorker(), true) }
+    func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
+        guard isolation == .plugin else { return try newWorker() }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
-        return try shared.withLock { shared throws(SystemError) -> (process: WorkerProcess, last: Bool) in
-            let left = max(0, (shared.startsLeft[job.pluginPath] ?? 1) - 1)
-            shared.startsLeft[job.pluginPath] = left
-            if let live = shared.workers[job.pluginPath], live.isUsable { return (live, left == 0) }
+        return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
+            if let live = shared.workers[job.pluginPath], live.isUsable { return live }
             let process = try newWorker(replacing: shared.made.contains(job.pluginPath))
             shared.workers[job.pluginPath] = process
             shared.made.insert(job.pluginPath)
-            return (process, left == 0)
+            return process
         }
+    }
+
+    /// `job`'s start is over: its run message was sent (to `process`), or it
+    /// failed. Under `--isolate plugin`, once every job of its plugin has
+    /// come this far, no more run messages will follow theirs, and the
+    /// plugin's worker is closed: it leaves as its jobs end, not when the
+    /// last of them has ended here.
+    func started(_ job: PluginJob, on process: WorkerProcess?) {
+        guard isolation == .plugin else { return }
+        let lastStarted = shared.withLock { shared -> Bool in
+            guard let left = shared.startsLeft[job.pluginPath] else { return false }
+            shared.startsLeft[job.pluginPath] = left > 1 ? left - 1 : nil
+            return left <= 1
+        }
+        if lastStarted { process?.close() }
     }
 
     /// One of the run's jobs has ended, or was `refused` (it asked for no
@@ -230,6 +240,9 @@ extension WorkerSource {
 
     /// Whether a fork server started early waits for its run (for tests).
     static var earlyWaiting: Bool { early.withLock { $0 != nil } }
+
+    /// The pid of the fork server started early, once it has started (for tests).
+    static var earlyServerPid: pid_t? { early.withLock { $0?.forks }?.serverPid }
 
     /// Closes a fork server started early that no run took.
     static func discardEarly() {
