@@ -147,18 +147,23 @@ public final class StateStore: @unchecked Sendable {
         }
     }
 
-    /// Clears `job`'s checkpoint, or every job's when `job` is `nil`.
+    /// Clears `job`'s checkpoint, or every job's when `job` is `nil`, as
+    /// durably as one is saved (a power loss must not bring it back).
     ///
     /// - Returns: How many were cleared.
     @discardableResult
     public func clearCheckpoints(job: String?) throws(CurfewError) -> Int {
         try locked { connection throws(CurfewError) in
+            try connection.query("PRAGMA synchronous = FULL")
+            defer { _ = try? connection.query("PRAGMA synchronous = NORMAL") }
             if let job {
                 try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(job)])
             } else {
                 try connection.query("DELETE FROM checkpoints")
             }
-            return connection.changes
+            let cleared = connection.changes
+            if cleared > 0 { durableCommitCount += 1 }
+            return cleared
         }
     }
 

@@ -150,6 +150,10 @@ import Testing
         #expect(kept.map(\.outcome) == [.completed, .expired])
         #expect(kept.map(\.checkpointBytes) == [1, 1])
         #expect(try store.history(job: "free").count == Outcome.allCases.count)
+        // Cleared by hand (`curfew state clear`, or a job's end with no run recorded): synced too.
+        try store.saveCheckpoint(job: "free", bytes: [2])
+        try store.clearCheckpoints(job: "free")
+        #expect(store.durableCommits == saved + 3)
     }
 
     @Test func historyKeepsTheLastNRunsOfEachJob() throws {
