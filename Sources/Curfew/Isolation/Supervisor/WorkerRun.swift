@@ -104,15 +104,12 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         do throws(SystemError) {
             process = try workers.worker(for: job)
         } catch {
-            workers.started(job, on: nil, saidLast: false)
+            workers.started(job, on: nil)
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        // Decided as the message is made: no other start of the plugin is
-        // under way then, so nothing will follow it to this worker.
-        let last = workers.isLastStart(job)
-        guard process.host(self, message: runMessage(deadline: deadline, appState: appState, last: last)) else {
-            workers.started(job, on: process, saidLast: last)
+        guard process.host(self, message: runMessage(deadline: deadline, appState: appState)) else {
+            workers.started(job, on: process)
             return conclude(.crashed, "its worker had already exited")
         }
         if let deadline { armGrant(deadline) }
@@ -126,9 +123,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             if unsent.isEmpty { break }
             unsent.forEach { process.send($0) }
         }
-        // The start is over only now: a close that the last of a plugin's
+        // The start is over only now: the close that the last of a plugin's
         // starts sends its worker comes after every message of theirs.
-        workers.started(job, on: process, saidLast: last)
+        workers.started(job, on: process)
     }
 
     /// Arms the expiration and the deadline of a grant that ends at `deadline`.
@@ -200,9 +197,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     // MARK: Messages
 
-    /// - Parameter last: No other run message will follow it to this worker:
-    ///   the worker leaves once its jobs have ended.
-    private func runMessage(deadline: CurfewInstant?, appState: AppState, last: Bool) -> String {
+    private func runMessage(deadline: CurfewInstant?, appState: AppState) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.pluginPath)
@@ -233,9 +228,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
         }
         message.addRaw("continuous", job.isContinuous ? "true" : "false")
-        // With one job per worker, or for a plugin's last start, the worker
-        // exits when its jobs have ended.
-        message.addRaw("last", last ? "true" : "false")
+        // With one job per worker, the worker exits when this job ends.
+        message.addRaw("last", endsWithItsWorker ? "true" : "false")
         message.addRaw(
             "parameters",
             "{" + configuration.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }

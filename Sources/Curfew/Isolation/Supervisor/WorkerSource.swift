@@ -28,15 +28,12 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Under `--isolate plugin`: each plugin's worker, how many of the
     /// run's jobs of that plugin have not ended (its worker leaves at 0),
-    /// how many have not been given their worker, and how many have and
-    /// are still starting (their run messages on their way). Once none is
-    /// left and none is starting, no run message will come: the worker is
-    /// told so, and leaves as its jobs end.
+    /// and how many have not been given their worker (at 0 the worker is
+    /// told that no more will come, and leaves as its jobs end).
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
         var startsLeft: [String: Int] = [:]
-        var starting: [String: Int] = [:]
         /// The plugins a worker was made for (a second is a replacement).
         var made: Set<String> = []
     }
@@ -151,8 +148,6 @@ final class WorkerSource: Sendable {
         guard isolation == .plugin else { return try newWorker() }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
         return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
-            shared.startsLeft[job.pluginPath] = max(0, (shared.startsLeft[job.pluginPath] ?? 1) - 1)
-            shared.starting[job.pluginPath, default: 0] += 1
             if let live = shared.workers[job.pluginPath], live.isUsable { return live }
             let process = try newWorker(replacing: shared.made.contains(job.pluginPath))
             shared.workers[job.pluginPath] = process
@@ -161,29 +156,19 @@ final class WorkerSource: Sendable {
         }
     }
 
-    /// Whether `job`, given its worker, is the last run message that worker
-    /// will get: one job per worker, or a plugin's whose other jobs have all
-    /// started (sent theirs) already.
-    func isLastStart(_ job: PluginJob) -> Bool {
-        guard isolation == .plugin else { return true }
-        return shared.withLock { shared in
-            shared.startsLeft[job.pluginPath] == 0 && shared.starting[job.pluginPath] == 1
-        }
-    }
-
     /// `job`'s start is over: its run message was sent (to `process`), or it
-    /// failed; `saidLast`: that message said it was the last. Under
-    /// `--isolate plugin`, the last of a plugin's starts to end closes its
-    /// worker if no run message said so: the worker leaves as its jobs end,
-    /// not when the last of them has ended here.
-    func started(_ job: PluginJob, on process: WorkerProcess?, saidLast: Bool) {
+    /// failed. Under `--isolate plugin`, once every job of its plugin has
+    /// come this far, no more run messages will follow theirs, and the
+    /// plugin's worker is closed: it leaves as its jobs end, not when the
+    /// last of them has ended here.
+    func started(_ job: PluginJob, on process: WorkerProcess?) {
         guard isolation == .plugin else { return }
-        let close = shared.withLock { shared -> Bool in
-            let starting = max(0, (shared.starting[job.pluginPath] ?? 1) - 1)
-            shared.starting[job.pluginPath] = starting
-            return !saidLast && starting == 0 && shared.startsLeft[job.pluginPath] == 0
+        let lastStarted = shared.withLock { shared -> Bool in
+            guard let left = shared.startsLeft[job.pluginPath] else { return false }
+            shared.startsLeft[job.pluginPath] = left > 1 ? left - 1 : nil
+            return left <= 1
         }
-        if close { process?.close() }
+        if lastStarted { process?.close() }
     }
 
     /// One of the run's jobs has ended, or was `refused` (it asked for no
