@@ -28,8 +28,8 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Under `--isolate plugin`: each plugin's worker, how many of the
     /// run's jobs of that plugin have not ended (its worker leaves at 0),
-    /// and how many have not been given their worker (at 0 the worker is
-    /// told that no more will come, and leaves as its jobs end).
+    /// and how many have not finished starting (at 0 every run message has
+    /// been sent: the worker is closed, and leaves as its jobs end).
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
