@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 
 @testable import Curfew
@@ -38,40 +37,6 @@ extension ProcessTests {
             #expect(last.job == "sib-c")
             #expect(last.message == "siblings: 0", "the workers of a and b are gone by the time c runs")
             #expect(events.filter { $0.event == "finished" }.allSatisfy { $0.outcome == "completed" })
-        }
-
-        /// Once a plugin's jobs have all been started, its worker is told no
-        /// more will come: it leaves as its last job ends, before the host
-        /// has even handled that end (here it cannot: the end's event is
-        /// held until the worker is gone).
-        @Test func aPluginsWorkerLeavesAfterItsLastJobUnasked() async throws {
-            let plugin = try Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"alone\""])
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(10)), maxConcurrentJobs: 1)
-            configuration.isolation = .plugin
-            configuration.workerExecutable = Fixtures.curfewExecutable
-            let worker = Mutex<pid_t>(0)
-            let left = Mutex<Bool?>(nil)
-            let runner = Runner(jobs: try PluginLoader().load(plugin).jobs, configuration: configuration) { event in
-                if case .log(_, _, let message) = event, message.hasPrefix("pid: ") {
-                    worker.withLock { $0 = pid_t(message.dropFirst(5)) ?? 0 }
-                }
-                guard case .finished = event else { return }
-                let pid = worker.withLock { $0 }
-                // Gone, or a zombie its fork server has yet to reap.
-                func gone() -> Bool {
-                    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
-                    return stat.split(separator: ")").last?.split(separator: " ").first == "Z"
-                }
-                var waited = 0
-                while pid > 0 && !gone() && waited < 5000 {
-                    usleep(1000)
-                    waited += 1
-                }
-                left.withLock { $0 = pid > 0 && gone() }
-            }
-            let results = await runner.run()
-            #expect(results.map(\.outcome) == [.completed])
-            #expect(left.withLock { $0 } == true, "the worker waited to be closed")
         }
 
         @Test func aStuckJobDoesNotTakeItsSiblingsDown() async throws {

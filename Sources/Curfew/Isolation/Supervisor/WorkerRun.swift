@@ -104,12 +104,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         do throws(SystemError) {
             process = try workers.worker(for: job)
         } catch {
-            workers.started(job, on: nil)
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
         guard process.host(self, message: runMessage(deadline: deadline, appState: appState)) else {
-            workers.started(job, on: process)
             return conclude(.crashed, "its worker had already exited")
         }
         if let deadline { armGrant(deadline) }
@@ -123,9 +121,6 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             if unsent.isEmpty { break }
             unsent.forEach { process.send($0) }
         }
-        // The start is over only now: the close that the last of a plugin's
-        // starts sends its worker comes after every message of theirs.
-        workers.started(job, on: process)
     }
 
     /// Arms the expiration and the deadline of a grant that ends at `deadline`.

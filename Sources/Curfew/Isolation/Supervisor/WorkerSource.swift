@@ -26,14 +26,11 @@ final class WorkerSource: Sendable {
 
     private let pool: WorkerPool
     private let isolation: Isolation
-    /// Under `--isolate plugin`: each plugin's worker, how many of the
-    /// run's jobs of that plugin have not ended (its worker leaves at 0),
-    /// and how many have not finished starting (at 0 every run message has
-    /// been sent: the worker is closed, and leaves as its jobs end).
+    /// Under `--isolate plugin`: each plugin's worker, and how many of the
+    /// run's jobs of that plugin have not ended (its worker leaves at 0).
     private struct Shared {
         var workers: [String: WorkerProcess] = [:]
         var jobsLeft: [String: Int] = [:]
-        var startsLeft: [String: Int] = [:]
         /// The plugins a worker was made for (a second is a replacement).
         var made: Set<String> = []
     }
@@ -54,10 +51,7 @@ final class WorkerSource: Sendable {
         self.pool = pool
         self.isolation = isolation
         if isolation == .plugin {
-            shared.withLock { shared in
-                shared.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 }
-                shared.startsLeft = shared.jobsLeft
-            }
+            shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 } }
         }
         forks = (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
             ?? LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
@@ -154,21 +148,6 @@ final class WorkerSource: Sendable {
             shared.made.insert(job.pluginPath)
             return process
         }
-    }
-
-    /// `job`'s start is over: its run message was sent (to `process`), or it
-    /// failed. Under `--isolate plugin`, once every job of its plugin has
-    /// come this far, no more run messages will follow theirs, and the
-    /// plugin's worker is closed: it leaves as its jobs end, not when the
-    /// last of them has ended here.
-    func started(_ job: PluginJob, on process: WorkerProcess?) {
-        guard isolation == .plugin else { return }
-        let lastStarted = shared.withLock { shared -> Bool in
-            guard let left = shared.startsLeft[job.pluginPath] else { return false }
-            shared.startsLeft[job.pluginPath] = left > 1 ? left - 1 : nil
-            return left <= 1
-        }
-        if lastStarted { process?.close() }
     }
 
     /// One of the run's jobs has ended, or was `refused` (it asked for no
