@@ -1,7 +1,7 @@
-/* One job, named by -DJOB_NAME, that logs its worker's pid, then counts the
- * other children of its worker's parent (under --isolate plugin: the fork
- * server's, so the other plugins' workers) and, built with -DWAITS=1,
- * waits up to two seconds for them to be gone. */
+/* One job, named by -DJOB_NAME, that counts the other children of its
+ * worker's parent (under --isolate plugin: the fork server's, so the other
+ * plugins' workers) and, built with -DWAITS=1, waits up to two seconds
+ * for them to be gone. */
 #define _GNU_SOURCE
 #include <curfew.h>
 #include <dirent.h>
@@ -44,9 +44,6 @@ static int siblings(void) {
 
 static curfew_chunk_result chunk(curfew_context *ctx, void *state) {
     (void)state;
-    char pid[32];
-    snprintf(pid, sizeof pid, "pid: %d", (int)getpid());
-    host->log(ctx, CURFEW_LOG_INFO, pid);
     int count = siblings();
     for (int waited = 0; WAITS && count > 0 && waited < 200; waited++) {
         struct timespec pause = {0, 10 * 1000 * 1000};

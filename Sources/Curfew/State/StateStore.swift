@@ -229,13 +229,10 @@ public final class StateStore: @unchecked Sendable {
             // Whether a checkpoint is there is known only inside the
             // transaction (another host may save one): on finding one to clear,
             // the first try writes nothing and the second commits with a sync.
-            var durable = false
-            while true {
-                let syncing = durable
-                if syncing { try connection.query("PRAGMA synchronous = FULL") }
-                defer { if syncing { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
+            for durable in [false, true] {
+                if durable { try connection.query("PRAGMA synchronous = FULL") }
+                defer { if durable { _ = try? connection.query("PRAGMA synchronous = NORMAL") } }
                 if try write(record, estimate: estimate, durably: durable, on: connection) { return }
-                durable = true
             }
         }
     }

@@ -60,8 +60,9 @@ import Testing
     }
 
     @Test func aThreadIdleForItsTimeLeaves() throws {
-        let threads = KeptThreads(idleTime: .milliseconds(20))
+        let threads = KeptThreads(idleTime: .milliseconds(300))
         _ = try #require(threadOf(threads))
+        #expect(eventually { threads.waitingCount == 1 }, "it waits first")
         #expect(eventually { threads.waitingCount == 0 })
         // Work after that starts a thread again.
         #expect(threadOf(threads) != nil)

@@ -93,6 +93,12 @@ final class WorkerSource: Sendable {
         }
     }
 
+    /// Closes this process's copies of the worker's ends, once the fork
+    /// request that passes them is sent.
+    private static func closeWorkerEnds(_ made: Descriptors) {
+        [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+    }
+
     /// The spare a fork with `made` made, or `nil` (its descriptors closed).
     private static func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
@@ -109,7 +115,7 @@ final class WorkerSource: Sendable {
     private func forkOne() throws(SystemError) -> Spare? {
         let made = try Self.descriptors()
         let forked = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1])
-        [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+        Self.closeWorkerEnds(made)
         return Self.spare(made, forked)
     }
 
@@ -127,7 +133,7 @@ final class WorkerSource: Sendable {
             let sent = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1]) { [self] forked in
                 if let unused = spares.withLock({ $0.forked(Self.spare(made, forked)) }) { Self.release(unused) }
             }
-            [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+            Self.closeWorkerEnds(made)
             if !sent { _ = spares.withLock { $0.forked(Self.spare(made, nil)) } }
         }
     }
