@@ -68,7 +68,7 @@ extension ProcessTests {
                 #expect(saved == Array("chunk-index \(reached)".utf8), "run \(run) saved where its grant expired")
             }
             // Without a state folder there is nothing to resume from, and nothing to warn about.
-            let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "200ms", "--no-state", "--json"])
+            let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "300ms", "--no-state", "--json"])
             #expect(events.first { $0.event == "finished" }?.outcome == "expired")
             #expect(logs(events, "steady").isEmpty)
         }
