@@ -263,6 +263,11 @@ final class MessageReader: @unchecked Sendable {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
             while ready.isEmpty {
+                // Waits in poll, not in read: a read blocked on a stream socket
+                // wakes each time the host reads a message this worker sent
+                // (the socket has room again), and poll wakes only for input.
+                var wait = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+                if poll(&wait, 1, -1) < 0 && errno == EINTR { continue }
                 let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
                 if count < 0 && errno == EINTR { continue }
                 if count <= 0 { return nil }

@@ -1,0 +1,101 @@
+import CurfewFormats
+import Dispatch
+import Glibc
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+/// A worker's main thread waits for the host's messages all its life,
+/// while its jobs' threads write on the same socket.
+@Suite(.timeLimit(.minutes(1))) struct WorkerChannelTests {
+    /// Field `index` (from 1) of /proc/self/task/`tid`/stat, past the name.
+    private func statField(_ tid: pid_t, _ index: Int) -> String? {
+        guard let text = try? readText("/proc/self/task/\(tid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return index >= 3 && index - 3 < fields.count ? String(fields[index - 3]) : nil
+    }
+
+    private func readText(_ path: String) throws -> String {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw SystemError(errno: errno) }
+        defer { close(descriptor) }
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        return String(decoding: bytes[..<max(0, count)], as: UTF8.self)
+    }
+
+    /// The calling thread's id, from /proc/thread-self (PID/task/TID).
+    private func threadID() -> pid_t {
+        var bytes = [CChar](repeating: 0, count: 64)
+        let count = readlink("/proc/thread-self", &bytes, bytes.count - 1)
+        guard count > 0 else { return 0 }
+        let text = String(decoding: bytes[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return text.split(separator: "/").last.flatMap { pid_t($0) } ?? 0
+    }
+
+    /// How many times thread `tid` has given up its core to wait.
+    private func voluntarySwitches(_ tid: pid_t) -> Int? {
+        guard let text = try? readText("/proc/self/task/\(tid)/status") else { return nil }
+        let line = text.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
+        return line.flatMap { Int($0.split(separator: "\t").last ?? "") }
+    }
+
+    /// Waits until thread `tid` sleeps (state S).
+    private func untilAsleep(_ tid: pid_t) -> Bool {
+        for _ in 0..<5_000 {
+            if statField(tid, 3) == "S" { return true }
+            usleep(200)
+        }
+        return false
+    }
+
+    /// Before: the reader waited in read(2), which a stream socket wakes
+    /// each time the peer reads what this side wrote (it has room again):
+    /// every message a job sent woke the worker's main thread for nothing,
+    /// a wake and two switches per message on a busy machine.
+    @Test func aWaitingReaderIsNotWokenWhenTheHostReadsWhatTheWorkerWrote() throws {
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer { pair.forEach { close($0) } }
+        let (worker, host) = (pair[0], pair[1])
+        let reader = MessageReader(descriptor: worker)
+        let tid = Mutex<pid_t>(0)
+        let got = Mutex<JSONValue?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        try #require(Curfew.Thread.detach {
+            tid.withLock { $0 = threadID() }
+            let message = reader.next()
+            got.withLock { $0 = message }
+            done.signal()
+        })
+        var reading: pid_t = 0
+        for _ in 0..<5_000 where reading == 0 {
+            reading = tid.withLock { $0 }
+            usleep(200)
+        }
+        try #require(reading != 0 && untilAsleep(reading))
+        let before = try #require(voluntarySwitches(reading))
+        let rounds = 20
+        for round in 0..<rounds {
+            // A job's message, and the host reading it whole.
+            let line = Array("{\"type\":\"status\",\"n\":\(round)}\n".utf8)
+            try #require(line.withUnsafeBytes { write(worker, $0.baseAddress, $0.count) } == line.count)
+            var taken = [UInt8](repeating: 0, count: line.count)
+            var read = 0
+            while read < line.count {
+                let count = taken.withUnsafeMutableBytes { Glibc.read(host, $0.baseAddress! + read, line.count - read) }
+                try #require(count > 0)
+                read += count
+            }
+            try #require(untilAsleep(reading))
+        }
+        let woken = try #require(voluntarySwitches(reading)) - before
+        #expect(woken <= 2, "the reader woke \(woken) times for \(rounds) messages the host read")
+        // It still wakes for a message to it.
+        let closing = Array("{\"type\":\"close\"}\n".utf8)
+        try #require(closing.withUnsafeBytes { write(host, $0.baseAddress, $0.count) } == closing.count)
+        try #require(done.wait(timeout: .now() + 10) == .success)
+        #expect(got.withLock { $0?["type"]?.stringValue } == "close")
+    }
+}
