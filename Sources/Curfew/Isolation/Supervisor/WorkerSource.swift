@@ -21,6 +21,13 @@ final class WorkerSource: Sendable {
         let exitPipe: [Int32]
     }
 
+    /// Where a request that waits for a fork under way gets it.
+    private final class Handoff: @unchecked Sendable {
+        // Safe because `spare` is written before `done` is signalled and read after it.
+        let done = DispatchSemaphore(value: 0)
+        var spare: Spare?
+    }
+
     /// How many forked workers wait at most.
     static let spareCount = 2
 
@@ -39,7 +46,7 @@ final class WorkerSource: Sendable {
     /// The fork server: one started early for this run's workers, or one started
     /// on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
-    private let spares: Mutex<SpareStock<Spare>>
+    private let spares: Mutex<SpareStock<Spare, Handoff>>
     /// How many workers were forked, and how many started with posix_spawn.
     let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
 
@@ -63,9 +70,18 @@ final class WorkerSource: Sendable {
     /// worker died, a request the expected count did not include.
     private func newWorker(replacing: Bool = false) throws(SystemError) -> WorkerProcess {
         if forks.isOn {
-            let spare = spares.withLock { $0.take(counted: !replacing) }
             let forked: Spare?
-            if let spare { forked = spare } else { forked = try forkOne() }
+            switch spares.withLock({ $0.take(counted: !replacing, waiter: Handoff()) }) {
+            case .spare(let spare):
+                forked = spare
+            case .coming(let handoff):
+                // The next spares are asked for behind it first.
+                refill()
+                handoff.done.wait()
+                if let spare = handoff.spare { forked = spare } else { forked = try forkOne() }
+            case .none:
+                forked = try forkOne()
+            }
             if let forked {
                 starts.withLock { $0.forked += 1 }
                 refill()
@@ -127,14 +143,27 @@ final class WorkerSource: Sendable {
         let count = spares.withLock { $0.startForks() }
         for _ in 0..<count {
             guard let made = try? Self.descriptors() else {
-                _ = spares.withLock { $0.forked(nil) }
+                forkEnded(nil)
                 continue
             }
             let sent = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1]) { [self] forked in
-                if let unused = spares.withLock({ $0.forked(Self.spare(made, forked)) }) { Self.release(unused) }
+                forkEnded(Self.spare(made, forked))
             }
             Self.closeWorkerEnds(made)
-            if !sent { _ = spares.withLock { $0.forked(Self.spare(made, nil)) } }
+            if !sent { forkEnded(Self.spare(made, nil)) }
+        }
+    }
+
+    /// A fork ``refill()`` asked for ended (`nil`: it failed).
+    private func forkEnded(_ spare: Spare?) {
+        switch spares.withLock({ $0.forked(spare) }) {
+        case .kept:
+            break
+        case .release(let unused):
+            Self.release(unused)
+        case .handOver(let spare, let handoff):
+            handoff.spare = spare
+            handoff.done.signal()
         }
     }
 
@@ -243,9 +272,17 @@ extension WorkerSource {
 /// process doing nothing, until the run ends. A fork started while more
 /// were wanted may end after requests took workers of their own: its spare
 /// is then released, not kept.
-struct SpareStock<Spare> {
+///
+/// A request that finds no spare waiting while one is being forked waits
+/// for that one (each fork is promised to one request, in the order they
+/// came): the server forks in the order asked, so a fork of its own would
+/// come after it.
+struct SpareStock<Spare, Waiter> {
     private(set) var ready: [Spare] = []
     private(set) var forking = 0
+    /// Requests waiting for a fork under way, first come first: the first
+    /// fork to end goes to the first.
+    private(set) var waiters: [Waiter] = []
     /// Workers the run will still ask for.
     private(set) var wanted: Int
     /// How many wait at most.
@@ -257,12 +294,27 @@ struct SpareStock<Spare> {
         self.limit = limit
     }
 
-    /// A worker is asked for: a spare if one waits. `counted`: one of the
-    /// requests `wanted` counts (not a replacement). No more spares wait
-    /// than requests are left, so none becomes surplus here.
-    mutating func take(counted: Bool = true) -> Spare? {
+    /// What a request for a worker gets.
+    enum Taken {
+        /// A spare that waited.
+        case spare(Spare)
+        /// None waits, and a fork is under way that no other request waits
+        /// for: this waiter gets it as it ends (``forked(_:)`` hands it over).
+        case coming(Waiter)
+        /// None waits or is coming: the request forks one of its own.
+        case none
+    }
+
+    /// A worker is asked for: a spare if one waits, else a fork under way.
+    /// `counted`: one of the requests `wanted` counts (not a replacement).
+    /// No more spares wait than requests are left, so none becomes surplus here.
+    mutating func take(counted: Bool = true, waiter: @autoclosure () -> Waiter) -> Taken {
         if counted { wanted = max(0, wanted - 1) }
-        return ready.popLast()
+        if let spare = ready.popLast() { return .spare(spare) }
+        guard forking > waiters.count else { return .none }
+        let waiter = waiter()
+        waiters.append(waiter)
+        return .coming(waiter)
     }
 
     /// A request counted in `wanted` will not come: the spares beyond the
@@ -277,20 +329,34 @@ struct SpareStock<Spare> {
     /// How many forks to start now (counted as under way).
     mutating func startForks() -> Int {
         guard !closed else { return 0 }
-        let missing = max(0, min(limit, wanted) - ready.count - forking)
+        // A fork a request waits for will not be a spare.
+        let missing = max(0, min(limit, wanted) - ready.count - (forking - waiters.count))
         forking += missing
         return missing
     }
 
-    /// A fork started by ``startForks()`` ended (`nil`: it failed): the
-    /// spare to release when no request will take it, or `nil`.
-    mutating func forked(_ spare: Spare?) -> Spare? {
+    /// What becomes of a fork that ended.
+    enum Ended {
+        /// It waits as a spare, or it failed and no request waited for it.
+        case kept
+        /// No request will take it: release it.
+        case release(Spare)
+        /// This request waited for it (`nil`: the fork failed, and the
+        /// request starts its worker another way).
+        case handOver(Spare?, to: Waiter)
+    }
+
+    /// A fork started by ``startForks()`` ended (`nil`: it failed): to the
+    /// first request that waits for one, else a spare, or released when no
+    /// request will take it.
+    mutating func forked(_ spare: Spare?) -> Ended {
         assert(forking > 0, "a fork ended that was not started")
         forking = max(0, forking - 1)
-        guard let spare else { return nil }
-        guard !closed && ready.count < min(limit, wanted) else { return spare }
+        if !waiters.isEmpty { return .handOver(spare, to: waiters.removeFirst()) }
+        guard let spare else { return .kept }
+        guard !closed && ready.count < min(limit, wanted) else { return .release(spare) }
         ready.append(spare)
-        return nil
+        return .kept
     }
 
     /// The run is over: the spares waiting, to release; forks still under
