@@ -85,6 +85,11 @@ public enum IsolationWorker {
         // A process a plugin starts must not inherit the socket (it would keep it open).
         _ = fcntl(channel, F_SETFD, FD_CLOEXEC)
         let messages = MessageReader(descriptor: channel)
+        // Made before the first message, which a worker forked ahead of need
+        // waits for: what every run needs first is done while it waits, not
+        // between the host's `run` and the job's start. Nothing is loaded.
+        let host = WorkerHost(channel: channel)
+        host.prepare()
         // A worker the host started ahead of need and no longer needs: the socket just closes.
         guard let first = messages.next() else { return 0 }
         guard let type = first["type"]?.stringValue, type == "run" || type == "scan" else {
@@ -107,7 +112,6 @@ public enum IsolationWorker {
         HookThread.unblockSignalsInPluginCode()
         // A hook that crashes says where on the channel first: the host's reason names it.
         HookThread.reportCrashes(on: channel)
-        let host = WorkerHost(channel: channel)
         if limited != 0 {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
             _exit(1)

@@ -140,10 +140,21 @@ final class WorkerHost: Sendable {
     /// (nothing is opened): see ``Runner/warmUp(_:)``.
     static func warmUp(_ runner: Runner) {
         let host = WorkerHost(channel: -1)
-        if case .job = host.load("/nonexistent/curfew-warm-up.so", job: "j", index: 0, parameters: [:]) {
+        host.prepare()
+        host.state.withLock { $0.runners["j"] = runner }
+    }
+
+    /// Goes once through the loading path of a run, on a file that does not
+    /// exist (nothing is opened, and nothing is kept): in the fork server,
+    /// so each fork inherits what the runtime builds on first use; in a
+    /// worker before its first message, so the pages that path touches are
+    /// this process's before its job waits for them.
+    func prepare() {
+        let path = "/nonexistent/curfew-warm-up.so"
+        if case .job = load(path, job: "j", index: 0, parameters: [:]) {
             preconditionFailure("a file that does not exist loaded")
         }
-        host.state.withLock { $0.runners["j"] = runner }
+        state.withLock { _ = $0.opened.removeValue(forKey: path) }
     }
 
     /// Sends, every ``statusInterval``, each job's chunk count if it changed,
