@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -20,6 +21,35 @@ extension ProcessTests {
             #expect(finished["segfault"]?.outcome == "crashed")
             #expect(finished["segfault"]?.reason
                 == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
+        }
+
+        /// Before: a shared worker's job gave up its slot only once its end
+        /// had been delivered (after every event before it, on the events'
+        /// thread), so the next job waited for that too; a worker's own job
+        /// gave it up as its worker said the job was over. Now both do. Here
+        /// the end's delivery waits until the next job has been admitted.
+        @Test func aSharedWorkersJobGivesUpItsSlotWhenItsWorkerSaysItEnded() async throws {
+            let plugin = try Fixtures.compile("runner_jobs.c")
+            let jobs = try PluginLoader(parameters: ["limit": "2"]).load(plugin).jobs.filter { ["count", "fail"].contains($0.name) }
+            try #require(jobs.count == 2)
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
+            configuration.isolation = .plugin
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            let runner = Mutex<Runner?>(nil)
+            let nextAdmitted = Mutex<Bool?>(nil)
+            let made = Runner(jobs: jobs, configuration: configuration) { event in
+                guard case .finished(let result) = event, result.job == jobs[0].name else { return }
+                var admitted = false
+                for _ in 0..<3000 where !admitted {
+                    admitted = runner.withLock { $0 }?.status().contains { $0.job == jobs[1].name } == true
+                    if !admitted { usleep(1000) }
+                }
+                nextAdmitted.withLock { $0 = admitted }
+            }
+            runner.withLock { $0 = made }
+            let results = await made.run()
+            #expect(results.count == 2)
+            #expect(nextAdmitted.withLock { $0 } == true, "the next job waited for this one's end to be delivered")
         }
 
         /// A plugin's worker leaves when the last of its jobs ends, not at the

@@ -413,8 +413,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
         if let lingerCheck {
             arm(at: lingerCheck) { [self] in killLingering() }
-            onSlotFree()
         }
+        // The job's work is over: the next job need not wait for this one's
+        // end to be delivered (a shared worker's job) or for its worker to exit.
+        if lingerCheck != nil || ended { onSlotFree() }
         if givenUp { killGivenUp() }
         return ended
     }
