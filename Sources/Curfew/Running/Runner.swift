@@ -47,6 +47,11 @@ public final class Runner: Sendable {
     private let state: Mutex<State>
     /// Where isolated jobs get their workers.
     private let workers: WorkerSource?
+    /// Under `--isolate plugin`, where a job is admitted when a shared
+    /// worker's word frees a slot: not on the thread that read the word,
+    /// which is that worker's only reader and may have to write the next
+    /// job's `run` to it.
+    private let admissions: Lane?
 
     /// - Parameters:
     ///   - jobs: The jobs to run, in the order they start.
@@ -97,6 +102,7 @@ public final class Runner: Sendable {
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
                 jobs: jobs)
         }
+        admissions = configuration.isolation == .plugin ? HookScheduler.shared.makeLane() : nil
         self.state = Mutex(State(
             results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count, appState: configuration.appState))
     }
@@ -181,6 +187,9 @@ public final class Runner: Sendable {
     var workerStarts: (forked: Int, spawned: Int) {
         workers?.starts.withLock { $0 } ?? (0, 0)
     }
+
+    /// How many plugins' workers are open under `--isolate plugin` (for tests).
+    var sharedWorkerCount: Int { workers?.sharedWorkerCount ?? 0 }
 
     /// The jobs running now, for a live display.
     public func status() -> [JobStatus] {
@@ -319,20 +328,30 @@ public final class Runner: Sendable {
         // another process's hold on the store.
         let inProcess = workers == nil
         if inProcess { recorder?.record(result, endedAt: ended) }
-        state.withLock { state in
+        let held = state.withLock { state -> Bool in
             _ = state.running.removeValue(forKey: index)
-            state.holdingSlots.remove(index)
+            return state.holdingSlots.remove(index) != nil
         }
-        workers?.jobEnded(jobs[index])
+        // A job whose worker's word freed its slot was counted as ended then.
+        if held { workers?.jobEnded(jobs[index]) }
         admit()
         if !inProcess { recorder?.record(result, endedAt: ended) }
         keep(index, result)
     }
 
-    /// A job's work is over (its worker said so) though its outcome waits
-    /// for the worker's exit: the next job may start.
+    /// A job's work is over (its worker said so), though its outcome waits
+    /// for its worker's exit (a worker's own job) or to be delivered (a
+    /// shared worker's): the next job may start, and a plugin's worker whose
+    /// last job this was is closed now, so workers do not outnumber `--jobs`
+    /// while deliveries wait (on a slow reader of the output, or the store).
     private func freeSlot(_ index: Int) {
-        if state.withLock({ $0.holdingSlots.remove(index) }) != nil { admit() }
+        guard state.withLock({ $0.holdingSlots.remove(index) }) != nil else { return }
+        workers?.jobEnded(jobs[index])
+        if let admissions {
+            admissions.enqueue { [self] in admit() }
+        } else {
+            admit()
+        }
     }
 
     /// What the state store refused during the run (it does not stop the

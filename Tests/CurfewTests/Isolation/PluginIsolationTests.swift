@@ -52,6 +52,35 @@ extension ProcessTests {
             #expect(nextAdmitted.withLock { $0 } == true, "the next job waited for this one's end to be delivered")
         }
 
+        /// A plugin's worker is closed as its last job's end is read, not once
+        /// that end has been delivered: with deliveries held up (a slow reader
+        /// of the output, a store another process holds), workers would
+        /// otherwise pile up, one a plugin, past `--jobs`.
+        @Test func aPluginsWorkerClosesWhenItsLastJobEndsNotWhenTheEndIsDelivered() async throws {
+            let jobs = try ["a", "b"].map { name in
+                try PluginLoader().load(Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"held-\(name)\""])).jobs[0]
+            }
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
+            configuration.isolation = .plugin
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            let runner = Mutex<Runner?>(nil)
+            let openWhileHeld = Mutex<Int?>(nil)
+            let made = Runner(jobs: jobs, configuration: configuration) { event in
+                guard case .finished(let result) = event, result.job == "held-a" else { return }
+                // Held until the next job has been admitted (its worker made).
+                var admitted = false
+                for _ in 0..<3000 where !admitted {
+                    admitted = runner.withLock { $0 }?.status().contains { $0.job == "held-b" } == true
+                    if !admitted { usleep(1000) }
+                }
+                openWhileHeld.withLock { $0 = runner.withLock { $0 }?.sharedWorkerCount }
+            }
+            runner.withLock { $0 = made }
+            let results = await made.run()
+            #expect(results.map(\.outcome) == [.completed, .completed])
+            #expect(openWhileHeld.withLock { $0 } == 1, "a's worker was still open beside b's")
+        }
+
         /// A plugin's worker leaves when the last of its jobs ends, not at the
         /// end of the run: a folder of many plugins does not keep a process each.
         @Test func aPluginsWorkerLeavesWithItsLastJob() async throws {

@@ -66,7 +66,8 @@ final class WorkerSource: Sendable {
     }
 
     /// A new worker: forked by the fork server (ahead of need, when one
-    /// waits), or else from the pool. `replacing`: for a plugin whose
+    /// waits, or the fork under way that no other request waits for), or
+    /// else from the pool. `replacing`: for a plugin whose
     /// worker died, a request the expected count did not include.
     private func newWorker(replacing: Bool = false) throws(SystemError) -> WorkerProcess {
         if forks.isOn {
@@ -251,6 +252,10 @@ extension WorkerSource {
             return started.forks
         }
     }
+
+    /// How many plugins' workers are open (for tests): each is closed as
+    /// the last of its plugin's jobs ends.
+    var sharedWorkerCount: Int { shared.withLock { $0.workers.count } }
 
     /// Whether a fork server started early waits for its run (for tests).
     static var earlyWaiting: Bool { early.withLock { $0 != nil } }
