@@ -23,6 +23,29 @@ extension ProcessTests {
                 == "its plugin's worker, shared by the plugin's jobs, died of SIGSEGV in chunk 1; stderr: about to dereference NULL")
         }
 
+        /// Runs `jobs` one at a time under `--isolate plugin`; when the first
+        /// one's end is delivered, `held` runs with the runner once the second
+        /// has been admitted (or after 3 s), and the end waits for it.
+        func runHoldingTheFirstEnd(
+            _ jobs: [PluginJob], held: @escaping @Sendable (Runner, _ admitted: Bool) -> Void
+        ) async -> [JobResult] {
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
+            configuration.isolation = .plugin
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            let runner = Mutex<Runner?>(nil)
+            let made = Runner(jobs: jobs, configuration: configuration) { event in
+                guard case .finished(let result) = event, result.job == jobs[0].name, let runner = runner.withLock({ $0 }) else { return }
+                var admitted = false
+                for _ in 0..<3000 where !admitted {
+                    admitted = runner.status().contains { $0.job == jobs[1].name }
+                    if !admitted { usleep(1000) }
+                }
+                held(runner, admitted)
+            }
+            runner.withLock { $0 = made }
+            return await made.run()
+        }
+
         /// Before: a shared worker's job gave up its slot only once its end
         /// had been delivered (after every event before it, on the events'
         /// thread), so the next job waited for that too; a worker's own job
@@ -32,22 +55,8 @@ extension ProcessTests {
             let plugin = try Fixtures.compile("runner_jobs.c")
             let jobs = try PluginLoader(parameters: ["limit": "2"]).load(plugin).jobs.filter { ["count", "fail"].contains($0.name) }
             try #require(jobs.count == 2)
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
-            configuration.isolation = .plugin
-            configuration.workerExecutable = Fixtures.curfewExecutable
-            let runner = Mutex<Runner?>(nil)
             let nextAdmitted = Mutex<Bool?>(nil)
-            let made = Runner(jobs: jobs, configuration: configuration) { event in
-                guard case .finished(let result) = event, result.job == jobs[0].name else { return }
-                var admitted = false
-                for _ in 0..<3000 where !admitted {
-                    admitted = runner.withLock { $0 }?.status().contains { $0.job == jobs[1].name } == true
-                    if !admitted { usleep(1000) }
-                }
-                nextAdmitted.withLock { $0 = admitted }
-            }
-            runner.withLock { $0 = made }
-            let results = await made.run()
+            let results = await runHoldingTheFirstEnd(jobs) { _, admitted in nextAdmitted.withLock { $0 = admitted } }
             #expect(results.count == 2)
             #expect(nextAdmitted.withLock { $0 } == true, "the next job waited for this one's end to be delivered")
         }
@@ -60,23 +69,10 @@ extension ProcessTests {
             let jobs = try ["a", "b"].map { name in
                 try PluginLoader().load(Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"held-\(name)\""])).jobs[0]
             }
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
-            configuration.isolation = .plugin
-            configuration.workerExecutable = Fixtures.curfewExecutable
-            let runner = Mutex<Runner?>(nil)
             let openWhileHeld = Mutex<Int?>(nil)
-            let made = Runner(jobs: jobs, configuration: configuration) { event in
-                guard case .finished(let result) = event, result.job == "held-a" else { return }
-                // Held until the next job has been admitted (its worker made).
-                var admitted = false
-                for _ in 0..<3000 where !admitted {
-                    admitted = runner.withLock { $0 }?.status().contains { $0.job == "held-b" } == true
-                    if !admitted { usleep(1000) }
-                }
-                openWhileHeld.withLock { $0 = runner.withLock { $0 }?.sharedWorkerCount }
+            let results = await runHoldingTheFirstEnd(jobs) { runner, admitted in
+                openWhileHeld.withLock { $0 = admitted ? runner.sharedWorkerCount : nil }
             }
-            runner.withLock { $0 = made }
-            let results = await made.run()
             #expect(results.map(\.outcome) == [.completed, .completed])
             #expect(openWhileHeld.withLock { $0 } == 1, "a's worker was still open beside b's")
         }
