@@ -10,6 +10,8 @@ final class Console: Sendable {
         /// The block's lines, each with the job it shows.
         var entries: [(job: String, line: String)] = []
         var lines: [String] { entries.map(\.line) }
+        /// The process's last lines are written: nothing more is.
+        var sealed = false
     }
 
     /// The stream human messages go to: stdout, or stderr when stdout carries JSON.
@@ -88,6 +90,7 @@ final class Console: Sendable {
     func setLive(_ entries: [(job: String, line: String)]) {
         guard humanIsTerminal else { return }
         live.withLock { live in
+            guard !live.sealed else { return }
             var text = clearing(live.entries.count)
             for entry in entries { text += entry.line + "\n" }
             live.entries = entries
@@ -99,7 +102,7 @@ final class Console: Sendable {
     func removeLive(_ job: String) {
         guard humanIsTerminal else { return }
         live.withLock { live in
-            guard live.entries.contains(where: { $0.job == job }) else { return }
+            guard !live.sealed, live.entries.contains(where: { $0.job == job }) else { return }
             var text = clearing(live.entries.count)
             live.entries.removeAll { $0.job == job }
             for entry in live.entries { text += entry.line + "\n" }
@@ -119,12 +122,36 @@ final class Console: Sendable {
         emit([line], to: descriptor, priority: priority)
     }
 
-    private func emit(_ lines: [String], to descriptor: Int32, priority: Priority) {
-        guard !lines.isEmpty else { return }
+    /// Writes `machine` (when given) and `error`, the process's last lines:
+    /// nothing is written after them. For plugin code that ends the process
+    /// in process: its other threads may still be delivering events, and no
+    /// line may follow the one that says the process ended.
+    func last(machine: String?, error: String) {
+        live.withLock { live in
+            guard !live.sealed else { return }
+            // The status block goes for good: nothing will draw it again.
+            if !live.entries.isEmpty {
+                write(clearing(live.entries.count), to: humanDescriptor)
+                live.entries = []
+            }
+            if let machine { write(text([machine], to: outputDescriptor, priority: .info), to: outputDescriptor) }
+            write(text([error], to: errorDescriptor, priority: .error), to: errorDescriptor)
+            live.sealed = true
+        }
+    }
+
+    private func text(_ lines: [String], to descriptor: Int32, priority: Priority) -> String {
         let prefix = journal.contains(descriptor) ? "<\(priority.rawValue)>" : ""
         var text = ""
         for line in lines { text += prefix + line + "\n" }
+        return text
+    }
+
+    private func emit(_ lines: [String], to descriptor: Int32, priority: Priority) {
+        guard !lines.isEmpty else { return }
+        let text = text(lines, to: descriptor, priority: priority)
         live.withLock { live in
+            guard !live.sealed else { return }
             guard !live.lines.isEmpty else { return write(text, to: descriptor) }
             // A status block is drawn under the last line: lift it, write, put it back.
             write(clearing(live.lines.count), to: humanDescriptor)

@@ -102,17 +102,17 @@ final class Reporter: Sendable {
     }
 
     /// Plugin code called `exit(status)` in the host's process: the run ends
-    /// here, with no summary.
+    /// here, with no summary. These are the process's last lines: an event
+    /// delivered after them (the job's own `started`, on another thread) is
+    /// not written.
     func hostExit(status: Int32, job: String?) {
-        if json {
-            var event = line("host-exit")
-            event.add("job", job)
-            event.add("status", Int64(status))
-            console.machine(event.text)
-        }
+        var event = line("host-exit")
+        event.add("job", job)
+        event.add("status", Int64(status))
         let who = job.map { "Job '\($0)'" } ?? "Plugin code"
-        console.error(
-            "Error: \(who) called exit(\(status)) in the host's process; the run ends here, with no summary "
+        console.last(
+            machine: json ? event.text : nil,
+            error: "Error: \(who) called exit(\(status)) in the host's process; the run ends here, with no summary "
                 + "(exit status \(ExitCode.jobEndedHost)). Run it with --isolate job to contain that.")
     }
 

@@ -31,6 +31,25 @@ import Testing
         return text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).dropLast()
     }
 
+    /// Before: a job that called exit() in process could end the run while
+    /// its own `started` was still being delivered on another thread, and
+    /// that line came after the one saying the process ended (once, under
+    /// AddressSanitizer in CI).
+    @Test func nothingIsWrittenAfterTheLineThatSaysPluginCodeEndedTheProcess() throws {
+        var ends: [Int32] = [0, 0]
+        try #require(pipe(&ends) == 0)
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        defer { close(null) }
+        let reporter = Reporter(console: Console(json: true, output: ends[1], error: null), json: true, verbose: false)
+        reporter.hostExit(status: 0, job: "exits")
+        reporter.event(.started(job: "exits", pluginPath: "/p.so", budget: .seconds(1)))
+        close(ends[1])
+        let text = String(decoding: FileHandle(fileDescriptor: ends[0], closeOnDealloc: true).readDataToEndOfFile(), as: UTF8.self)
+        let lines = text.split(separator: "\n")
+        #expect(lines.count == 1, "\(text)")
+        #expect(lines.last?.contains(#""event":"host-exit""#) == true, "\(text)")
+    }
+
     /// Before: the table was as wide as its longest reason, and wrapped.
     @Test(arguments: [80, 40])
     func theFinalTableFitsTheTerminal(width: Int) throws {
