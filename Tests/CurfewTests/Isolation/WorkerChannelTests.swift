@@ -50,6 +50,40 @@ import Testing
         return false
     }
 
+    /// Before: a shared worker (`--isolate plugin`) kept every ended job's
+    /// runner, walked by its status timer every 100 ms, and the checkpoint
+    /// its run brought (up to 1 MiB): a plugin's jobs, run one after
+    /// another, held memory that grew with their number.
+    @Test func aSharedWorkerKeepsNothingOfAJobThatEnded() throws {
+        let plugin = try Fixtures.compile("runner_jobs.c")
+        let job = try #require(PluginLoader().load(plugin).jobs.first { $0.name == "count" })
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer { pair.forEach { close($0) } }
+        let host = WorkerHost(channel: pair[0], endsLeftovers: false)
+        let deadline = MonotonicClock().now().advanced(by: .seconds(30)).nanoseconds
+        let checkpoint = Base64.encode([UInt8](repeating: 7, count: 4096))
+        let run = """
+            {"type":"run","protocol":\(WorkerProtocol.version),"plugin":"\(plugin)","job":"count","index":\(job.index),\
+            "deadline":\(deadline),"lead":1,"app":"background","state":true,"checkpoint":"\(checkpoint)",\
+            "continuous":false,"last":false,"parameters":{"limit":"3"},"limits":{"memory":0,"cpu":0,"files":0}}
+            """
+        host.start(try JSONReader.parse(Array(run.utf8)))
+        let messages = MessageReader(descriptor: pair[1])
+        var outcome: String?
+        while outcome == nil, let message = messages.next() {
+            if message["type"]?.stringValue == "finished" { outcome = message["outcome"]?.stringValue }
+        }
+        #expect(outcome == "completed")
+        var kept = (host.keptJobCount, host.checkpoints.heldCount)
+        for _ in 0..<5000 where kept != (0, 0) {
+            usleep(1000)
+            kept = (host.keptJobCount, host.checkpoints.heldCount)
+        }
+        #expect(kept.0 == 0, "its runner is kept")
+        #expect(kept.1 == 0, "its checkpoint is kept")
+    }
+
     /// Before: the reader waited in read(2), which a stream socket wakes
     /// each time the peer reads what this side wrote (it has room again):
     /// every message a job sent woke the worker's main thread for nothing,

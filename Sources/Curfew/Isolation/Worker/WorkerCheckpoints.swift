@@ -35,6 +35,14 @@ final class WorkerCheckpoints: CheckpointKeeper {
         state.withLock { $0.saved[job] = bytes }
     }
 
+    /// `job` has ended in this worker: what it saved or was given goes.
+    func forget(job: String) {
+        state.withLock { _ = $0.saved.removeValue(forKey: job) }
+    }
+
+    /// How many jobs' checkpoints this worker holds (for tests).
+    var heldCount: Int { state.withLock { $0.saved.count } }
+
     func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
         state.withLock { $0.saved[job] }
     }

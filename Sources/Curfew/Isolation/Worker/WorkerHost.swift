@@ -33,11 +33,15 @@ final class WorkerHost: Sendable {
     private let state = Mutex(State())
     /// The jobs' checkpoints, which the host keeps.
     let checkpoints: WorkerCheckpoints
+    /// Whether the processes left behind are ended whenever no job runs
+    /// (false only for tests, whose process is not a worker's).
+    private let endsLeftovers: Bool
 
-    init(channel: Int32) {
+    init(channel: Int32, endsLeftovers: Bool = true) {
         let writer = ChannelWriter(channel: channel)
         self.writer = writer
         checkpoints = WorkerCheckpoints { writer.send($0) }
+        self.endsLeftovers = endsLeftovers
     }
 
     private func send(_ line: String) {
@@ -62,7 +66,7 @@ final class WorkerHost: Sendable {
         case .job(let loaded): job = loaded
         case .refused(let why):
             refuse(run, why)
-            return ended(last: last, counted: false)
+            return ended(job: nil, last: last, counted: false)
         }
         let continuous = run["continuous"] == .bool(true)
         let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
@@ -97,7 +101,7 @@ final class WorkerHost: Sendable {
             return !state.statusTimerStarted
         }
         if startTimer { startStatusTimer() }
-        runner.start { _ in self.ended(last: last, counted: true) }
+        runner.start { _ in self.ended(job: jobName, last: last, counted: true) }
     }
 
     /// The job a `run` names, or why the worker cannot run it. A plugin's
@@ -189,6 +193,9 @@ final class WorkerHost: Sendable {
         }
     }
 
+    /// The jobs this worker still keeps a runner for (for tests).
+    var keptJobCount: Int { state.withLock { $0.runners.count } }
+
     func appEvent(_ job: String, _ event: AppEvent, state appState: AppState, deadline: CurfewInstant?) {
         state.withLock { $0.runners[job] }?.appEvent(event, state: appState, deadline: deadline, job: job)
     }
@@ -228,15 +235,24 @@ final class WorkerHost: Sendable {
         if idle { Self.leave() }
     }
 
-    private func ended(last: Bool, counted: Bool) {
+    /// A job has ended (`job`: the one a runner ran), or a run was refused.
+    /// A shared worker keeps nothing of an ended job: not its runner, not
+    /// its checkpoint (up to 1 MiB), so a plugin's many jobs, one after
+    /// another, hold no more than the ones running.
+    private func ended(job: String?, last: Bool, counted: Bool) {
+        if let job { checkpoints.forget(job: job) }
         let exit = state.withLock { state -> Bool in
+            if let job {
+                state.runners[job] = nil
+                state.sentChunks[job] = nil
+            }
             if counted { state.live -= 1 }
             if last { state.last = true }
             // No job runs here now: whatever processes are left, a job that
             // ended left them. Under the lock, so no new job's runner starts
             // meanwhile (a plugin constructor run while loading one could still
             // race this; its process would be ended with the rest).
-            if state.live == 0 { ChildProcesses.endAll() }
+            if state.live == 0 && endsLeftovers { ChildProcesses.endAll() }
             return state.live == 0 && (state.closed || state.last)
         }
         if exit { Self.leave() }
