@@ -188,8 +188,8 @@ public final class Runner: Sendable {
         workers?.starts.withLock { $0 } ?? (0, 0)
     }
 
-    /// How many plugins' workers are open under `--isolate plugin` (for tests).
-    var sharedWorkerCount: Int { workers?.sharedWorkerCount ?? 0 }
+    /// Whether the plugin at `path` has a worker open under `--isolate plugin` (for tests).
+    func hasSharedWorker(for path: String) -> Bool { workers?.hasWorker(for: path) ?? false }
 
     /// The jobs running now, for a live display.
     public func status() -> [JobStatus] {

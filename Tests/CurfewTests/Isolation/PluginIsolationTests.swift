@@ -69,12 +69,19 @@ extension ProcessTests {
             let jobs = try ["a", "b"].map { name in
                 try PluginLoader().load(Fixtures.compile("sibling_job.c", defines: ["JOB_NAME=\"held-\(name)\""])).jobs[0]
             }
-            let openWhileHeld = Mutex<Int?>(nil)
+            // Whether a's worker was open once b's had been made (b is admitted
+            // a moment before its worker is).
+            let openWhileHeld = Mutex<Bool?>(nil)
             let results = await runHoldingTheFirstEnd(jobs) { runner, admitted in
-                openWhileHeld.withLock { $0 = admitted ? runner.sharedWorkerCount : nil }
+                var made = false
+                for _ in 0..<3000 where admitted && !made {
+                    made = runner.hasSharedWorker(for: jobs[1].pluginPath)
+                    if !made { usleep(1000) }
+                }
+                openWhileHeld.withLock { $0 = made ? runner.hasSharedWorker(for: jobs[0].pluginPath) : nil }
             }
             #expect(results.map(\.outcome) == [.completed, .completed])
-            #expect(openWhileHeld.withLock { $0 } == 1, "a's worker was still open beside b's")
+            #expect(openWhileHeld.withLock { $0 } == false, "a's worker was still open beside b's")
         }
 
         /// A plugin's worker leaves when the last of its jobs ends, not at the

@@ -253,9 +253,9 @@ extension WorkerSource {
         }
     }
 
-    /// How many plugins' workers are open (for tests): each is closed as
-    /// the last of its plugin's jobs ends.
-    var sharedWorkerCount: Int { shared.withLock { $0.workers.count } }
+    /// Whether the plugin at `path` has a worker open (for tests): it is
+    /// closed as the last of the plugin's jobs ends.
+    func hasWorker(for path: String) -> Bool { shared.withLock { $0.workers[path] != nil } }
 
     /// Whether a fork server started early waits for its run (for tests).
     static var earlyWaiting: Bool { early.withLock { $0 != nil } }
