@@ -1,7 +1,21 @@
+import Synchronization
+
 /// An armed timer of a ``HookScheduler``: a deadline and the work to run at it.
+///
+/// Firing and cancelling race for the work through one atomic state, so a
+/// cancel takes no lock of the scheduler's: a job that ends cancels its
+/// timers on the thread that is firing others (a burst of expirations),
+/// and each lock taken there was a chance to hand the lock to the other
+/// thread and wait behind it.
 final class TimerEntry: CurfewTimer, @unchecked Sendable {
-    /// `nil` once it fired or was cancelled. Guarded by the owner's lock.
-    var work: (@Sendable () -> Void)?
+    private static let armed: UInt8 = 0
+    private static let fired: UInt8 = 1
+    private static let cancelled: UInt8 = 2
+
+    /// Armed, then fired (taken by the heap) or cancelled, whichever came first.
+    private let state = Atomic<UInt8>(TimerEntry.armed)
+    /// Read and cleared only by whichever moved `state` off armed.
+    private var work: (@Sendable () -> Void)?
     private unowned let owner: HookScheduler
 
     init(work: @escaping @Sendable () -> Void, owner: HookScheduler) {
@@ -9,8 +23,30 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
         self.owner = owner
     }
 
+    /// After it returns, the work does not start (it may be running now, if
+    /// it fired first). Its captures are released here, at once, not at
+    /// the deadline.
     func cancel() {
-        owner.cancel(self)
+        guard state.compareExchange(expected: Self.armed, desired: Self.cancelled, ordering: .acquiringAndReleasing).exchanged else {
+            return
+        }
+        let captures = work
+        work = nil
+        owner.timerCancelled()
+        _ = captures
+    }
+
+    /// For the heap, as the deadline comes: the work, unless it was cancelled.
+    func takeForFiring() -> (@Sendable () -> Void)? {
+        guard state.compareExchange(expected: Self.armed, desired: Self.fired, ordering: .acquiringAndReleasing).exchanged else {
+            return nil
+        }
+        defer { work = nil }
+        return work
+    }
+
+    var isCancelled: Bool {
+        state.load(ordering: .acquiring) == Self.cancelled
     }
 }
 
@@ -18,7 +54,9 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
 /// hold their ordering inline. Its owner guards it with a lock.
 ///
 /// A cancelled timer stays in the heap until it reaches the top, or until
-/// cancelled ones are half the heap, when they all go at once.
+/// cancelled ones are half the heap, when they all go at once. Timers are
+/// cancelled outside the owner's lock (``TimerEntry/cancel()``), so the
+/// owner counts them, and passes its count in.
 ///
 /// The heap holds one reference to each entry, unmanaged, so moving an item
 /// while the owner holds its lock costs no reference counting.
@@ -31,7 +69,7 @@ struct TimerHeap {
         let reference: Unmanaged<TimerEntry>
 
         var isCancelled: Bool {
-            reference._withUnsafeGuaranteedRef { $0.work == nil }
+            reference._withUnsafeGuaranteedRef { $0.isCancelled }
         }
 
         func fires(before other: Item) -> Bool {
@@ -40,11 +78,10 @@ struct TimerHeap {
     }
 
     private var items: [Item] = []
-    private var cancelled = 0
     private var armed: UInt64 = 0
 
-    /// Timers armed and neither fired nor cancelled.
-    var pendingCount: Int { items.count - cancelled }
+    /// Timers in the heap, cancelled ones included.
+    var count: Int { items.count }
 
     /// The earliest deadline in the heap (a cancelled timer's included), or
     /// `nil` when it is empty.
@@ -56,40 +93,46 @@ struct TimerHeap {
         siftUp(items.count - 1)
     }
 
-    /// Takes the entry's work away, so its captures go now, not at its
-    /// deadline; the caller releases what it returns outside its lock.
-    mutating func cancel(_ entry: TimerEntry) -> (@Sendable () -> Void)? {
-        guard let work = entry.work else { return nil }
-        entry.work = nil
-        cancelled += 1
-        if cancelled >= 64 && cancelled * 2 >= items.count {
-            items.removeAll {
-                guard $0.isCancelled else { return false }
-                $0.reference.release()
-                return true
-            }
-            cancelled = 0
-            for index in stride(from: items.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
-        }
-        return work
+    /// Whether cancelled timers, `cancelled` of them by the owner's count,
+    /// are enough to be worth a ``removeCancelled()``: half the heap, and at
+    /// least 64.
+    func wantsCompaction(cancelled: Int) -> Bool {
+        cancelled >= 64 && cancelled * 2 >= items.count
     }
 
-    /// Takes the work of up to `limit` timers due at `now`, in deadline
-    /// order, into `due`; drops cancelled ones it meets at the top.
-    mutating func takeDue(at now: UInt64, limit: Int, into due: inout [@Sendable () -> Void]) {
+    /// Drops every cancelled timer; returns how many went.
+    mutating func removeCancelled() -> Int {
+        let before = items.count
+        items.removeAll {
+            guard $0.isCancelled else { return false }
+            $0.reference.release()
+            return true
+        }
+        for index in stride(from: items.count / 2 - 1, through: 0, by: -1) { siftDown(index) }
+        return before - items.count
+    }
+
+    /// Takes the work of the earliest timer due at `now`, and of those due at
+    /// the very same instant (ties, in the order armed), at most `limit`,
+    /// into `due`; drops cancelled ones it meets at the top and returns how
+    /// many.
+    mutating func takeDue(at now: UInt64, limit: Int, into due: inout [@Sendable () -> Void]) -> Int {
         var taken = 0
-        while let top = items.first, top.deadline <= now || top.isCancelled {
+        var dropped = 0
+        var instant: UInt64?
+        while let top = items.first, top.isCancelled || (instant.map { top.deadline == $0 } ?? (top.deadline <= now)) {
             removeTop()
             let entry = top.reference.takeRetainedValue()
-            if let work = entry.work {
-                entry.work = nil
+            if let work = entry.takeForFiring() {
                 due.append(work)
+                instant = top.deadline
                 taken += 1
-                if taken == limit { return }
+                if taken == limit { break }
             } else {
-                cancelled -= 1
+                dropped += 1
             }
         }
+        return dropped
     }
 
     private mutating func removeTop() {

@@ -75,6 +75,50 @@ import _CurfewShims
         if cancelledBy < deadline { #expect(ran.load(ordering: .relaxed) == 0) }
     }
 
+    /// A job that ends cancels its timers on a thread that may be firing
+    /// others: the cancel must not wait for a thread that holds the lock.
+    @Test func aCancelTakesNoLockOfTheSchedulers() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let ran = Atomic<Int>(0)
+        let timer = scheduler.schedule(at: now() + 3_600_000_000_000) { ran.add(1, ordering: .relaxed) }
+        let cancelled = DispatchSemaphore(value: 0)
+        let returnedWhileLocked = scheduler.whileLocked { () -> Bool in
+            Thread.detach {
+                timer.cancel()
+                cancelled.signal()
+            }
+            return cancelled.wait(timeout: .now() + 2) == .success
+        }
+        #expect(returnedWhileLocked, "the cancel waited for the scheduler's lock")
+        if !returnedWhileLocked { #expect(waited(cancelled)) }
+        #expect(scheduler.pendingTimerCount == 0)
+        timer.cancel()  // a second cancel does nothing
+        #expect(scheduler.pendingTimerCount == 0)
+    }
+
+    /// Timers due together (a microsecond apart, not tied), each of whose
+    /// work waits for the other's to start: they run at once only if no
+    /// thread holds a due timer it has not started while it runs another's
+    /// work (a thread that took a batch did, and a thread the kernel stops
+    /// stopped the whole batch).
+    @Test func aDueTimerIsLeftForAnyThreadWhileAnotherTimersWorkRuns() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let started = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
+        let met = Atomic<Int>(0)
+        let done = DispatchSemaphore(value: 0)
+        let deadline = now() + 50_000_000
+        for index in 0..<2 {
+            _ = scheduler.schedule(at: deadline + UInt64(index) * 1000) {
+                started[index].signal()
+                if started[1 - index].wait(timeout: .now() + 10) == .success { met.add(1, ordering: .relaxed) }
+                started[1 - index].signal()  // lets the other one end, whichever came first
+                done.signal()
+            }
+        }
+        #expect(waited(done) && waited(done))
+        #expect(met.load(ordering: .relaxed) == 2, "one timer's work ran only after the other's gave up waiting")
+    }
+
     @Test func anEarlierTimerArmedWhileTheLeaderWaitsFiresOnTime() {
         let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
         let early = DispatchSemaphore(value: 0)
