@@ -28,7 +28,7 @@ public enum Help {
         OptionSpec(
             names: ["--grace"], value: "duration",
             help: "Lead of the expiration handler before the deadline. (default: 5s, at most a quarter of the budget)"),
-        OptionSpec(names: ["--jobs"], value: "n", help: "Run at most n jobs at once. (default: the number of processors it may run on)"),
+        OptionSpec(names: ["--jobs"], value: "n", help: "Run at most n jobs at once. (default: the number of processors it may run on, within its control group's CPU limit)"),
         OptionSpec(names: ["--only"], value: "name", help: "Run only the named job; repeat for more.", repeatable: true),
         OptionSpec(names: ["--param"], value: "key=value", help: "A parameter every job can read with param(); repeat for more.", repeatable: true),
         OptionSpec(names: ["--allow-continuous"], value: nil, help: "Run continuous jobs, without a budget, until they finish or the host stops: every background mode is allowed."),

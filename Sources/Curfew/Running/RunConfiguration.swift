@@ -43,8 +43,13 @@ public struct RunConfiguration: Sendable {
     var scheduler = HookScheduler.shared
 
     /// The processors this process may run on: its CPU affinity (`taskset`,
-    /// a container's cpuset), not every processor the machine has online.
-    public static var activeProcessorCount: Int { max(1, Int(curfew_shim_usable_cpus())) }
+    /// a container's cpuset), not every processor the machine has online,
+    /// and no more than its control group's CPU limit allows (a container's
+    /// CPU limit, systemd's `CPUQuota=`; see ``CPUQuota``), rounded up.
+    public static var activeProcessorCount: Int {
+        let affinity = max(1, Int(curfew_shim_usable_cpus()))
+        return min(affinity, CPUQuota.processors() ?? affinity)
+    }
 
     public init(
         policy: GrantPolicy = GrantPolicy(), maxConcurrentJobs: Int = RunConfiguration.activeProcessorCount,

@@ -65,7 +65,8 @@ import Testing
               --grace <duration>      Lead of the expiration handler before the deadline.
                                       (default: 5s, at most a quarter of the budget)
               --jobs <n>              Run at most n jobs at once. (default: the number of
-                                      processors it may run on)
+                                      processors it may run on, within its control group's
+                                      CPU limit)
               --only <name>           Run only the named job; repeat for more.
               --param <key=value>     A parameter every job can read with param(); repeat
                                       for more.

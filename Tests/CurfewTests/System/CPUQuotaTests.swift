@@ -1,0 +1,176 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+/// A container's CPU limit or systemd's `CPUQuota=` bounds the processors
+/// Curfew sizes itself by, as its affinity does: read from the process's
+/// control groups, v2 and v1, its own and every one above it, the smallest
+/// limit rounded up; text that does not parse is no limit.
+struct CPUQuotaTests {
+    /// A control-group tree in a scratch folder: `files` by path under it.
+    func tree(_ files: [String: String]) throws -> String {
+        let root = Fixtures.temporaryFolder("cgroup")
+        for (path, text) in files {
+            let full = root + "/" + path
+            try FileManager.default.createDirectory(
+                atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try text.write(toFile: full, atomically: true, encoding: .utf8)
+        }
+        return root
+    }
+
+    func mountLine(_ id: Int, root: String = "/", point: String, type: String, superOptions: String) -> String {
+        "\(id) 23 0:\(id) \(root) \(point) rw,nosuid,nodev,noexec,relatime shared:\(id) - \(type) \(type) \(superOptions)"
+    }
+
+    @Test func theSmallestLimitFromTheGroupUpToTheMountWinsRoundedUp() throws {
+        let root = try tree([
+            "unified/cpu.max": "max 100000\n",
+            "unified/pods/cpu.max": "250000 100000\n",  // 2.5 processors: 3
+            "unified/pods/pod1/cpu.max": "max 100000\n",
+            "unified/pods/pod1/app/cpu.max": "400000 100000\n",
+        ])
+        let proc = try tree([
+            "cgroup": "0::/pods/pod1/app\n",
+            "mountinfo": mountLine(30, point: root + "/unified", type: "cgroup2", superOptions: "rw,nsdelegate") + "\n",
+        ])
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 3)
+    }
+
+    @Test func aV1CPUControllerIsReadAsAV2OneIs() throws {
+        let root = try tree([
+            "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+            "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            "cpu,cpuacct/job/cpu.cfs_quota_us": "50000\n",  // half a processor: 1
+            "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
+            "cpuset/job/cpu.cfs_quota_us": "10000\n",  // not the cpu controller's hierarchy
+            "cpuset/job/cpu.cfs_period_us": "100000\n",
+        ])
+        let proc = try tree([
+            "cgroup": "12:cpuset:/job\n4:cpu,cpuacct:/job\n1:name=systemd:/job\n0::/job\n",
+            "mountinfo": [
+                mountLine(31, point: root + "/cpuset", type: "cgroup", superOptions: "rw,cpuset"),
+                mountLine(32, point: root + "/cpu,cpuacct", type: "cgroup", superOptions: "rw,cpu,cpuacct"),
+            ].joined(separator: "\n") + "\n",
+        ])
+        let folders = CPUQuota.groupFolders(
+            cgroups: try String(contentsOfFile: proc + "/cgroup", encoding: .utf8),
+            mountInfo: try String(contentsOfFile: proc + "/mountinfo", encoding: .utf8))
+        #expect(folders == [CPUQuota.GroupFolder(version: .v1, mountPoint: root + "/cpu,cpuacct", folder: root + "/cpu,cpuacct/job")])
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 1)
+    }
+
+    /// Inside a container the mount's root is the container's own group;
+    /// a path outside the mount's root (another namespace's) is not read.
+    @Test func aGroupIsFoundUnderAMountWhoseRootIsNotTheHierarchysRoot() throws {
+        let root = try tree(["mnt/cpu.max": "150000 100000\n", "mnt/inner/cpu.max": "max 100000\n"])
+        let mounts = mountLine(40, root: "/kubepods/pod9", point: root + "/mnt", type: "cgroup2", superOptions: "rw") + "\n"
+        let inside = CPUQuota.groupFolders(cgroups: "0::/kubepods/pod9/inner\n", mountInfo: mounts)
+        #expect(inside == [CPUQuota.GroupFolder(version: .v2, mountPoint: root + "/mnt", folder: root + "/mnt/inner")])
+        #expect(inside.flatMap { CPUQuota.limits(along: $0) }.map { CPUQuota.processors(quota: $0.quota, period: $0.period) } == [2])
+        #expect(CPUQuota.groupFolders(cgroups: "0::/kubepods/pod10\n", mountInfo: mounts).isEmpty)
+        #expect(CPUQuota.groupFolders(cgroups: "0::/kubepods/pod9x\n", mountInfo: mounts).isEmpty)
+    }
+
+    @Test func noLimitAndTextThatDoesNotParseAreNoLimit() throws {
+        let root = try tree([
+            "u/cpu.max": "max 100000\n",
+            "u/a/cpu.max": "-5 100000\n",
+            "u/a/b/cpu.max": "100000 0\n",
+            "u/a/b/c/cpu.max": "99999999999999999999 100000\n",
+            "u/a/b/c/d/cpu.max": "100000 100000 7\n",
+        ])
+        let proc = try tree([
+            "cgroup": "0::/a/b/c/d\n",
+            "mountinfo": mountLine(30, point: root + "/u", type: "cgroup2", superOptions: "rw") + "\n",
+        ])
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == nil)
+        #expect(CPUQuota.processors(cgroupFile: proc + "/missing", mountInfoFile: proc + "/mountinfo") == nil)
+        #expect(CPUQuota.parseCPUMax("max 100000") == nil)
+        #expect(CPUQuota.parseCFS(quota: "-1\n", period: "100000\n") == nil)
+        #expect(CPUQuota.processors(quota: 1, period: 100_000) == 1)
+        #expect(CPUQuota.processors(quota: .max, period: 1) == Int.max)
+        #expect(CPUQuota.processors(quota: 0, period: 100_000) == 1)
+    }
+
+    @Test func mountPointsWithEscapedSpacesAreRead() {
+        let line = "30 23 0:30 / /sys/fs/my\\040cgroup rw,relatime shared:4 - cgroup2 cgroup2 rw"
+        let mount = CPUQuota.Mount(line[...])
+        #expect(mount?.point == "/sys/fs/my cgroup")
+        #expect(mount?.fileSystem == "cgroup2")
+        #expect(CPUQuota.Mount("30 23 0:30 / /x rw - cgroup2"[...]) == nil, "a line cut short")
+        #expect(CPUQuota.Mount.unescaped("a\\09b\\"[...]) == "a\\09b\\", "not an escape")
+    }
+
+    /// This machine's own groups: the count is never above the affinity's.
+    @Test func theProcessorCountIsTheAffinityBoundedByTheLimit() {
+        let limit = CPUQuota.processors()
+        let count = RunConfiguration.activeProcessorCount
+        #expect(count >= 1)
+        if let limit { #expect(count <= limit) }
+    }
+}
+
+extension ProcessTests {
+    /// `curfew run` started in a control group limited to one processor
+    /// runs its jobs one at a time by default, as under `taskset -c 0`.
+    /// Needs a cpu controller this process may make a group under (root,
+    /// a writable cgroupfs); else it is skipped.
+    @Suite(.timeLimit(.minutes(1))) struct CPUQuotaRunTests {
+        /// A group of one processor's bandwidth, made under this process's
+        /// own, or `nil` when none can be made here.
+        static func makeGroup() -> String? {
+            guard let cgroups = try? String(contentsOfFile: "/proc/self/cgroup", encoding: .utf8),
+                let mounts = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+            else { return nil }
+            for found in CPUQuota.groupFolders(cgroups: cgroups, mountInfo: mounts) {
+                let group = found.folder + "/curfew-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+                guard mkdir(group, 0o755) == 0 else { continue }
+                let limited: Bool
+                switch found.version {
+                case .v1:
+                    limited = write("100000", to: group + "/cpu.cfs_period_us") && write("100000", to: group + "/cpu.cfs_quota_us")
+                case .v2:
+                    _ = write("+cpu", to: found.folder + "/cgroup.subtree_control")
+                    limited = write("100000 100000", to: group + "/cpu.max")
+                }
+                if limited { return group }
+                rmdir(group)
+            }
+            return nil
+        }
+
+        static func write(_ text: String, to path: String) -> Bool {
+            (try? text.write(toFile: path, atomically: false, encoding: .utf8)) != nil
+        }
+
+        static let canLimit: Bool = {
+            guard sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1, let group = makeGroup() else { return false }
+            rmdir(group)
+            return true
+        }()
+
+        /// Both jobs of `pair_jobs.c` in one `curfew run` at `--jobs`' default,
+        /// started in `group` when given: what each logged.
+        func runPair(in group: String?) async throws -> String {
+            let plugin = try Fixtures.compile("pair_jobs.c")
+            let marks = Fixtures.temporaryFolder("marks")
+            let run = [Fixtures.curfewExecutable, "run", "--no-state", "--budget", "20s", "--param", "dir=\(marks)", plugin]
+            let script = group.map { "echo $$ > '\($0)/cgroup.procs' && exec \"$@\"" } ?? "exec \"$@\""
+            let result = try await Fixtures.run("/bin/sh", ["-c", script, "sh"] + run, timeout: .seconds(30))
+            #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
+            return result.stdout
+        }
+
+        @Test(.enabled(if: canLimit, "needs a cpu controller this process may make a group under"))
+        func aGroupLimitedToOneProcessorRunsOneJobAtATime() async throws {
+            let together = try await runPair(in: nil)
+            #expect(together.components(separatedBy: "met").count - 1 == 2, "\(together)")
+            let group = try #require(Self.makeGroup())
+            defer { rmdir(group) }
+            let limited = try await runPair(in: group)
+            #expect(limited.contains("alone"), "both jobs ran at once in a group of one processor: \(limited)")
+        }
+    }
+}
