@@ -45,11 +45,16 @@ public struct RunConfiguration: Sendable {
     /// The processors this process may run on: its CPU affinity (`taskset`,
     /// a container's cpuset), not every processor the machine has online,
     /// and no more than its control group's CPU limit allows (a container's
-    /// CPU limit, systemd's `CPUQuota=`; see ``CPUQuota``), rounded up.
+    /// CPU limit, systemd's `CPUQuota=`; see ``CPUQuota``), rounded up. The
+    /// affinity is read at each call, the limit once a process (the fork
+    /// server reads it before it forks, so a worker reads no file for it).
     public static var activeProcessorCount: Int {
         let affinity = max(1, Int(curfew_shim_usable_cpus()))
-        return min(affinity, CPUQuota.processors() ?? affinity)
+        return min(affinity, cpuLimit ?? affinity)
     }
+
+    /// The control group's CPU limit in whole processors, read at first use.
+    static let cpuLimit: Int? = CPUQuota.processors()
 
     public init(
         policy: GrantPolicy = GrantPolicy(), maxConcurrentJobs: Int = RunConfiguration.activeProcessorCount,
