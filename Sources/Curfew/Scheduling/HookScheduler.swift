@@ -22,10 +22,10 @@ import _CurfewShims
 /// enqueue) and runs the first piece of work it made ready itself, so an
 /// expiration costs one wake; then the next due timer, one at a time,
 /// each left in the heap for any thread until one takes it. A timer's
-/// cancel takes no lock (``TimerEntry``). When no thread is idle to lead and every
-/// thread has been in its piece of work for a monitor tick, the monitor
-/// fires the due timers, so a hook that blocks every thread cannot hold up
-/// a deadline by more than a tick. The monitor is never woken for each
+/// cancel takes no lock (``TimerEntry``). When no thread is idle to lead
+/// and every thread has been in its piece of work for a monitor tick, the
+/// monitor fires the due timers, so a hook that blocks every thread cannot
+/// hold up a deadline by more than a tick. The monitor is never woken for each
 /// piece of work or each deadline of a burst: that kept its core from ever
 /// looking idle to the kernel, which then left a hook thread woken onto
 /// the other's core waiting there for milliseconds.
@@ -59,7 +59,7 @@ public final class HookScheduler: @unchecked Sendable {
     /// stopped them all: now, after a timer's work, the thread runs the
     /// hook it made ready, then takes the next, and every other due timer
     /// stays in the heap for whichever thread runs first. The p99 of 1,000
-    /// jobs' expire hooks went from 0.6 ms to 0.12 ms (BENCHMARKS.md).
+    /// jobs' expire hooks went from 0.57 ms to 0.10 ms (BENCHMARKS.md).
     private static let timersPerTake = 64
 
     // Everything below, the lanes' queues included, is guarded by `mutex`.
