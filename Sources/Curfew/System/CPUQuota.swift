@@ -98,7 +98,7 @@ enum CPUQuota {
                 }
             }
             guard folder != group.mountPoint, let slash = folder.lastIndex(of: "/") else { break }
-            let parent = String(folder[..<slash])
+            let parent = slash == folder.startIndex ? "/" : String(folder[..<slash])
             // Never above the mount point: a folder not under it ends the walk.
             guard parent.count >= group.mountPoint.count, parent.hasPrefix(group.mountPoint) else { break }
             folder = parent
@@ -158,7 +158,8 @@ enum CPUQuota {
         let superOptions: [Substring]
 
         init?(_ line: Substring) {
-            let fields = line.split(separator: " ")
+            // Single spaces: an empty field (a mount with no source) still counts.
+            let fields = line.split(separator: " ", omittingEmptySubsequences: false)
             guard fields.count >= 10, let dash = fields.firstIndex(of: "-"), dash >= 6, dash + 3 < fields.count else {
                 return nil
             }
@@ -172,6 +173,8 @@ enum CPUQuota {
         /// the hierarchy's root); `nil` when the group is not under the
         /// mount's root.
         func folder(of path: String) -> String? {
+            // A group outside this namespace's root reads as "/../…": not ours to walk.
+            guard !path.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) else { return nil }
             let relative: Substring
             if root == "/" {
                 relative = path[...]

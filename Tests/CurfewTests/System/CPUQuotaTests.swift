@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import _CurfewShims
 
 @testable import Curfew
 
@@ -42,9 +43,9 @@ struct CPUQuotaTests {
         let root = try tree([
             "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
             "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-            "cpu,cpuacct/job/cpu.cfs_quota_us": "50000\n",  // half a processor: 1
+            "cpu,cpuacct/job/cpu.cfs_quota_us": "150000\n",  // one and a half processors: 2
             "cpu,cpuacct/job/cpu.cfs_period_us": "100000\n",
-            "cpuset/job/cpu.cfs_quota_us": "10000\n",  // not the cpu controller's hierarchy
+            "cpuset/job/cpu.cfs_quota_us": "10000\n",  // not the cpu controller's hierarchy: 1 if read
             "cpuset/job/cpu.cfs_period_us": "100000\n",
         ])
         let proc = try tree([
@@ -58,7 +59,7 @@ struct CPUQuotaTests {
             cgroups: try String(contentsOfFile: proc + "/cgroup", encoding: .utf8),
             mountInfo: try String(contentsOfFile: proc + "/mountinfo", encoding: .utf8))
         #expect(folders == [CPUQuota.GroupFolder(version: .v1, mountPoint: root + "/cpu,cpuacct", folder: root + "/cpu,cpuacct/job")])
-        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 1)
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 2)
     }
 
     /// Inside a container the mount's root is the container's own group;
@@ -71,6 +72,16 @@ struct CPUQuotaTests {
         #expect(inside.flatMap { CPUQuota.limits(along: $0) }.map { CPUQuota.processors(quota: $0.quota, period: $0.period) } == [2])
         #expect(CPUQuota.groupFolders(cgroups: "0::/kubepods/pod10\n", mountInfo: mounts).isEmpty)
         #expect(CPUQuota.groupFolders(cgroups: "0::/kubepods/pod9x\n", mountInfo: mounts).isEmpty)
+        // Outside the namespace's root (another group's path, as the kernel writes it).
+        let rootMount = mountLine(41, point: root + "/mnt", type: "cgroup2", superOptions: "rw") + "\n"
+        #expect(CPUQuota.groupFolders(cgroups: "0::/../sibling\n", mountInfo: rootMount).isEmpty)
+    }
+
+    /// A mount with no source (two spaces in a row) still reads its super options.
+    @Test func aMountWithAnEmptySourceIsRead() {
+        let mount = CPUQuota.Mount("32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime shared:5 - cgroup  rw,cpu,cpuacct"[...])
+        #expect(mount?.fileSystem == "cgroup")
+        #expect(mount?.superOptions.contains("cpu") == true)
     }
 
     @Test func noLimitAndTextThatDoesNotParseAreNoLimit() throws {
@@ -87,6 +98,11 @@ struct CPUQuotaTests {
         ])
         #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == nil)
         #expect(CPUQuota.processors(cgroupFile: proc + "/missing", mountInfoFile: proc + "/mountinfo") == nil)
+        // The same walk reads a limit that parses: the files above were read, and refused.
+        try FileManager.default.createDirectory(atPath: root + "/u/a/b/c/d/e", withIntermediateDirectories: true)
+        try "300000 100000\n".write(toFile: root + "/u/a/b/c/d/e/cpu.max", atomically: true, encoding: .utf8)
+        try "0::/a/b/c/d/e\n".write(toFile: proc + "/cgroup", atomically: true, encoding: .utf8)
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 3)
         #expect(CPUQuota.parseCPUMax("max 100000") == nil)
         #expect(CPUQuota.parseCFS(quota: "-1\n", period: "100000\n") == nil)
         #expect(CPUQuota.processors(quota: 1, period: 100_000) == 1)
@@ -105,10 +121,9 @@ struct CPUQuotaTests {
 
     /// This machine's own groups: the count is never above the affinity's.
     @Test func theProcessorCountIsTheAffinityBoundedByTheLimit() {
-        let limit = CPUQuota.processors()
+        let affinity = max(1, Int(curfew_shim_usable_cpus()))
         let count = RunConfiguration.activeProcessorCount
-        #expect(count >= 1)
-        if let limit { #expect(count <= limit) }
+        #expect(count == min(affinity, CPUQuota.processors() ?? affinity))
     }
 }
 
@@ -132,7 +147,8 @@ extension ProcessTests {
                 case .v1:
                     limited = write("100000", to: group + "/cpu.cfs_period_us") && write("100000", to: group + "/cpu.cfs_quota_us")
                 case .v2:
-                    _ = write("+cpu", to: found.folder + "/cgroup.subtree_control")
+                    // Only where the cpu controller is on for this group's children
+                    // already: enabling it here is refused while this group holds processes.
                     limited = write("100000 100000", to: group + "/cpu.max")
                 }
                 if limited { return group }
@@ -146,7 +162,7 @@ extension ProcessTests {
         }
 
         static let canLimit: Bool = {
-            guard sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1, let group = makeGroup() else { return false }
+            guard RunConfiguration.activeProcessorCount > 1, let group = makeGroup() else { return false }
             rmdir(group)
             return true
         }()
