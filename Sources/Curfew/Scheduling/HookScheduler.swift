@@ -25,10 +25,10 @@ import _CurfewShims
 /// cancel takes no lock (``TimerEntry``). When no thread is idle to lead
 /// and every thread has been in its piece of work for a monitor tick, the
 /// monitor fires the due timers, so a hook that blocks every thread cannot
-/// hold up a deadline by more than a tick. The monitor is never woken for each
-/// piece of work or each deadline of a burst: that kept its core from ever
-/// looking idle to the kernel, which then left a hook thread woken onto
-/// the other's core waiting there for milliseconds.
+/// hold up a deadline by more than a tick. The monitor is never woken for
+/// each piece of work or each deadline of a burst: that kept its core from
+/// ever looking idle to the kernel, which then left a hook thread woken
+/// onto the other's core waiting there for milliseconds.
 ///
 /// - Important: Start no work and arm no timer on it in a process that will
 ///   `fork` without `exec` (the fork server): a child has none of its threads.

@@ -1,3 +1,5 @@
+import Glibc
+
 /// The CPU bandwidth this process's control group allows: what a container's
 /// CPU limit (Kubernetes' `resources.limits.cpu`) or systemd's `CPUQuota=`
 /// sets. Its CPU affinity can still show every processor of the machine, and
@@ -173,6 +175,9 @@ enum CPUQuota {
         /// the hierarchy's root); `nil` when the group is not under the
         /// mount's root.
         func folder(of path: String) -> String? {
+            // Longer than a path the kernel opens: no file of it can be read,
+            // and the walk up it costs its length at each level.
+            guard path.utf8.count <= Int(PATH_MAX) else { return nil }
             // A group outside this namespace's root reads as "/../…": not ours to walk.
             guard !path.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) else { return nil }
             let relative: Substring

@@ -71,7 +71,7 @@ public enum IsolationWorker {
         Runner.warmUp(job)
         WorkerHost.warmUp(runner)
         Grant.warmUp()
-        _ = RunConfiguration.activeProcessorCount  // the CPU limit's files, read here once
+        _ = RunConfiguration.cpuLimit  // the CPU limit's files, read here once for every fork
     }
 
     /// Runs the worker on the calling thread (the main one) and returns its
