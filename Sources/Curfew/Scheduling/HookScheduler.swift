@@ -80,6 +80,8 @@ public final class HookScheduler: @unchecked Sendable {
     /// Threads firing timers, which look at the ready list next unasked:
     /// each takes one piece of work made ready meanwhile without a wake.
     private var claims = 0
+    /// A thread in ``adoptCurrentThread(after:)``'s setup.
+    private var adopting: Adoption?
     private var timers = TimerHeap()
     /// Timers cancelled and maybe still in the heap: counted as they are
     /// cancelled (outside the lock), less those the heap has dropped.
@@ -231,6 +233,7 @@ public final class HookScheduler: @unchecked Sendable {
                 return
             }
             lane.scheduled = true
+            if keepForAdopter(lane) { return }
             if urgent {
                 pushReadyUrgently(lane)
             } else {
@@ -340,6 +343,14 @@ public final class HookScheduler: @unchecked Sendable {
 
     /// With the lock held.
     private func startThread() {
+        let slot = takeSlot()
+        if !Thread.detach({ [self] in workerLoop(slot: slot) }) {
+            releaseSlot(slot)
+        }
+    }
+
+    /// With the lock held: a slot for a thread joining, counted.
+    private func takeSlot() -> Int {
         let slot: Int
         if let free = busySince.firstIndex(of: Self.freeSlot) {
             slot = free
@@ -349,10 +360,78 @@ public final class HookScheduler: @unchecked Sendable {
         }
         busySince[slot] = 0
         threads += 1
-        if !Thread.detach({ [self] in workerLoop(slot: slot) }) {
-            threads -= 1
-            busySince[slot] = Self.freeSlot
+        return slot
+    }
+
+    /// With the lock held: the slot of a thread that did not join after all.
+    private func releaseSlot(_ slot: Int) {
+        threads -= 1
+        busySince[slot] = Self.freeSlot
+    }
+
+    /// Makes the calling thread one of the scheduler's, if `setup` returns
+    /// true: the first lanes `setup` makes ready (on this thread, at most
+    /// ``adoptedLaneCount``) are kept for it, where no other thread takes
+    /// them and no thread is woken for them, and it runs them next. A
+    /// worker's main thread reads its job's `run`, starts the job, and
+    /// runs its `started` event and its `create` and first chunk itself: a
+    /// wake of a hook thread, on a machine whose cores are busy with other
+    /// jobs, waited for a core (a third of a millisecond on average, beside
+    /// a 1 ms job).
+    ///
+    /// When `setup` returns false, the thread does not join: the lanes kept
+    /// for it go to the other threads, and this returns false at once.
+    /// Otherwise it returns true only if the thread leaves, as a thread
+    /// beyond the base does once it has idled (``idleExitNanoseconds``).
+    ///
+    /// One thread at a time: while one is in its `setup`, another that
+    /// adopts keeps no lanes (its work goes to the ready list as usual).
+    public func adoptCurrentThread(after setup: () -> Bool) -> Bool {
+        let slot = withLock { () -> Int in
+            if adopting == nil { adopting = Adoption(thread: pthread_self()) }
+            return takeSlot()
         }
+        let joins = setup()
+        lock()
+        var kept: [Lane] = []
+        if let adoption = adopting, pthread_equal(adoption.thread, pthread_self()) != 0 {
+            kept = adoption.lanes
+            adopting = nil
+        }
+        guard joins else {
+            releaseSlot(slot)
+            for lane in kept {
+                pushReady(lane)
+                wakeOrGrow()
+            }
+            unlock()
+            return false
+        }
+        unlock()
+        workerLoop(slot: slot, named: false, kept: kept)
+        return true
+    }
+
+    /// How many lanes an adopted thread's setup may keep for it: a job's
+    /// start makes its `started` event ready, then its `create`.
+    static let adoptedLaneCount = 2
+
+    /// A thread in ``adoptCurrentThread(after:)``'s setup, and the lanes it
+    /// made ready and keeps.
+    private struct Adoption {
+        let thread: pthread_t
+        var lanes: [Lane] = []
+    }
+
+    /// With the lock held: whether the calling thread is in its adoption's
+    /// setup and keeps `lane` for itself (not in the ready list, no wake).
+    private func keepForAdopter(_ lane: Lane) -> Bool {
+        guard var adoption = adopting, adoption.lanes.count < Self.adoptedLaneCount,
+            pthread_equal(adoption.thread, pthread_self()) != 0
+        else { return false }
+        adoption.lanes.append(lane)
+        adopting = adoption
+        return true
     }
 
     /// With the lock held: wakes the monitor if it sleeps until told. One
@@ -369,8 +448,13 @@ public final class HookScheduler: @unchecked Sendable {
         if !Thread.detach({ [self] in monitorLoop() }) { monitorStarted = false }
     }
 
-    private func workerLoop(slot: Int) {
-        _ = curfew_shim_name_thread("curfew-hooks")
+    /// - Parameters:
+    ///   - named: Whether the thread takes the hook threads' name (not a
+    ///     process's main thread, whose name is the process's).
+    ///   - kept: Lanes made ready for this thread alone, which it runs
+    ///     first, in order.
+    private func workerLoop(slot: Int, named: Bool = true, kept: [Lane] = []) {
+        if named { _ = curfew_shim_name_thread("curfew-hooks") }
         _ = curfew_shim_set_timer_slack(1)
         var due: [@Sendable () -> Void] = []
         var next: (@Sendable () -> Void)?
@@ -379,6 +463,7 @@ public final class HookScheduler: @unchecked Sendable {
         /// the work its claim took without a wake is this thread's to run.
         var justFired = false
         var idleSince = curfew_shim_monotonic_nanoseconds()
+        var keptLanes = kept[...]
         lock()
         while true {
             // Timers due now, before any hook: whoever is idle fires them.
@@ -403,7 +488,7 @@ public final class HookScheduler: @unchecked Sendable {
                 }
             }
             justFired = false
-            if let lane = popReady() {
+            if let lane = keptLanes.popFirst() ?? popReady() {
                 if leading {
                     leading = false
                     hasLeader = false

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -51,6 +52,26 @@ extension ProcessTests {
             Runner.discardEarlyWorkers()
             #expect(!WorkerSource.earlyWaiting)
             #expect(kill(server, 0) == -1 && errno == ESRCH, "closed and reaped")
+        }
+
+        /// The thread that reads a worker's `run` runs the job's `create`
+        /// and first chunk itself (a wake of a hook thread cost a job a
+        /// third of a millisecond on a busy machine), and a thread started
+        /// then reads the channel: the host's word still reaches the job.
+        @Test(arguments: [true, false])
+        func aWorkersMainThreadRunsItsJobsFirstWork(forking: Bool) async throws {
+            let plugin = try Fixtures.compile("main_thread_job.c")
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
+            configuration.isolation = .job
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            configuration.usesForkServer = forking
+            let lines = Mutex<[String]>([])
+            let runner = Runner(jobs: try PluginLoader().load(plugin).jobs, configuration: configuration, events: { event in
+                if case .log(_, _, let message) = event { lines.withLock { $0.append(message) } }
+            })
+            let results = await runner.run()
+            #expect(results.map(\.outcome) == [.completed])
+            #expect(lines.withLock { $0 } == ["create on the main thread", "chunk on the main thread"])
         }
 
         @Test(arguments: [true, false])

@@ -254,4 +254,88 @@ import Testing
         #expect(fixture.count("tick", "overlaps") == 0)
         #expect(scheduler.threadCount <= 2)
     }
+
+    // MARK: A thread that joins
+
+    /// Starts `body` on a new thread, which may stay in the scheduler for
+    /// good (a thread that joins never leaves while it is one of the base).
+    func onNewThread(_ body: @escaping @Sendable () -> Void) {
+        #expect(Thread.detach(body))
+    }
+
+    /// A worker's main thread joins the hook threads with its job's first
+    /// work: the work its setup made ready runs on it, and no other thread
+    /// is started or woken for it.
+    @Test func theWorkASetupMakesReadyRunsOnTheThreadThatJoins() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let first = scheduler.makeLane()
+        let second = scheduler.makeLane()
+        let ranOnJoiner = Mutex<[Bool]>([])
+        let threadsThen = Mutex<[Int]>([])
+        let done = DispatchSemaphore(value: 0)
+        onNewThread {
+            let joiner = pthread_self()
+            let record: @Sendable () -> Void = {
+                ranOnJoiner.withLock { $0.append(pthread_equal(pthread_self(), joiner) != 0) }
+                threadsThen.withLock { $0.append(scheduler.threadCount) }
+                done.signal()
+            }
+            _ = scheduler.adoptCurrentThread {
+                first.enqueue(record)  // a job's `started` event
+                second.enqueue(record)  // its `create`
+                return true
+            }
+        }
+        #expect(waited(done) && waited(done))
+        #expect(ranOnJoiner.withLock { $0 } == [true, true])
+        #expect(threadsThen.withLock { $0 } == [1, 1], "no thread was started for them")
+    }
+
+    /// A setup that cannot let its thread join (a worker that could make no
+    /// thread to read its channel): the work it made ready, counting on
+    /// that thread, goes to another.
+    @Test func aThreadThatDoesNotJoinLeavesItsWorkToAnother() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let lane = scheduler.makeLane()
+        let elsewhere = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        let joined = Mutex<Bool?>(nil)
+        let returned = DispatchSemaphore(value: 0)
+        onNewThread {
+            let caller = pthread_self()
+            let result = scheduler.adoptCurrentThread {
+                lane.enqueue {
+                    elsewhere.store(pthread_equal(pthread_self(), caller) == 0, ordering: .relaxed)
+                    done.signal()
+                }
+                return false
+            }
+            joined.withLock { $0 = result }
+            returned.signal()
+        }
+        #expect(waited(returned))
+        #expect(joined.withLock { $0 } == false)
+        #expect(waited(done), "the work ran")
+        let ranElsewhere = elsewhere.load(ordering: .relaxed)
+        #expect(ranElsewhere)
+    }
+
+    /// Only what the setup makes ready is kept for the thread that joins:
+    /// work that thread makes ready later, once it runs hooks like any
+    /// other, goes to the ready list and runs (kept, it would never run).
+    @Test func workTheJoinedThreadMakesReadyLaterIsNotKept() {
+        let scheduler = HookScheduler(threads: 2, stall: .seconds(60))
+        let first = scheduler.makeLane()
+        let later = (0..<3).map { _ in scheduler.makeLane() }
+        let done = DispatchSemaphore(value: 0)
+        onNewThread {
+            _ = scheduler.adoptCurrentThread {
+                first.enqueue {
+                    for lane in later { lane.enqueue { done.signal() } }
+                }
+                return true
+            }
+        }
+        for _ in later { #expect(waited(done, seconds: 5)) }
+    }
 }

@@ -75,9 +75,11 @@ public enum IsolationWorker {
     }
 
     /// Runs the worker on the calling thread (the main one) and returns its
-    /// exit status. Synchronous: a scanner starts no thread at all, and a
-    /// job's runner only the ones its job needs; the main thread reads the
-    /// channel.
+    /// exit status. Synchronous: a scanner starts no thread at all. The main
+    /// thread reads the channel up to the first `run`, then becomes one of
+    /// the hook threads and runs that job's `create` and first chunk itself,
+    /// while a thread started then reads the channel; a job's runner starts
+    /// only the other threads its job needs.
     public static func main() -> Int32 {
         var none = sigset_t()
         sigemptyset(&none)
@@ -117,7 +119,24 @@ public enum IsolationWorker {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
             _exit(1)
         }
-        host.start(first)
+        // This thread runs the job's first work itself, and a thread of
+        // its own reads the channel from then on: the job does not wait for
+        // a hook thread to be woken (see `HookScheduler.adoptCurrentThread`).
+        let adopted = HookScheduler.shared.adoptCurrentThread {
+            host.start(first)
+            guard Thread.detach({ read(messages, for: host) }) else { return false }
+            // The job's code runs on this thread now: it starts with a slice
+            // of its own, not what is left of the one its wake began.
+            Thread.takeFreshSlice()
+            return true
+        }
+        if adopted { while true { pause() } }  // it left the hook threads; the process lives on
+        read(messages, for: host)
+    }
+
+    /// Reads the channel's messages after the first `run`, for good: the
+    /// host's end of it closing is the host gone.
+    private static func read(_ messages: MessageReader, for host: WorkerHost) -> Never {
         while let message = messages.next() {
             switch message["type"]?.stringValue {
             case "run": host.start(message)

@@ -1,0 +1,50 @@
+import Dispatch
+import Glibc
+import Synchronization
+import Testing
+import _CurfewShims
+
+@testable import Curfew
+
+/// `curfew_shim_set_slice`, which gives a worker's main thread a fresh
+/// slice before it runs its job's code: it changes the slice and nothing
+/// else about the thread.
+@Suite(.timeLimit(.minutes(1))) struct SliceTests {
+    /// SCHED_IDLE, which the Glibc module does not export.
+    let schedIdle: Int32 = 5
+
+    /// Runs `body` on a thread of its own (what it sets about its thread
+    /// stays there) and returns its result.
+    func onOwnThread(_ body: @escaping @Sendable () -> [Int32]) -> [Int32]? {
+        let result = Mutex<[Int32]?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        guard Thread.detach({
+            let value = body()
+            result.withLock { $0 = value }
+            done.signal()
+        }) else { return nil }
+        done.wait()
+        return result.withLock { $0 }
+    }
+
+    @Test func theThreadKeepsItsNiceValueAndPolicy() throws {
+        let after = onOwnThread { () -> [Int32] in
+            // On Linux, the nice value of "process 0" is the calling thread's.
+            guard setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 7) == 0 else { return [] }
+            let status = curfew_shim_set_slice(0)
+            errno = 0
+            return [status, getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0), sched_getscheduler(0)]
+        }
+        #expect(after == [0, 7, SCHED_OTHER], "the call worked, and the thread is still at nice 7 under SCHED_OTHER")
+    }
+
+    @Test func anIdleThreadIsLeftAlone() throws {
+        let idle = schedIdle
+        let after = onOwnThread { () -> [Int32] in
+            var parameters = sched_param(sched_priority: 0)
+            guard sched_setscheduler(0, idle, &parameters) == 0 else { return [] }
+            return [curfew_shim_set_slice(0), sched_getscheduler(0)]
+        }
+        #expect(after == [EPERM, schedIdle])
+    }
+}
