@@ -440,7 +440,9 @@ int curfew_shim_set_slice(uint64_t nanoseconds) {
     if (syscall(SYS_sched_getattr, 0, &attr, (unsigned)sizeof attr, 0) != 0) return errno;
     if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) return EPERM;
     attr.size = sizeof attr;
-    attr.sched_flags = 0;
+    /* Only the flag this struct's version can carry back (a utilization
+     * clamp's flags would ask for fields it does not have). */
+    attr.sched_flags &= 0x01; /* SCHED_FLAG_RESET_ON_FORK, from <linux/sched.h> */
     attr.sched_runtime = nanoseconds;
     attr.sched_deadline = 0;
     attr.sched_period = 0;

@@ -32,12 +32,12 @@ enum Thread {
     /// hundred microseconds starting the job, then runs its `create` and
     /// first chunk: without this the kernel took the core from it, soon
     /// into the chunk, for the threads the start had made and for other
-    /// processes, and a job of 200 1 ms jobs under `--isolate job` took
+    /// processes, and a run of 200 1 ms jobs under `--isolate job` took
     /// 0.95× as long as before the main thread ran the job, against 0.86×
     /// with it (BENCHMARKS.md). The slice's length is unchanged (the
     /// default); what the call does is put the thread back in the run
-    /// queue, which sets its deadline afresh. Kernels without EEVDF
-    /// (before 6.6) take it as a no-op.
+    /// queue, which sets its deadline afresh. A kernel before EEVDF (6.6)
+    /// has no such deadline: there it costs the call and changes nothing.
     static func takeFreshSlice() {
         _ = curfew_shim_set_slice(0)
     }

@@ -38,6 +38,18 @@ import _CurfewShims
         #expect(after == [0, 7, SCHED_OTHER], "the call worked, and the thread is still at nice 7 under SCHED_OTHER")
     }
 
+    /// A thread that asked for its children to start with the default
+    /// policy (`SCHED_RESET_ON_FORK`) still has that asked after the call.
+    @Test func theThreadKeepsItsResetOnForkFlag() throws {
+        let resetOnFork: Int32 = 0x4000_0000  // SCHED_RESET_ON_FORK, which the Glibc module does not export
+        let after = onOwnThread { () -> [Int32] in
+            var parameters = sched_param(sched_priority: 0)
+            guard sched_setscheduler(0, SCHED_OTHER | resetOnFork, &parameters) == 0 else { return [] }
+            return [curfew_shim_set_slice(0), sched_getscheduler(0)]
+        }
+        #expect(after == [0, SCHED_OTHER | resetOnFork])
+    }
+
     @Test func anIdleThreadIsLeftAlone() throws {
         let idle = schedIdle
         let after = onOwnThread { () -> [Int32] in
