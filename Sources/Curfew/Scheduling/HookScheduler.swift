@@ -386,6 +386,12 @@ public final class HookScheduler: @unchecked Sendable {
     ///
     /// One thread at a time: while one is in its `setup`, another that
     /// adopts keeps no lanes (its work goes to the ready list as usual).
+    ///
+    /// - Important: The kept lanes wait for one another, where the monitor
+    ///   does not see them: the first piece of work `setup` makes ready
+    ///   must not block (a worker's is its `started` event, which it does
+    ///   not send). While the thread has kept lanes left, it fires no
+    ///   timer; the other threads and the monitor do.
     public func adoptCurrentThread(after setup: () -> Bool) -> Bool {
         let slot = withLock { () -> Int in
             if adopting == nil { adopting = Adoption(thread: pthread_self()) }
@@ -466,8 +472,10 @@ public final class HookScheduler: @unchecked Sendable {
         var keptLanes = kept[...]
         lock()
         while true {
-            // Timers due now, before any hook: whoever is idle fires them.
-            if !justFired, let deadline = timers.nextDeadline {
+            // Timers due now, before any hook: whoever is idle fires them
+            // (not a thread with lanes kept for it: a timer's work could
+            // claim it, and then wait behind the kept work unwoken).
+            if keptLanes.isEmpty, !justFired, let deadline = timers.nextDeadline {
                 let now = curfew_shim_monotonic_nanoseconds()
                 if deadline <= now {
                     takeDueTimers(at: now, into: &due)

@@ -24,20 +24,22 @@ enum Thread {
         return created == 0
     }
 
-    /// Gives the calling thread a whole slice of the kernel's, from now:
-    /// for a thread about to run a job's code after its own short work.
+    /// Puts the calling thread back in the kernel's run queue as it runs,
+    /// with the default slice: for a thread about to run a job's code after
+    /// its own short work.
     ///
-    /// A thread's EEVDF deadline is set when it wakes, a slice later (0.7 ms
-    /// and more). A worker's main thread wakes for a `run`, spends a few
-    /// hundred microseconds starting the job, then runs its `create` and
-    /// first chunk: without this the kernel took the core from it, soon
-    /// into the chunk, for the threads the start had made and for other
-    /// processes, and a run of 200 1 ms jobs under `--isolate job` took
-    /// 0.95× as long as before the main thread ran the job, against 0.86×
-    /// with it (BENCHMARKS.md). The slice's length is unchanged (the
-    /// default); what the call does is put the thread back in the run
-    /// queue, which sets its deadline afresh. A kernel before EEVDF (6.6)
-    /// has no such deadline: there it costs the call and changes nothing.
+    /// A worker's main thread wakes for a `run`, spends a few hundred
+    /// microseconds starting the job, then runs its `create` and first
+    /// chunk. Without this call a run of 200 1 ms jobs under `--isolate
+    /// job` took 0.95× as long as before the main thread ran the job; with
+    /// it, 0.86× (Linux 6.18, EEVDF; BENCHMARKS.md). The slice's length is
+    /// unchanged. What the kernel does differently after it was measured,
+    /// not traced: the likeliest cause is that the thread starts the job's
+    /// code with EEVDF's protection of the running thread's slice begun
+    /// afresh, not nearly spent on the start, so the threads that start
+    /// made and other processes' do not take the core soon into the chunk.
+    /// A kernel before 6.12 reads no slice from the call, finds nothing to
+    /// change, and leaves the thread as it was.
     static func takeFreshSlice() {
         _ = curfew_shim_set_slice(0)
     }
