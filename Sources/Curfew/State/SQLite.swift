@@ -55,6 +55,7 @@ final class SQLiteConnection {
     func query(_ sql: String, _ values: [Value] = []) throws(CurfewError) -> [[Value]] {
         let statement = try prepared(sql)
         defer {
+            virtualMachineSteps &+= Int(sqlite3_stmt_status(statement, SQLITE_STMTSTATUS_VM_STEP, 1))
             sqlite3_reset(statement)
             sqlite3_clear_bindings(statement)
         }
@@ -96,6 +97,10 @@ final class SQLiteConnection {
 
     /// The rows the last statement changed.
     var changes: Int { Int(sqlite3_changes64(handle)) }
+
+    /// The steps SQLite's virtual machine has taken for this connection's
+    /// queries: what a query costs, counted, not timed (for tests).
+    private(set) var virtualMachineSteps = 0
 
     private func prepared(_ sql: String) throws(CurfewError) -> OpaquePointer {
         if let statement = statements[sql] { return statement }
