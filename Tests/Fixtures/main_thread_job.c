@@ -1,6 +1,7 @@
-/* One job that logs, from its create and its first chunk, whether the
- * hook runs on its process's main thread: in a worker of its own it
- * does (the thread that read the job's `run` runs its first work). */
+/* Two jobs that log, from their create and first chunk, whether the hook
+ * runs on its process's main thread: in a worker of its own it does (the
+ * thread that read the job's `run` runs its first work); in a plugin's
+ * worker it does not. */
 #define _GNU_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -33,4 +34,6 @@ static void expire(curfew_context *ctx, void *state, curfew_expire_reason reason
 
 CURFEW_JOB(main_thread_job, "main-thread", "Says which thread its hooks run on.", .create = create, .chunk = chunk,
            .expire = expire);
-CURFEW_PLUGIN(host, &main_thread_job)
+CURFEW_JOB(main_thread_job_2, "main-thread-2", "Says which thread its hooks run on.", .create = create, .chunk = chunk,
+           .expire = expire);
+CURFEW_PLUGIN(host, &main_thread_job, &main_thread_job_2)

@@ -54,24 +54,36 @@ extension ProcessTests {
             #expect(kill(server, 0) == -1 && errno == ESRCH, "closed and reaped")
         }
 
-        /// The thread that reads a worker's `run` runs the job's `create`
-        /// and first chunk itself (a wake of a hook thread cost a job a
-        /// third of a millisecond on a busy machine), and a thread started
-        /// then reads the channel: the host's word still reaches the job.
-        @Test(arguments: [true, false])
-        func aWorkersMainThreadRunsItsJobsFirstWork(forking: Bool) async throws {
+        /// In a worker of its own, the thread that reads the `run` runs the
+        /// job's `create` and first chunk itself (a wake of a hook thread
+        /// cost a job a third of a millisecond on a busy machine), and a
+        /// thread started then reads the channel. A plugin's worker keeps
+        /// its main thread for the channel.
+        @Test(arguments: [
+            (Isolation.job, ["main-thread", "main-thread-2"], true, true),
+            (Isolation.job, ["main-thread", "main-thread-2"], false, true),
+            (Isolation.plugin, ["main-thread"], true, false),
+            (Isolation.plugin, ["main-thread", "main-thread-2"], true, false),
+        ])
+        func aWorkerOfItsOwnRunsItsJobsFirstWorkOnItsMainThread(
+            isolation: Isolation, names: [String], forking: Bool, onMain: Bool
+        ) async throws {
             let plugin = try Fixtures.compile("main_thread_job.c")
             var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
-            configuration.isolation = .job
+            configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
             configuration.usesForkServer = forking
-            let lines = Mutex<[String]>([])
-            let runner = Runner(jobs: try PluginLoader().load(plugin).jobs, configuration: configuration, events: { event in
-                if case .log(_, _, let message) = event { lines.withLock { $0.append(message) } }
+            let lines = Mutex<[String: [String]]>([:])
+            let jobs = try PluginLoader().load(plugin).jobs.filter { names.contains($0.name) }
+            let runner = Runner(jobs: jobs, configuration: configuration, events: { event in
+                if case .log(let job, _, let message) = event { lines.withLock { $0[job, default: []].append(message) } }
             })
             let results = await runner.run()
-            #expect(results.map(\.outcome) == [.completed])
-            #expect(lines.withLock { $0 } == ["create on the main thread", "chunk on the main thread"])
+            #expect(results.map(\.outcome) == Array(repeating: .completed, count: names.count))
+            let thread = onMain ? "the main" : "another"
+            for name in names {
+                #expect(lines.withLock { $0[name] } == ["create on \(thread) thread", "chunk on \(thread) thread"], "\(name)")
+            }
         }
 
         @Test(arguments: [true, false])
