@@ -133,16 +133,8 @@ enum CPUQuota {
     }
 
     private static func readText(_ path: String, limit: Int) -> String? {
-        // /proc files say they are empty: read up to the limit, not to their
-        // size, in a buffer that starts small and grows while it fills.
-        var size = min(limit, 16 << 10)
-        var bytes: [UInt8] = []
-        while true {
-            guard let read = try? Syscalls.readPrefix(path, count: size) else { return nil }
-            bytes = read
-            if read.count < size || size == limit { break }
-            size = min(limit, size * 4)
-        }
+        // /proc files say they are empty: read up to the limit, not to their size.
+        guard let bytes = try? Syscalls.readPrefix(path, count: limit) else { return nil }
         var text = String(decoding: bytes, as: UTF8.self)
         if bytes.count == limit, let lastLine = text.lastIndex(of: "\n") {
             text = String(text[...lastLine])  // a line cut at the limit is not read

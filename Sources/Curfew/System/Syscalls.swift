@@ -54,16 +54,23 @@ enum Syscalls {
         return scaled.addingReportingOverflow(Int64(time.tv_nsec)).overflow ? .max : scaled + Int64(time.tv_nsec)
     }
 
-    /// Up to `count` bytes from the start of a file.
+    /// Up to `count` bytes from the start of a file, in one pass. The
+    /// buffer starts at 16 KiB at most and grows as it fills, so a generous
+    /// `count` (a `/proc` file says it is empty: its size is no bound) costs
+    /// only what the file holds.
     static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
         let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: count)
+        let count = max(count, 0)
+        var buffer = [UInt8](repeating: 0, count: min(count, 16 << 10))
         var filled = 0
         while filled < count {
+            if filled == buffer.count {
+                buffer += [UInt8](repeating: 0, count: min(count, buffer.count * 4) - buffer.count)
+            }
             let n = buffer.withUnsafeMutableBytes { bytes in
-                retryingEINTR { read(fd, bytes.baseAddress! + filled, count - filled) }
+                retryingEINTR { read(fd, bytes.baseAddress! + filled, bytes.count - filled) }
             }
             if n < 0 { throw SystemError(errno: errno) }
             if n == 0 { break }

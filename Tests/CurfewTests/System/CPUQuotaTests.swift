@@ -39,6 +39,18 @@ struct CPUQuotaTests {
         #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 3)
     }
 
+    /// A mountinfo longer than the reader's first buffer (16 KiB) is read
+    /// whole, in one pass: the cgroup mount after 400 others is found.
+    @Test func aLongMountInfoIsReadWhole() throws {
+        let root = try tree(["unified/app/cpu.max": "150000 100000\n"])
+        let others = (0..<400).map { mountLine(100 + $0, point: "/srv/volume-\($0)", type: "ext4", superOptions: "rw") }
+        let mounts = others + [mountLine(30, point: root + "/unified", type: "cgroup2", superOptions: "rw")]
+        let text = mounts.joined(separator: "\n") + "\n"
+        #expect(text.utf8.count > 16 << 10)
+        let proc = try tree(["cgroup": "0::/app\n", "mountinfo": text])
+        #expect(CPUQuota.processors(cgroupFile: proc + "/cgroup", mountInfoFile: proc + "/mountinfo") == 2)
+    }
+
     @Test func aV1CPUControllerIsReadAsAV2OneIs() throws {
         let root = try tree([
             "cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
