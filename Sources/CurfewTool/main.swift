@@ -21,8 +21,8 @@ if [IsolationWorker.forkServerArgument, IsolationWorker.argument].contains(argum
 if arguments.first == IsolationWorker.forkServerArgument {
     // The fork server, started by a host running isolated: each child it
     // forks goes on as a worker; the server itself leaves when the host is done.
-    guard IsolationWorker.serveForks() else { exit(0) }
-    exit(IsolationWorker.main())
+    IsolationWorker.serveForks()
+    exit(0)
 }
 if arguments.first == IsolationWorker.argument {
     // A worker, started by a host running isolated.

@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
@@ -277,15 +278,9 @@ static void on_parent_death(int number) {
     if (getppid() != fork_server_host) kill(getpid(), SIGKILL);
 }
 
-int curfew_shim_fork_server(int control) {
-    /* A thread just joined (the warm-up's) can stay in /proc/self/task for a
-     * moment after pthread_join returns: wait for it, at most a second. */
-    int threads = thread_count();
-    for (int waited = 0; threads > 1 && waited < 2000; waited++) {
-        usleep(500);
-        threads = thread_count();
-    }
-    if (threads != 1) return -2;
+/* The loop, on the thread that forks (see curfew_shim_fork_server). Returns
+ * 0 in a forked child, -1 in the server when the host is done. */
+static int serve_forks(int control) {
     fork_server_host = getppid();
     if (curfew_shim_child_pipe() < 0) return -1;
     /* What a worker's job started and left behind comes here when the worker dies. */
@@ -401,6 +396,62 @@ int curfew_shim_fork_server(int control) {
     /* What dead workers left behind came here (a subreaper): it goes too. */
     curfew_shim_kill_children(NULL, 0, 64);
     return -1;
+}
+
+struct fork_server_start {
+    int control;
+    void (*child)(void);
+    int result;
+};
+
+static void *fork_server_thread(void *argument) {
+    struct fork_server_start *start = argument;
+    if (serve_forks(start->control) == 0) {
+        start->child();
+        _exit(0);
+    }
+    start->result = -1;
+    return NULL;
+}
+
+/* Whether the process has one thread, within a second: a thread just joined
+ * (a warm-up's) can stay in /proc/self/task for a moment after pthread_join
+ * returns. */
+static int single_threaded(void) {
+    int threads = thread_count();
+    for (int waited = 0; threads > 1 && waited < 2000; waited++) {
+        usleep(500);
+        threads = thread_count();
+    }
+    return threads == 1;
+}
+
+int curfew_shim_fork_server(int control) {
+    if (!single_threaded()) return -2;
+    return serve_forks(control);
+}
+
+int curfew_shim_fork_server_on_fresh_thread(int control, void (*child)(void)) {
+    if (!single_threaded()) return -2;
+    /* Forks come from a thread that has run no Swift. Swift's runtime keeps
+     * each thread's id in a thread-local the first time the thread takes one
+     * of its locks (a lazy global's once, a Mutex), and a forked child's one
+     * thread keeps its parent's copy: a lock it takes then holds the server's
+     * thread id, and a thread of the worker that waits for it spins in
+     * FUTEX_LOCK_PI for good, as does the holder's unlock. This thread's
+     * copy is still unread, so each child reads its own id. This (main)
+     * thread waits in pthread_join, holding no lock a child could need. */
+    struct fork_server_start start = {control, child, -1};
+    pthread_attr_t attributes;
+    if (pthread_attr_init(&attributes) != 0) return -1;
+    /* The worker's first thread runs plugin code: a main thread's stack. */
+    pthread_attr_setstacksize(&attributes, 8u << 20);
+    pthread_t thread;
+    int created = pthread_create(&thread, &attributes, fork_server_thread, &start);
+    pthread_attr_destroy(&attributes);
+    if (created != 0) return -1;
+    pthread_join(thread, NULL);
+    return start.result;
 }
 
 void curfew_shim_stdout_line_buffered(void) {

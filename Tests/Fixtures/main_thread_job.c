@@ -1,7 +1,6 @@
 /* Two jobs that log, from their create and first chunk, whether the hook
- * runs on its process's main thread: in a worker of its own it does (the
- * thread that read the job's `run` runs its first work); in a plugin's
- * worker it does not. */
+ * runs on its process's main thread: a worker's first job's do (the
+ * thread that read the job's `run` runs its first work). */
 #define _GNU_SOURCE
 #include <curfew.h>
 #include <stdio.h>

@@ -43,34 +43,6 @@ enum Thread {
     static func takeFreshSlice() {
         _ = curfew_shim_set_slice(0)
     }
-
-    /// Runs `body` on a new thread and returns its result once it ends: how
-    /// a fork server runs Swift that locks a `Mutex` before it forks.
-    ///
-    /// Swift's `Mutex` stores its holder's thread id, which each thread
-    /// reads the first time it locks one and keeps. A forked child's one
-    /// thread keeps what its parent's forking thread had read, so if that
-    /// thread ever locked a `Mutex`, a `Mutex` the child's thread holds while
-    /// another thread waits for it ends the child ("Unknown error occurred
-    /// while attempting to acquire a Mutex"). A thread that never locked one
-    /// forks safely. `nil` when no thread could be made.
-    static func runJoined(_ body: @escaping @Sendable () -> Int32) -> Int32? {
-        final class Box: @unchecked Sendable {
-            let body: @Sendable () -> Int32
-            var result: Int32 = 0
-            init(_ body: @escaping @Sendable () -> Int32) { self.body = body }
-        }
-        let box = Box(body)
-        var thread = pthread_t()
-        let created = pthread_create(&thread, nil, { argument in
-            let box = Unmanaged<Box>.fromOpaque(argument!).takeUnretainedValue()
-            box.result = box.body()
-            return nil
-        }, Unmanaged.passUnretained(box).toOpaque())
-        guard created == 0 else { return nil }
-        pthread_join(thread, nil)
-        return box.result
-    }
 }
 
 /// Threads kept for the next piece of blocking work: one whose work ends

@@ -44,8 +44,18 @@ int curfew_shim_wait_exited(int pid);
  * Returns 0 in a forked child, with the three descriptors on 3, 1 and 2, in
  * a process group of its own, with default signals: it goes on as a
  * worker. Returns -1 when the host closes the socket, -2 when the process is
- * not single-threaded within a second (forking it would be unsafe). */
+ * not single-threaded within a second (forking it would be unsafe).
+ * For a process that has run no Swift (the scanner's server). */
 int curfew_shim_fork_server(int control);
+
+/* The same loop, for a process that has run Swift: on a thread of its own,
+ * started here, that has run none, while the calling thread waits for it.
+ * A forked child's one thread is that thread, so what Swift's runtime keeps
+ * per thread (the thread's id, which its locks store the first time the
+ * thread takes one) is the child's own, not the caller's. A child calls
+ * `child` to go on as a worker and exits when it returns; only the server
+ * returns here: -1 when the host closes the socket, -2 as above. */
+int curfew_shim_fork_server_on_fresh_thread(int control, void (*child)(void));
 
 /* Sends `text` with three descriptors over a SOCK_SEQPACKET socket. */
 int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]);

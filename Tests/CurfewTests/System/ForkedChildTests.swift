@@ -5,12 +5,34 @@ import Testing
 @testable import Curfew
 
 extension ProcessTests {
-    /// A fork server locks Swift `Mutex`es only on a thread other than the
-    /// one that forks: Swift's `Mutex` keeps each thread's id, and a forked
-    /// child's one thread has its parent's forking thread's.
+    /// A fork server forks from a thread that has locked no Swift `Mutex`
+    /// (`curfew_shim_fork_server_on_fresh_thread`): Swift's `Mutex` keeps
+    /// each thread's id, and a forked child's one thread has its parent's
+    /// forking thread's. (The runtime's lock for making a lazy global does
+    /// the same: `FoundationPluginTests` runs a job that contends for one.)
     @Suite(.timeLimit(.minutes(1))) struct ForkedChildTests {
         final class Shared: @unchecked Sendable {
             let mutex = Mutex(0)
+        }
+
+        /// Runs `body` on a new thread and returns its result once it ends;
+        /// `nil` when no thread could be made.
+        func runJoined(_ body: @escaping @Sendable () -> Int32) -> Int32? {
+            final class Box: @unchecked Sendable {
+                let body: @Sendable () -> Int32
+                var result: Int32 = 0
+                init(_ body: @escaping @Sendable () -> Int32) { self.body = body }
+            }
+            let box = Box(body)
+            var thread = pthread_t()
+            let created = pthread_create(&thread, nil, { argument in
+                let box = Unmanaged<Box>.fromOpaque(argument!).takeUnretainedValue()
+                box.result = box.body()
+                return nil
+            }, Unmanaged.passUnretained(box).toOpaque())
+            guard created == 0 else { return nil }
+            pthread_join(thread, nil)
+            return box.result
         }
 
         /// Locks `shared.mutex` once (on a joined thread when `joined`), then
@@ -18,12 +40,12 @@ extension ProcessTests {
         /// thread waits for it. The child's exit status, or the signal that
         /// ended it (negated).
         func contendInChild(_ shared: Shared, joined: Bool) -> Int32 {
-            Thread.runJoined({ forkAndContend(shared, joined: joined) }) ?? 99
+            runJoined({ forkAndContend(shared, joined: joined) }) ?? 99
         }
 
         func forkAndContend(_ shared: Shared, joined: Bool) -> Int32 {
             if joined {
-                _ = Thread.runJoined { shared.mutex.withLock { $0 += 1 }; return 0 }
+                _ = runJoined { shared.mutex.withLock { $0 += 1 }; return 0 }
             } else {
                 shared.mutex.withLock { $0 += 1 }  // the forking thread's id is now kept
             }

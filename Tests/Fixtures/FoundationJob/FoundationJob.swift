@@ -38,5 +38,5 @@ struct FoundationJob: Job {
 
 @_cdecl("curfew_plugin_entry")
 public func curfewPluginEntry(_ host: CurfewHostTable?) -> CurfewPluginDescriptor? {
-    CurfewPlugin.export(host: host, jobs: [FoundationJob.self])
+    CurfewPlugin.export(host: host, jobs: [FoundationJob.self, ContendedGlobalJob.self])
 }

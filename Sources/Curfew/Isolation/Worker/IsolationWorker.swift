@@ -22,10 +22,6 @@ public enum IsolationWorker {
     /// The hidden first argument that starts `curfew` as a fork server.
     public static let forkServerArgument = "__forkserver"
 
-    /// Serves forks on fd 3 (see `curfew_shim_fork_server`). Returns true in a
-    /// forked child, which goes on as a worker (`main()`); in the server
-    /// itself it returns false when the host is done, or when the process is
-    /// not single-threaded and forking it would be unsafe.
     /// For a helper the host started (a worker, the fork server, a
     /// scanner): asks for SIGKILL when the host dies, then checks that the
     /// host, named in the environment, is still its parent — it may have
@@ -39,12 +35,23 @@ public enum IsolationWorker {
         return curfew_shim_die_with_parent(host) == 0
     }
 
-    public static func serveForks() -> Bool {
-        // The warm-up locks Swift `Mutex`es, so it runs on a thread of its own,
-        // gone before the first fork: the thread that forks must never have
-        // held one (see ``Thread/runJoined(_:)``).
-        guard Thread.runJoined({ warmUp(); return 0 }) != nil else { return false }
-        return curfew_shim_fork_server(WorkerProtocol.channelDescriptor) == 0
+    /// Serves forks on fd 3, and returns when the host is done, or at once
+    /// when the process is not single-threaded and forking it would be
+    /// unsafe. Each forked child goes on as a worker (``main()``) and exits;
+    /// it never returns here.
+    ///
+    /// The forks come from a thread that has run no Swift
+    /// (`curfew_shim_fork_server_on_fresh_thread`), not from this one: Swift
+    /// keeps each thread's id the first time the thread takes one of its
+    /// locks (a `Mutex`, or the runtime's for making a lazy global), a
+    /// forked child's one thread inherits its parent's copy, and a lock the
+    /// child then takes holds the parent's id. Another thread that waits
+    /// for it spins in the kernel's refusal for good, as does the holder's
+    /// unlock: a worker's job whose `create` made a global another thread
+    /// waited for ran until its deadline killed it.
+    public static func serveForks() {
+        warmUp()
+        _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { exit(IsolationWorker.main()) }
     }
 
     /// Does once, in the server, the first-time work every child would do
@@ -74,13 +81,12 @@ public enum IsolationWorker {
         _ = RunConfiguration.cpuLimit  // the CPU limit's files, read here once for every fork
     }
 
-    /// Runs the worker on the calling thread (the main one) and returns its
-    /// exit status. Synchronous: a scanner starts no thread at all. The main
-    /// thread reads the channel up to the first `run`; in a worker of its
-    /// own (`--isolate job`) it then becomes one of the hook threads and
-    /// runs the job's `create` and first chunk itself, while a thread
-    /// started then reads the channel. A job's runner starts only the other
-    /// threads its job needs.
+    /// Runs the worker on the calling thread (the process's first) and
+    /// returns its exit status. Synchronous: a scanner starts no thread at
+    /// all. The thread reads the channel up to the first `run`, then becomes
+    /// one of the hook threads and runs the job's `create` and first chunk
+    /// itself, while a thread started then reads the channel. A job's
+    /// runner starts only the other threads its job needs.
     public static func main() -> Int32 {
         var none = sigset_t()
         sigemptyset(&none)
@@ -120,17 +126,9 @@ public enum IsolationWorker {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
             _exit(1)
         }
-        // A worker of its own (`--isolate job`: the `run` is its last): this
-        // thread runs the job's first work itself, and a thread of its own
-        // reads the channel from then on, so the job does not wait for a
-        // hook thread to be woken (see `HookScheduler.adoptCurrentThread`).
-        // A plugin's worker keeps this thread for the channel: with it among
-        // the hook threads, a job's expiry sometimes did not end by its
-        // deadline under the test suite's load (the cause is not found).
-        guard first["last"] == .bool(true) else {
-            host.start(first)
-            read(messages, for: host)
-        }
+        // This thread runs the first job's first work itself, and a thread of
+        // its own reads the channel from then on, so the job does not wait for
+        // a hook thread to be woken (see `HookScheduler.adoptCurrentThread`).
         let adopted = HookScheduler.shared.adoptCurrentThread {
             host.start(first)
             guard Thread.detach({ read(messages, for: host) }) else { return false }
