@@ -267,15 +267,21 @@ static void reap_exited(int control) {
  * no reason to use. */
 #define CURFEW_PARENT_DEATH_SIGNAL (SIGRTMAX - 1)
 
-/* The host: the fork server's parent. */
+/* The host: the fork server's parent; and the fork server. */
 static pid_t fork_server_host;
+static pid_t fork_server;
 
-/* A forked worker's parent-death signal. When the fork server dies (a
- * worker can kill it) the worker has come to the host, a subreaper, and
- * lives on; when the host dies, so does the worker. */
+/* A forked worker's parent-death signal, which comes each time the thread
+ * that is its parent ends. When the fork server dies (a worker can kill
+ * it) the worker has come to the host, a subreaper, and lives on; when the
+ * host dies, so does the worker. The thread that forked it can end before
+ * the server's other thread (the one that started it) as the server dies:
+ * the worker is that thread's for a moment, still the server's, and the
+ * signal comes again when that thread ends. */
 static void on_parent_death(int number) {
     (void)number;
-    if (getppid() != fork_server_host) kill(getpid(), SIGKILL);
+    pid_t parent = getppid();
+    if (parent != fork_server_host && parent != fork_server) kill(getpid(), SIGKILL);
 }
 
 /* The loop, on the thread that forks (see curfew_shim_fork_server). Returns
@@ -286,6 +292,7 @@ static int serve_forks(int control) {
     /* What a worker's job started and left behind comes here when the worker dies. */
     curfew_shim_become_subreaper();
     pid_t server = getpid();
+    fork_server = server;
     unsigned long sequence = 0;
     for (;;) {
         struct pollfd polls[2] = {{control, POLLIN, 0}, {child_pipe[0], POLLIN, 0}};
@@ -414,9 +421,9 @@ static void *fork_server_thread(void *argument) {
     return NULL;
 }
 
-/* Whether the process has one thread, within a second: a thread just joined
- * (a warm-up's) can stay in /proc/self/task for a moment after pthread_join
- * returns. */
+/* Whether the process has one thread, within a second: a thread that has
+ * just ended (one a server's start joined) can stay in /proc/self/task for
+ * a moment after pthread_join returns. */
 static int single_threaded(void) {
     int threads = thread_count();
     for (int waited = 0; threads > 1 && waited < 2000; waited++) {
@@ -442,14 +449,10 @@ int curfew_shim_fork_server_on_fresh_thread(int control, void (*child)(void)) {
      * copy is still unread, so each child reads its own id. This (main)
      * thread waits in pthread_join, holding no lock a child could need. */
     struct fork_server_start start = {control, child, -1};
-    pthread_attr_t attributes;
-    if (pthread_attr_init(&attributes) != 0) return -1;
-    /* The worker's first thread runs plugin code: a main thread's stack. */
-    pthread_attr_setstacksize(&attributes, 8u << 20);
+    /* The default attributes: a stack as big as the stack limit says (glibc
+     * sizes every thread's so), as a spawned worker's main thread may grow. */
     pthread_t thread;
-    int created = pthread_create(&thread, &attributes, fork_server_thread, &start);
-    pthread_attr_destroy(&attributes);
-    if (created != 0) return -1;
+    if (pthread_create(&thread, NULL, fork_server_thread, &start) != 0) return -1;
     pthread_join(thread, NULL);
     return start.result;
 }

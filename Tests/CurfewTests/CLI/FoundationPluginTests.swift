@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -10,32 +11,38 @@ extension ProcessTests {
     @Suite(.timeLimit(.minutes(1))) struct FoundationPluginTests {
         static let plugin = Fixtures.buildFolder + "/libFixtureFoundationJob.so"
 
-        /// `curfew run` of one of the plugin's jobs, under `isolation`.
-        func run(_ job: String, _ isolation: Isolation) async throws -> (status: Int32, stdout: String, stderr: String) {
-            try await Fixtures.run(
-                Fixtures.curfewExecutable,
-                ["run", "--budget", "5s", "--isolate", isolation.rawValue, "--only", job, Self.plugin],
-                timeout: .seconds(20))
-        }
-
         @Test(arguments: Isolation.allCases)
         func aRunWithAFoundationPluginEnds(isolation: Isolation) async throws {
-            let result = try await run("foundation-job", isolation)
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", "--budget", "5s", "--isolate", isolation.rawValue, "--only", "foundation-job", Self.plugin],
+                timeout: .seconds(20))
             #expect(result.status == 0, "stderr: \(result.stderr)")
             #expect(result.stdout.contains("foundation-job: completed"), "stdout: \(result.stdout)")
         }
 
         /// A Swift job's `create` makes a lazy global while a thread of its
-        /// own waits for it. A worker's first thread runs the `create`;
-        /// forked with the fork server's per-thread record of its id, it
-        /// held the global's lock under the server's id, and both threads
-        /// spun until the deadline killed the worker.
-        @Test(arguments: Isolation.allCases)
-        func aLazyGlobalTwoThreadsOfAJobWaitForIsMadeOnce(isolation: Isolation) async throws {
-            let result = try await run("contended-global", isolation)
-            #expect(result.status == 0, "stderr: \(result.stderr)")
-            #expect(result.stdout.contains("both threads read the global, 42"), "stdout: \(result.stdout)")
-            #expect(result.stdout.contains("contended-global: completed"), "stdout: \(result.stdout)")
+        /// own waits for it, in a worker forked by the fork server and in
+        /// one spawned. A worker's first thread runs the `create`; forked
+        /// from a server thread that had run Swift, it held the global's
+        /// lock under the server's thread id, and both threads spun until
+        /// the deadline killed the worker.
+        @Test(arguments: [(Isolation.job, true), (.job, false), (.plugin, true), (.plugin, false)])
+        func aLazyGlobalTwoThreadsOfAJobWaitForIsMadeOnce(isolation: Isolation, forking: Bool) async throws {
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
+            configuration.isolation = isolation
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            configuration.usesForkServer = forking
+            let lines = Mutex<[String]>([])
+            let jobs = try PluginLoader().load(Self.plugin).jobs.filter { $0.name == "contended-global" }
+            let runner = Runner(jobs: jobs, configuration: configuration, events: { event in
+                if case .log(_, _, let message) = event { lines.withLock { $0.append(message) } }
+            })
+            let results = await runner.run()
+            #expect(results.map(\.outcome) == [.completed], "\(results.map(\.reason))")
+            #expect(lines.withLock { $0 } == ["both threads read the global, 42"])
+            // The path asked for is the one taken: a forked worker is the case that hung.
+            #expect(runner.workerStarts == (forked: forking ? 1 : 0, spawned: forking ? 0 : 1))
         }
 
         @Test func curfewTestWithAFoundationPluginEnds() async throws {

@@ -6,13 +6,14 @@ import Testing
 @testable import Curfew
 
 extension ProcessTests {
-    /// The fork server serves only while it has one thread; its warm-up runs
-    /// on a thread of its own, which can stay in `/proc/self/task` for a
-    /// moment after it is joined (a C loop of create, join and count saw two
-    /// threads 55 times in 20,000). A server that counted two refused to
-    /// serve, its host fell back to spawning, and a scan test saw a worker
-    /// whose parent was not the fork server (once in 30 runs). Each start here
-    /// is a chance for that race: rare, so this guards more than it proves.
+    /// The fork server serves only while it has one thread. Its warm-up ran
+    /// on a thread of its own once, which could stay in `/proc/self/task`
+    /// for a moment after it was joined (a C loop of create, join and count
+    /// saw two threads 55 times in 20,000). A server that counted two
+    /// refused to serve, its host fell back to spawning, and a scan test saw
+    /// a worker whose parent was not the fork server (once in 30 runs). Each
+    /// start here is a chance for a race of that kind: rare, so this guards
+    /// more than it proves.
     @Suite(.timeLimit(.minutes(2))) struct ForkServerStartTests {
         @Test func everyFreshForkServerForks() throws {
             let environment = WorkerProtocol.helperEnvironment()

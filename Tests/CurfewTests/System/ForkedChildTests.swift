@@ -5,11 +5,12 @@ import Testing
 @testable import Curfew
 
 extension ProcessTests {
-    /// A fork server forks from a thread that has locked no Swift `Mutex`
-    /// (`curfew_shim_fork_server_on_fresh_thread`): Swift's `Mutex` keeps
-    /// each thread's id, and a forked child's one thread has its parent's
-    /// forking thread's. (The runtime's lock for making a lazy global does
-    /// the same: `FoundationPluginTests` runs a job that contends for one.)
+    /// Why a fork server forks from a thread that has run no Swift
+    /// (`curfew_shim_fork_server_on_fresh_thread`), shown for `Mutex`:
+    /// Swift's `Mutex` keeps each thread's id, and a forked child's one
+    /// thread has its parent's forking thread's. The runtime's lock for
+    /// making a lazy global does the same; `FoundationPluginTests` runs a
+    /// job that contends for one in workers the server forked.
     @Suite(.timeLimit(.minutes(1))) struct ForkedChildTests {
         final class Shared: @unchecked Sendable {
             let mutex = Mutex(0)

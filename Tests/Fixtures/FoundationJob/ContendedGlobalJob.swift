@@ -8,11 +8,14 @@ import Foundation
 
 /// Signalled by `slowGlobal`'s initializer as it begins.
 private let initializing = DispatchSemaphore(value: 0)
+/// Signalled by the other thread just before it reads `slowGlobal`.
+private let reading = DispatchSemaphore(value: 0)
 
-/// A global that takes a tenth of a second to make: the waiting thread
-/// comes to its lock meanwhile.
+/// A global whose making waits for the other thread to come to read it,
+/// then a tenth of a second more: that thread waits for its lock meanwhile.
 private let slowGlobal: Int = {
     initializing.signal()
+    reading.wait()
     usleep(100_000)
     return 42
 }()
@@ -25,6 +28,7 @@ struct ContendedGlobalJob: Job {
         let read = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
             initializing.wait()
+            reading.signal()
             precondition(slowGlobal == 42)
             read.signal()
         }

@@ -48,7 +48,9 @@ public enum IsolationWorker {
     /// child then takes holds the parent's id. Another thread that waits
     /// for it spins in the kernel's refusal for good, as does the holder's
     /// unlock: a worker's job whose `create` made a global another thread
-    /// waited for ran until its deadline killed it.
+    /// waited for ran until its deadline killed it. When the thread cannot
+    /// be made, or the server cannot watch its children, it returns as when
+    /// the host is done: the host then spawns each worker instead.
     public static func serveForks() {
         warmUp()
         _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { exit(IsolationWorker.main()) }
@@ -57,7 +59,7 @@ public enum IsolationWorker {
     /// Does once, in the server, the first-time work every child would do
     /// (type metadata, protocol conformances, the JSON reader and writer, the
     /// runner's types), so each fork inherits it. Starts no thread: the server
-    /// forks only while it has one.
+    /// serves only while it has one (and the thread it forks from).
     static func warmUp() {
         let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0},"paths":["/p.so"]}"#
         guard let run = try? JSONReader.parse(Array(sample.utf8)) else { return }

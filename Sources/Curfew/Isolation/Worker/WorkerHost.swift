@@ -275,7 +275,8 @@ final class ChannelWriter: Sendable {
 
 /// Reads JSON Lines from a descriptor, blocking.
 final class MessageReader: @unchecked Sendable {
-    // Safe because one thread reads: the worker's main.
+    // Safe because one thread at a time reads: the worker's first, up to the
+    // first `run`, then the thread it starts for the channel.
     private let descriptor: Int32
     private var buffer = LineBuffer()
     private var ready: [String] = []
