@@ -421,9 +421,11 @@ static void *fork_server_thread(void *argument) {
     return NULL;
 }
 
-/* Whether the process has one thread, within a second: a thread that has
- * just ended (one a server's start joined) can stay in /proc/self/task for
- * a moment after pthread_join returns. */
+/* Whether the process has one thread, within a second. Neither server
+ * starts a thread before it serves, but a thread that has just ended can
+ * stay in /proc/self/task for a moment after pthread_join returns (the
+ * worker server's warm-up once ran on one), so a count of two is looked
+ * at again before the server refuses. */
 static int single_threaded(void) {
     int threads = thread_count();
     for (int waited = 0; threads > 1 && waited < 2000; waited++) {
