@@ -388,7 +388,7 @@ public enum CurfewMain {
 
         var configuration = options.configuration
         if !options.noState {
-            switch openStore(options.stateFolder) {
+            switch openStore(options.stateFolder, writer: .current()) {
             case .success(let store): configuration.state = store
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state runs without checkpoints or history.)")

@@ -117,7 +117,7 @@ public enum Help {
 
     static let stateOption = OptionSpec(
         names: ["--state"], value: "folder",
-        help: "Where checkpoints and run history are kept. (default: $STATE_DIRECTORY, else $XDG_STATE_HOME/curfew, else ~/.local/state/curfew)")
+        help: "Where checkpoints and run history are kept; one host writes it at a time. (default: $STATE_DIRECTORY, else $XDG_STATE_HOME/curfew, else ~/.local/state/curfew)")
 
     static let rescanOption = OptionSpec(
         names: ["--rescan"], value: nil,
@@ -248,7 +248,7 @@ public enum Help {
                 "",
                 "EXIT STATUS:",
                 "  0    stopped by SIGINT or SIGTERM after the running jobs cleaned up",
-                "  1    a folder, the config, the state store or the control socket cannot be used",
+                "  1    a folder, the config, the state store (another host holds it) or the control socket cannot be used",
                 "  64   usage error",
             ]
         case .status?:
@@ -360,7 +360,7 @@ public enum Help {
                 "with checkpoint_load(), so work goes on across grants and restarts. A job",
                 "that completes has its checkpoint cleared; one that expires, fails,",
                 "crashes or is terminated keeps its last one. Clear one by hand to make",
-                "a job start afresh.",
+                "a job start afresh; clear is refused while a host holds the store.",
                 "",
                 "USAGE: \(usage(.state))",
                 "",

@@ -51,9 +51,10 @@ extension CurfewMain {
                 return ExitCode.failure
             }
         }
+        let socketPath = options.socket.map(absolute) ?? ControlSocket.defaultPath()
         var run = options.run.configuration
         if !options.run.noState {
-            switch openStore(options.run.stateFolder) {
+            switch openStore(options.run.stateFolder, writer: .current(socket: socketPath)) {
             case .success(let store): run.state = store
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
@@ -71,7 +72,6 @@ extension CurfewMain {
             console.error("Error: \(Untrusted.line(error.description))")
             return ExitCode.failure
         }
-        let socketPath = options.socket.map(absolute) ?? ControlSocket.defaultPath()
         let socket: ControlSocket
         do throws(CurfewError) {
             socket = try ControlSocket(path: socketPath) { request in server.answer(request) }

@@ -6,21 +6,21 @@ import Glibc
 extension CurfewMain {
     /// The store in `folder` (relative to the working folder), else the
     /// default one; an error line when it cannot be opened.
-    static func openStore(_ folder: String?) -> Result<StateStore, StoreError> {
+    static func openStore(_ folder: String?, writer: StoreLock.Holder? = nil) -> Result<StateStore, StoreError> {
         guard let chosen = folder.map(absolute) ?? StateStore.defaultFolder() else {
             return .failure(StoreError(
                 message: "No state folder: give one with --state, or set STATE_DIRECTORY, XDG_STATE_HOME or HOME to an absolute path"))
         }
         do throws(CurfewError) {
-            return .success(try StateStore(folder: chosen))
+            return .success(try StateStore(folder: chosen, writer: writer))
         } catch {
             return .failure(StoreError(message: error.description))
         }
     }
 
     /// The store, or `nil` once the console has said why there is none.
-    private static func openStore(_ folder: String?, console: Console) -> StateStore? {
-        switch openStore(folder) {
+    private static func openStore(_ folder: String?, writer: StoreLock.Holder? = nil, console: Console) -> StateStore? {
+        switch openStore(folder, writer: writer) {
         case .success(let store): return store
         case .failure(let error):
             console.error("Error: \(Untrusted.line(error.message))")
@@ -39,7 +39,9 @@ extension CurfewMain {
 
     static func state(_ options: StateOptions) -> Int32 {
         let console = Console(json: options.json)
-        guard let store = openStore(options.stateFolder, console: console) else { return ExitCode.failure }
+        // Clearing writes: it waits for no host, and none may hold the store.
+        let writer = options.action == .clear ? StoreLock.Holder.current() : nil
+        guard let store = openStore(options.stateFolder, writer: writer, console: console) else { return ExitCode.failure }
         do throws(CurfewError) {
             switch options.action {
             case .list:

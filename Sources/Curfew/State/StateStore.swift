@@ -13,8 +13,10 @@ import Synchronization
 /// everything else commits with `NORMAL`, which in WAL mode survives the
 /// host being killed and may lose the last commits only to a power loss.
 ///
-/// Several hosts may share a folder: SQLite serialises their writes, and
-/// each waits up to ``busyTimeout`` for the others.
+/// One host writes a store: opened as a `writer`, the store holds its
+/// folder's ``StoreLock`` for its life, and a second writer is refused.
+/// Readers (`history`, `state list`) open it beside the writer, and SQLite
+/// has each wait up to ``busyTimeout`` for the other.
 public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
@@ -36,20 +38,27 @@ public final class StateStore: @unchecked Sendable {
     /// How many finished runs of each job the history keeps.
     public let retention: Int
 
+    /// The writer's hold on the folder, or `nil` for a reader.
+    public let writerLock: StoreLock?
     private let connection: SQLiteConnection
     private let lock = Mutex(())
 
     /// Opens the store in `folder`, creating both (the folder with mode 700)
-    /// when missing, and brings an older schema up to date.
+    /// when missing, and brings an older schema up to date. A `writer` takes
+    /// the folder's lock first, naming itself in it.
     ///
     /// - Throws: A folder that is not this user's or that others can write;
-    ///   a file that is not a Curfew store; one written by a newer Curfew
-    ///   (refused, never altered); SQLite's own failures.
-    public init(folder: String, retention: Int = StateStore.defaultRetention) throws(CurfewError) {
+    ///   a store another writer holds (`.stateLocked`, naming it); a file
+    ///   that is not a Curfew store; one written by a newer Curfew (refused,
+    ///   never altered); SQLite's own failures.
+    public init(
+        folder: String, retention: Int = StateStore.defaultRetention, writer: StoreLock.Holder? = nil
+    ) throws(CurfewError) {
         guard folder.hasPrefix("/") else {
             throw CurfewError(.stateUnavailable, "the state folder must be an absolute path, not '\(folder)'")
         }
         try PrivateFolder.prepare(folder, what: "the state folder", code: .stateUnavailable)
+        writerLock = try writer.map { holder throws(CurfewError) in try StoreLock(folder: folder, holder: holder) }
         self.folder = folder
         self.path = folder.hasSuffix("/") ? folder + "state.db" : folder + "/state.db"
         self.retention = max(1, retention)

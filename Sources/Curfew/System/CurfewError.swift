@@ -40,6 +40,7 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         // The state store.
         public static let stateUnavailable = Code(rawValue: "state-unavailable")
         public static let stateBusy = Code(rawValue: "state-busy")
+        public static let stateLocked = Code(rawValue: "state-locked")
         public static let stateTooNew = Code(rawValue: "state-too-new")
         public static let checkpointTooLarge = Code(rawValue: "checkpoint-too-large")
         // `curfew serve`.

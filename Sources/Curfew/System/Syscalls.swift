@@ -87,6 +87,52 @@ enum Syscalls {
         return try readPrefix(path, count: max(Int(info.size), 1))
     }
 
+    /// `path`, opened (created 0600 when missing) to be locked and
+    /// rewritten: never through a symlink, never inherited by a program the
+    /// host starts. The caller closes it.
+    static func openLockFile(_ path: String) throws(SystemError) -> Int32 {
+        let fd = retryingEINTR { open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        guard fd >= 0 else { throw SystemError(errno: errno) }
+        return fd
+    }
+
+    /// Takes `flock`'s exclusive lock on `fd` without waiting: `false`
+    /// when another open file holds it. The kernel drops it when the last
+    /// descriptor of that open file closes, the holder's death included.
+    static func tryExclusiveLock(_ fd: Int32) throws(SystemError) -> Bool {
+        if retryingEINTR({ flock(fd, LOCK_EX | LOCK_NB) }) == 0 { return true }
+        if errno == EWOULDBLOCK { return false }
+        throw SystemError(errno: errno)
+    }
+
+    /// Replaces the contents of the open file `fd` with `bytes`.
+    static func rewrite(_ fd: Int32, with bytes: [UInt8]) throws(SystemError) {
+        guard retryingEINTR({ ftruncate(fd, 0) }) == 0 else { throw SystemError(errno: errno) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in
+                retryingEINTR { pwrite(fd, raw.baseAddress! + written, raw.count - written, off_t(written)) }
+            }
+            guard n > 0 else { throw SystemError(errno: n < 0 ? errno : EIO) }
+            written += n
+        }
+    }
+
+    /// Up to `count` bytes from the start of the open file `fd`.
+    static func readPrefix(of fd: Int32, count: Int) throws(SystemError) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: max(count, 0))
+        var filled = 0
+        while filled < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { bytes in
+                retryingEINTR { pread(fd, bytes.baseAddress! + filled, bytes.count - filled, off_t(filled)) }
+            }
+            if n < 0 { throw SystemError(errno: errno) }
+            if n == 0 { break }
+            filled += n
+        }
+        return Array(buffer.prefix(filled))
+    }
+
     /// The folder at `path`, open to list it (``directoryEntries(in:)``) and
     /// read its entries' status (``fileStatus(_:in:)``). The caller closes it.
     static func openFolder(_ path: String) throws(SystemError) -> Int32 {

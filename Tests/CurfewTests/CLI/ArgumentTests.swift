@@ -86,9 +86,9 @@ import Testing
               --json                  Print events as JSON Lines on stdout; human messages
                                       go to stderr.
               --verbose               Also show jobs' debug messages.
-              --state <folder>        Where checkpoints and run history are kept. (default:
-                                      $STATE_DIRECTORY, else $XDG_STATE_HOME/curfew, else
-                                      ~/.local/state/curfew)
+              --state <folder>        Where checkpoints and run history are kept; one host
+                                      writes it at a time. (default: $STATE_DIRECTORY, else
+                                      $XDG_STATE_HOME/curfew, else ~/.local/state/curfew)
               --no-state              Keep no state: jobs cannot save checkpoints, and the
                                       run is not in the history.
               --isolate <mode>        none: jobs run in this process; plugin: a worker
