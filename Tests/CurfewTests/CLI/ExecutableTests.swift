@@ -107,7 +107,7 @@ extension ProcessTests {
 
         @Test func theReadmeCExampleBuildsWithItsOneLineCommandAndRunsFromItsFolder() async throws {
             let readme = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
-            let start = try #require(readme.range(of: "```c\n"))
+            let start = try #require(readme.range(of: "```c file=hello.c\n"))
             let end = try #require(readme.range(of: "```\n", range: start.upperBound..<readme.endIndex))
             let folder = Fixtures.temporaryFolder("readme")
             try String(readme[start.upperBound..<end.lowerBound]).write(toFile: folder + "/hello.c", atomically: true, encoding: .utf8)
