@@ -67,6 +67,8 @@ public final class Server: @unchecked Sendable {
     private var rejections: [String: String] = [:]
     /// Continuous jobs not served (no `--allow-continuous`): said once each.
     private var refusedContinuous: Set<String> = []
+    /// Jobs the config names that no loaded plugin declares, as last said.
+    private var unmatched: Set<String> = []
     /// Files written to and not closed yet: never loaded until they are.
     private var writing: Set<String> = []
     private var active: [String: ActiveRun] = [:]
@@ -371,9 +373,31 @@ public final class Server: @unchecked Sendable {
         }
         catalog = fresh
         self.identities = identities
+        warnUnmatched(again: full)
         for name in added { save(name) }
         tick()
     }
+
+    /// Warns of each job the config names that no loaded plugin declares (a
+    /// misspelling would otherwise run the real job on the defaults): when it
+    /// first goes unmatched, and `again` on every reload.
+    private func warnUnmatched(again: Bool) {
+        let missing = Set(config.jobs.keys).subtracting(catalog.keys).subtracting(refusedContinuous)
+        let fresh = again ? missing : missing.subtracting(unmatched)
+        unmatched = missing
+        guard !fresh.isEmpty else { return }
+        let known = catalog.keys.sorted()
+        let shown = Self.knownLimit
+        var list = known.isEmpty ? "none" : known.prefix(shown).map { "'\($0)'" }.joined(separator: ", ")
+        if known.count > shown { list += " and \(known.count - shown) more" }
+        let source = options.configPath ?? "the config"
+        for name in fresh.sorted() {
+            onNotice(.warning("\(source): job '\(name)' matches no loaded job; known: \(list)"))
+        }
+    }
+
+    /// How many loaded jobs a warning of an unmatched one lists.
+    static let knownLimit = 10
 
     private func policy(for name: String) -> JobPolicy {
         config.policy(for: name)

@@ -421,6 +421,28 @@ extension ProcessTests {
 
         /// A continuous job whose modes are not allowed is said once and not
         /// scheduled: a rescan does not say it again, nor start it.
+        /// A misspelled job in the config ran the real job on the defaults,
+        /// in silence: each is said at load and on every reload, and a job a
+        /// folder change leaves without a plugin is said once.
+        @Test func aConfiguredJobNoPluginDeclaresIsSaidAtLoadOnReloadAndWhenItsPluginGoes() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let config = try config(#"{"jobs": {"talley": {"every": "1h"}, "tally": {"enabled": false}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            let typo = "\(config): job 'talley' matches no loaded job; known: 'asks', 'flaky', 'tally'"
+            #expect(try serve.events().compactMap(\.message).filter { $0 == typo }.count == 1, "\(serve.text)")
+            #expect(try await serve.control(["ctl", "reload"]).status == 0)
+            _ = try await serve.control(["status"])
+            await serve.wait(for: "matches no loaded job", count: 2)
+            try FileManager.default.removeItem(atPath: folder + "/jobs.so")
+            await serve.wait(for: "job 'tally' matches no loaded job; known: none")
+            #expect(await serve.stop() == 0)
+            let said = try serve.events().compactMap(\.message).filter { $0.contains("matches no loaded job") }
+            #expect(said.filter { $0 == typo }.count == 2, "said again on reload: \(said)")
+            #expect(said.filter { $0.contains("job 'tally'") }.count == 1, "\(said)")
+        }
+
         @Test func aContinuousJobNotAllowedIsSaidOnceAndNotRun() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try Fixtures.compile("modes_jobs.c"), into: folder)
