@@ -357,10 +357,11 @@ public enum Help {
                 "OVERVIEW: List, show or clear the checkpoints jobs saved.",
                 "",
                 "A job saves a checkpoint with checkpoint_save() and its next run loads it",
-                "with checkpoint_load(), so work goes on across grants and restarts. A job",
-                "that completes has its checkpoint cleared; one that expires, fails,",
-                "crashes or is terminated keeps its last one. Clear one by hand to make",
-                "a job start afresh; clear is refused while a host holds the store.",
+                "with checkpoint_load(), so work goes on across grants and restarts. One is",
+                "kept per plugin file (its absolute path) and job name. A job that completes",
+                "has its checkpoint cleared; one that expires, fails, crashes or is",
+                "terminated keeps its last one. Clear one by hand to make a job start",
+                "afresh; clear is refused while a host holds the store.",
                 "",
                 "USAGE: \(usage(.state))",
                 "",
@@ -368,8 +369,8 @@ public enum Help {
             ]
             lines += rows([
                 ("list", "Every job that has a checkpoint: its size and when it was saved. (default)"),
-                ("show <job>", "One job's checkpoint: size, time, and its first bytes."),
-                ("clear <job>", "Clear one job's checkpoint (--all: every job's)."),
+                ("show <job>", "The job's checkpoint in each plugin that has one: size, time, and its first bytes."),
+                ("clear <job>", "Clear the job's checkpoint in every plugin (--all: every job's)."),
             ])
             lines += ["", "OPTIONS:"]
             lines += rows((stateOptions + [helpOption]).map { ($0.label, $0.help) })

@@ -32,6 +32,11 @@ extension CurfewMain {
         let message: String
     }
 
+    /// A checkpoint's plugin as `state` shows it.
+    static func pluginName(_ path: String) -> String {
+        path.isEmpty ? "(unknown plugin, from an older store)" : path
+    }
+
     /// `path` from the working folder, when it is relative.
     static func absolute(_ path: String) -> String {
         StateStore.absolutePath(path)
@@ -50,6 +55,7 @@ extension CurfewMain {
                     for entry in all {
                         var line = JSONLine(event: "checkpoint")
                         line.add("job", entry.job)
+                        line.add("plugin", entry.plugin)
                         line.add("bytes", Int64(entry.bytes))
                         line.add("saved", formatTimestamp(entry.savedAt, iso: true))
                         console.machine(line.text)
@@ -58,33 +64,40 @@ extension CurfewMain {
                     console.human("No job has a checkpoint (in \(Untrusted.line(store.path))).")
                 } else {
                     let width = min(max(all.map(\.job.count).max() ?? 0, 3), 40)
-                    console.human("JOB" + String(repeating: " ", count: width - 1) + "     BYTES  SAVED")
+                    console.human("JOB" + String(repeating: " ", count: width - 1) + "     BYTES  SAVED                PLUGIN")
                     for entry in all {
                         let size = String(entry.bytes)
                         console.human(
                             Untrusted.line(clip(entry.job, width)) + String(repeating: " ", count: width - min(entry.job.count, width) + 2)
-                                + String(repeating: " ", count: max(0, 10 - size.count)) + size + "  " + formatTimestamp(entry.savedAt, iso: false))
+                                + String(repeating: " ", count: max(0, 10 - size.count)) + size + "  " + formatTimestamp(entry.savedAt, iso: false)
+                                + "  " + Untrusted.line(pluginName(entry.plugin)))
                     }
                 }
             case .show:
                 let job = options.job!
-                guard let bytes = try store.checkpoint(job: job) else {
+                let saved = try store.checkpoints().filter { $0.job == job }
+                if saved.isEmpty {
                     console.error("Error: Job '\(Untrusted.line(job))' has no checkpoint.")
                     return ExitCode.failure
                 }
-                let saved = try store.checkpoints().first { $0.job == job }
-                if options.json {
-                    var line = JSONLine(event: "checkpoint")
-                    line.add("job", job)
-                    line.add("bytes", Int64(bytes.count))
-                    if let saved { line.add("saved", formatTimestamp(saved.savedAt, iso: true)) }
-                    line.add("data", Base64.encode(bytes))
-                    console.machine(line.text)
-                } else {
-                    let when = saved.map { ", saved \(formatTimestamp($0.savedAt, iso: false))" } ?? ""
-                    console.human("\(Untrusted.line(job)): \(bytes.count) byte\(bytes.count == 1 ? "" : "s")\(when)")
-                    for line in hexDump(bytes.prefix(256)) { console.human(line) }
-                    if bytes.count > 256 { console.human("(the first 256 bytes of \(bytes.count))") }
+                // A job name may be in several plugins: each keeps its own.
+                for entry in saved {
+                    guard let bytes = try store.checkpoint(JobKey(job: job, plugin: entry.plugin)) else { continue }
+                    if options.json {
+                        var line = JSONLine(event: "checkpoint")
+                        line.add("job", job)
+                        line.add("plugin", entry.plugin)
+                        line.add("bytes", Int64(bytes.count))
+                        line.add("saved", formatTimestamp(entry.savedAt, iso: true))
+                        line.add("data", Base64.encode(bytes))
+                        console.machine(line.text)
+                    } else {
+                        console.human(
+                            "\(Untrusted.line(job)) of \(Untrusted.line(pluginName(entry.plugin))): \(bytes.count) byte\(bytes.count == 1 ? "" : "s")"
+                                + ", saved \(formatTimestamp(entry.savedAt, iso: false))")
+                        for line in hexDump(bytes.prefix(256)) { console.human(line) }
+                        if bytes.count > 256 { console.human("(the first 256 bytes of \(bytes.count))") }
+                    }
                 }
             case .clear:
                 let cleared = try store.clearCheckpoints(job: options.all ? nil : options.job)

@@ -402,7 +402,7 @@ final class HarnessContext: HostContext, @unchecked Sendable {
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard hostCall("checkpoint_save") else { return CURFEW_UNAVAILABLE }
         do throws(CurfewError) {
-            try harness.checkpoints.saveCheckpoint(job: job.name, bytes: Array(bytes))
+            try harness.checkpoints.saveCheckpoint(job.stateKey, bytes: Array(bytes))
             record("checkpoint", "saved \(bytes.count) bytes")
             return CURFEW_OK
         } catch {
@@ -413,6 +413,6 @@ final class HarnessContext: HostContext, @unchecked Sendable {
 
     override func loadCheckpoint() -> [UInt8]? {
         guard hostCall("checkpoint_load") else { return nil }
-        return try? harness.checkpoints.checkpoint(job: job.name)
+        return try? harness.checkpoints.checkpoint(job.stateKey)
     }
 }

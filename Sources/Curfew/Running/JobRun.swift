@@ -623,7 +623,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // A job past its end (a thread of its own, say) must not bring back what its completion cleared.
         guard !control.withLock({ $0.isOver }) else { return CURFEW_UNAVAILABLE }
         do throws(CurfewError) {
-            try checkpoints.saveCheckpoint(job: job.name, bytes: Array(bytes))
+            try checkpoints.saveCheckpoint(job.stateKey, bytes: Array(bytes))
             return CURFEW_OK
         } catch {
             log(.error, "checkpoint not saved: \(error.description)")
@@ -633,7 +633,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     override func loadCheckpoint() -> [UInt8]? {
         do throws(CurfewError) {
-            return try checkpoints?.checkpoint(job: job.name)
+            return try checkpoints?.checkpoint(job.stateKey)
         } catch {
             log(.error, "checkpoint not loaded: \(error.description)")
             return nil

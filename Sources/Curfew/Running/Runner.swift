@@ -80,7 +80,7 @@ public final class Runner: Sendable {
             // What earlier runs learnt of each job's chunks: its first predictions (one query).
             let known = (try? store.estimates()) ?? [:]
             for job in jobs where configuration.estimates[job.name] == nil {
-                configuration.estimates[job.name] = known[EstimateKey(job: job.name, plugin: StateStore.absolutePath(job.pluginPath))]
+                configuration.estimates[job.name] = known[job.stateKey]
             }
             recorder = RunRecorder(store: store, isolation: configuration.isolation)
         } else {

@@ -4,13 +4,36 @@ import Synchronization
 /// Where a run's checkpoints are kept: the state store in the host, the
 /// host (over the channel) in a worker, memory in `curfew test`.
 public protocol CheckpointKeeper: Sendable {
-    /// Saves `bytes` as `job`'s checkpoint, durably when it returns; zero bytes clear it.
-    func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError)
-    /// `job`'s last saved checkpoint, or `nil`.
-    func checkpoint(job: String) throws(CurfewError) -> [UInt8]?
+    /// Saves `bytes` as the job's checkpoint, durably when it returns; zero bytes clear it.
+    func saveCheckpoint(_ key: JobKey, bytes: [UInt8]) throws(CurfewError)
+    /// The job's last saved checkpoint, or `nil`.
+    func checkpoint(_ key: JobKey) throws(CurfewError) -> [UInt8]?
 }
 
 extension StateStore: CheckpointKeeper {}
+
+/// A job as the store knows it: its name in its plugin, named by the
+/// plugin's absolute path (symlinks kept). Two plugins that share a job name
+/// keep two checkpoints and two estimates, and a checkout elsewhere, with
+/// its own copy of a plugin, never resumes from this one's.
+public struct JobKey: Hashable, Sendable, CustomStringConvertible {
+    public let job: String
+    /// The plugin file's absolute path, or "" for a checkpoint kept from a
+    /// store of before schema 3 whose plugin no history named.
+    public let plugin: String
+
+    public init(job: String, plugin: String) {
+        self.job = job
+        self.plugin = plugin
+    }
+
+    public var description: String { plugin.isEmpty ? job : "\(job) (\(plugin))" }
+}
+
+extension PluginJob {
+    /// This job's key in the state store.
+    public var stateKey: JobKey { JobKey(job: name, plugin: StateStore.absolutePath(pluginPath)) }
+}
 
 extension CurfewError {
     /// What `checkpoint_save` returns for a save that failed with this error.
@@ -20,18 +43,23 @@ extension CurfewError {
 /// Checkpoints kept in memory for one process's life: `curfew test`'s,
 /// where a job's saves and loads behave as in a run but leave no trace.
 public final class MemoryCheckpoints: CheckpointKeeper {
-    private let saved: Mutex<[String: [UInt8]]>
+    private let saved: Mutex<[JobKey: [UInt8]]>
 
-    public init(_ saved: [String: [UInt8]] = [:]) {
+    public init(_ saved: [JobKey: [UInt8]] = [:]) {
         self.saved = Mutex(saved)
     }
 
-    public func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+    public func saveCheckpoint(_ key: JobKey, bytes: [UInt8]) throws(CurfewError) {
         try StateStore.checkSize(bytes.count)
-        saved.withLock { $0[job] = bytes.isEmpty ? nil : bytes }
+        saved.withLock { $0[key] = bytes.isEmpty ? nil : bytes }
     }
 
-    public func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
-        saved.withLock { $0[job] }
+    public func checkpoint(_ key: JobKey) throws(CurfewError) -> [UInt8]? {
+        saved.withLock { $0[key] }
+    }
+
+    /// The checkpoint a job of this name saved, from whichever plugin.
+    public func checkpoint(job: String) -> [UInt8]? {
+        saved.withLock { $0.first { $0.key.job == job }?.value }
     }
 }

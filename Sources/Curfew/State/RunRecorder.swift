@@ -39,7 +39,7 @@ final class RunRecorder: Sendable {
             // No history, but a completed job's checkpoint still goes: its next run starts afresh.
             if result.outcome == .completed {
                 do throws(CurfewError) {
-                    try store.clearCheckpoints(job: result.job)
+                    try store.saveCheckpoint(JobKey(job: result.job, plugin: StateStore.absolutePath(result.pluginPath)), bytes: [])
                 } catch {
                     note("the checkpoint of completed job '\(result.job)' was not cleared: \(error.description)")
                 }

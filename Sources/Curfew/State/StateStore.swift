@@ -21,7 +21,7 @@ public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
     /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
     public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
@@ -102,19 +102,19 @@ public final class StateStore: @unchecked Sendable {
 
     // MARK: Checkpoints
 
-    /// Saves `bytes` as `job`'s checkpoint, durably (the commit is on disk
+    /// Saves `bytes` as the job's checkpoint, durably (the commit is on disk
     /// when this returns). Zero bytes clear it.
-    public func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+    public func saveCheckpoint(_ key: JobKey, bytes: [UInt8]) throws(CurfewError) {
         try Self.checkSize(bytes.count)
         try locked { connection throws(CurfewError) in
             try connection.query("PRAGMA synchronous = FULL")
             defer { _ = try? connection.query("PRAGMA synchronous = NORMAL") }
             if bytes.isEmpty {
-                try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(job)])
+                try connection.query("DELETE FROM checkpoints WHERE plugin_path = ? AND job = ?", [.text(key.plugin), .text(key.job)])
             } else {
                 try connection.query(
-                    "INSERT OR REPLACE INTO checkpoints (job, data, saved_at) VALUES (?, ?, ?)",
-                    [.text(job), .blob(bytes), .integer(Self.wallMilliseconds())])
+                    "INSERT OR REPLACE INTO checkpoints (plugin_path, job, data, saved_at) VALUES (?, ?, ?, ?)",
+                    [.text(key.plugin), .text(key.job), .blob(bytes), .integer(Self.wallMilliseconds())])
             }
             durableCommitCount += 1
         }
@@ -128,36 +128,40 @@ public final class StateStore: @unchecked Sendable {
         }
     }
 
-    /// `job`'s last saved checkpoint, or `nil` when it has none.
+    /// The job's last saved checkpoint, or `nil` when it has none.
     ///
     /// - Throws: For one over the limit (the file was written by something
     ///   else): it is refused unread, not handed to a job whole.
-    public func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
+    public func checkpoint(_ key: JobKey) throws(CurfewError) -> [UInt8]? {
         try locked { connection throws(CurfewError) in
             guard let row = try connection.query(
-                "SELECT length(data), CASE WHEN length(data) <= ?2 THEN data END FROM checkpoints WHERE job = ?1",
-                [.text(job), .integer(Int64(Self.maximumCheckpointBytes))]).first
+                "SELECT length(data), CASE WHEN length(data) <= ?3 THEN data END FROM checkpoints WHERE plugin_path = ?1 AND job = ?2",
+                [.text(key.plugin), .text(key.job), .integer(Int64(Self.maximumCheckpointBytes))]).first
             else { return nil }
             guard let bytes = row[1].blob else {
                 throw CurfewError(
                     .checkpointTooLarge,
-                    "the stored checkpoint of '\(job)' is \(row[0].integer ?? 0) bytes, over the limit of \(Self.maximumCheckpointBytes) bytes (1 MiB)")
+                    "the stored checkpoint of '\(key.job)' is \(row[0].integer ?? 0) bytes, over the limit of \(Self.maximumCheckpointBytes) bytes (1 MiB)")
             }
             return bytes
         }
     }
 
-    /// Every job's checkpoint: name, size and when it was saved, by name.
+    /// Every job's checkpoint: name, plugin, size and when it was saved,
+    /// by name, then plugin.
     public func checkpoints() throws(CurfewError) -> [CheckpointInfo] {
         try locked { connection throws(CurfewError) in
-            try connection.query("SELECT job, length(data), saved_at FROM checkpoints ORDER BY job").map { row in
-                CheckpointInfo(job: row[0].text ?? "", bytes: Int(row[1].integer ?? 0), savedAt: WallTime(milliseconds: row[2].integer ?? 0))
+            try connection.query("SELECT job, plugin_path, length(data), saved_at FROM checkpoints ORDER BY job, plugin_path").map { row in
+                CheckpointInfo(
+                    job: row[0].text ?? "", plugin: row[1].text ?? "", bytes: Int(row[2].integer ?? 0),
+                    savedAt: WallTime(milliseconds: row[3].integer ?? 0))
             }
         }
     }
 
-    /// Clears `job`'s checkpoint, or every job's when `job` is `nil`, as
-    /// durably as one is saved (a power loss must not bring it back).
+    /// Clears the checkpoint of every job named `job`, whatever its plugin,
+    /// or of every job when `job` is `nil`, as durably as one is saved (a
+    /// power loss must not bring it back).
     ///
     /// - Returns: How many were cleared.
     @discardableResult
@@ -274,11 +278,12 @@ public final class StateStore: @unchecked Sendable {
         _ record: JobRecord, estimate: ChunkEstimate?, durably durable: Bool, on connection: SQLiteConnection
     ) throws(CurfewError) -> Bool {
         let written = try connection.transaction { () throws(CurfewError) -> Bool in
-            let stored = try connection.query("SELECT length(data) FROM checkpoints WHERE job = ?", [.text(record.job)]).first
+            let key: [SQLiteConnection.Value] = [.text(record.pluginPath), .text(record.job)]
+            let stored = try connection.query("SELECT length(data) FROM checkpoints WHERE plugin_path = ? AND job = ?", key).first
             if record.outcome == .completed && stored != nil && !durable { return false }
             let checkpointBytes = stored?.first?.integer ?? 0
             if record.outcome == .completed {
-                try connection.query("DELETE FROM checkpoints WHERE job = ?", [.text(record.job)])
+                try connection.query("DELETE FROM checkpoints WHERE plugin_path = ? AND job = ?", key)
             }
             try connection.query(
                 """
@@ -342,15 +347,15 @@ public final class StateStore: @unchecked Sendable {
 
     /// Every estimate the store keeps, by job name and plugin path: read in
     /// one query when a run starts.
-    public func estimates() throws(CurfewError) -> [EstimateKey: ChunkEstimate] {
+    public func estimates() throws(CurfewError) -> [JobKey: ChunkEstimate] {
         try locked { connection throws(CurfewError) in
-            var all: [EstimateKey: ChunkEstimate] = [:]
+            var all: [JobKey: ChunkEstimate] = [:]
             for row in try connection.query("SELECT job, plugin_path, mean_ns, deviation_ns, samples FROM estimates") {
                 guard let job = row[0].text, let plugin = row[1].text, let mean = row[2].integer, let deviation = row[3].integer,
                     let samples = row[4].integer,
                     let estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
                 else { continue }
-                all[EstimateKey(job: job, plugin: plugin)] = estimate
+                all[JobKey(job: job, plugin: plugin)] = estimate
             }
             return all
         }
@@ -359,7 +364,7 @@ public final class StateStore: @unchecked Sendable {
     /// What the store knows of how long the chunks of `job`, of the plugin at
     /// `plugin`, take (a job of the same name in another plugin is another job).
     public func estimate(job: String, plugin: String) throws(CurfewError) -> ChunkEstimate? {
-        try estimates()[EstimateKey(job: job, plugin: plugin)]
+        try estimates()[JobKey(job: job, plugin: plugin)]
     }
 
     // MARK: Opening
@@ -410,6 +415,22 @@ public final class StateStore: @unchecked Sendable {
                 skipped INTEGER NOT NULL, updated_at INTEGER NOT NULL)
             """,
         ],
+        [
+            // Checkpoints keyed by plugin and job (JobKey). A kept one goes to
+            // the plugin that last ran its job, else to "" (no plugin loads it;
+            // `state list` shows it, to be cleared).
+            """
+            CREATE TABLE checkpoints_by_plugin (plugin_path TEXT NOT NULL, job TEXT NOT NULL, data BLOB NOT NULL,
+                saved_at INTEGER NOT NULL, PRIMARY KEY (plugin_path, job))
+            """,
+            """
+            INSERT INTO checkpoints_by_plugin (plugin_path, job, data, saved_at)
+                SELECT coalesce((SELECT plugin_path FROM job_runs WHERE job_runs.job = checkpoints.job ORDER BY id DESC LIMIT 1), ''),
+                    job, data, saved_at FROM checkpoints
+            """,
+            "DROP TABLE checkpoints",
+            "ALTER TABLE checkpoints_by_plugin RENAME TO checkpoints",
+        ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
@@ -436,12 +457,6 @@ public final class StateStore: @unchecked Sendable {
     static func wallMilliseconds() -> Int64 { WallTime.now().milliseconds }
 }
 
-/// Whose chunk-time estimate: a job of the same name in another plugin is another job.
-public struct EstimateKey: Hashable, Sendable {
-    public let job: String
-    public let plugin: String
-}
-
 /// One job's schedule as the store keeps it for `curfew serve`.
 public struct ScheduleRecord: Sendable, Equatable {
     public var job: String
@@ -460,6 +475,8 @@ public struct ScheduleRecord: Sendable, Equatable {
 /// A job's saved checkpoint, as `curfew state list` shows it.
 public struct CheckpointInfo: Sendable, Equatable {
     public let job: String
+    /// Its plugin's absolute path ("": kept from before schema 3, no plugin known).
+    public let plugin: String
     public let bytes: Int
     public let savedAt: WallTime
 }

@@ -103,7 +103,7 @@ import Testing
         try manifest(Self.steadyJob())
         let scan = PluginLoader().scan([folder])
         for foreign in ["chunk-index -4", "chunk-index 99999999999999999999", "chunk-index ", "{\"position\": 3}"] {
-            let checkpoints = MemoryCheckpoints(["steady": Array(foreign.utf8)])
+            let checkpoints = MemoryCheckpoints([try #require(scan.jobs.first).stateKey: Array(foreign.utf8)])
             var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(200)))
             configuration.checkpoints = checkpoints
             let logs = Mutex<[String]>([])

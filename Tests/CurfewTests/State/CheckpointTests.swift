@@ -48,6 +48,30 @@ extension ProcessTests {
             #expect(history.allSatisfy { $0.isolation.rawValue == isolation && $0.pluginHash.hasPrefix("fnv1a64:") })
         }
 
+        /// A checkpoint is the job's in its plugin: a copy of the plugin at
+        /// another path (another checkout's, another folder's) starts afresh
+        /// and keeps its own, in every mode.
+        @Test(arguments: ["none", "job"])
+        func twoPluginsWithOneJobNameKeepTwoCheckpoints(isolation: String) async throws {
+            let built = try Fixtures.compile("checkpoint_jobs.c")
+            let (a, b) = (Fixtures.temporaryFolder("a") + "/jobs.so", Fixtures.temporaryFolder("b") + "/jobs.so")
+            try FileManager.default.copyItem(atPath: built, toPath: a)
+            try FileManager.default.copyItem(atPath: built, toPath: b)
+            let state = Fixtures.temporaryFolder("state")
+            func run(_ plugin: String) async throws -> [String] {
+                let (_, events, output) = try await curfew(
+                    ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json",
+                     "--param", "count=1000"])
+                #expect(events.contains { $0.event == "finished" && $0.outcome == "expired" }, "\(output)")
+                return logs(events, "resume")
+            }
+            #expect(try await run(a).first == "resumed at 0")
+            #expect(try await run(b).first == "resumed at 0", "another plugin's job of that name starts afresh")
+            let kept = try StateStore(folder: state).checkpoints().filter { $0.job == "resume" }
+            #expect(kept.map(\.plugin) == [a, b])
+            #expect(try await run(a).first != "resumed at 0", "each goes on from its own")
+        }
+
         /// A manifest job's chunk index goes on across runs in every mode: the
         /// host saves it when the grant expires, and the worker's run starts there.
         @Test(arguments: ["none", "plugin", "job"])
@@ -82,8 +106,8 @@ extension ProcessTests {
             let state = Fixtures.temporaryFolder("state")
             let store = try StateStore(folder: state)
             try SQLiteConnection(path: store.path).query(
-                "INSERT INTO checkpoints (job, data, saved_at) VALUES ('resume', zeroblob(?), 0)",
-                [.integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
+                "INSERT INTO checkpoints (plugin_path, job, data, saved_at) VALUES (?, 'resume', zeroblob(?), 0)",
+                [.text(plugin), .integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
             let (_, events, _) = try await curfew(
                 ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json"])
             let said = logs(events, "resume")

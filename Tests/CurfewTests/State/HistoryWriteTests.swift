@@ -39,7 +39,7 @@ import Testing
     @Test func inProcessACompletedJobsRowIsOnDiskBeforeTheNextJobStarts() async throws {
         let folder = Fixtures.temporaryFolder("state")
         let store = try StateStore(folder: folder)
-        try store.saveCheckpoint(job: "first", bytes: [1, 2, 3])
+        try store.saveCheckpoint(JobKey(job: "first", plugin: "/first.so"), bytes: [1, 2, 3])
         // The second job reads through a connection of its own: what is committed, not what waits on the run's.
         let reader = try StateStore(folder: folder)
         Self.lock.withLock { _ in (Self.store, Self.seen) = (reader, nil) }

@@ -46,7 +46,7 @@ import Testing
         } throws: { error in
             let error = error as? CurfewError
             return error?.code == .stateTooNew
-                && error?.description.contains("written by a newer Curfew (schema version 99; this one knows up to 2)") == true
+                && error?.description.contains("written by a newer Curfew (schema version 99; this one knows up to \(StateStore.schemaVersion))") == true
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
     }
@@ -64,6 +64,35 @@ import Testing
         }
     }
 
+    /// A store of schema 2 kept checkpoints by job name alone: each goes to
+    /// the plugin that last ran its job, and one no history names is listed
+    /// under no plugin, loaded by none.
+    @Test func aSchema2StoresCheckpointsMoveToThePluginThatLastRanTheirJob() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        do {
+            let old = try SQLiteConnection(path: folder + "/state.db")
+            for statement in StateStore.migrations[0] + StateStore.migrations[1] { try old.execute(statement) }
+            try old.execute("PRAGMA user_version = 2")
+            try old.execute("INSERT INTO runs (id, started_at, host_version, isolation, pid) VALUES (1, 0, 'v', 'none', 1)")
+            for (job, plugin) in [("sums", "/old/sums.so"), ("sums", "/new/sums.so")] {
+                try old.query(
+                    """
+                    INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                        reason, chunks, checkpoint_bytes, host_version) VALUES (1, ?, ?, 'h', 'none', 0, 1, 'expired', '', 1, 3, 'v')
+                    """, [.text(job), .text(plugin)])
+            }
+            try old.query("INSERT INTO checkpoints (job, data, saved_at) VALUES ('sums', x'010203', 5)")
+            try old.query("INSERT INTO checkpoints (job, data, saved_at) VALUES ('lost', x'09', 6)")
+        }
+        let store = try StateStore(folder: folder)
+        #expect(try store.checkpoint(JobKey(job: "sums", plugin: "/new/sums.so")) == [1, 2, 3])
+        #expect(try store.checkpoint(JobKey(job: "sums", plugin: "/old/sums.so")) == nil)
+        #expect(try store.checkpoints().map { "\($0.job) \($0.plugin) \($0.bytes)" } == ["lost  1", "sums /new/sums.so 3"])
+        #expect(try store.clearCheckpoints(job: "lost") == 1)
+        let version = try SQLiteConnection(path: store.path).query("PRAGMA user_version").first?.first
+        #expect(version == .integer(Int64(StateStore.schemaVersion)))
+    }
+
     /// Before: with no run in the history (its start could not be written),
     /// a completed job kept its checkpoint, and its next run resumed finished work.
     @Test func aCompletedJobsCheckpointIsClearedEvenWithoutARunRecorded() throws {
@@ -71,7 +100,7 @@ import Testing
         try store.saveCheckpoint(job: "j", bytes: [1])
         let recorder = RunRecorder(store: store, isolation: .none)
         recorder.record(JobResult(
-            job: "j", pluginPath: "/p/j.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
+            job: "j", pluginPath: StateStore.testPlugin, isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
             progress: nil))
         #expect(try store.checkpoint(job: "j") == nil)
     }
@@ -240,7 +269,7 @@ import Testing
         let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
         let connection = try SQLiteConnection(path: store.path)
         try connection.query(
-            "INSERT INTO checkpoints (job, data, saved_at) VALUES ('big', zeroblob(?), 0)",
+            "INSERT INTO checkpoints (plugin_path, job, data, saved_at) VALUES ('/p.so', 'big', zeroblob(?), 0)",
             [.integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
         #expect {
             try store.checkpoint(job: "big")
@@ -267,12 +296,12 @@ import Testing
         var estimate = ChunkEstimate.empty
         estimate.add(700_000_000)
         try store.record(record(run, "a", .expired, chunks: 1), estimate: estimate)
-        #expect(try store.estimate(job: "a", plugin: "/p/a.so") == estimate)
+        #expect(try store.estimate(job: "a", plugin: StateStore.testPlugin) == estimate)
         #expect(try store.estimate(job: "a", plugin: "/other/a.so") == nil, "another plugin's job of that name is another job")
         // A file is outside data: a negative mean is no estimate.
         let connection = try SQLiteConnection(path: store.path)
         try connection.execute("UPDATE estimates SET mean_ns = -5")
-        #expect(try store.estimate(job: "a", plugin: "/p/a.so") == nil)
+        #expect(try store.estimate(job: "a", plugin: StateStore.testPlugin) == nil)
     }
 
     @Test func twoStoresOnOneFolderBothWrite() async throws {
@@ -302,7 +331,7 @@ import Testing
 
     private func record(_ run: Int64, _ job: String, _ outcome: Outcome, chunks: UInt64) -> JobRecord {
         JobRecord(
-            runID: run, job: job, pluginPath: "/p/\(job).so", pluginHash: "fnv1a64:0", isolation: .job,
+            runID: run, job: job, pluginPath: StateStore.testPlugin, pluginHash: "fnv1a64:0", isolation: .job,
             startedAt: WallTime.now().earlier(by: .seconds(1)), endedAt: WallTime.now(), outcome: outcome, reason: "r",
             chunks: chunks, progress: nil)
     }

@@ -358,3 +358,20 @@ struct OutputEvent: Decodable {
         try text.split(separator: "\n").map { try JSONDecoder().decode(OutputEvent.self, from: Data($0.utf8)) }
     }
 }
+
+extension StateStore {
+    /// The plugin the store tests' own saves name.
+    static let testPlugin = "/plugins/test.so"
+
+    /// Saves `job`'s checkpoint as a job of ``testPlugin``.
+    func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+        try saveCheckpoint(JobKey(job: job, plugin: Self.testPlugin), bytes: bytes)
+    }
+
+    /// The checkpoint of the job named `job`, whatever its plugin (a test's
+    /// run has one plugin of that name); `nil` when it has none.
+    func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
+        guard let entry = try checkpoints().first(where: { $0.job == job }) else { return nil }
+        return try checkpoint(JobKey(job: job, plugin: entry.plugin))
+    }
+}

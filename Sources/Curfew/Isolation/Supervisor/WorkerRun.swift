@@ -212,7 +212,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
         message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
         do throws(CurfewError) {
-            if let saved = try configuration.checkpoints?.checkpoint(job: job.name) {
+            if let saved = try configuration.checkpoints?.checkpoint(job.stateKey) {
                 message.add("checkpoint", Base64.encode(saved))
             }
         } catch {
@@ -245,7 +245,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             (status, problem) = ("unavailable", "the job is over")
         } else if let checkpoints = configuration.checkpoints {
             do throws(CurfewError) {
-                try checkpoints.saveCheckpoint(job: job.name, bytes: data)
+                try checkpoints.saveCheckpoint(job.stateKey, bytes: data)
             } catch {
                 (status, problem) = (error.code == .checkpointTooLarge ? "too-large" : "unavailable", error.description)
             }

@@ -43,11 +43,14 @@ final class WorkerCheckpoints: CheckpointKeeper {
     /// How many jobs' checkpoints this worker holds (for tests).
     var heldCount: Int { state.withLock { $0.saved.count } }
 
-    func checkpoint(job: String) throws(CurfewError) -> [UInt8]? {
-        state.withLock { $0.saved[job] }
+    // A worker serves one plugin, so a job's name is key enough here; the
+    // host keys what it keeps by plugin too.
+    func checkpoint(_ key: JobKey) throws(CurfewError) -> [UInt8]? {
+        state.withLock { $0.saved[key.job] }
     }
 
-    func saveCheckpoint(job: String, bytes: [UInt8]) throws(CurfewError) {
+    func saveCheckpoint(_ key: JobKey, bytes: [UInt8]) throws(CurfewError) {
+        let job = key.job
         try StateStore.checkSize(bytes.count)
         let answer = Answer()
         let id = try state.withLock { state throws(CurfewError) -> UInt64 in
