@@ -17,6 +17,9 @@ public enum ExitCode {
     public static let outputClosed: Int32 = 141
     /// In process, plugin code called `exit()`: the run was cut short.
     public static let jobEndedHost: Int32 = 4
+    /// In process, plugin code crashed (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+    /// SIGABRT): the run was cut short, and the host said which job.
+    public static let jobCrashedHost: Int32 = 5
 
     /// The code for a finished run: a stop (a signal's 128 + N, or
     /// ``outputClosed``) outranks a job's failure, which outranks a rejected file.
@@ -301,6 +304,11 @@ public enum CurfewMain {
         return scan.rejected.isEmpty ? ExitCode.success : ExitCode.pluginRejected
     }
 
+    /// How long a fault's report waits for the events the job posted before
+    /// it (a log line) to be delivered, in microseconds: they are handed on
+    /// by other threads within microseconds unless every thread is busy.
+    static let faultDeliveryGrace: useconds_t = 20_000
+
     static func run(_ options: RunOptions) async -> Int32 {
         if let missing = missingPath(options.effectivePaths) {
             Console(json: options.json).error(missing)
@@ -334,6 +342,17 @@ public enum CurfewMain {
             ProcessExitWatch.arm { status, job in
                 capture.finish()
                 reporter.hostExit(status: status, job: job ?? router.soleRunningJob())
+                ChildProcesses.endAll()
+            }
+            _ = HookThread.reportFaults(
+                human: capture.hostError, machine: options.json ? capture.hostOutput : -1, status: ExitCode.jobCrashedHost
+            ) { fault in
+                // What the job printed and logged before the fault comes first:
+                // its output is read, and the events already posted get a
+                // moment for the threads that deliver them.
+                capture.finish()
+                usleep(Self.faultDeliveryGrace)
+                reporter.hostCrash(fault)
                 ChildProcesses.endAll()
             }
         }
@@ -417,6 +436,9 @@ public enum CurfewMain {
 
         let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
         let results = await runner.run()
+        // A job whose hook faulted is over at its hard deadline: the fault's
+        // report, not the summary, ends the process.
+        HookThread.waitIfFaulting()
         ProcessExitWatch.disarm()
         // In process, every job has ended: so does every process they started.
         // (A worker ends its own jobs' processes, the fork server a dead

@@ -44,7 +44,7 @@ public enum Help {
         OptionSpec(names: ["--no-state"], value: nil, help: "Keep no state: jobs cannot save checkpoints, and the run is not in the history."),
         OptionSpec(
             names: ["--isolate"], value: "mode",
-            help: "none: jobs run in this process; plugin: a worker process per plugin file; job: a worker process per job, so a crash, a hang or a limit ends only that job. (default: none)"),
+            help: "none: jobs run in this process, which trusts the plugin (its crash ends the host); plugin: a worker process per plugin file; job: a worker process per job, so a crash, a hang or a limit ends only that job. (default: none)"),
         OptionSpec(names: ["--memory"], value: "size", help: "With --isolate: each worker's address space limit, e.g. 512MiB."),
         OptionSpec(names: ["--cpu-time"], value: "duration", help: "With --isolate: each worker's CPU time limit."),
         OptionSpec(names: ["--open-files"], value: "n", help: "With --isolate: each worker's limit on open files."),
@@ -215,6 +215,7 @@ public enum Help {
                 "  2    a job failed, was terminated, crashed or was refused",
                 "  3    a plugin file was rejected (the other jobs, if any, ran cleanly)",
                 "  4    in process, plugin code called exit(); the host names the job",
+                "  5    in process, plugin code crashed (SIGSEGV, …); the host names the job",
                 "  64   usage error",
                 "  130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up",
                 "  141  its output was closed (| head); the jobs cleaned up",

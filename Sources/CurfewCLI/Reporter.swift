@@ -116,6 +116,22 @@ final class Reporter: Sendable {
                 + "(exit status \(ExitCode.jobEndedHost)). Run it with --isolate job to contain that.")
     }
 
+    /// Plugin code run in the host's process faulted: the run ends here,
+    /// with no summary. These are the process's last lines.
+    func hostCrash(_ fault: HookThread.Fault) {
+        var event = line("host-crash")
+        event.add("job", fault.job)
+        event.add("hook", fault.hook)
+        if let chunk = fault.chunk { event.add("chunk", Int64(clamping: chunk)) }
+        event.add("signal", fault.signal)
+        let place = fault.chunk.map { "chunk \($0)" } ?? fault.hook
+        console.last(
+            machine: json ? event.text : nil,
+            error: "Error: Job '\(fault.job)' crashed with \(fault.signal) in \(place), in the host's process; the run ends here, "
+                + "with no summary (exit status \(ExitCode.jobCrashedHost)). --isolate none trusts the plugin: "
+                + "run it with --isolate job to contain that.")
+    }
+
     private func humanText(_ event: RunEvent) -> String? {
         switch event {
         case .started(let job, _, let budget):

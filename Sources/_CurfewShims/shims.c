@@ -613,6 +613,18 @@ static void crash_append(char *line, size_t size, size_t *used, const char *text
     for (size_t i = 0; text[i] && i < limit && *used < size; i++) line[(*used)++] = text[i];
 }
 
+/* `value` in decimal into `text` (at least 21 bytes), NUL-terminated. */
+static void decimal(unsigned long long value, char *text) {
+    char digits[21];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value && n < 20);
+    for (int i = 0; i < n; i++) text[i] = digits[n - 1 - i];
+    text[n] = 0;
+}
+
 static void on_crash(int number, siginfo_t *info, void *context) {
     (void)context;
     int saved = errno;
@@ -620,15 +632,8 @@ static void on_crash(int number, siginfo_t *info, void *context) {
         char line[256];
         size_t used = 0;
         unsigned long long chunks = crash_where.base + (crash_where.count ? *crash_where.count : 0);
-        char digits[24];
-        int n = 0;
-        do {
-            digits[n++] = (char)('0' + chunks % 10);
-            chunks /= 10;
-        } while (chunks && n < 20);
         char number_text[24];
-        for (int i = 0; i < n; i++) number_text[i] = digits[n - 1 - i];
-        number_text[n] = 0;
+        decimal(chunks, number_text);
         crash_append(line, sizeof line, &used, "{\"type\":\"crashing\",\"job\":\"", 64);
         crash_append(line, sizeof line, &used, crash_where.job, 64);
         crash_append(line, sizeof line, &used, "\",\"hook\":\"", 64);
@@ -659,6 +664,150 @@ int curfew_shim_install_crash_reporter(int fd) {
         action.sa_flags = SA_SIGINFO | SA_RESETHAND;
         sigemptyset(&action.sa_mask);
         if (sigaction(signals[i], &action, NULL) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- the host's report of a fault in plugin code, in process ---- */
+
+static const int fault_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+static struct sigaction fault_before[sizeof fault_signals / sizeof fault_signals[0]];
+static int fault_human_fd = -1;
+static int fault_machine_fd = -1;
+static int fault_status = 1;
+static int fault_notify_fd = -1;
+static pid_t fault_process;
+/* The fault being reported: set once, by the first thread to fault. */
+static volatile sig_atomic_t fault_claimed;
+static struct {
+    const char *job;
+    const char *hook;
+    unsigned long long chunk;
+    const char *signal;
+} fault_seen;
+
+static const char *signal_name(int number) {
+    switch (number) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    default: return "a signal";
+    }
+}
+
+static void write_all(int fd, const char *line, size_t length) {
+    while (length > 0) {
+        ssize_t n = write(fd, line, length);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        line += n;
+        length -= (size_t)n;
+    }
+}
+
+static void on_fault(int number, siginfo_t *info, void *context) {
+    if (crash_where.job && getpid() == fault_process) {
+        int is_chunk = crash_where.hook && crash_where.hook[0] == 'c' && crash_where.hook[1] == 'h';
+        /* The chunk that faulted: the ones that returned, and this one. */
+        unsigned long long chunk = crash_where.base + (crash_where.count ? *crash_where.count : 0) + 1;
+        char number_text[24];
+        decimal(chunk, number_text);
+        const char *name = signal_name(number);
+        /* One report: a second thread to fault waits for the first's. */
+        if (__sync_lock_test_and_set(&fault_claimed, 1)) {
+            for (;;) pause();
+        }
+        fault_seen.job = crash_where.job;
+        fault_seen.hook = crash_where.hook;
+        fault_seen.chunk = is_chunk ? chunk : 0;
+        fault_seen.signal = name;
+        __sync_synchronize();
+        if (fault_notify_fd >= 0) {
+            char byte = 1;
+            write_all(fault_notify_fd, &byte, 1);
+            /* The host's thread reports and exits; this is the fallback. */
+            struct timespec tick = {0, 10 * 1000 * 1000};
+            for (int i = 0; i < 100; i++) nanosleep(&tick, NULL);
+        }
+        char line[512];
+        size_t used = 0;
+        crash_append(line, sizeof line, &used, "curfew: job '", 64);
+        crash_append(line, sizeof line, &used, crash_where.job, 64);
+        crash_append(line, sizeof line, &used, "' crashed with ", 64);
+        crash_append(line, sizeof line, &used, name, 16);
+        crash_append(line, sizeof line, &used, " in ", 8);
+        crash_append(line, sizeof line, &used, crash_where.hook ? crash_where.hook : "", 16);
+        if (is_chunk) {
+            crash_append(line, sizeof line, &used, " ", 1);
+            crash_append(line, sizeof line, &used, number_text, 24);
+        }
+        crash_append(line, sizeof line, &used,
+                     ", in the host's process; the run ends here, with no summary (exit status ", 128);
+        char status_text[24];
+        decimal((unsigned long long)fault_status, status_text);
+        crash_append(line, sizeof line, &used, status_text, 24);
+        crash_append(line, sizeof line, &used,
+                     "). --isolate none trusts the plugin: run it with --isolate job to contain that.\n", 128);
+        write_all(fault_human_fd, line, used);
+        if (fault_machine_fd >= 0) {
+            used = 0;
+            crash_append(line, sizeof line, &used, "{\"event\":\"host-crash\",\"job\":\"", 64);
+            crash_append(line, sizeof line, &used, crash_where.job, 64);
+            crash_append(line, sizeof line, &used, "\",\"hook\":\"", 16);
+            crash_append(line, sizeof line, &used, crash_where.hook ? crash_where.hook : "", 16);
+            crash_append(line, sizeof line, &used, "\"", 1);
+            if (is_chunk) {
+                crash_append(line, sizeof line, &used, ",\"chunk\":", 16);
+                crash_append(line, sizeof line, &used, number_text, 24);
+            }
+            crash_append(line, sizeof line, &used, ",\"signal\":\"", 16);
+            crash_append(line, sizeof line, &used, name, 16);
+            crash_append(line, sizeof line, &used, "\"}\n", 3);
+            write_all(fault_machine_fd, line, used);
+        }
+        _exit(fault_status);
+    }
+    /* Not plugin code's: the handler before this one has it. */
+    for (size_t i = 0; i < sizeof fault_signals / sizeof fault_signals[0]; i++) {
+        if (fault_signals[i] != number) continue;
+        struct sigaction *before = &fault_before[i];
+        if ((before->sa_flags & SA_SIGINFO) && before->sa_sigaction) {
+            before->sa_sigaction(number, info, context);
+            return;
+        }
+        sigaction(number, before, NULL);
+        /* Delivered as this handler returns: a fault would repeat anyway,
+         * and a signal sent once (raise, abort) would not. */
+        raise(number);
+        return;
+    }
+}
+
+int curfew_shim_fault(const char **job, const char **hook, unsigned long long *chunk, const char **signal) {
+    __sync_synchronize();
+    if (!fault_claimed || !fault_seen.job) return 0;
+    *job = fault_seen.job;
+    *hook = fault_seen.hook ? fault_seen.hook : "";
+    *chunk = fault_seen.chunk;
+    *signal = fault_seen.signal;
+    return 1;
+}
+
+int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status, int notify_fd) {
+    fault_human_fd = human_fd;
+    fault_machine_fd = machine_fd;
+    fault_status = status;
+    fault_notify_fd = notify_fd;
+    fault_process = getpid();
+    for (size_t i = 0; i < sizeof fault_signals / sizeof fault_signals[0]; i++) {
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_sigaction = on_fault;
+        action.sa_flags = SA_SIGINFO;
+        sigemptyset(&action.sa_mask);
+        if (sigaction(fault_signals[i], &action, &fault_before[i]) != 0) return -1;
     }
     return 0;
 }

@@ -77,3 +77,62 @@ public enum HookThread {
         return body()
     }
 }
+
+extension HookThread {
+    /// A fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) in plugin code
+    /// that ran in this process.
+    public struct Fault: Sendable, Equatable {
+        public let job: String
+        /// "create", "chunk", "expire", "destroy" or "app_event".
+        public let hook: String
+        /// The chunk that faulted (counting from 1), for a chunk.
+        public let chunk: UInt64?
+        /// "SIGSEGV", say.
+        public let signal: String
+    }
+
+    /// From now on, a fault in a hook run in this process ends the process
+    /// with `status`, reported: `report` runs on a thread of its own while
+    /// the faulting thread waits, and the process ends as it returns. Should
+    /// it not return within a second (the fault left a lock of malloc's
+    /// held, say), the signal handler writes its own line to `human` (and a
+    /// JSON line to `machine`, when that is not -1) and ends the process.
+    ///
+    /// - Returns: false when the handlers could not be installed.
+    public static func reportFaults(
+        human: Int32, machine: Int32, status: Int32, _ report: @escaping @Sendable (Fault) -> Void
+    ) -> Bool {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { return false }
+        for fd in ends { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let reader = ends[0]
+        let started = Thread.detach {
+            var byte: UInt8 = 0
+            while read(reader, &byte, 1) < 0 && errno == EINTR {}
+            var job: UnsafePointer<CChar>?
+            var hook: UnsafePointer<CChar>?
+            var signal: UnsafePointer<CChar>?
+            var chunk: UInt64 = 0
+            guard curfew_shim_fault(&job, &hook, &chunk, &signal) == 1, let job, let hook, let signal else { return }
+            report(Fault(
+                job: String(cString: job), hook: String(cString: hook), chunk: chunk > 0 ? chunk : nil,
+                signal: String(cString: signal)))
+            _exit(status)
+        }
+        guard started, curfew_shim_install_fault_reporter(human, machine, status, ends[1]) == 0 else { return false }
+        reportsCrashes.store(true, ordering: .relaxed)
+        return true
+    }
+
+    /// Blocks for ever if a fault is being reported: its report ends the
+    /// process, and the host must not end it first with a status of its own
+    /// (a job whose hook faulted is over at its hard deadline, say).
+    public static func waitIfFaulting() {
+        var job: UnsafePointer<CChar>?
+        var hook: UnsafePointer<CChar>?
+        var signal: UnsafePointer<CChar>?
+        var chunk: UInt64 = 0
+        guard curfew_shim_fault(&job, &hook, &chunk, &signal) == 1 else { return }
+        while true { pause() }
+    }
+}

@@ -153,6 +153,28 @@ void curfew_shim_crash_where(const char *job, int hook, unsigned long long base,
                              const unsigned long long *count);
 int curfew_shim_install_crash_reporter(int fd);
 
+/* The host's report of a fault in plugin code run in its own process
+ * (--isolate none). For a thread inside a hook (as recorded above) in the
+ * process that installed it, the handlers for SIGSEGV, SIGBUS, SIGFPE,
+ * SIGILL and SIGABRT write one line to `human_fd`,
+ *   curfew: job 'J' crashed with SIGSEGV in chunk N, in the host's process; ...
+ * and, when `machine_fd` >= 0, one JSON line to it,
+ *   {"event":"host-crash","job":"J","hook":"chunk","chunk":N,"signal":"SIGSEGV"}
+ * then end the process with `_exit(status)`: the fault is the plugin's, so
+ * the Swift runtime's backtracer (whose handler it replaces there) neither
+ * prints the host's stack as the job's output nor returns into the plugin.
+ * With `notify_fd` >= 0 the handler first writes one byte there and waits
+ * up to a second for a thread of the host's to report the fault (having
+ * delivered what the job said before it: see `curfew_shim_fault`) and end
+ * the process; the line above is its fallback. A fault outside a hook goes
+ * to the handler that was there before (the backtracer's, for a bug of the
+ * host's). Async-signal-safe. 0, or -1. */
+int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status, int notify_fd);
+
+/* The fault the handler above is reporting: 1 with its job, hook, chunk
+ * (0 outside a chunk) and signal name filled in, or 0 when there is none. */
+int curfew_shim_fault(const char **job, const char **hook, unsigned long long *chunk, const char **signal);
+
 /* Reads a count another thread is writing (one aligned 64-bit load). */
 static inline unsigned long long curfew_shim_load_count(const unsigned long long *count) {
     return *(const volatile unsigned long long *)count;

@@ -91,7 +91,8 @@ import Testing
                                       $XDG_STATE_HOME/curfew, else ~/.local/state/curfew)
               --no-state              Keep no state: jobs cannot save checkpoints, and the
                                       run is not in the history.
-              --isolate <mode>        none: jobs run in this process; plugin: a worker
+              --isolate <mode>        none: jobs run in this process, which trusts the
+                                      plugin (its crash ends the host); plugin: a worker
                                       process per plugin file; job: a worker process per
                                       job, so a crash, a hang or a limit ends only that job.
                                       (default: none)
@@ -107,6 +108,7 @@ import Testing
               2    a job failed, was terminated, crashed or was refused
               3    a plugin file was rejected (the other jobs, if any, ran cleanly)
               4    in process, plugin code called exit(); the host names the job
+              5    in process, plugin code crashed (SIGSEGV, …); the host names the job
               64   usage error
               130  stopped by SIGINT (143: SIGTERM, 129: SIGHUP) after the jobs cleaned up
               141  its output was closed (| head); the jobs cleaned up
