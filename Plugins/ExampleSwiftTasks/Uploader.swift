@@ -1,7 +1,9 @@
 // A task-driven job written in Swift with the CurfewJob SDK, the way the
 // seeds' second example is written: it begins a background task with an
-// expiration handler, does its work on a Dispatch queue of its own, and ends
-// the task when the work is done, or in the handler if time runs out first.
+// expiration handler and does its work on a Dispatch queue of its own. If
+// time runs out first, the handler tells the queue to stop; either way the
+// queue ends the task, as its last call to the host: once a job's last task
+// ends, the host may destroy the job, and its context with it.
 //
 // Parameters: --param files=N (default 6), --param file-ms=N (default 150).
 import CurfewJob
@@ -9,18 +11,9 @@ import Dispatch
 import Synchronization
 
 final class Upload: Sendable {
-    let task = Mutex(BackgroundTaskIdentifier.invalid)
-
-    /// Ends the task once, from whichever side gets there first.
-    func end(_ context: JobContext) {
-        let id = task.withLock { task in
-            defer { task = .invalid }
-            return task
-        }
-        if id != .invalid { context.endBackgroundTask(id) }
-    }
-
-    var isOpen: Bool { task.withLock { $0 != .invalid } }
+    /// Set by the expiration handler: the queue stops at its next check.
+    let stop = Atomic(false)
+    var isStopping: Bool { stop.load(ordering: .acquiring) }
 }
 
 struct Uploader: TaskDrivenJob {
@@ -33,21 +26,20 @@ struct Uploader: TaskDrivenJob {
         let upload = Upload()
         let id = context.beginBackgroundTask(name: "upload") { _ in
             context.log("expiring: stopping the upload early", level: .warning)
-            upload.end(context)
+            upload.stop.store(true, ordering: .releasing)
         }
         guard id != .invalid else { throw UploaderError.noBackgroundTime }
-        upload.task.withLock { $0 = id }
         DispatchQueue(label: "swift-uploader").async {
             var sent = 0
-            while sent < files && upload.isOpen && context.timeRemaining > .zero {
+            while sent < files && !upload.isStopping && context.timeRemaining > .zero {
                 // Stands for sending one file.
                 let until = ContinuousClock.now + .milliseconds(pause)
-                while ContinuousClock.now < until && upload.isOpen {}
+                while ContinuousClock.now < until && !upload.isStopping {}
                 sent += 1
                 context.reportProgress(completed: Int64(sent), total: Int64(files))
             }
-            if upload.isOpen { context.log("uploaded \(sent) of \(files) files") }
-            upload.end(context)
+            if !upload.isStopping { context.log("uploaded \(sent) of \(files) files") }
+            context.endBackgroundTask(id)  // last: the context may be gone after it
         }
     }
 }

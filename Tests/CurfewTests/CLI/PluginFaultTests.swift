@@ -35,3 +35,25 @@ extension ProcessTests {
         }
     }
 }
+
+extension ProcessTests {
+    /// A job that begins 100,000 tasks (10,000 granted) and ends every id it
+    /// got finished its work in about a second in a debug worker, then was
+    /// terminated at its 5 s deadline: each end of a refused id was a debug
+    /// line, one channel message each. Said once now, and it completes.
+    @Suite(.timeLimit(.minutes(2))) struct TaskFloodTests {
+        @Test(arguments: ["none", "job"])
+        func aJobThatEndsEveryRefusedTaskCompletesAndSaysItOnce(isolation: String) async throws {
+            let plugin = try Fixtures.compile("task_flood.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", plugin, "--isolate", isolation, "--budget", "20s", "--no-state", "--json", "--verbose"],
+                timeout: .seconds(60))
+            let events = try OutputEvent.all(in: result.stdout)
+            #expect(events.first { $0.event == "finished" }?.outcome == "completed", "\(result.stderr)")
+            let said = events.filter { $0.event == "log" }.compactMap(\.message)
+            #expect(said.filter { $0.contains("refused: the job has 10000 tasks open") }.count == 1, "\(said.prefix(5))")
+            #expect(said.filter { $0.hasPrefix("end_background_task(") }.isEmpty, "ending an invalid id is harmless and silent")
+            #expect(said.count < 10, "\(said.count) lines")
+        }
+    }
+}

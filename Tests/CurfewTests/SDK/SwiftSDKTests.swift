@@ -37,6 +37,20 @@ import Testing
         #expect(result.reason == "time ran out; cleanup ran")
     }
 
+    /// The uploader's handler ended its task while its queue could still
+    /// report progress, after the host destroyed the job: `curfew test` said
+    /// so in some runs. Its queue ends the task, as its last host call; the
+    /// harness runs the handler on its own thread, so the old code fails
+    /// this every run.
+    @Test func theSwiftUploadersQueueEndsItsTaskAsItsLastHostCall() throws {
+        let uploader = try #require(try jobs().first { $0.name == "swift-uploader" })
+        let report = JobHarness(job: uploader, parameters: ["files": "3", "file-ms": "50"]).run()
+        #expect(report.outcome == .expired && report.violations.isEmpty, "\(report.violations)")
+        let end = try #require(report.trace.lastIndex { $0.kind == "end task" })
+        #expect(report.trace[end].fromJobThread, "the queue ends it, not the handler")
+        #expect(!report.trace[(end + 1)...].contains { $0.fromJobThread }, "nothing from the queue after it")
+    }
+
     /// swift-primes saves a Codable position when its grant expires; the next run decodes it and goes on.
     @Test func aCodableCheckpointCarriesASwiftJobAcrossRuns() async throws {
         let primes = try jobs().filter { $0.name == "swift-primes" }
