@@ -102,9 +102,7 @@ extension HookThread {
     public static func reportFaults(
         human: Int32, machine: Int32, status: Int32, _ report: @escaping @Sendable (Fault) -> Void
     ) -> Bool {
-        var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { return false }
-        for fd in ends { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        guard let ends = try? Syscalls.pipe() else { return false }
         let reader = ends[0]
         let started = Thread.detach {
             var byte: UInt8 = 0

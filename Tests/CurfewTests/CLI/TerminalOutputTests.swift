@@ -22,8 +22,7 @@ import Testing
 
     /// The table as written to a pipe by a reporter told the width.
     func table(width: Int?) throws -> [String] {
-        var ends: [Int32] = [0, 0]
-        try #require(pipe(&ends) == 0)
+        let ends = try Syscalls.pipe()  // close-on-exec: process tests spawn beside this one
         let reporter = Reporter(console: Console(json: false, output: ends[1]), json: false, verbose: false)
         reporter.summary(Self.results, rejected: 1, width: width)
         close(ends[1])
@@ -36,8 +35,7 @@ import Testing
     /// that line came after the one saying the process ended (once, under
     /// AddressSanitizer in CI).
     @Test func nothingIsWrittenAfterTheLineThatSaysPluginCodeEndedTheProcess() throws {
-        var ends: [Int32] = [0, 0]
-        try #require(pipe(&ends) == 0)
+        let ends = try Syscalls.pipe()  // close-on-exec: process tests spawn beside this one
         let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
         defer { close(null) }
         let reporter = Reporter(console: Console(json: true, output: ends[1], error: null), json: true, verbose: false)
@@ -107,14 +105,14 @@ import Testing
     @Test(.enabled(if: access("/dev/ptmx", R_OK | W_OK) == 0, "needs pseudo-terminals"))
     func aFinishedJobsLineLeavesTheBlockAtOnce() throws {
         // posix_openpt, by hand (Glibc's module leaves it out): unlock, then ask the number.
-        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC)
         try #require(master >= 0)
         defer { close(master) }
         var unlock: Int32 = 0
         var number: UInt32 = 0
         let TIOCSPTLCK: UInt = 0x4004_5431, TIOCGPTN: UInt = 0x8004_5430
         try #require(ioctl(master, TIOCSPTLCK, &unlock) == 0 && ioctl(master, TIOCGPTN, &number) == 0)
-        let terminal = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+        let terminal = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY | O_CLOEXEC)
         try #require(terminal >= 0)
         defer { close(terminal) }
         let console = Console(json: false, output: terminal)

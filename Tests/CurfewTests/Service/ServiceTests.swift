@@ -30,8 +30,7 @@ import Testing
     }
 
     @Test func theJournalStreamIsTheDescriptorWhoseDeviceAndInodeItNames() throws {
-        var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
+        let ends = try Syscalls.pipe()  // close-on-exec: process tests spawn beside this one
         defer { ends.forEach { close($0) } }
         var status = stat()
         #expect(fstat(ends[1], &status) == 0)
@@ -51,8 +50,7 @@ import Testing
     }
 
     @Test func aLineToTheJournalStartsWithItsSyslogPriority() throws {
-        var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
+        let ends = try Syscalls.pipe()  // close-on-exec: process tests spawn beside this one
         defer { close(ends[0]) }
         var status = stat()
         #expect(fstat(ends[1], &status) == 0)
