@@ -58,8 +58,16 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var launched = false
         /// The `app_event` hook is running.
         var inAppEvent = false
+        /// Since when the hook of the stage (create, expire, destroy) has
+        /// waited for a thread; `nil` once it has started. At the hard
+        /// deadline it tells the host's lateness from the job's overrun.
+        var waitingSince: CurfewInstant?
+        /// The job's result went out at the hard deadline while `destroy`
+        /// still waited for a thread: it runs when it gets one, unreported.
+        var reportedBeforeDestroy = false
 
-        var isOver: Bool { stage == .finished || stage == .terminated }
+        /// Reported: nothing the job says or saves counts any more.
+        var isOver: Bool { stage == .finished || stage == .terminated || reportedBeforeDestroy }
     }
 
     /// What to do once the control lock is released.
@@ -131,6 +139,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             precondition(c.stage == .pending, "JobRun.start called twice")
             c.stage = .creating
             c.startedAt = clock.now()
+            c.waitingSince = c.startedAt
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
             // In the foreground the grant's clock waits for the background.
             if !c.appState.runsGrantClocks { grant.hold() }
@@ -151,7 +160,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // MARK: Hooks, on the job queue
 
     private func runCreate() {
-        guard control.withLock({ $0.stage == .creating }) else { return }
+        guard control.withLock({ c in
+            guard c.stage == .creating else { return false }
+            c.waitingSince = nil
+            return true
+        }) else { return }
         var state: UnsafeMutableRawPointer?
         let status = HookThread.running(self, at: place(.create)) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
         jobState = state
@@ -376,7 +389,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func runExpire() {
         // Events that came before the expiration are heard before it (will-terminate, say).
         deliverAppEvents()
-        guard let reason = control.withLock({ c in c.stage == .expiring ? c.pendingExpire ?? c.expiredBy : nil }) else {
+        guard let reason = control.withLock({ c -> ExpirationReason? in
+            guard c.stage == .expiring else { return nil }
+            c.waitingSince = nil
+            return c.pendingExpire ?? c.expiredBy
+        }) else {
             return
         }
         HookThread.running(self, at: place(.expire)) { job.hooks.expire?(context, jobState, reason.cValue) }
@@ -404,6 +421,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     private func destroy(skip: Bool) {
+        guard control.withLock({ c in
+            guard c.stage == .destroying else { return false }  // terminated meanwhile
+            c.waitingSince = nil
+            return true
+        }) else { return }
         if !skip {
             HookThread.running(self, at: place(.destroy)) { job.hooks.destroy?(context, jobState) }
         }
@@ -411,6 +433,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             guard c.stage == .destroying else { return }  // terminated meanwhile
             c.stage = .finished
             grant.finish()
+            guard !c.reportedBeforeDestroy else { return }
             let (outcome, reason) = outcomeAndReason(c)
             finish(makeResult(c, outcome: outcome, reason: reason))
         }
@@ -447,12 +470,14 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.pendingExpire = reason
                 c.stage = .expiring
                 c.expireCalled = true
+                c.waitingSince = clock.now()
                 return .enqueueExpire
             case .waiting:
                 guard job.hooks.expire != nil && !c.expireCalled && !c.createFailed else { return .nothing }
                 c.pendingExpire = reason
                 c.stage = .expiring
                 c.expireCalled = true
+                c.waitingSince = clock.now()
                 return .enqueueExpire
             case .expiring, .destroying, .finished, .terminated:
                 return .nothing
@@ -474,12 +499,23 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             var what: String
             switch c.stage {
             case .finished, .terminated: return
-            case .pending, .creating: what = "create was still running"
+            case .destroying where c.reportedBeforeDestroy: return
+            case .destroying where c.waitingSince != nil:
+                // The job's hooks returned in time and the host was late to
+                // call `destroy`: not the job's failure. Its result goes out
+                // now; `destroy` still runs when it gets a thread.
+                c.reportedBeforeDestroy = true
+                let (outcome, reason) = outcomeAndReason(c)
+                finish(makeResult(c, outcome: outcome, reason: "\(reason); destroy was waiting for a thread at the hard deadline\(hostLate(c))"))
+                return
+            case .pending, .creating:
+                what = c.waitingSince != nil ? "create was waiting for a thread" : "create was still running"
             case .running:
                 // The slice's chunks so far count: the stuck one is the next.
                 c.chunks &+= curfew_shim_load_count(sliceCount)
                 what = "chunk \(c.chunks &+ 1) was still running"
-            case .expiring: what = "expire was still running"
+            case .expiring:
+                what = c.waitingSince != nil ? "expire was waiting for a thread" : "expire was still running"
             case .destroying: what = "destroy was still running"
             case .waiting where !openTasks.isEmpty:
                 what = Reason.neverEnded(openTasks)
@@ -488,10 +524,18 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             if c.inAppEvent { what = "app_event was still running" }
             c.delayTimer?.cancel()
             c.delayTimer = nil
+            let late = [.creating, .expiring].contains(c.stage) ? hostLate(c) : ""
             c.stage = .terminated
             grant.finish()
-            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline"))
+            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline\(late)"))
         }
+    }
+
+    /// " (the host was N ms late)" while the stage's hook waits for a thread
+    /// (it was due, and the host had none to run it), else "".
+    private func hostLate(_ c: Control) -> String {
+        guard let since = c.waitingSince else { return "" }
+        return " (the host was \(max(0, since.duration(to: clock.now()).nanoseconds / 1_000_000)) ms late)"
     }
 
     /// With the control lock held: if the hooks are done and no task is open,
@@ -499,6 +543,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func finishIfDrained(_ c: inout Control, onQueue: Bool) -> Next {
         guard c.stage == .waiting, grant.closeIfDrained() else { return .nothing }
         c.stage = .destroying
+        c.waitingSince = onQueue ? nil : clock.now()
         return onQueue ? .destroy : .enqueueDestroy
     }
 
