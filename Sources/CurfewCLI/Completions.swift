@@ -64,7 +64,20 @@ enum Completions {
             let options = Help.options(for: command).flatMap(\.names) + ["--help"]
             lines.append("        \(command.rawValue)) options=\"\(options.joined(separator: " "))\" words=\"\(words(for: command).joined(separator: " "))\" paths=\(takesPaths(command) ? 1 : 0) ;;")
         }
-        lines += ["    esac", "    case \"$prev\" in"]
+        lines += [
+            "    esac",
+            // `ctl VERB JOB`: the serving host's jobs, as `status --json` names
+            // them (validated names: [a-z0-9._-]); nothing after a host verb.
+            "    if [ \"${COMP_WORDS[1]}\" = ctl ] && [ \"$COMP_CWORD\" -gt 2 ]; then",
+            "        words=\"\"",
+            "        if [ \"$COMP_CWORD\" -eq 3 ]; then",
+            "            case \"$prev\" in",
+            "                \(Server.Command.jobVerbs.joined(separator: "|"))) words=\"$(\"${COMP_WORDS[0]}\" status --json 2>/dev/null | sed -n 's/.*\"job\":\"\\([a-z0-9._-]*\\)\".*/\\1/p')\" ;;",
+            "            esac",
+            "        fi",
+            "    fi",
+            "    case \"$prev\" in",
+        ]
         for option in Command.allCases.flatMap({ Help.options(for: $0) }) where !values(of: option).isEmpty {
             lines.append("        \(option.names.last!)) COMPREPLY=($(compgen -W \"\(values(of: option).joined(separator: " "))\" -- \"$cur\")); return ;;")
         }

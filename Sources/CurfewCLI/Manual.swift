@@ -9,12 +9,16 @@ enum Manual {
             ".SH SYNOPSIS",
             ".nf",
         ]
-        lines += Command.allCases.map { escape(Help.usage($0)) }
+        lines += Command.allCases.flatMap { wrap(Help.usage($0)).map(escape) }
         lines += [".fi", ".SH DESCRIPTION"]
         lines += verbatim(Help.text(nil))
         for command in Command.allCases where command != .help {
             lines.append(".SH \"CURFEW \(command.rawValue.uppercased())\"")
             lines += verbatim(Help.text(command))
+        }
+        lines.append(".SH ENVIRONMENT")
+        for (name, meaning) in environment {
+            lines += [".TP", ".B \(name)", meaning]
         }
         lines += [
             ".SH FILES",
@@ -30,9 +34,53 @@ enum Manual {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// Help text kept as it is laid out, one roff line a line.
+    /// The variables curfew reads, and what each changes.
+    static let environment: [(String, String)] = [
+        ("STATE_DIRECTORY", "The state store's folder (its first entry), as systemd's StateDirectory= sets it; --state overrides it."),
+        ("XDG_STATE_HOME", "Without STATE_DIRECTORY: the state store is $XDG_STATE_HOME/curfew."),
+        ("HOME", "Without either: the state store is ~/.local/state/curfew, the scan cache ~/.cache/curfew/scan-v2."),
+        ("CACHE_DIRECTORY", "The scan cache's folder (its first entry, then scan-v2), as systemd's CacheDirectory= sets it."),
+        ("XDG_CACHE_HOME", "Without CACHE_DIRECTORY: the scan cache is $XDG_CACHE_HOME/curfew/scan-v2."),
+        ("RUNTIME_DIRECTORY", "The control socket is $RUNTIME_DIRECTORY/serve.sock (systemd's RuntimeDirectory=); --socket overrides it."),
+        ("XDG_RUNTIME_DIR", "Without RUNTIME_DIRECTORY: the control socket is $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock."),
+        ("NOTIFY_SOCKET", "serve speaks systemd's notify protocol on it: READY=1, STATUS=, STOPPING=1, WATCHDOG=1."),
+        ("WATCHDOG_USEC, WATCHDOG_PID", "serve feeds the watchdog at half this interval when the pid is its own."),
+        ("JOURNAL_STREAM", "Output to the journal gets syslog priority prefixes."),
+        ("NO_COLOR", "Set: no colour on a terminal."),
+    ]
+
+    /// The longest line of a verbatim block: an 80-column terminal, less the page's indent.
+    static let width = 72
+
+    /// Help text kept as it is laid out, one roff line a line, lines longer
+    /// than ``width`` wrapped.
     private static func verbatim(_ text: String) -> [String] {
-        [".nf"] + text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().map { escape(String($0)) } + [".fi"]
+        [".nf"] + text.split(separator: "\n", omittingEmptySubsequences: false).dropLast().flatMap { wrap(String($0)).map(escape) } + [".fi"]
+    }
+
+    /// `line` broken at spaces outside brackets (`[--state <folder>]` stays
+    /// whole) into lines of at most ``width`` characters where it can, the
+    /// later ones indented four more than the first; spacing kept.
+    static func wrap(_ line: String) -> [String] {
+        let indent = String(line.prefix { $0 == " " }) + "    "
+        var lines: [String] = []
+        var rest = Array(line)
+        while rest.count > width {
+            // The last space outside brackets within the width, past the indent.
+            var depth = 0
+            var cut: Int?
+            for (index, character) in rest.enumerated() {
+                if index > width { break }
+                if "[(<".contains(character) { depth += 1 }
+                if "])>".contains(character) { depth = max(0, depth - 1) }
+                if character == " " && depth == 0 && index > indent.count && rest[index - 1] != " " { cut = index }
+            }
+            guard let cut else { break }
+            lines.append(String(rest[..<cut]))
+            rest = Array(indent) + rest[cut...].drop { $0 == " " }
+        }
+        lines.append(String(rest))
+        return lines
     }
 
     /// A line roff prints as written: backslashes escaped, and a leading

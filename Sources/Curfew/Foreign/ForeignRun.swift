@@ -408,6 +408,7 @@ final class ForeignRun {
             run.log(.warning, "the checkpoint is not a chunk index the host saved (\(bytes.count) bytes); starting at chunk 0")
             return 0
         }
+        if index > 0 { run.log(.info, "resumed at chunk \(index) from its checkpoint") }
         return index
     }
 

@@ -47,10 +47,15 @@ public struct Schedule: Sendable {
     /// that time has passed: a schedule missed while the host was down runs
     /// once, not once per missed slot), else now; never sooner than its
     /// `earliest_begin` after `now`, plus jitter. Its failures in a row go on
-    /// from the store's count.
-    public mutating func add(job: String, policy: JobPolicy, isContinuous: Bool, persisted: ScheduleRecord?, now: WallTime) {
+    /// from the store's count, and its last outcome from the history's.
+    public mutating func add(
+        job: String, policy: JobPolicy, isContinuous: Bool, persisted: ScheduleRecord?,
+        last: (outcome: Outcome, ended: WallTime)? = nil, now: WallTime
+    ) {
         guard entries[job] == nil else { return }
         var entry = Entry(policy: policy, isContinuous: isContinuous)
+        entry.lastOutcome = last?.outcome
+        entry.lastEnded = last?.ended
         entry.failures = persisted?.failures ?? 0
         entry.skipped = persisted?.skipped ?? 0
         let earliest = now.later(by: policy.earliestBegin ?? .zero)

@@ -213,6 +213,13 @@ public final class Server: @unchecked Sendable {
 
     /// Carries out `command`; the answer is a sentence, or an error's.
     public func perform(_ command: Command) -> Result<String, CurfewError> {
+        let result = carryOut(command)
+        // What an operator asked is in the host's log, as the host's own moves are.
+        if case .success(let said) = result { onNotice(.info("control socket: \(said)")) }
+        return result
+    }
+
+    private func carryOut(_ command: Command) -> Result<String, CurfewError> {
         if command == .reload {
             reload()
             return .success("Rescanning the plugin folders.")
@@ -341,7 +348,9 @@ public final class Server: @unchecked Sendable {
         }
         self.rejections = rejections
         // What the store kept: read only when a job is new to this server.
-        let persisted = fresh.keys.allSatisfy { catalog[$0] != nil } ? [:] : (try? options.run.state?.schedules()) ?? [:]
+        let known = fresh.keys.allSatisfy { catalog[$0] != nil }
+        let persisted = known ? [:] : (try? options.run.state?.schedules()) ?? [:]
+        let lastRuns = known ? [:] : (try? options.run.state?.lastRuns()) ?? [:]
         let now = WallTime.now()
         var added: [String] = []
         for name in fresh.keys.sorted() {
@@ -363,7 +372,8 @@ public final class Server: @unchecked Sendable {
                 added.append(name)
             }
             schedule.add(
-                job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: persisted[name], now: now)
+                job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: persisted[name],
+                last: lastRuns[name], now: now)
         }
         for name in catalog.keys where fresh[name] == nil {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))

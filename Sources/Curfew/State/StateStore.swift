@@ -193,6 +193,23 @@ public final class StateStore: @unchecked Sendable {
         }
     }
 
+    /// How each job's last recorded run ended, and when, by name: what
+    /// `status` shows of a job before it runs again after a restart.
+    public func lastRuns() throws(CurfewError) -> [String: (outcome: Outcome, ended: WallTime)] {
+        try locked { connection throws(CurfewError) in
+            var last: [String: (outcome: Outcome, ended: WallTime)] = [:]
+            // One row a job, found through the (job, id) index.
+            for row in try connection.query(
+                "SELECT job, outcome, ended_at FROM job_runs WHERE id IN (SELECT max(id) FROM job_runs GROUP BY job)")
+            {
+                // Outside data: an outcome this Curfew does not know is no outcome.
+                guard let job = row[0].text, let outcome = row[1].text.flatMap(Outcome.init(rawValue:)) else { continue }
+                last[job] = (outcome, WallTime(milliseconds: row[2].integer ?? 0))
+            }
+            return last
+        }
+    }
+
     /// Every job's kept schedule, by name.
     public func schedules() throws(CurfewError) -> [String: ScheduleRecord] {
         try locked { connection throws(CurfewError) in

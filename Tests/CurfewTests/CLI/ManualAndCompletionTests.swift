@@ -25,10 +25,28 @@ import Testing
             }
         }
         // No line of help text may read as a roff request.
-        let requests = [".TH ", ".SH ", ".nf", ".fi", ".TP", ".I "]
+        let requests = [".TH ", ".SH ", ".nf", ".fi", ".TP", ".I ", ".B "]
         let stray = page.split(separator: "\n").filter { line in line.hasPrefix(".") && !requests.contains { line.hasPrefix($0) } }
         #expect(stray.isEmpty, "\(stray)")
         #expect(Manual.escape(".hidden \\n") == "\\&.hidden \\en")
+        // Every variable the host reads is in ENVIRONMENT; a verbatim line fits a terminal.
+        for name in ["STATE_DIRECTORY", "XDG_STATE_HOME", "CACHE_DIRECTORY", "RUNTIME_DIRECTORY", "NOTIFY_SOCKET", "JOURNAL_STREAM", "NO_COLOR"] {
+            #expect(page.contains(".B \(name)"), "\(name)")
+        }
+        var verbatim = false
+        for line in page.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == ".nf" || line == ".fi" { verbatim = line == ".nf" }
+            if verbatim { #expect(line.count <= Manual.width, "\(line)") }
+        }
+    }
+
+    @Test func aLongLineWrapsAtSpacesOutsideBracketsAndKeepsItsSpacing() {
+        let usage = "curfew run [--state <folder>] " + String(repeating: "[--jobs <n>] ", count: 8)
+        let lines = Manual.wrap(usage)
+        #expect(lines.count > 1 && lines.allSatisfy { $0.count <= Manual.width })
+        #expect(lines.dropFirst().allSatisfy { $0.hasPrefix("    [") }, "\(lines)")
+        #expect(Manual.wrap("  5    short") == ["  5    short"])
+        #expect(Manual.wrap(String(repeating: "x", count: 100)).count == 1, "a word longer than the width stands alone")
     }
 
     @Test func everyScriptNamesEverySubcommandAndOption() {
@@ -66,6 +84,24 @@ extension ProcessTests {
             #expect(try await offered(["curfew", "ctl", "f"]) == ["foreground"])
             #expect(try await offered(["curfew", "completions", "z"]) == ["zsh"])
             #expect(try await offered(["curfew", "run", "--allow-mode", "bluetooth-p"]) == ["bluetooth-peripheral"])
+        }
+
+        /// Before: after `ctl run` bash offered the verbs again.
+        @Test func bashCompletesAServingHostsJobsAfterAJobVerb() async throws {
+            let fake = Fixtures.temporaryFolder("fake") + "/curfew"
+            try """
+                #!/bin/sh
+                [ "$1" = status ] && [ "$2" = --json ] || exit 64
+                echo '{"app_state":"background","jobs":2}'
+                echo '{"job":"tally","plugin":"/p/a.so","state":"idle"}'
+                echo '{"job":"talk.v2","plugin":"/p/b.so","state":"running"}'
+                """.write(toFile: fake, atomically: true, encoding: .utf8)
+            #expect(chmod(fake, 0o755) == 0)
+            #expect(try await offered([fake, "ctl", "pause", "ta"]) == ["tally", "talk.v2"])
+            #expect(try await offered([fake, "ctl", "run", "talk"]) == ["talk.v2"])
+            #expect(try await offered([fake, "ctl", "reload", ""]).isEmpty, "a host verb takes no job")
+            #expect(try await offered([fake, "ctl", "pause", "tally", ""]).isEmpty)
+            #expect(try await offered([fake, "ctl", "re"]) == ["resume", "reload"])
         }
     }
 }

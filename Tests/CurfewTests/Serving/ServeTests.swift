@@ -421,6 +421,27 @@ extension ProcessTests {
 
         /// A continuous job whose modes are not allowed is said once and not
         /// scheduled: a rescan does not say it again, nor start it.
+        /// Before: after a restart `status` showed no last outcome until the
+        /// job ran again, and what `ctl` asked was not in the server's log.
+        @Test func aRestartedServerKnowsEachJobsLastOutcomeAndLogsWhatCtlAsks() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            try drop(try plugin(), into: folder)
+            let config = try config(#"{"jobs": {"tally": {"every": "1h", "budget": "150ms"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await first.wait(for: "\"event\":\"finished\"")
+            #expect(await first.stop() == 0)
+
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await again.wait(for: "control socket")
+            let status = try await again.control(["status"])
+            #expect(status.out.contains("last expired"), "\(status.out)")
+            #expect(try await again.control(["ctl", "pause", "tally"]).status == 0)
+            await again.wait(for: "control socket: Paused 'tally'")
+            #expect(await again.stop() == 0)
+            #expect(try again.events().filter { $0.event == "started" }.isEmpty, "its next run is an hour away")
+        }
+
         /// A misspelled job in the config ran the real job on the defaults,
         /// in silence: each is said at load and on every reload, and a job a
         /// folder change leaves without a plugin is said once.

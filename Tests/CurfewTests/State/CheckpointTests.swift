@@ -90,6 +90,8 @@ extension ProcessTests {
                 reached += finished.chunks ?? 0
                 let saved = try StateStore(folder: state).checkpoint(job: "steady")
                 #expect(saved == Array("chunk-index \(reached)".utf8), "run \(run) saved where its grant expired")
+                let resumed = logs(events, "steady").filter { $0.hasPrefix("resumed at chunk") }
+                #expect(resumed == (run == 1 ? [] : ["resumed at chunk \(reached - (finished.chunks ?? 0)) from its checkpoint"]), "\(resumed)")
             }
             // Without a state folder there is nothing to resume from, and nothing to warn about.
             let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "300ms", "--no-state", "--json"])
