@@ -304,10 +304,11 @@ public enum CurfewMain {
         return scan.rejected.isEmpty ? ExitCode.success : ExitCode.pluginRejected
     }
 
-    /// How long a fault's report waits for the events the job posted before
-    /// it (a log line) to be delivered, in microseconds: they are handed on
-    /// by other threads within microseconds unless every thread is busy.
-    static let faultDeliveryGrace: useconds_t = 20_000
+    /// How long a fault's report waits at most for the events posted before
+    /// it (the job's last log line) to be delivered: the faulting thread is
+    /// held, and the scheduler adds a thread for the others within ~10 ms;
+    /// within the second the signal handler gives the report.
+    static let faultDeliveryLimit: Duration = .milliseconds(500)
 
     static func run(_ options: RunOptions) async -> Int32 {
         if let missing = missingPath(options.effectivePaths) {
@@ -338,6 +339,8 @@ public enum CurfewMain {
             json: options.json, output: capture?.hostOutput ?? STDOUT_FILENO, error: capture?.hostError ?? STDERR_FILENO)
         let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
         router.start(reporting: reporter)
+        // The run whose events a fault's report waits for, once it exists.
+        let faultRunner = Mutex<Runner?>(nil)
         if let capture {
             ProcessExitWatch.arm { status, job in
                 capture.finish()
@@ -351,7 +354,7 @@ public enum CurfewMain {
                 // its output is read, and the events already posted get a
                 // moment for the threads that deliver them.
                 capture.finish()
-                usleep(Self.faultDeliveryGrace)
+                _ = faultRunner.withLock { $0 }?.waitForEvents(upTo: Self.faultDeliveryLimit)
                 reporter.hostCrash(fault)
                 ChildProcesses.endAll()
             }
@@ -427,6 +430,7 @@ public enum CurfewMain {
             reporter.event(event, at: time)
         }
         router.attach(runner)
+        faultRunner.withLock { $0 = runner }
 
         stop.onRequest { reason in
             let again = reason.hasPrefix("SIG") ? " Send it again to stop at once." : ""

@@ -812,6 +812,22 @@ int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status,
     return 0;
 }
 
+static volatile int closed_in_children = -1;
+
+static void close_in_child(void) {
+    if (closed_in_children >= 0) close(closed_in_children);
+}
+
+static void register_close_in_child(void) {
+    pthread_atfork(NULL, NULL, close_in_child);
+}
+
+void curfew_shim_close_in_children(int fd) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    closed_in_children = fd;
+    pthread_once(&once, register_close_in_child);
+}
+
 int curfew_shim_accept(int fd) {
     return accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 }

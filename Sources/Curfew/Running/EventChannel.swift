@@ -129,6 +129,9 @@ final class EventChannel: Sendable {
         if more { lane.enqueue { [self] in drain() } }
     }
 
+    /// Whether every event posted so far has been handed to the handler.
+    var isDrained: Bool { backlog.load(ordering: .relaxed) == 0 }
+
     /// Blocks while more than ``maximumBacklog`` bytes of events wait. Call it
     /// holding no lock, from a thread that reads outside text, before reading.
     func waitForRoom() {

@@ -63,7 +63,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         /// deadline it tells the host's lateness from the job's overrun.
         var waitingSince: CurfewInstant?
         /// The job's result went out at the hard deadline while `destroy`
-        /// still waited for a thread: it runs when it gets one, unreported.
+        /// still waited for a thread: it runs, unreported, if it gets one
+        /// before the process ends.
         var reportedBeforeDestroy = false
 
         /// Reported: nothing the job says or saves counts any more.
@@ -414,6 +415,9 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // (A job that began no task never had a handler enqueued: the grant,
         // closed now, begins none, and its lock is the job's own, not the scheduler's.)
         if grant.tasksBegun > 0 && handlers.isBusy {
+            // Behind the job's own handler, not the host's threads: a wait
+            // there is the job's, not the host's lateness.
+            control.withLock { $0.waitingSince = nil }
             handlers.enqueue { self.queue.enqueue { self.destroy(skip: skip) } }
         } else {
             destroy(skip: skip)
@@ -500,10 +504,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             switch c.stage {
             case .finished, .terminated: return
             case .destroying where c.reportedBeforeDestroy: return
-            case .destroying where c.waitingSince != nil:
+            case .destroying where c.waitingSince != nil && !c.inAppEvent:
                 // The job's hooks returned in time and the host was late to
                 // call `destroy`: not the job's failure. Its result goes out
-                // now; `destroy` still runs when it gets a thread.
+                // now; `destroy` runs if it gets a thread before the process
+                // ends (a worker, or a run, may end first).
                 c.reportedBeforeDestroy = true
                 let (outcome, reason) = outcomeAndReason(c)
                 finish(makeResult(c, outcome: outcome, reason: "\(reason); destroy was waiting for a thread at the hard deadline\(hostLate(c))"))
@@ -524,7 +529,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             if c.inAppEvent { what = "app_event was still running" }
             c.delayTimer?.cancel()
             c.delayTimer = nil
-            let late = [.creating, .expiring].contains(c.stage) ? hostLate(c) : ""
+            let late = [.creating, .expiring].contains(c.stage) && !c.inAppEvent ? hostLate(c) : ""
             c.stage = .terminated
             grant.finish()
             finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline\(late)"))

@@ -192,6 +192,18 @@ public final class Runner: Sendable {
     func hasSharedWorker(for path: String) -> Bool { workers?.hasWorker(for: path) ?? false }
 
     /// The jobs running now, for a live display.
+    /// Waits up to `limit` for the events posted so far to reach the
+    /// handler: for a report that ends the process (a fault in plugin code),
+    /// so that what a job said before it comes first. True once they have.
+    public func waitForEvents(upTo limit: Duration) -> Bool {
+        let end = ContinuousClock.now + limit
+        while !events.isDrained {
+            guard ContinuousClock.now < end else { return false }
+            usleep(1000)
+        }
+        return true
+    }
+
     public func status() -> [JobStatus] {
         let runs = state.withLock { state in state.running.sorted { $0.key < $1.key }.map(\.value) }
         return runs.map { $0.status() }

@@ -40,6 +40,10 @@ public final class StateStore: @unchecked Sendable {
 
     /// The writer's hold on the folder, or `nil` for a reader.
     public let writerLock: StoreLock?
+    /// The store's schema: ``schemaVersion``, or an older one a reader found
+    /// (only a writer migrates: a host of the older Curfew may still be
+    /// writing it, and takes no lock). Set once, in `init`.
+    private(set) var schema = StateStore.schemaVersion
     private let connection: SQLiteConnection
     private let lock = Mutex(())
 
@@ -66,7 +70,7 @@ public final class StateStore: @unchecked Sendable {
         try connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))")
         try checkKind()
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
-        try migrate()
+        schema = try Self.migrate(connection, path: path, upgrading: writer != nil)
     }
 
     /// Where the store lives when `--state` does not say: systemd's
@@ -135,7 +139,7 @@ public final class StateStore: @unchecked Sendable {
     public func checkpoint(_ key: JobKey) throws(CurfewError) -> [UInt8]? {
         try locked { connection throws(CurfewError) in
             guard let row = try connection.query(
-                "SELECT length(data), CASE WHEN length(data) <= ?3 THEN data END FROM checkpoints WHERE plugin_path = ?1 AND job = ?2",
+                "SELECT length(data), CASE WHEN length(data) <= ?3 THEN data END FROM checkpoints WHERE \(pluginColumn) = ?1 AND job = ?2",
                 [.text(key.plugin), .text(key.job), .integer(Int64(Self.maximumCheckpointBytes))]).first
             else { return nil }
             guard let bytes = row[1].blob else {
@@ -151,7 +155,7 @@ public final class StateStore: @unchecked Sendable {
     /// by name, then plugin.
     public func checkpoints() throws(CurfewError) -> [CheckpointInfo] {
         try locked { connection throws(CurfewError) in
-            try connection.query("SELECT job, plugin_path, length(data), saved_at FROM checkpoints ORDER BY job, plugin_path").map { row in
+            try connection.query("SELECT job, \(pluginColumn), length(data), saved_at FROM checkpoints ORDER BY job, 2").map { row in
                 CheckpointInfo(
                     job: row[0].text ?? "", plugin: row[1].text ?? "", bytes: Int(row[2].integer ?? 0),
                     savedAt: WallTime(milliseconds: row[3].integer ?? 0))
@@ -452,8 +456,8 @@ public final class StateStore: @unchecked Sendable {
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
     /// refuses a store from a newer Curfew before changing anything.
-    private func migrate() throws(CurfewError) {
-        try connection.transaction { () throws(CurfewError) in
+    private static func migrate(_ connection: SQLiteConnection, path: String, upgrading: Bool) throws(CurfewError) -> Int {
+        try connection.transaction { () throws(CurfewError) -> Int in
             let version = Int(try connection.query("PRAGMA user_version").first?.first?.integer ?? 0)
             // The file is outside data: a negative version is no version of ours.
             guard version >= 0 else {
@@ -464,12 +468,20 @@ public final class StateStore: @unchecked Sendable {
                     .stateTooNew,
                     "the state store \(path) was written by a newer Curfew (schema version \(version); this one knows up to \(Self.schemaVersion)); it was left as it is. Run that Curfew, or choose another folder with --state")
             }
+            // A reader makes a new store (nothing writes an empty one) but
+            // reads an older one as it is.
+            guard upgrading || version == 0 else { return version }
             for step in version..<Self.schemaVersion {
                 for statement in Self.migrations[step] { try connection.execute(statement) }
             }
             if version < Self.schemaVersion { try connection.execute("PRAGMA user_version = \(Self.schemaVersion)") }
+            return Self.schemaVersion
         }
     }
+
+    /// The checkpoints table's plugin column as a query reads it: before
+    /// schema 3 there is none, and every checkpoint is of no known plugin.
+    private var pluginColumn: String { schema >= 3 ? "plugin_path" : "''" }
 
     static func wallMilliseconds() -> Int64 { WallTime.now().milliseconds }
 }

@@ -1,4 +1,5 @@
 import Glibc
+import _CurfewShims
 
 /// The one writer of a state store: an exclusive `flock` on `state.lock`
 /// in the store's folder, held for the writer's life.
@@ -8,7 +9,8 @@ import Glibc
 /// the holder named from what it wrote into the file. The kernel drops the
 /// lock with the holder's last descriptor, so a holder killed with SIGKILL
 /// frees the store; the descriptor is close-on-exec, so no program the host
-/// starts keeps it.
+/// starts keeps it, and closed in a child forked without exec (plugin code
+/// in process may fork a helper that outlives the host).
 public final class StoreLock: Sendable {
     /// Who holds a store: written into the lock file for the one refused.
     public struct Holder: Sendable, Equatable {
@@ -95,9 +97,13 @@ public final class StoreLock: Sendable {
             throw CurfewError(.stateLocked, Self.refusal(folder: folder, holder: other))
         }
         self.fd = fd
+        curfew_shim_close_in_children(fd)
     }
 
-    deinit { close(fd) }
+    deinit {
+        curfew_shim_close_in_children(-1)
+        close(fd)
+    }
 
     static func refusal(folder: String, holder: Holder?) -> String {
         let who: String

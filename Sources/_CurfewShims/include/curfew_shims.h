@@ -171,6 +171,11 @@ int curfew_shim_install_crash_reporter(int fd);
  * host's). Async-signal-safe. 0, or -1. */
 int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status, int notify_fd);
 
+/* Closes `fd` in every child this process forks from now on (pthread_atfork):
+ * for a lock held by its open file, which a child that plugin code forks,
+ * and that outlives the host, would otherwise hold on. One fd; -1 stops it. */
+void curfew_shim_close_in_children(int fd);
+
 /* The fault the handler above is reporting: 1 with its job, hook, chunk
  * (0 outside a chunk) and signal name filled in, or 0 when there is none. */
 int curfew_shim_fault(const char **job, const char **hook, unsigned long long *chunk, const char **signal);

@@ -91,20 +91,19 @@ import Testing
 
 extension ProcessTests {
     /// The same under real contention: 250 jobs of 60 ms at once, on a
-    /// machine whose cores two busy loops hold. Before, 249 of 250 such jobs
+    /// machine whose cores two spinning threads of the test's hold. Before, 249 of 250 such jobs
     /// were reported "destroy was still running" though destroy had not
     /// started: the stage was set when the hook was queued.
     @Suite(.timeLimit(.minutes(2))) struct HostLatenessUnderLoadTests {
         @Test func noReasonNamesAHookThatHadNotStarted() async throws {
             let plugin = try Fixtures.compile("contended_jobs.c", defines: ["JOB_COUNT=250"])
-            let hogs = try (0..<2).map { _ in
-                let hog = Process()
-                hog.executableURL = URL(fileURLWithPath: "/bin/sh")
-                hog.arguments = ["-c", "while :; do :; done"]
-                try hog.run()
-                return hog
+            // Two threads that spin until the test ends: the cores stay busy.
+            final class Stop: Sendable { let flag = Atomic<Bool>(false) }
+            let stop = Stop()
+            for _ in 0..<2 {
+                Foundation.Thread.detachNewThread { while !stop.flag.load(ordering: .relaxed) {} }
             }
-            defer { for hog in hogs { kill(hog.processIdentifier, SIGKILL); hog.waitUntilExit() } }
+            defer { stop.flag.store(true, ordering: .relaxed) }
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable, ["run", plugin, "--budget", "60ms", "--jobs", "250", "--no-state", "--json"],
                 timeout: .seconds(60))

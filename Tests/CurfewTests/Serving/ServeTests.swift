@@ -25,7 +25,9 @@ final class ServeProcess: @unchecked Sendable {
         let arguments = ["serve", folder, "--json", "--state", state, "--socket", socket, "--budget", "300ms"] + extra
         (process, output) = try Fixtures.startCurfew(arguments, environment: environment)
         let pid = process.processIdentifier
-        DispatchQueue.global().asyncAfter(deadline: .now() + 150) { kill(pid, SIGKILL) }
+        let process = self.process
+        // Not once it has exited: its pid may be another test's process by then.
+        DispatchQueue.global().asyncAfter(deadline: .now() + 150) { if process.isRunning { kill(pid, SIGKILL) } }
     }
 
     /// Reads until `done` holds of everything said so far (or the output ends).

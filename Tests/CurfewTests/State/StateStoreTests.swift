@@ -84,7 +84,13 @@ import Testing
             try old.query("INSERT INTO checkpoints (job, data, saved_at) VALUES ('sums', x'010203', 5)")
             try old.query("INSERT INTO checkpoints (job, data, saved_at) VALUES ('lost', x'09', 6)")
         }
-        let store = try StateStore(folder: folder)
+        // A reader reads it as it is: a host of the older Curfew may still write it.
+        let reader = try StateStore(folder: folder)
+        #expect(try reader.checkpoints().map { "\($0.job) \($0.plugin) \($0.bytes)" } == ["lost  1", "sums  3"])
+        #expect(try reader.checkpoint(JobKey(job: "sums", plugin: "")) == [1, 2, 3])
+        #expect(try SQLiteConnection(path: reader.path).query("PRAGMA user_version").first?.first == .integer(2))
+        // Its writer migrates it.
+        let store = try StateStore(folder: folder, writer: .current())
         #expect(try store.checkpoint(JobKey(job: "sums", plugin: "/new/sums.so")) == [1, 2, 3])
         #expect(try store.checkpoint(JobKey(job: "sums", plugin: "/old/sums.so")) == nil)
         #expect(try store.checkpoints().map { "\($0.job) \($0.plugin) \($0.bytes)" } == ["lost  1", "sums /new/sums.so 3"])
@@ -356,7 +362,8 @@ import Testing
         try store.saveCheckpoint(job: "j", bytes: [7])
         let connection = try SQLiteConnection(path: store.path)
         try connection.execute("DROP TABLE schedules; PRAGMA user_version = 1")
-        let reopened = try StateStore(folder: folder)
+        // Its writer brings it up to date; a reader would read it as it is.
+        let reopened = try StateStore(folder: folder, writer: .current())
         #expect(try reopened.checkpoint(job: "j") == [7])
         #expect(try reopened.schedules().isEmpty)
         try reopened.saveSchedule(ScheduleRecord(job: "j", nextRun: nil, failures: 0, skipped: 0))

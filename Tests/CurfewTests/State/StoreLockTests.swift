@@ -32,8 +32,10 @@ import Testing
         #expect(StoreLock.Holder.parse(Array("pid 99999999999999999999\n".utf8)) == nil)
         #expect(StoreLock.Holder.parse([0xFF, 0x00, 0x0A]) == nil)
         #expect(StoreLock.Holder.parse(Array("garbage\npid 7\nextra key\n".utf8))?.pid == 7)
-        let long = StoreLock.Holder(pid: 1, command: String(repeating: "x", count: 5000) + "\nsocket /evil")
-        #expect(!long.text.contains("\nsocket"), "a value cannot add a line of its own")
+        let sneaky = StoreLock.Holder(pid: 1, command: "curfew run\nsocket /evil\rx")
+        #expect(!sneaky.text.contains("\nsocket") && !sneaky.text.contains("\r"), "a value cannot add a line of its own")
+        #expect(StoreLock.Holder.parse(Array(sneaky.text.utf8))?.socket == nil)
+        let long = StoreLock.Holder(pid: 1, command: String(repeating: "x", count: 5000))
         #expect(long.text.utf8.count < StoreLock.maximumRead)
         #expect(StoreLock.refusal(folder: "/f", holder: nil).contains("another host (it has not yet said which)"))
     }
