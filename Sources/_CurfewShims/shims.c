@@ -13,6 +13,7 @@
 #include <spawn.h>
 #include <dirent.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <poll.h>
@@ -661,7 +662,7 @@ int curfew_shim_install_crash_reporter(int fd) {
         struct sigaction action;
         memset(&action, 0, sizeof action);
         action.sa_sigaction = on_crash;
-        action.sa_flags = SA_SIGINFO | SA_RESETHAND;
+        action.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
         sigemptyset(&action.sa_mask);
         if (sigaction(signals[i], &action, NULL) != 0) return -1;
     }
@@ -805,9 +806,45 @@ int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status,
         struct sigaction action;
         memset(&action, 0, sizeof action);
         action.sa_sigaction = on_fault;
-        action.sa_flags = SA_SIGINFO;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&action.sa_mask);
         if (sigaction(fault_signals[i], &action, &fault_before[i]) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- alternate signal stacks for hook threads ---- */
+
+enum { alt_stack_size = 64 * 1024 };
+static pthread_key_t alt_stack_key;
+static pthread_once_t alt_stack_once = PTHREAD_ONCE_INIT;
+
+static void free_alt_stack(void *stack) {
+    stack_t off;
+    memset(&off, 0, sizeof off);
+    off.ss_flags = SS_DISABLE;
+    sigaltstack(&off, NULL);
+    munmap(stack, alt_stack_size);
+}
+
+static void make_alt_stack_key(void) {
+    pthread_key_create(&alt_stack_key, free_alt_stack);
+}
+
+int curfew_shim_give_thread_alt_stack(void) {
+    pthread_once(&alt_stack_once, make_alt_stack_key);
+    if (pthread_getspecific(alt_stack_key) != NULL) return 0;
+    stack_t current;
+    if (sigaltstack(NULL, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return 0; /* one of its own */
+    void *stack = mmap(NULL, alt_stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return -1;
+    stack_t given;
+    memset(&given, 0, sizeof given);
+    given.ss_sp = stack;
+    given.ss_size = alt_stack_size;
+    if (sigaltstack(&given, NULL) != 0 || pthread_setspecific(alt_stack_key, stack) != 0) {
+        munmap(stack, alt_stack_size);
+        return -1;
     }
     return 0;
 }

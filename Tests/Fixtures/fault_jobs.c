@@ -42,7 +42,21 @@ static void faults_in_expire(curfew_context *ctx, void *state, curfew_expire_rea
     *nowhere = 1;
 }
 
+/* Recurses until its stack runs out (a guard-page fault on no stack left). */
+static int deeper(int depth) {
+    volatile char frame[4096];
+    frame[0] = (char)depth;
+    if (depth < 0) return 0;
+    return deeper(depth + 1) + frame[0];
+}
+static curfew_chunk_result overflows(curfew_context *ctx, void *state) {
+    (void)state;
+    host->log(ctx, CURFEW_LOG_INFO, "last words before the overflow");
+    return (curfew_chunk_result)deeper(0);
+}
+
 CURFEW_JOB(null_job, "null-at-3", "Dereferences NULL in chunk 3.", .chunk = null_at_3, .expire = cleanup);
 CURFEW_JOB(raise_job, "raises-segv", "raise(SIGSEGV) in a chunk.", .chunk = raises, .expire = cleanup);
 CURFEW_JOB(expire_job, "faults-in-expire", "Faults in its expire hook.", .chunk = spins, .expire = faults_in_expire);
-CURFEW_PLUGIN(host, &null_job, &raise_job, &expire_job)
+CURFEW_JOB(overflow_job, "overflows", "Overflows its stack in a chunk.", .chunk = overflows, .expire = cleanup);
+CURFEW_PLUGIN(host, &null_job, &raise_job, &expire_job, &overflow_job)

@@ -34,11 +34,17 @@ public enum HookThread {
 
     private static let reportsCrashes = Atomic<Bool>(false)
 
+    /// Whether a crash in a hook is reported: then a hook thread gets an
+    /// alternate signal stack as it starts, for a hook that overflows its own.
+    static var reportsCrashesNow: Bool { reportsCrashes.load(ordering: .relaxed) }
+
     /// From now on, a hook that crashes the process first writes where it
     /// was (job, hook, chunks run) on `descriptor`: for workers, whose host
     /// then says more than "died of SIGSEGV".
     static func reportCrashes(on descriptor: Int32) {
         if curfew_shim_install_crash_reporter(descriptor) == 0 { reportsCrashes.store(true, ordering: .relaxed) }
+        // This thread may run hooks too (a worker's main thread runs its first job's).
+        _ = curfew_shim_give_thread_alt_stack()
     }
 
     /// A hook, as a crash report names it.
@@ -119,6 +125,7 @@ extension HookThread {
         }
         guard started, curfew_shim_install_fault_reporter(human, machine, status, ends[1]) == 0 else { return false }
         reportsCrashes.store(true, ordering: .relaxed)
+        _ = curfew_shim_give_thread_alt_stack()
         return true
     }
 

@@ -344,7 +344,11 @@ public final class HookScheduler: @unchecked Sendable {
     /// With the lock held.
     private func startThread() {
         let slot = takeSlot()
-        if !Thread.detach({ [self] in workerLoop(slot: slot) }) {
+        if !Thread.detach({ [self] in
+            // A hook that overflows its stack is still reported (HookThread).
+            if HookThread.reportsCrashesNow { _ = curfew_shim_give_thread_alt_stack() }
+            workerLoop(slot: slot)
+        }) {
             releaseSlot(slot)
         }
     }

@@ -171,6 +171,11 @@ int curfew_shim_install_crash_reporter(int fd);
  * host's). Async-signal-safe. 0, or -1. */
 int curfew_shim_install_fault_reporter(int human_fd, int machine_fd, int status, int notify_fd);
 
+/* Gives the calling thread an alternate signal stack (64 KiB, freed when the
+ * thread ends) unless it has one: the crash and fault handlers run on it, so
+ * a hook that overflows its stack is still reported. 0, or -1. */
+int curfew_shim_give_thread_alt_stack(void);
+
 /* Closes `fd` in every child this process forks from now on (pthread_atfork):
  * for a lock held by its open file, which a child that plugin code forks,
  * and that outlives the host, would otherwise hold on. One fd; -1 stops it. */

@@ -12,6 +12,7 @@ extension ProcessTests {
             ("null-at-3", "chunk", 3, "last words before the fault"),
             ("raises-segv", "chunk", 1, "last words before the signal"),
             ("faults-in-expire", "expire", nil, "expiring, then the fault"),
+            ("overflows", "chunk", 1, "last words before the overflow"),
         ] as [(String, String, Int?, String)])
         func aFaultInPluginCodeIsNamedAndEndsTheHostWithStatusFive(job: String, hook: String, chunk: Int?, said: String) async throws {
             let plugin = try Fixtures.compile("fault_jobs.c")
