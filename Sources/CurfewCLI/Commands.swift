@@ -385,7 +385,7 @@ public enum CurfewMain {
         // Isolated, the workers' fork server starts while the plugins are scanned.
         Runner.startWorkersEarly(for: options.configuration)
         defer { Runner.discardEarlyWorkers() }
-        let scan = loadPlugins(options, stop: stop)
+        let scan = loadPlugins(options, stop: stop, console: console)
         if let status = stop.status { return status }
         reporter.scanned(scan)
 
@@ -475,17 +475,21 @@ public enum CurfewMain {
     /// Scans in a scanner worker first, so a plugin that crashes or hangs
     /// while loading is rejected, not fatal. In process (`--isolate none`),
     /// then loads what the scanner vouched for.
-    static func loadPlugins(_ options: RunOptions, stop: StopRequest) -> PluginScan {
+    static func loadPlugins(_ options: RunOptions, stop: StopRequest, console: Console) -> PluginScan {
         let loader = PluginLoader(parameters: options.parameters, allowsInsecurePlugins: options.allowInsecurePlugins)
         var scanner = SafeScanner()
         scanner.rescan = options.rescan
+        scanner.takesSnapshots = true
         // A stop during the scan kills the scanner: a plugin hanging in its
         // constructor does not hold the host for the scan's whole timeout.
-        let safe = scanner.scan(options.effectivePaths, loader: loader) { stop.status != nil }.scan
+        let report = scanner.scan(options.effectivePaths, loader: loader) { stop.status != nil }
+        if let problem = report.snapshotProblem {
+            console.error("Warning: plugins load from their own files, not snapshots (\(Untrusted.line(problem))): one overwritten in place crashes its job.")
+        }
+        let safe = report.scan
         if stop.status != nil { return safe }
         guard options.isolation == .none else { return safe }
-        let vouched = safe.plugins.map(\.path)
-        var scan = vouched.isEmpty ? PluginScan() : loader.scan(vouched)
+        var scan = safe.plugins.isEmpty ? PluginScan() : loader.load(vouched: safe.plugins)
         scan.rejected = safe.rejected + scan.rejected
         return scan
     }

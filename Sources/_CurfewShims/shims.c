@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <poll.h>
@@ -875,4 +876,21 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid) {
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
     *uid = credentials.uid;
     return 0;
+}
+
+long curfew_shim_copy_file_range(int in, long long *offset, int out, unsigned long length) {
+    off64_t position = *offset;
+    ssize_t copied = copy_file_range(in, &position, out, NULL, length, 0);
+    if (copied > 0) *offset = position;
+    return copied;
+}
+
+int curfew_shim_contains(const void *haystack, unsigned long haystack_length, const void *needle, unsigned long needle_length) {
+    return memmem(haystack, haystack_length, needle, needle_length) != NULL;
+}
+
+int curfew_shim_mounted_noexec(const char *path) {
+    struct statvfs info;
+    if (statvfs(path, &info) != 0) return -1;
+    return (info.f_flag & ST_NOEXEC) != 0;
 }

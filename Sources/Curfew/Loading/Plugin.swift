@@ -20,8 +20,13 @@ public struct PluginJob: Sendable, Identifiable {
     public let name: String
     /// The job's one-line summary.
     public let summary: String
-    /// The plugin file that declared it.
+    /// The plugin file that declared it: the user's, which names the job's
+    /// state and history.
     public let pluginPath: String
+    /// The file its code is loaded from: a private snapshot of
+    /// `pluginPath` taken before its scan (see ``PluginSnapshots``), else
+    /// `pluginPath` itself.
+    public internal(set) var loadPath: String
     /// Whether the job is continuous: it has no budget, like an app with an
     /// iOS background mode, and runs only where the host allows it.
     public let isContinuous: Bool
@@ -47,6 +52,7 @@ public struct PluginJob: Sendable, Identifiable {
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath
+        self.loadPath = pluginPath
         self.isContinuous = isContinuous
         self.hooks = hooks
         self.foreign = foreign
@@ -65,13 +71,13 @@ public struct PluginJob: Sendable, Identifiable {
         self.name = name
         self.summary = summary
         self.pluginPath = pluginPath
+        self.loadPath = pluginPath
         self.isContinuous = isContinuous
         self.hooks = JobHooks(create: nil, chunk: nil, expire: nil, destroy: nil)
         self.foreign = nil
         self.isChunked = isChunked
         self.scannedForeignLibrary = foreignLibrary
     }
-
 
     public var id: String { name }
 
@@ -81,10 +87,22 @@ public struct PluginJob: Sendable, Identifiable {
 
 /// A plugin file that loaded and passed validation.
 public struct LoadedPlugin: Sendable {
-    /// The path the plugin was loaded from, as given or found in a folder.
+    /// The plugin's path, as given or found in a folder.
     public let path: String
     /// The jobs it declares, in its order.
     public let jobs: [PluginJob]
+    /// Where its code is loaded from (``PluginJob/loadPath``).
+    public let loadPath: String
+
+    init(path: String, jobs: [PluginJob], loadPath: String? = nil) {
+        self.path = path
+        self.loadPath = loadPath ?? path
+        self.jobs = jobs.map { job in
+            var job = job
+            job.loadPath = loadPath ?? path
+            return job
+        }
+    }
 }
 
 /// A plugin file the loader would not run, and why.

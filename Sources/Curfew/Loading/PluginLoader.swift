@@ -138,6 +138,26 @@ public struct PluginLoader: Sendable {
         return Self.assemble(results, rejected: rejected)
     }
 
+    /// Loads in this process the plugins a ``SafeScanner`` vouched for,
+    /// each from its ``LoadedPlugin/loadPath`` (its snapshot), named by its
+    /// path, in order.
+    public func load(vouched plugins: [LoadedPlugin]) -> PluginScan {
+        let results = plugins.map { plugin -> (String, Result<LoadedPlugin, CurfewError>) in
+            guard plugin.loadPath != plugin.path else {
+                let loaded = scan([plugin.path])
+                return (plugin.path, loaded.plugins.first.map { .success($0) } ?? .failure(loaded.rejected.first?.error ?? Self.notRegularError))
+            }
+            do throws(CurfewError) {
+                let opened = try open(plugin.loadPath, isRegularFile: nil)
+                let jobs = try DescriptorValidator(path: plugin.path).validate(opened.descriptor).jobs
+                return (plugin.path, .success(LoadedPlugin(path: plugin.path, jobs: jobs, loadPath: plugin.loadPath)))
+            } catch {
+                return (plugin.path, .failure(error))
+            }
+        }
+        return Self.assemble(results, rejected: [])
+    }
+
     /// The loaded plugins and rejections, in file order, with a plugin whose
     /// job name an earlier plugin declared rejected.
     static func assemble(_ results: [(String, Result<LoadedPlugin, CurfewError>)], rejected: [RejectedPlugin]) -> PluginScan {

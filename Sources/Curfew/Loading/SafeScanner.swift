@@ -34,6 +34,15 @@ public struct SafeScanner: Sendable {
     /// (a fork, not a process start, per file); with `false`, or when the
     /// server cannot fork, each is started with `posix_spawn`.
     public var usesForkServer = true
+    /// Copy each plugin library into ``snapshotFolder`` before its scan,
+    /// and vet and hand out the copy (``PluginJob/loadPath``): the code a
+    /// job runs is then what was scanned, whatever happens to the user's
+    /// file (see ``PluginSnapshots``). Off, files are scanned where they
+    /// are, as `list` does: it runs nothing.
+    public var takesSnapshots = false
+    /// Where snapshots are kept; `nil` for a folder of the temporary folder
+    /// that this process removes when it exits.
+    public var snapshotFolder: String? = SafeScanner.defaultSnapshotFolder
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,
                 timeoutPerFile: Duration = .seconds(10)) {
@@ -71,16 +80,36 @@ public struct SafeScanner: Sendable {
         defaultCacheFolder { getenv($0).map { String(cString: $0) } }
     }
 
-    static func defaultCacheFolder(_ variable: (String) -> String?) -> String? {
+    static func defaultCacheFolder(_ variable: (String) -> String?, leaf: String = "scan-v2") -> String? {
         if let systemd = variable("CACHE_DIRECTORY")?.split(separator: ":").first, systemd.hasPrefix("/") {
-            return systemd + "/scan-v2"
+            return systemd + "/" + leaf
         }
         if let cache = variable("XDG_CACHE_HOME"), cache.hasPrefix("/") {
-            return cache + "/curfew/scan-v2"
+            return cache + "/curfew/" + leaf
         }
         guard let home = variable("HOME"), home.hasPrefix("/") else { return nil }
-        return home + "/.cache/curfew/scan-v2"
+        return home + "/.cache/curfew/" + leaf
     }
+
+    /// `snapshots` beside the default cache folder (``defaultCacheFolder``).
+    public static var defaultSnapshotFolder: String? {
+        defaultCacheFolder({ getenv($0).map { String(cString: $0) } }, leaf: "snapshots")
+    }
+
+    /// The snapshots of ``snapshotFolder``, or why there are none.
+    private func snapshots() -> Result<PluginSnapshots, CurfewError> {
+        guard let snapshotFolder else {
+            return Self.temporarySnapshots.withLock { made in
+                if case .success = made { return made! }
+                made = Result { () throws(CurfewError) in try PluginSnapshots.temporary() }
+                return made!
+            }
+        }
+        return Result { () throws(CurfewError) in try PluginSnapshots(folder: snapshotFolder) }
+    }
+
+    /// The temporary snapshot folder, made on first need, one for the process.
+    private static let temporarySnapshots = Mutex<Result<PluginSnapshots, CurfewError>?>(nil)
 
     /// What a scan found, and how.
     public struct Report: Sendable {
@@ -91,6 +120,9 @@ public struct SafeScanner: Sendable {
         public var scannedInWorker = 0
         /// Scanner workers started (more than one when a plugin crashed one).
         public var workersStarted = 0
+        /// Why no snapshots were taken, when they were asked for: the
+        /// files were scanned, and are loaded, where they are.
+        public var snapshotProblem: String?
     }
 
     /// Scans `paths` as ``PluginLoader/scan(_:)`` does, loading nothing in this process.
@@ -110,11 +142,34 @@ public struct SafeScanner: Sendable {
         keys.reserveCapacity(files.count)
         var misses: [String] = []
         var report = Report(scan: PluginScan())
+        var snapshots: PluginSnapshots?
+        if takesSnapshots {
+            switch self.snapshots() {
+            case .success(let made): snapshots = made
+            case .failure(let error): report.snapshotProblem = error.description
+            }
+        }
+        // Each file's snapshot, and the file each snapshot is of.
+        var loadPaths: [String: String] = [:]
+        var filesOf: [String: String] = [:]
+        var uncopied = 0
         for file in files {
             // A manifest's result depends on its library too, which the key does not cover.
-            let key =
+            var key =
                 file.path.hasSuffix(ForeignManifestReader.suffix)
                 ? nil : file.known.map { ScanCache.key(real: $0.real, status: $0.status) } ?? ScanCache.key(for: file.path)
+            if let snapshots, let known = key {
+                do throws(CurfewError) {
+                    let taken = try snapshots.take(known)
+                    key = taken.key
+                    loadPaths[file.path] = taken.path
+                    filesOf[taken.path] = file.path
+                } catch {
+                    results[file.path] = .rejected(code: error.code.rawValue, reason: error.description)
+                    uncopied += 1
+                    continue
+                }
+            }
             keys[file.path] = key
             if !rescan, let key, let cached = cache.lookup(key) {
                 results[file.path] = cached
@@ -139,7 +194,9 @@ public struct SafeScanner: Sendable {
         // scan's servers are started.
         let unread = misses.compactMap { keys[$0] ?? nil }.map(\.path)
         var read: (() -> ScanCache)?
-        let forked = scanForked(misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }, shouldStop: shouldStop) {
+        // A scanner loads a file's snapshot; its answer is about the file.
+        let native = misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }.map { loadPaths[$0] ?? $0 }
+        let forked = scanForked(native, shouldStop: shouldStop) {
             read = cache.loading(shardsOf: unread)
         }
         let answers = Mutex(forked.answers)
@@ -174,18 +231,22 @@ public struct SafeScanner: Sendable {
         launchers.manifest.close()
         if let read { cache = read() }
         var cacheable = Set<String>()
-        for (file, answer) in answers.withLock({ $0 }) {
-            results[file] = answer.result
+        for (scanned, answer) in answers.withLock({ $0 }) {
+            let file = filesOf[scanned] ?? scanned
+            results[file] = answer.result.naming(file, for: scanned)
             if answer.cacheable { cacheable.insert(file) }
         }
-        report.scannedInWorker = results.count - report.fromCache
+        report.scannedInWorker = results.count - report.fromCache - uncopied
         report.workersStarted = report.scannedInWorker
         for file in misses where cacheable.contains(file) {
             if let key = keys[file] ?? nil, let result = results[file] { cache.store(key, result) }
         }
-        cache.save()
+        let forgotten = cache.save()
+        snapshots?.discard(forgotten)
         report.scan = PluginLoader.assemble(
-            files.compactMap { file in results[file.path].map { (file.path, $0.outcome(path: file.path)) } }, rejected: rejected)
+            files.compactMap { file in
+                results[file.path].map { (file.path, $0.outcome(path: file.path, loadPath: loadPaths[file.path])) }
+            }, rejected: rejected)
         return report
     }
 
@@ -546,14 +607,24 @@ enum FileResult: Sendable, Equatable {
         }
     }
 
-    func outcome(path: String) -> Result<LoadedPlugin, CurfewError> {
+    /// This verdict on the snapshot at `snapshot`, told of `file`: a
+    /// reason names the user's file, not the copy (a loader's error quotes
+    /// the path it loaded).
+    func naming(_ file: String, for snapshot: String) -> FileResult {
+        guard case .rejected(let code, let reason) = self, file != snapshot else { return self }
+        return .rejected(code: code, reason: reason.replacing(snapshot, with: file))
+    }
+
+    /// The plugin at `path` this verdict describes, its code at `loadPath`.
+    func outcome(path: String, loadPath: String? = nil) -> Result<LoadedPlugin, CurfewError> {
         switch self {
         case .jobs(let jobs):
-            return .success(LoadedPlugin(path: path, jobs: jobs.enumerated().map { index, job in
+            let jobs = jobs.enumerated().map { index, job in
                 PluginJob(
                     scannedName: job.name, summary: job.summary, pluginPath: path, isContinuous: job.continuous,
                     isChunked: job.chunked, foreignLibrary: job.foreignLibrary, index: index, backgroundModes: job.modes)
-            }))
+            }
+            return .success(LoadedPlugin(path: path, jobs: jobs, loadPath: loadPath))
         case .rejected(let code, let reason):
             return .failure(CurfewError(CurfewError.Code(rawValue: code), reason))
         }

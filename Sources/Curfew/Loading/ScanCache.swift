@@ -136,12 +136,22 @@ struct ScanCache: Sendable {
         }
     }
 
-    /// Writes the shards that changed, forgetting their files that are gone.
-    func save() {
-        guard let folder else { return }
+    /// Writes the shards that changed, forgetting their files that are
+    /// gone: the real paths forgotten.
+    @discardableResult
+    func save() -> [String] {
+        guard let folder else { return [] }
+        var forgotten: [String] = []
         for (name, shard) in shards where shard.changed {
-            let entries = shard.entries.values.filter { shard.stored.contains($0.key.path) || access($0.key.path, F_OK) == 0 }
-                .sorted { Syscalls.bytesPrecede($0.key.path, $1.key.path) }
+            var entries: [(key: Key, result: FileResult)] = []
+            for entry in shard.entries.values {
+                if shard.stored.contains(entry.key.path) || access(entry.key.path, F_OK) == 0 {
+                    entries.append(entry)
+                } else {
+                    forgotten.append(entry.key.path)
+                }
+            }
+            entries.sort { Syscalls.bytesPrecede($0.key.path, $1.key.path) }
             // Appended in place: one string, not one per entry joined.
             var text = "{\"version\":\(Self.version),\"abi\":\(PluginLoader.abiVersion),\"entries\":[\n"
             for (index, (key, result)) in entries.enumerated() {
@@ -154,6 +164,7 @@ struct ScanCache: Sendable {
             text += "\n]}\n"
             Self.replace(folder + "/" + name, with: Array(text.utf8))
         }
+        return forgotten
     }
 
     /// The shard `path` belongs to, read on first need; `nil` with no cache.

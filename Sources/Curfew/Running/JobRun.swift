@@ -577,7 +577,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private func makeResult(_ c: Control, outcome: Outcome, reason: String) -> JobResult {
         let elapsed = c.startedAt.map { $0.duration(to: clock.now()) } ?? .zero
         return JobResult(
-            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
+            job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress,
             estimate: c.estimate.samples > 0 ? c.estimate : nil)
     }

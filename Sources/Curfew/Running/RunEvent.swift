@@ -55,6 +55,8 @@ public struct Progress: Sendable, Equatable {
 public struct JobResult: Sendable {
     public let job: String
     public let pluginPath: String
+    /// Where its code was loaded from (``PluginJob/loadPath``).
+    public let loadPath: String
     /// Whether the job runs in chunks (else it is task-driven).
     public let isChunked: Bool
     public let outcome: Outcome

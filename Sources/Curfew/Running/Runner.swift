@@ -94,7 +94,7 @@ public final class Runner: Sendable {
         case .none:
             workers = nil
         case .job, .plugin:
-            let distinct = configuration.isolation == .job ? jobs.count : Set(jobs.map(\.pluginPath)).count
+            let distinct = configuration.isolation == .job ? jobs.count : Set(jobs.map(\.loadPath)).count
             let pool = WorkerPool(
                 executable: configuration.workerExecutable, environment: WorkerRun.environment(for: configuration),
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
@@ -324,7 +324,7 @@ public final class Runner: Sendable {
     private func refuse(_ index: Int, reason: String) {
         let job = jobs[index]
         let result = JobResult(
-            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
+            job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: .refused, chunks: 0,
             elapsed: .zero, reason: reason, progress: nil)
         workers?.jobEnded(job, refused: true)
         events.post(.finished(result)) { [self] in record(index, result) }

@@ -65,6 +65,8 @@ public final class Server: @unchecked Sendable {
     /// Each plugin file's identity when last scanned: a change is an upgrade.
     private var identities: [String: ScanCache.Key] = [:]
     private var rejections: [String: String] = [:]
+    /// Whether the scans were said to load plugins in place (said once).
+    private var warnedSnapshots = false
     /// Continuous jobs not served (no `--allow-continuous`): said once each.
     private var refusedContinuous: Set<String> = []
     /// Jobs the config names that no loaded plugin declares, as last said.
@@ -326,8 +328,14 @@ public final class Server: @unchecked Sendable {
         guard !stopping else { return }
         var scanner = SafeScanner(workerExecutable: options.run.workerExecutable)
         scanner.rescan = full
+        scanner.takesSnapshots = true
         let loader = PluginLoader(allowsInsecurePlugins: options.allowsInsecurePlugins)
-        let scan = scanner.scan(options.folders, loader: loader) { [self] in stopping }.scan
+        let report = scanner.scan(options.folders, loader: loader) { [self] in stopping }
+        if let problem = report.snapshotProblem, !warnedSnapshots {
+            warnedSnapshots = true
+            onNotice(.warning("plugins load from their own files, not snapshots (\(problem)): one overwritten in place crashes its job"))
+        }
+        let scan = report.scan
         var fresh: [String: PluginJob] = [:]
         var identities: [String: ScanCache.Key] = [:]
         for plugin in scan.plugins where !writing.contains(plugin.path) {

@@ -47,7 +47,7 @@ final class RunRecorder: Sendable {
             return
         }
         let record = JobRecord(
-            runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.pluginPath),
+            runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.loadPath),
             isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
             reason: result.reason, chunks: result.chunks, progress: result.progress)
         do throws(CurfewError) {

@@ -283,6 +283,17 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * their limits in curfew.h and one more. */
 #define CURFEW_SCAN_MODES_BYTES 1024u
 
+/* copy_file_range(2) from `in` at *offset (advanced) to `out`'s position,
+ * at most `length` bytes: the bytes copied, or -1 with errno. */
+long curfew_shim_copy_file_range(int in, long long *offset, int out, unsigned long length);
+
+/* Whether `haystack` holds `needle` (memmem(3)). */
+int curfew_shim_contains(const void *haystack, unsigned long haystack_length, const void *needle, unsigned long needle_length);
+
+/* 1 when the file system `path` lies on is mounted noexec, 0 when not, -1
+ * with errno when it cannot be told. */
+int curfew_shim_mounted_noexec(const char *path);
+
 /* When argv[1] is CURFEW_SCAN_BATCH_ARGUMENT, CURFEW_SCAN_SERVER_ARGUMENT
  * or CURFEW_SCAN_FILE_ARGUMENT (and nothing follows it), runs that role and
  * exits; else returns at once. */

@@ -253,7 +253,7 @@ import Testing
 
     @Test func exitCodes() {
         func result(_ outcome: Outcome) -> JobResult {
-            JobResult(job: "j", pluginPath: "p", isChunked: true, outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
+            JobResult(job: "j", pluginPath: "p", loadPath: "p", isChunked: true, outcome: outcome, chunks: 0, elapsed: .zero, reason: "", progress: nil)
         }
         #expect(ExitCode.forRun([result(.completed), result(.expired)], rejected: 0, stop: nil) == 0)
         #expect(ExitCode.forRun([result(.completed)], rejected: 1, stop: nil) == 3)

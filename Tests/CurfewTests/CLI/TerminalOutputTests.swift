@@ -10,13 +10,13 @@ import Testing
 @Suite struct TerminalOutputTests {
     static let results = [
         JobResult(
-            job: "sum-squares", pluginPath: "/p.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .milliseconds(20),
+            job: "sum-squares", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .milliseconds(20),
             reason: "work done", progress: Progress(completed: 1, total: 1)),
         JobResult(
-            job: "a-job-with-a-rather-long-name", pluginPath: "/p.so", isChunked: true, outcome: .terminated, chunks: 30,
+            job: "a-job-with-a-rather-long-name", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .terminated, chunks: 30,
             elapsed: .seconds(2), reason: "chunk 31 was still running at the hard deadline", progress: nil),
         JobResult(
-            job: "sync-worker", pluginPath: "/p.so", isChunked: false, outcome: .failed, chunks: 0, elapsed: .zero,
+            job: "sync-worker", pluginPath: "/p.so", loadPath: "/p.so", isChunked: false, outcome: .failed, chunks: 0, elapsed: .zero,
             reason: "create failed: " + String(repeating: "the server said no, ", count: 20), progress: nil),
     ]
 
@@ -121,7 +121,7 @@ import Testing
         console.setLive([("first", "  ▸ first"), ("second", "  ▸ second")])
         _ = drain(master)
         let result = JobResult(
-            job: "first", pluginPath: "/p.so", isChunked: true, outcome: .completed, chunks: 2, elapsed: .milliseconds(5),
+            job: "first", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .completed, chunks: 2, elapsed: .milliseconds(5),
             reason: "work done", progress: nil)
         reporter.event(RunEvent.finished(result))
         let written = drain(master)

@@ -106,7 +106,7 @@ import Testing
         try store.saveCheckpoint(job: "j", bytes: [1])
         let recorder = RunRecorder(store: store, isolation: .none)
         recorder.record(JobResult(
-            job: "j", pluginPath: StateStore.testPlugin, isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
+            job: "j", pluginPath: StateStore.testPlugin, loadPath: StateStore.testPlugin, isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
             progress: nil))
         #expect(try store.checkpoint(job: "j") == nil)
     }

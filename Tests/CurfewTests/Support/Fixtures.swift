@@ -143,7 +143,7 @@ enum Fixtures {
         try await offPool { try runBlocking(executable, arguments, in: folder, timeout: timeout, environment: extra) }
     }
 
-    private static func runBlocking(
+    static func runBlocking(
         _ executable: String, _ arguments: [String], in folder: String?, timeout: Duration?, environment extra: [String: String]
     ) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = Process()

@@ -195,7 +195,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private func runMessage(deadline: CurfewInstant?, appState: AppState) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
-        message.add("plugin", job.pluginPath)
+        message.add("plugin", job.loadPath)
         message.add("job", job.name)
         // Where the scan found it: the worker checks that entry, not the whole plugin again.
         message.add("index", Int64(job.index))
@@ -509,7 +509,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         c.grantTimers.removeAll()
         let end = time ?? clock.now()
         let result = JobResult(
-            job: job.name, pluginPath: job.pluginPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
+            job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress,
             estimate: c.estimate)
         events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }

@@ -58,7 +58,7 @@ final class WorkerSource: Sendable {
         self.pool = pool
         self.isolation = isolation
         if isolation == .plugin {
-            shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.pluginPath, default: 0] += 1 } }
+            shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.loadPath, default: 0] += 1 } }
         }
         forks = (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
             ?? LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
@@ -178,10 +178,10 @@ final class WorkerSource: Sendable {
         guard isolation == .plugin else { return try newWorker() }
         // Looked up and made under one lock: two admissions never make two workers for one plugin.
         return try shared.withLock { shared throws(SystemError) -> WorkerProcess in
-            if let live = shared.workers[job.pluginPath], live.isUsable { return live }
-            let process = try newWorker(replacing: shared.made.contains(job.pluginPath))
-            shared.workers[job.pluginPath] = process
-            shared.made.insert(job.pluginPath)
+            if let live = shared.workers[job.loadPath], live.isUsable { return live }
+            let process = try newWorker(replacing: shared.made.contains(job.loadPath))
+            shared.workers[job.loadPath] = process
+            shared.made.insert(job.loadPath)
             return process
         }
     }
@@ -198,13 +198,13 @@ final class WorkerSource: Sendable {
             return
         }
         let (done, neverMade) = shared.withLock { shared -> (WorkerProcess?, Bool) in
-            guard let left = shared.jobsLeft[job.pluginPath] else { return (nil, false) }
+            guard let left = shared.jobsLeft[job.loadPath] else { return (nil, false) }
             guard left <= 1 else {
-                shared.jobsLeft[job.pluginPath] = left - 1
+                shared.jobsLeft[job.loadPath] = left - 1
                 return (nil, false)
             }
-            shared.jobsLeft[job.pluginPath] = nil
-            return (shared.workers.removeValue(forKey: job.pluginPath), !shared.made.contains(job.pluginPath))
+            shared.jobsLeft[job.loadPath] = nil
+            return (shared.workers.removeValue(forKey: job.loadPath), !shared.made.contains(job.loadPath))
         }
         if neverMade { spares.withLock { $0.forget() }.forEach(Self.release) }
         done?.close()

@@ -1,0 +1,158 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+
+/// Plugins load from private snapshots: the user's file may be rewritten in
+/// place, truncated or deleted while its code runs.
+@Suite struct SnapshotTests {
+    func snapshots() throws -> PluginSnapshots {
+        try PluginSnapshots(folder: Fixtures.temporaryFolder("snapshots") + "/s")
+    }
+
+    /// Builds `source` (C) with `cc` and `arguments`; its exit status.
+    func cc(_ arguments: [String], source: String) throws -> Int32 {
+        let file = Fixtures.temporaryFolder("source") + "/source.c"
+        try source.write(toFile: file, atomically: true, encoding: .utf8)
+        return try Fixtures.runBlocking("/usr/bin/env", ["cc", file] + arguments, in: nil, timeout: nil, environment: [:]).status
+    }
+
+    func key(_ path: String) throws -> ScanCache.Key {
+        try #require(ScanCache.key(for: path))
+    }
+
+    @Test func aVersionIsCopiedOnceAndANewVersionGetsACopyOfItsOwn() throws {
+        let snapshots = try snapshots()
+        let file = Fixtures.temporaryFolder("plugin") + "/p.so"
+        try Data("first".utf8).write(to: URL(fileURLWithPath: file))
+        let first = try snapshots.take(try key(file))
+        #expect(first.path.hasPrefix(snapshots.folder + "/") && first.path.hasSuffix("/p.so"))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: first.path)) == Data("first".utf8))
+        #expect(try snapshots.take(try key(file)) == first, "an unchanged file is not copied again")
+        let mode = try Syscalls.fileStatus(first.path).mode
+        #expect(mode & 0o222 == 0, "a snapshot is read-only (mode \(String(mode, radix: 8)))")
+
+        // Rewritten in place, as `cp` does: a new version; the old copy is untouched.
+        let handle = try #require(FileHandle(forWritingAtPath: file))
+        try handle.truncate(atOffset: 0)
+        try handle.write(contentsOf: Data("second!".utf8))
+        try handle.close()
+        let second = try snapshots.take(try key(file))
+        #expect(second.path != first.path)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: second.path)) == Data("second!".utf8))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: first.path)) == Data("first".utf8), "a job may still run the old version")
+    }
+
+    @Test func aKeyTheFileNoLongerHasIsTakenAsTheFileIsNow() throws {
+        let snapshots = try snapshots()
+        let file = Fixtures.temporaryFolder("plugin") + "/p.so"
+        try Data("old".utf8).write(to: URL(fileURLWithPath: file))
+        let listed = try key(file)
+        try Data("newer".utf8).write(to: URL(fileURLWithPath: file))
+        let taken = try snapshots.take(listed)
+        #expect(taken.key == (try key(file)), "the key says which bytes were copied, and so which verdict is theirs")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: taken.path)) == Data("newer".utf8))
+    }
+
+    @Test func librariesFoundThroughOriginAreCopiedBesideThePlugin() throws {
+        let folder = Fixtures.temporaryFolder("origin")
+        let library = folder + "/libhelper.so"
+        #expect(try cc(["-shared", "-fPIC", "-o", library], source: "int helper(void) { return 7; }\n") == 0)
+        let plugin = folder + "/plugin.so"
+        let source = "int helper(void);\nint use(void) { return helper(); }\n"
+        #expect(try cc(["-shared", "-fPIC", "-o", plugin, "-L", folder, "-lhelper", "-Wl,-rpath,$ORIGIN"], source: source) == 0)
+        let taken = try snapshots().take(try key(plugin))
+        let copied = URL(fileURLWithPath: taken.path).deletingLastPathComponent().appendingPathComponent("libhelper.so").path
+        #expect(FileManager.default.fileExists(atPath: copied))
+        let handle = dlopen(taken.path, RTLD_NOW | RTLD_LOCAL)
+        #expect(handle != nil, "\(String(cString: dlerror()))")
+        // Its helper is the copy, not the original beside the user's file.
+        #expect(dlopen(copied, RTLD_NOW | RTLD_NOLOAD) != nil, "the copy is loaded")
+        #expect(dlopen(folder + "/libhelper.so", RTLD_NOW | RTLD_NOLOAD) == nil, "the original is not")
+    }
+
+    @Test func aPluginWithoutOriginCopiesNothingElse() throws {
+        let folder = Fixtures.temporaryFolder("plain")
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/libneighbour.so"))
+        let plugin = try Fixtures.compile("overwritten_job.c")
+        let copy = folder + "/plugin.so"
+        try FileManager.default.copyItem(atPath: plugin, toPath: copy)
+        let taken = try snapshots().take(try key(copy))
+        let version = URL(fileURLWithPath: taken.path).deletingLastPathComponent().path
+        #expect(try FileManager.default.contentsOfDirectory(atPath: version) == ["plugin.so"])
+    }
+
+    @Test func aFolderOthersCanWriteIsRefused() throws {
+        let folder = Fixtures.temporaryFolder("shared")
+        chmod(folder, 0o777)
+        #expect(throws: CurfewError.self) { try PluginSnapshots(folder: folder) }
+    }
+
+    @Test func aGoneFilesSnapshotsAreDiscarded() throws {
+        let snapshots = try snapshots()
+        let file = Fixtures.temporaryFolder("plugin") + "/p.so"
+        try Data("bytes".utf8).write(to: URL(fileURLWithPath: file))
+        let taken = try snapshots.take(try key(file))
+        snapshots.discard([taken.key.path])
+        #expect(!FileManager.default.fileExists(atPath: taken.path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: snapshots.folder).isEmpty)
+    }
+}
+
+extension ProcessTests {
+    /// A plugin rewritten in place mid-grant: the grant finishes on the code
+    /// that was scanned, the next run runs the new, nothing crashes.
+    @Suite(.timeLimit(.minutes(2))) struct OverwrittenPluginTests {
+        /// Writes `source`'s bytes over `path` in place, as `cp` does: the
+        /// same file, truncated and written again.
+        func overwrite(_ path: String, with source: String) throws {
+            let bytes = try Data(contentsOf: URL(fileURLWithPath: source))
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.truncate(atOffset: 0)
+            try handle.write(contentsOf: bytes)
+            try handle.close()
+        }
+
+        @Test func inProcessTheRunningJobFinishesOnTheCodeThatWasScanned() async throws {
+            let folder = Fixtures.temporaryFolder("plugins")
+            try FileManager.default.copyItem(
+                atPath: try Fixtures.compile("overwritten_job.c", defines: ["VERSION=1"]), toPath: folder + "/swap.so")
+            let newer = try Fixtures.compile("overwritten_job.c", defines: ["VERSION=2"])
+            let gate = Fixtures.temporaryFolder("gate") + "/open"
+            let (process, output) = try Fixtures.startCurfew(["run", folder, "--json", "--budget", "60s", "--param", "gate=" + gate])
+            var text = await Fixtures.read(output.fileHandleForReading, startingWith: "") { $0.contains("v1 waiting") }
+            try overwrite(folder + "/swap.so", with: newer)
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
+            text = await Fixtures.read(output.fileHandleForReading, startingWith: text) { _ in false }
+            await Fixtures.wait(for: process)
+            #expect(process.terminationStatus == 0, "\(text)")
+            let events = try OutputEvent.all(in: text)
+            #expect(events.filter { $0.event == "log" }.compactMap(\.message) == ["v1 waiting", "v1 done"])
+            #expect(events.first { $0.event == "finished" }?.outcome == "completed")
+        }
+
+        @Test func servedTheGrantFinishesOnTheOldCodeAndTheNextRunsTheNew() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let gate = Fixtures.temporaryFolder("gate") + "/open"
+            let config = Fixtures.temporaryFolder("config") + "/curfew.json"
+            try #"{"jobs": {"swap": {"every": "100ms", "budget": "60s", "params": {"gate": "\#(gate)"}}}}"#
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            let hidden = folder + "/.swap.so.part"
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("overwritten_job.c", defines: ["VERSION=1"]), toPath: hidden)
+            #expect(rename(hidden, folder + "/swap.so") == 0)
+            let newer = try Fixtures.compile("overwritten_job.c", defines: ["VERSION=2"])
+            await serve.wait(for: "\"message\":\"v1 waiting\"")
+            try overwrite(folder + "/swap.so", with: newer)
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
+            await serve.wait(for: "\"message\":\"v2 done\"")
+            await serve.wait(for: "\"event\":\"finished\"", count: 2)
+            let logs = try serve.logs("swap")
+            #expect(logs.prefix(4) == ["v1 waiting", "v1 done", "v2 waiting", "v2 done"], "\(logs)")
+            let outcomes = try serve.events().filter { $0.event == "finished" && $0.job == "swap" }.compactMap(\.outcome)
+            #expect(outcomes.prefix(2) == ["completed", "completed"], "\(outcomes)")
+            #expect(await serve.stop() == 0)
+        }
+    }
+}
