@@ -172,6 +172,21 @@ struct CLIBench {
             cached.baseline.append(scanned * 1e3)
         }
 
+        // What snapshots cost a run: its first run of a folder copies each
+        // plugin before the scan (cold), a later one finds the copies (a
+        // stat each). Both rescan, and run one job in a worker.
+        var snapshotted = Row(
+            name: "run --only 1 job, \(count) plugins", measure: "ms, snapshots to take (--rescan)", unit: "ms",
+            baselineName: "the same, snapshots taken", target: .atMost(1.5))
+        let runEnv = environment(cache: "cache-snapshots")
+        let run = [curfew, "run", "--rescan", "--isolate", "job", "--only", "listed-00000", "--param", "spin-ns=0", folder]
+        try repeated {
+            try Command(["rm", "-rf", "\(work)/cache-snapshots/curfew/snapshots"]).run()
+            snapshotted.values.append(try Command(run, environment: runEnv).run() * 1e3)
+            snapshotted.baseline.append(try Command(run, environment: runEnv).run() * 1e3)
+        }
+        snapshotted.note = "the cost of copying every plugin once, on a run that loads one: cold − taken"
+
         // A cache that has seen other folders' plugins.
         let others = size(4, tiny: 2)
         var crowded = Row(
@@ -206,7 +221,7 @@ struct CLIBench {
             warmingUp = false
         }
         crowded.note = "five interleaved pairs a repetition, alternating which runs first"
-        return droppingWarmUp([cold, floor, cached]) + [crowded]
+        return droppingWarmUp([cold, floor, cached, snapshotted]) + [crowded]
     }
 
     func listedName(_ index: Int) -> String {

@@ -38,9 +38,9 @@ enum Manual {
     static let environment: [(String, String)] = [
         ("STATE_DIRECTORY", "The state store's folder (its first entry), as systemd's StateDirectory= sets it; --state overrides it."),
         ("XDG_STATE_HOME", "Without STATE_DIRECTORY: the state store is $XDG_STATE_HOME/curfew."),
-        ("HOME", "Without either: the state store is ~/.local/state/curfew, the scan cache ~/.cache/curfew/scan-v2."),
-        ("CACHE_DIRECTORY", "The scan cache's folder (its first entry, then scan-v2), as systemd's CacheDirectory= sets it."),
-        ("XDG_CACHE_HOME", "Without CACHE_DIRECTORY: the scan cache is $XDG_CACHE_HOME/curfew/scan-v2."),
+        ("HOME", "Without either: the state store is ~/.local/state/curfew, the scan cache ~/.cache/curfew/scan-v2, plugin snapshots ~/.cache/curfew/snapshots."),
+        ("CACHE_DIRECTORY", "The scan cache's and snapshots' folder (its first entry, then scan-v2 and snapshots), as systemd's CacheDirectory= sets it."),
+        ("XDG_CACHE_HOME", "Without CACHE_DIRECTORY: the scan cache is $XDG_CACHE_HOME/curfew/scan-v2, snapshots $XDG_CACHE_HOME/curfew/snapshots."),
         ("RUNTIME_DIRECTORY", "The control socket is $RUNTIME_DIRECTORY/serve.sock (systemd's RuntimeDirectory=); --socket overrides it."),
         ("XDG_RUNTIME_DIR", "Without RUNTIME_DIRECTORY: the control socket is $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock."),
         ("NOTIFY_SOCKET", "serve speaks systemd's notify protocol on it: READY=1, STATUS=, STOPPING=1, WATCHDOG=1."),

@@ -9,12 +9,13 @@ import _CurfewShims
 /// runs: the loader maps a file's pages as they are first touched, and a
 /// file rewritten in place under a mapping faults the process that maps it.
 ///
-/// Layout: `FOLDER/<hash of the real path>/<hash of its key>/<file name>`,
+/// Layout: `FOLDER/<hash of the real path>-<hash of its key>-<file name>`,
 /// where the key is the file's ``ScanCache/Key`` (size, times, device,
-/// inode): one folder per version of a file, made whole in a staging folder
-/// and renamed in, so a reader finds all of a version or none of it. Beside
-/// a plugin that finds libraries through `$ORIGIN`, the libraries it names
-/// that lie beside the original are copied too.
+/// inode): one copy per version of a file, written under a staging name
+/// and renamed in, so a reader finds a whole copy or none. A plugin that
+/// finds libraries through `$ORIGIN` gets a folder of its own instead,
+/// `FOLDER/<hash>-<hash>/<file name>`, with the libraries it names that lie
+/// beside the original copied in beside it.
 struct PluginSnapshots: Sendable {
     /// The folder the versions live in: this user's, writable by nobody else.
     let folder: String
@@ -63,10 +64,11 @@ struct PluginSnapshots: Sendable {
     func take(_ key: ScanCache.Key) throws(CurfewError) -> Taken {
         var key = key
         let name = Self.fileName(key.path)
-        let pathFolder = folder + "/" + Self.hash(key.path)
         for _ in 0..<3 {
-            let version = pathFolder + "/" + Self.hash(version: key)
-            if Self.holds(version + "/" + name, size: key.size) { return Taken(path: version + "/" + name, key: key) }
+            let stem = folder + "/" + Self.stem(key)
+            for path in [stem + "-" + name, stem + "/" + name] where Self.holds(path, size: key.size) {
+                return Taken(path: path, key: key)
+            }
             let source = open(key.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
             guard source >= 0 else { throw Self.unreadable(errno) }
             defer { close(source) }
@@ -78,51 +80,89 @@ struct PluginSnapshots: Sendable {
                 key = current
                 continue  // changed since it was listed: that version may be known
             }
-            if mkdir(pathFolder, 0o700) != 0 && errno != EEXIST { throw Self.unwritable(pathFolder, errno) }
-            var template = Array((pathFolder + "/.new-XXXXXX").utf8CString)
-            guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-                throw Self.unwritable(pathFolder, errno)
-            }
-            let staging = String(cString: made)
-            switch Self.copy(source, as: status, to: staging + "/" + name) {
+            let temporary = try makeTemporary { path in mkstemps(path, 0) }
+            let target = open(temporary, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+            let copied = target >= 0 ? Self.copy(source, as: status, to: target) : .failed(errno)
+            if target >= 0 { close(target) }
+            switch copied {
             case .copied:
+                chmod(temporary, 0o500)
+                // Another host may have made this version meanwhile: the same
+                // bytes, and whoever maps the one replaced keeps it.
+                guard Self.libraryNames(inFileUsingOrigin: temporary) != nil else {
+                    guard rename(temporary, stem + "-" + name) == 0 else {
+                        let error = errno
+                        unlink(temporary)
+                        throw Self.unwritable(folder, error)
+                    }
+                    return Taken(path: stem + "-" + name, key: key)
+                }
+                // `$ORIGIN` is the folder the copy is in: one of its own, with
+                // the libraries it names from beside the original.
+                let staging = try makeTemporary { path in mkdtemp(path) == nil ? -1 : 0 }
+                guard rename(temporary, staging + "/" + name) == 0 else {
+                    let error = errno
+                    unlink(temporary)
+                    Self.remove(staging)
+                    throw Self.unwritable(folder, error)
+                }
                 copyNeighbours(of: name, from: Self.folder(of: key.path), into: staging)
-                // Another host may have made this version meanwhile: the same bytes.
-                if rename(staging, version) != 0 { Self.remove(staging) }
-                sweep(pathFolder, keeping: version)
-                return Taken(path: version + "/" + name, key: key)
+                if rename(staging, stem) != 0 { Self.remove(staging) }
+                return Taken(path: stem + "/" + name, key: key)
             case .changed:
-                Self.remove(staging)
+                unlink(temporary)
                 guard let now = Self.status(source) else { throw Self.unreadable(errno) }
                 key = Self.key(key.path, now)
             case .failed(let error):
-                Self.remove(staging)
-                throw Self.unwritable(pathFolder, error)
+                unlink(temporary)
+                throw Self.unwritable(folder, error)
             }
         }
         throw CurfewError(
             .unreadable, "It changed while it was being copied, three times: it is loaded once it stops changing.")
     }
 
-    /// Removes the snapshots of the files at real paths `paths` (files that are gone).
-    func discard(_ paths: some Sequence<String>) {
-        for path in paths {
-            let pathFolder = folder + "/" + Self.hash(path)
-            guard let entries = Self.entries(of: pathFolder) else { continue }
-            for entry in entries { Self.remove(pathFolder + "/" + entry) }
-            rmdir(pathFolder)
-        }
+    /// A new file or folder `.new-XXXXXX` in the folder, made by `make`
+    /// (mkstemps or mkdtemp, given the template to fill in): its path.
+    private func makeTemporary(_ make: (UnsafeMutablePointer<CChar>) -> Int32) throws(CurfewError) -> String {
+        var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { make($0.baseAddress!) }
+        guard made >= 0 else { throw Self.unwritable(folder, errno) }
+        if made > 0 { close(made) }
+        return String(cString: template)
     }
 
-    /// Removes the versions of one file other than `kept` that are older
-    /// than ``keptAfterReplaced``, and staging folders a host left as old.
-    private func sweep(_ pathFolder: String, keeping kept: String) {
-        guard let entries = Self.entries(of: pathFolder) else { return }
+    /// What a copy in progress is called.
+    private static let stagingPrefix = ".new-"
+
+    /// Removes, in one listing of the folder, every version of the files at
+    /// real paths `gone`; the versions of the files `current` describes
+    /// other than theirs, once older than ``keptAfterReplaced``; and, as
+    /// old, what a host that died left half copied.
+    func sweep(current: [ScanCache.Key], gone: [String]) {
+        let kept = Set(current.map(Self.stem))
+        let replaced = Set(current.map { Self.hash($0.path) })
+        let removed = Set(gone.map(Self.hash))
+        guard !(replaced.isEmpty && removed.isEmpty), let entries = Self.entries(of: folder) else { return }
         let now = Int64(time(nil))
-        for entry in entries where pathFolder + "/" + entry != kept {
+        func old(_ path: String) -> Bool {
             var info = stat()
-            guard lstat(pathFolder + "/" + entry, &info) == 0, now - Int64(info.st_mtim.tv_sec) > Self.keptAfterReplaced else { continue }
-            Self.remove(pathFolder + "/" + entry)
+            return lstat(path, &info) == 0 && now - Int64(info.st_mtim.tv_sec) > Self.keptAfterReplaced
+        }
+        for entry in entries {
+            let path = folder + "/" + entry
+            if entry.hasPrefix(Self.stagingPrefix) {
+                if old(path) { Self.remove(path) }
+                continue
+            }
+            // `<path hash>-<version hash>`, then `-<name>` or nothing (a folder).
+            guard entry.utf8.count >= 33 else { continue }
+            let pathHash = String(entry.prefix(16))
+            if removed.contains(pathHash) {
+                Self.remove(path)
+            } else if replaced.contains(pathHash) && !kept.contains(String(entry.prefix(33))) && old(path) {
+                Self.remove(path)
+            }
         }
     }
 
@@ -141,8 +181,10 @@ struct PluginSnapshots: Sendable {
                 let fd = open(source + "/" + library, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
                 guard fd >= 0 else { continue }
                 defer { close(fd) }
-                guard let status = Self.status(fd), status.st_mode & S_IFMT == S_IFREG,
-                    case .copied = Self.copy(fd, as: status, to: staging + "/" + library)
+                let target = open(staging + "/" + library, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o500)
+                guard target >= 0 else { continue }
+                defer { close(target) }
+                guard let status = Self.status(fd), status.st_mode & S_IFMT == S_IFREG, case .copied = Self.copy(fd, as: status, to: target)
                 else { continue }
                 pending.append(library)
             }
@@ -191,12 +233,9 @@ struct PluginSnapshots: Sendable {
         case failed(Int32)
     }
 
-    /// Copies the open file `source`, whose status was `before`, to a new
-    /// read-only file `path`.
-    private static func copy(_ source: Int32, as before: stat, to path: String) -> Copy {
-        let target = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o500)
-        guard target >= 0 else { return .failed(errno) }
-        defer { close(target) }
+    /// Copies the open file `source`, whose status was `before`, to the
+    /// open, empty file `target`.
+    private static func copy(_ source: Int32, as before: stat, to target: Int32) -> Copy {
         var copied: Int64 = 0
         var offset: Int64 = 0
         var inKernel = true
@@ -257,6 +296,12 @@ struct PluginSnapshots: Sendable {
         var hash = FNV1a()
         hash.add(path.utf8)
         return hash.hex
+    }
+
+    /// A version's name: `<path hash>-<version hash>`, its copy's name
+    /// before `-<file name>`, or its folder's.
+    private static func stem(_ key: ScanCache.Key) -> String {
+        hash(key.path) + "-" + hash(version: key)
     }
 
     private static func hash(version key: ScanCache.Key) -> String {

@@ -153,21 +153,25 @@ public struct SafeScanner: Sendable {
         var loadPaths: [String: String] = [:]
         var filesOf: [String: String] = [:]
         var uncopied = 0
-        for file in files {
-            // A manifest's result depends on its library too, which the key does not cover.
-            var key =
-                file.path.hasSuffix(ForeignManifestReader.suffix)
+        // A manifest's result depends on its library too, which the key does not cover.
+        let listed = files.map { file in
+            file.path.hasSuffix(ForeignManifestReader.suffix)
                 ? nil : file.known.map { ScanCache.key(real: $0.real, status: $0.status) } ?? ScanCache.key(for: file.path)
-            if let snapshots, let known = key {
-                do throws(CurfewError) {
-                    let taken = try snapshots.take(known)
-                    key = taken.key
-                    loadPaths[file.path] = taken.path
-                    filesOf[taken.path] = file.path
-                } catch {
+        }
+        let taken = snapshots.map { Self.take(listed, into: $0) } ?? []
+        for (index, file) in files.enumerated() {
+            var key = listed[index]
+            if snapshots != nil, key != nil {
+                switch taken[index] {
+                case .success(let snapshot)?:
+                    key = snapshot.key
+                    loadPaths[file.path] = snapshot.path
+                    filesOf[snapshot.path] = file.path
+                case .failure(let error)?:
                     results[file.path] = .rejected(code: error.code.rawValue, reason: error.description)
                     uncopied += 1
                     continue
+                case nil: break
                 }
             }
             keys[file.path] = key
@@ -242,12 +246,31 @@ public struct SafeScanner: Sendable {
             if let key = keys[file] ?? nil, let result = results[file] { cache.store(key, result) }
         }
         let forgotten = cache.save()
-        snapshots?.discard(forgotten)
+        snapshots?.sweep(current: taken.compactMap { try? $0?.get().key }, gone: forgotten)
         report.scan = PluginLoader.assemble(
             files.compactMap { file in
                 results[file.path].map { (file.path, $0.outcome(path: file.path, loadPath: loadPaths[file.path])) }
             }, rejected: rejected)
         return report
+    }
+
+    /// The snapshot of each file `keys` describe (`nil` for a file with no
+    /// key), taken on as many threads as the machine has cores: copying is
+    /// mostly the file system's metadata work, which runs in parallel.
+    private static func take(_ keys: [ScanCache.Key?], into snapshots: PluginSnapshots) -> [Result<PluginSnapshots.Taken, CurfewError>?] {
+        let taken = Mutex([Result<PluginSnapshots.Taken, CurfewError>?](repeating: nil, count: keys.count))
+        let next = Atomic<Int>(0)
+        let width = min(keys.count, RunConfiguration.activeProcessorCount)
+        DispatchQueue.concurrentPerform(iterations: max(width, 1)) { _ in
+            while true {
+                let index = next.add(1, ordering: .relaxed).oldValue
+                guard index < keys.count else { return }
+                guard let key = keys[index] else { continue }
+                let result = Result { () throws(CurfewError) in try snapshots.take(key) }
+                taken.withLock { $0[index] = result }
+            }
+        }
+        return taken.withLock { $0 }
     }
 
     /// Loads `file` in a scanner worker of its own: its verdict, and whether

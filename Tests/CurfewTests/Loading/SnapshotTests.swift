@@ -26,7 +26,7 @@ import Testing
         let file = Fixtures.temporaryFolder("plugin") + "/p.so"
         try Data("first".utf8).write(to: URL(fileURLWithPath: file))
         let first = try snapshots.take(try key(file))
-        #expect(first.path.hasPrefix(snapshots.folder + "/") && first.path.hasSuffix("/p.so"))
+        #expect(first.path.hasPrefix(snapshots.folder + "/") && first.path.hasSuffix("-p.so"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: first.path)) == Data("first".utf8))
         #expect(try snapshots.take(try key(file)) == first, "an unchanged file is not copied again")
         let mode = try Syscalls.fileStatus(first.path).mode
@@ -74,12 +74,11 @@ import Testing
     @Test func aPluginWithoutOriginCopiesNothingElse() throws {
         let folder = Fixtures.temporaryFolder("plain")
         try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/libneighbour.so"))
-        let plugin = try Fixtures.compile("overwritten_job.c")
         let copy = folder + "/plugin.so"
-        try FileManager.default.copyItem(atPath: plugin, toPath: copy)
-        let taken = try snapshots().take(try key(copy))
-        let version = URL(fileURLWithPath: taken.path).deletingLastPathComponent().path
-        #expect(try FileManager.default.contentsOfDirectory(atPath: version) == ["plugin.so"])
+        try FileManager.default.copyItem(atPath: try Fixtures.compile("overwritten_job.c"), toPath: copy)
+        let snapshots = try snapshots()
+        let taken = try snapshots.take(try key(copy))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: snapshots.folder) == [URL(fileURLWithPath: taken.path).lastPathComponent])
     }
 
     @Test func aFolderOthersCanWriteIsRefused() throws {
@@ -88,14 +87,28 @@ import Testing
         #expect(throws: CurfewError.self) { try PluginSnapshots(folder: folder) }
     }
 
-    @Test func aGoneFilesSnapshotsAreDiscarded() throws {
+    @Test func aSweepRemovesGoneFilesAtOnceAndReplacedVersionsOnceTheyAreOld() throws {
         let snapshots = try snapshots()
-        let file = Fixtures.temporaryFolder("plugin") + "/p.so"
-        try Data("bytes".utf8).write(to: URL(fileURLWithPath: file))
-        let taken = try snapshots.take(try key(file))
-        snapshots.discard([taken.key.path])
-        #expect(!FileManager.default.fileExists(atPath: taken.path))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: snapshots.folder).isEmpty)
+        let folder = Fixtures.temporaryFolder("plugin")
+        let (kept, gone) = (folder + "/kept.so", folder + "/gone.so")
+        try Data("v1".utf8).write(to: URL(fileURLWithPath: kept))
+        try Data("gone".utf8).write(to: URL(fileURLWithPath: gone))
+        let first = try snapshots.take(try key(kept))
+        let goneCopy = try snapshots.take(try key(gone))
+        try Data("v2!".utf8).write(to: URL(fileURLWithPath: kept))
+        let second = try snapshots.take(try key(kept))
+
+        // Just replaced: a host that has not seen the change may still start a worker on it.
+        snapshots.sweep(current: [second.key], gone: [])
+        #expect(FileManager.default.fileExists(atPath: first.path))
+        // Older than the grace: removed; the current version stays.
+        let past = time(nil) - Int(PluginSnapshots.keptAfterReplaced) - 5
+        var times = [timeval(tv_sec: past, tv_usec: 0), timeval(tv_sec: past, tv_usec: 0)]
+        #expect(lutimes(first.path, &times) == 0 && lutimes(second.path, &times) == 0)
+        snapshots.sweep(current: [second.key], gone: [goneCopy.key.path])
+        #expect(!FileManager.default.fileExists(atPath: first.path))
+        #expect(FileManager.default.fileExists(atPath: second.path), "the version in use is kept however old")
+        #expect(!FileManager.default.fileExists(atPath: goneCopy.path), "a gone file's copies go at once")
     }
 }
 
