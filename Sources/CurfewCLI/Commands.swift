@@ -486,6 +486,7 @@ public enum CurfewMain {
         if let problem = report.snapshotProblem {
             console.error("Warning: plugins load from their own files, not snapshots (\(Untrusted.line(problem))): one overwritten in place crashes its job.")
         }
+        for note in report.snapshotNotes { console.error("Warning: \(Untrusted.line(note)).") }
         let safe = report.scan
         if stop.status != nil { return safe }
         guard options.isolation == .none else { return safe }

@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <limits.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <string.h>
@@ -876,6 +877,14 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid) {
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
     *uid = credentials.uid;
     return 0;
+}
+
+int curfew_shim_make_temporary(char *template_path) {
+    return mkostemp(template_path, O_CLOEXEC);
+}
+
+int curfew_shim_exchange(const char *a, const char *b) {
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
 }
 
 long curfew_shim_copy_file_range(int in, long long *offset, int out, unsigned long length) {

@@ -152,7 +152,9 @@ public struct PluginLoader: Sendable {
                 let jobs = try DescriptorValidator(path: plugin.path).validate(opened.descriptor).jobs
                 return (plugin.path, .success(LoadedPlugin(path: plugin.path, jobs: jobs, loadPath: plugin.loadPath)))
             } catch {
-                return (plugin.path, .failure(error))
+                // A loader's error quotes the path it loaded: name the user's file.
+                let description = error.description.replacing(plugin.loadPath, with: plugin.path)
+                return (plugin.path, .failure(CurfewError(error.code, description, underlying: error.underlying)))
             }
         }
         return Self.assemble(results, rejected: [])

@@ -15,21 +15,29 @@ import _CurfewShims
 /// and renamed in, so a reader finds a whole copy or none. A plugin that
 /// finds libraries through `$ORIGIN` gets a folder of its own instead,
 /// `FOLDER/<hash>-<hash>/<file name>`, with the libraries it names that lie
-/// beside the original copied in beside it.
+/// beside the original copied in beside it (each with the original's
+/// modification time, by which a changed library is seen).
+///
+/// A copy is checked against its source's status before and after it is
+/// made; on kernels with multigrain timestamps (6.13 on) a write after that
+/// first `fstat` always moves the source's ctime, so a torn copy is seen.
 struct PluginSnapshots: Sendable {
     /// The folder the versions live in: this user's, writable by nobody else.
     let folder: String
 
     /// How long a version is kept once a newer version of its file is
-    /// taken: a host that has not seen the change yet may still start a
-    /// worker on it (a served folder is rescanned within a second of a change).
-    static let keptAfterReplaced: Int64 = 600
+    /// taken (or the file is gone), in seconds: a host that started with it
+    /// may still start a worker on it.
+    static let keptAfterReplaced: Int64 = 3600
 
-    /// - Throws: Why `folder` cannot hold snapshots: it is not this user's
-    ///   alone, or it lies on a file system mounted `noexec`, where no code
-    ///   can be mapped from it.
+    /// - Throws: Why `folder` cannot hold snapshots: it, or a folder above
+    ///   it, is not this user's alone (whoever could rename it could swap
+    ///   the code), or it lies on a file system mounted `noexec`.
     init(folder: String) throws(CurfewError) {
         try PrivateFolder.prepare(folder, what: "the snapshot folder", code: .unreadable)
+        if let insecure = PluginLoader().insecurity(folder) {
+            throw CurfewError(.insecure, "the snapshot folder \(folder): \(insecure.description)")
+        }
         if curfew_shim_mounted_noexec(folder) == 1 {
             throw CurfewError(.unreadable, "the snapshot folder \(folder) is on a file system mounted noexec, where no code can run")
         }
@@ -49,26 +57,31 @@ struct PluginSnapshots: Sendable {
         return try PluginSnapshots(folder: folder)
     }
 
-    /// A snapshot: where its copy is, and the key of the bytes copied (the
-    /// file's key when it was copied, which may be newer than the caller's).
+    /// A snapshot: where the code is loaded from, and the key of the bytes
+    /// there (the file's key when it was copied, which may be newer than
+    /// the caller's).
     struct Taken: Equatable {
         let path: String
         let key: ScanCache.Key
+        /// Why the file loads from its own place, not a copy (`path` is
+        /// then its real path): a copy could not be made or would not load.
+        var inPlace: String? = nil
     }
 
     /// The snapshot of the file `key` describes (`key.path` is a real
-    /// path), copied now unless this version was copied before.
+    /// path), copied now unless this version was copied before; or the file
+    /// itself, saying why, when no copy of it can be made or used.
     ///
-    /// - Throws: Why the file cannot be copied: it cannot be read, or it
-    ///   changed during each of three copies (a file being written).
+    /// - Throws: Why the file cannot be loaded at all: it cannot be read,
+    ///   or it changed during each of three copies (a file being written).
     func take(_ key: ScanCache.Key) throws(CurfewError) -> Taken {
         var key = key
         let name = Self.fileName(key.path)
         for _ in 0..<3 {
             let stem = folder + "/" + Self.stem(key)
-            for path in [stem + "-" + name, stem + "/" + name] where Self.holds(path, size: key.size) {
-                return Taken(path: path, key: key)
-            }
+            if Self.holds(stem + "-" + name, size: key.size) { return Taken(path: stem + "-" + name, key: key) }
+            let neighbours = Self.holds(stem + "/" + name, size: key.size) ? neighboursAreCurrent(stem, name, of: key.path) : nil
+            if neighbours == true { return Taken(path: stem + "/" + name, key: key) }
             let source = open(key.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
             guard source >= 0 else { throw Self.unreadable(errno) }
             defer { close(source) }
@@ -80,132 +93,232 @@ struct PluginSnapshots: Sendable {
                 key = current
                 continue  // changed since it was listed: that version may be known
             }
-            let temporary = try makeTemporary { path in mkstemps(path, 0) }
-            let target = open(temporary, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
-            let copied = target >= 0 ? Self.copy(source, as: status, to: target) : .failed(errno)
-            if target >= 0 { close(target) }
+            let inPlace = { (why: String) in Taken(path: key.path, key: key, inPlace: why) }
+            let temporary: (path: String, fd: Int32)
+            do throws(CurfewError) {
+                temporary = try makeTemporaryFile()
+            } catch {
+                return inPlace(error.description)
+            }
+            let copied = Self.copy(source, as: status, to: temporary.fd)
+            close(temporary.fd)
             switch copied {
             case .copied:
-                chmod(temporary, 0o500)
-                // Another host may have made this version meanwhile: the same
-                // bytes, and whoever maps the one replaced keeps it.
-                guard Self.libraryNames(inFileUsingOrigin: temporary) != nil else {
-                    guard rename(temporary, stem + "-" + name) == 0 else {
+                chmod(temporary.path, 0o500)
+                let origin = Self.origin(inFile: temporary.path)
+                if case .beyondFolder = origin {
+                    unlink(temporary.path)
+                    return inPlace("it finds libraries through a path from $ORIGIN, which a copy elsewhere would not")
+                }
+                guard case .beside(let names) = origin else {
+                    // Another host may have made this version meanwhile: the
+                    // same bytes, and whoever maps the one replaced keeps it.
+                    guard rename(temporary.path, stem + "-" + name) == 0 else {
                         let error = errno
-                        unlink(temporary)
-                        throw Self.unwritable(folder, error)
+                        unlink(temporary.path)
+                        return inPlace(Self.unwritable(folder, error).description)
                     }
                     return Taken(path: stem + "-" + name, key: key)
                 }
                 // `$ORIGIN` is the folder the copy is in: one of its own, with
                 // the libraries it names from beside the original.
-                let staging = try makeTemporary { path in mkdtemp(path) == nil ? -1 : 0 }
-                guard rename(temporary, staging + "/" + name) == 0 else {
-                    let error = errno
-                    unlink(temporary)
-                    Self.remove(staging)
-                    throw Self.unwritable(folder, error)
+                let staging: String
+                do throws(CurfewError) {
+                    staging = try makeTemporaryFolder()
+                } catch {
+                    unlink(temporary.path)
+                    return inPlace(error.description)
                 }
-                copyNeighbours(of: name, from: Self.folder(of: key.path), into: staging)
-                if rename(staging, stem) != 0 { Self.remove(staging) }
-                return Taken(path: stem + "/" + name, key: key)
+                guard rename(temporary.path, staging + "/" + name) == 0 else {
+                    let error = errno
+                    unlink(temporary.path)
+                    Self.remove(staging)
+                    return inPlace(Self.unwritable(folder, error).description)
+                }
+                do throws(CurfewError) {
+                    try copyNeighbours(names, of: name, from: Self.folder(of: key.path), into: staging)
+                    try publish(staging, as: stem, replacing: neighbours == false)
+                    return Taken(path: stem + "/" + name, key: key)
+                } catch {
+                    Self.remove(staging)
+                    return inPlace(error.description)
+                }
             case .changed:
-                unlink(temporary)
+                unlink(temporary.path)
                 guard let now = Self.status(source) else { throw Self.unreadable(errno) }
                 key = Self.key(key.path, now)
             case .failed(let error):
-                unlink(temporary)
-                throw Self.unwritable(folder, error)
+                unlink(temporary.path)
+                return inPlace(Self.unwritable(folder, error).description)
             }
         }
         throw CurfewError(
             .unreadable, "It changed while it was being copied, three times: it is loaded once it stops changing.")
     }
 
-    /// A new file or folder `.new-XXXXXX` in the folder, made by `make`
-    /// (mkstemps or mkdtemp, given the template to fill in): its path.
-    private func makeTemporary(_ make: (UnsafeMutablePointer<CChar>) -> Int32) throws(CurfewError) -> String {
-        var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { make($0.baseAddress!) }
-        guard made >= 0 else { throw Self.unwritable(folder, errno) }
-        if made > 0 { close(made) }
-        return String(cString: template)
+    /// Renames the folder `staging` to `stem`; over a `stem` whose
+    /// libraries went stale when `replacing`, by exchanging the two, so a
+    /// reader finds one whole folder or the other, and the stale one, now
+    /// under the staging name, goes with the next sweep after the grace.
+    private func publish(_ staging: String, as stem: String, replacing: Bool) throws(CurfewError) {
+        if replacing {
+            guard curfew_shim_exchange(staging, stem) == 0 else {
+                let error = errno
+                Self.remove(staging)
+                throw Self.unwritable(folder, error)
+            }
+            Self.markReplaced(staging, isFolder: true)
+            return
+        }
+        if rename(staging, stem) == 0 { return }
+        let error = errno
+        Self.remove(staging)
+        // Another host made this version meanwhile: the same copies.
+        guard error == ENOTEMPTY || error == EEXIST else { throw Self.unwritable(folder, error) }
     }
 
-    /// What a copy in progress is called.
+    /// Whether each library copied beside `name` in the version folder
+    /// `stem` is still the one beside the original at `path` (same size,
+    /// same modification time).
+    private func neighboursAreCurrent(_ stem: String, _ name: String, of path: String) -> Bool {
+        let source = Self.folder(of: path)
+        for entry in Self.entries(of: stem) ?? [] where entry != name {
+            var copy = stat()
+            var original = stat()
+            guard lstat(stem + "/" + entry, &copy) == 0, stat(source + "/" + entry, &original) == 0,
+                original.st_mode & S_IFMT == S_IFREG, original.st_size == copy.st_size,
+                original.st_mtim.tv_sec == copy.st_mtim.tv_sec, original.st_mtim.tv_nsec == copy.st_mtim.tv_nsec
+            else { return false }
+        }
+        return true
+    }
+
+    /// A new file `.new-XXXXXX` in the folder, open for writing.
+    private func makeTemporaryFile() throws(CurfewError) -> (path: String, fd: Int32) {
+        var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { curfew_shim_make_temporary($0.baseAddress!) }
+        guard fd >= 0 else { throw Self.unwritable(folder, errno) }
+        return (String(cString: template), fd)
+    }
+
+    /// A new folder `.new-XXXXXX` in the folder.
+    private func makeTemporaryFolder() throws(CurfewError) -> String {
+        var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw Self.unwritable(folder, errno)
+        }
+        return String(cString: made)
+    }
+
+    /// What a copy in progress, or a version exchanged out, is called.
     private static let stagingPrefix = ".new-"
 
-    /// Removes, in one listing of the folder, every version of the files at
-    /// real paths `gone`; the versions of the files `current` describes
-    /// other than theirs, once older than ``keptAfterReplaced``; and, as
-    /// old, what a host that died left half copied.
-    func sweep(current: [ScanCache.Key], gone: [String]) {
+    /// Marks, and later removes, in one listing of the folder: the
+    /// versions of the files at real paths `gone`, and those of the files
+    /// `current` describes other than theirs. A version is marked replaced
+    /// (made read-only to its owner too, which stamps its ctime) when first
+    /// seen so, and removed ``keptAfterReplaced`` later; so is what a host
+    /// that died left half copied.
+    func sweep(current: [ScanCache.Key], gone: [String], now: Int64 = Int64(time(nil))) {
         let kept = Set(current.map(Self.stem))
-        let replaced = Set(current.map { Self.hash($0.path) })
-        let removed = Set(gone.map(Self.hash))
-        guard !(replaced.isEmpty && removed.isEmpty), let entries = Self.entries(of: folder) else { return }
-        let now = Int64(time(nil))
-        func old(_ path: String) -> Bool {
-            var info = stat()
-            return lstat(path, &info) == 0 && now - Int64(info.st_mtim.tv_sec) > Self.keptAfterReplaced
-        }
+        let swept = Set(current.map { Self.hash($0.path) }).union(gone.map(Self.hash))
+        guard !swept.isEmpty, let entries = Self.entries(of: folder) else { return }
         for entry in entries {
             let path = folder + "/" + entry
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            let isFolder = info.st_mode & S_IFMT == S_IFDIR
+            let (age, overflow) = now.subtractingReportingOverflow(Int64(info.st_ctim.tv_sec))
+            let expired = !overflow && age > Self.keptAfterReplaced
             if entry.hasPrefix(Self.stagingPrefix) {
-                if old(path) { Self.remove(path) }
+                if expired { Self.remove(path) }
                 continue
             }
             // `<path hash>-<version hash>`, then `-<name>` or nothing (a folder).
-            guard entry.utf8.count >= 33 else { continue }
-            let pathHash = String(entry.prefix(16))
-            if removed.contains(pathHash) {
-                Self.remove(path)
-            } else if replaced.contains(pathHash) && !kept.contains(String(entry.prefix(33))) && old(path) {
+            guard entry.utf8.count >= 33, swept.contains(String(entry.prefix(16))), !kept.contains(String(entry.prefix(33))) else {
+                continue
+            }
+            if !Self.isMarkedReplaced(info) {
+                Self.markReplaced(path, isFolder: isFolder)
+            } else if expired {
                 Self.remove(path)
             }
         }
     }
 
-    /// Copies into `staging` each library that the copy `name` there (or a
-    /// library copied for it) names and finds through `$ORIGIN`, and that
-    /// lies as a regular file in `source`, the original's folder.
-    private func copyNeighbours(of name: String, from source: String, into staging: String) {
+    /// A version in use is mode 500 (a file) or 700 (a folder); one
+    /// replaced, 400 or 500: its ctime says when it was replaced.
+    private static func isMarkedReplaced(_ info: stat) -> Bool {
+        info.st_mode & 0o777 == (info.st_mode & S_IFMT == S_IFDIR ? 0o500 : 0o400)
+    }
+
+    private static func markReplaced(_ path: String, isFolder: Bool) {
+        chmod(path, isFolder ? 0o500 : 0o400)
+    }
+
+    /// Copies into `staging` each library in `names` that lies as a regular
+    /// file in `source` (the original's folder), and, in turn, those that a
+    /// library copied names through `$ORIGIN`, each with its original's
+    /// modification time.
+    ///
+    /// - Throws: When a library there cannot be copied whole.
+    private func copyNeighbours(_ names: Set<String>, of name: String, from source: String, into staging: String) throws(CurfewError) {
         var copied: Set<String> = [name]
-        var pending = [name]
-        var present: Set<String>?
+        var pending = [names]
+        let present = Set(Self.entries(of: source) ?? [])
         while let next = pending.popLast() {
-            guard let names = Self.libraryNames(inFileUsingOrigin: staging + "/" + next) else { continue }
-            if present == nil { present = Set(Self.entries(of: source) ?? []) }
-            for library in names.sorted() where !copied.contains(library) && present!.contains(library) {
+            for library in next.sorted() where !copied.contains(library) && present.contains(library) {
                 copied.insert(library)
                 let fd = open(source + "/" + library, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
-                guard fd >= 0 else { continue }
+                guard fd >= 0 else { throw Self.neighbourError(library, errno) }
                 defer { close(fd) }
+                guard let status = Self.status(fd), status.st_mode & S_IFMT == S_IFREG else { continue }
                 let target = open(staging + "/" + library, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o500)
-                guard target >= 0 else { continue }
-                defer { close(target) }
-                guard let status = Self.status(fd), status.st_mode & S_IFMT == S_IFREG, case .copied = Self.copy(fd, as: status, to: target)
-                else { continue }
-                pending.append(library)
+                guard target >= 0 else { throw Self.unwritable(folder, errno) }
+                var times = [status.st_atim, status.st_mtim]
+                let result = Self.copy(fd, as: status, to: target)
+                let stamped = futimens(target, &times) == 0
+                close(target)
+                switch result {
+                case .copied where stamped: break
+                case .copied, .failed: throw Self.neighbourError(library, errno)
+                case .changed: throw CurfewError(.unreadable, "The library \(library) beside it changed while it was being copied.")
+                }
+                if case .beside(let more) = Self.origin(inFile: staging + "/" + library) { pending.append(more) }
             }
         }
     }
 
-    /// The names of libraries (NUL-terminated strings with `.so` and no
-    /// slash, up to 255 bytes) in the file at `path`, when it mentions
-    /// `$ORIGIN`; `nil` when it does not. One pass over its bytes: the
+    private static func neighbourError(_ library: String, _ error: Int32) -> CurfewError {
+        CurfewError(.unreadable, "The library \(library) beside it cannot be copied: \(String(cString: strerror(error))).")
+    }
+
+    /// How a library finds others through `$ORIGIN`.
+    enum Origin: Equatable {
+        /// It does not mention `$ORIGIN`.
+        case none
+        /// `$ORIGIN` alone: the names of libraries it may find beside itself.
+        case beside(Set<String>)
+        /// A path from `$ORIGIN` (`$ORIGIN/../lib`): outside its folder.
+        case beyondFolder
+    }
+
+    /// How the library at `path` (a copy of ours) uses `$ORIGIN`; with it
+    /// alone, the names of libraries (NUL-terminated strings with `.so` and
+    /// no slash, up to 255 bytes) in it. One pass over its bytes: the
     /// dynamic section's names are among them, and a name that is not one
     /// only costs a copy if a file of that name lies beside the plugin.
-    static func libraryNames(inFileUsingOrigin path: String) -> Set<String>? {
+    static func origin(inFile path: String) -> Origin {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return .none }
         defer { close(fd) }
-        guard let status = status(fd), status.st_size > 0, let size = Int(exactly: status.st_size) else { return nil }
+        guard let status = status(fd), status.st_size > 0, let size = Int(exactly: status.st_size) else { return .none }
         // Our own copy, which nobody else can change: mapping it is safe.
-        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else { return nil }
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else { return .none }
         defer { munmap(mapped, size) }
         let bytes = UnsafeRawBufferPointer(start: mapped, count: size)
-        guard contains(bytes, "$ORIGIN") || contains(bytes, "${ORIGIN}") else { return nil }
+        guard contains(bytes, "$ORIGIN") || contains(bytes, "${ORIGIN}") else { return .none }
+        if contains(bytes, "$ORIGIN/") || contains(bytes, "${ORIGIN}/") { return .beyondFolder }
         var names = Set<String>()
         var start = 0
         for index in 0..<size where bytes[index] == 0 {
@@ -218,7 +331,7 @@ struct PluginSnapshots: Sendable {
             }
             start = index + 1
         }
-        return names
+        return .beside(names)
     }
 
     private static func contains(_ bytes: UnsafeRawBufferPointer, _ needle: StaticString) -> Bool {
@@ -310,8 +423,11 @@ struct PluginSnapshots: Sendable {
         return hash.hex
     }
 
+    /// The copy's name after its stem: the original's, or `plugin.so`
+    /// for one too long to fit a name's 255 bytes beside the stem.
     private static func fileName(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        return name.utf8.count <= 200 ? name : "plugin.so"
     }
 
     private static func folder(of path: String) -> String {
@@ -327,10 +443,11 @@ struct PluginSnapshots: Sendable {
     }
 
     /// Removes the file or folder at `path`, and what it holds down to
-    /// `depth` levels (a snapshot folder has three).
+    /// `depth` levels (a temporary snapshot folder has two).
     static func remove(_ path: String, depth: Int = 3) {
         if unlink(path) == 0 || errno == ENOENT { return }
         guard depth > 0 else { return }
+        chmod(path, 0o700)  // a folder marked replaced is read-only
         for entry in entries(of: path) ?? [] { remove(path + "/" + entry, depth: depth - 1) }
         rmdir(path)
     }

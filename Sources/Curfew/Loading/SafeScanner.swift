@@ -123,6 +123,8 @@ public struct SafeScanner: Sendable {
         /// Why no snapshots were taken, when they were asked for: the
         /// files were scanned, and are loaded, where they are.
         public var snapshotProblem: String?
+        /// The files that load where they are, though snapshots were asked for, and why.
+        public var snapshotNotes: [String] = []
     }
 
     /// Scans `paths` as ``PluginLoader/scan(_:)`` does, loading nothing in this process.
@@ -165,8 +167,12 @@ public struct SafeScanner: Sendable {
                 switch taken[index] {
                 case .success(let snapshot)?:
                     key = snapshot.key
-                    loadPaths[file.path] = snapshot.path
-                    filesOf[snapshot.path] = file.path
+                    if let why = snapshot.inPlace {
+                        report.snapshotNotes.append("\(file.path) loads from its own file, not a snapshot: \(why)")
+                    } else {
+                        loadPaths[file.path] = snapshot.path
+                        filesOf[snapshot.path] = file.path
+                    }
                 case .failure(let error)?:
                     results[file.path] = .rejected(code: error.code.rawValue, reason: error.description)
                     uncopied += 1
@@ -246,7 +252,7 @@ public struct SafeScanner: Sendable {
             if let key = keys[file] ?? nil, let result = results[file] { cache.store(key, result) }
         }
         let forgotten = cache.save()
-        snapshots?.sweep(current: taken.compactMap { try? $0?.get().key }, gone: forgotten)
+        snapshots?.sweep(current: taken.compactMap { try? $0?.get() }.filter { $0.inPlace == nil }.map(\.key), gone: forgotten)
         report.scan = PluginLoader.assemble(
             files.compactMap { file in
                 results[file.path].map { (file.path, $0.outcome(path: file.path, loadPath: loadPaths[file.path])) }

@@ -65,8 +65,10 @@ public final class Server: @unchecked Sendable {
     /// Each plugin file's identity when last scanned: a change is an upgrade.
     private var identities: [String: ScanCache.Key] = [:]
     private var rejections: [String: String] = [:]
-    /// Whether the scans were said to load plugins in place (said once).
+    /// Whether the scans were said to load plugins in place (said once),
+    /// and each file said to (once each).
     private var warnedSnapshots = false
+    private var saidSnapshotNotes: Set<String> = []
     /// Continuous jobs not served (no `--allow-continuous`): said once each.
     private var refusedContinuous: Set<String> = []
     /// Jobs the config names that no loaded plugin declares, as last said.
@@ -335,6 +337,7 @@ public final class Server: @unchecked Sendable {
             warnedSnapshots = true
             onNotice(.warning("plugins load from their own files, not snapshots (\(problem)): one overwritten in place crashes its job"))
         }
+        for note in report.snapshotNotes where saidSnapshotNotes.insert(note).inserted { onNotice(.warning(note)) }
         let scan = report.scan
         var fresh: [String: PluginJob] = [:]
         var identities: [String: ScanCache.Key] = [:]

@@ -283,6 +283,14 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * their limits in curfew.h and one more. */
 #define CURFEW_SCAN_MODES_BYTES 1024u
 
+/* mkostemp(3) with O_CLOEXEC: a new file named from `template`, open for
+ * reading and writing, mode 0600; its descriptor, or -1 with errno. */
+int curfew_shim_make_temporary(char *template_path);
+
+/* Exchanges the entries `a` and `b` at once (renameat2 RENAME_EXCHANGE):
+ * 0, or -1 with errno. */
+int curfew_shim_exchange(const char *a, const char *b);
+
 /* copy_file_range(2) from `in` at *offset (advanced) to `out`'s position,
  * at most `length` bytes: the bytes copied, or -1 with errno. */
 long curfew_shim_copy_file_range(int in, long long *offset, int out, unsigned long length);

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -28,7 +29,9 @@ import Testing
         let first = try snapshots.take(try key(file))
         #expect(first.path.hasPrefix(snapshots.folder + "/") && first.path.hasSuffix("-p.so"))
         #expect(try Data(contentsOf: URL(fileURLWithPath: first.path)) == Data("first".utf8))
-        #expect(try snapshots.take(try key(file)) == first, "an unchanged file is not copied again")
+        let inode = try Syscalls.fileStatus(first.path).inode
+        #expect(try snapshots.take(try key(file)) == first)
+        #expect(try Syscalls.fileStatus(first.path).inode == inode, "an unchanged file is not copied again")
         let mode = try Syscalls.fileStatus(first.path).mode
         #expect(mode & 0o222 == 0, "a snapshot is read-only (mode \(String(mode, radix: 8)))")
 
@@ -87,7 +90,7 @@ import Testing
         #expect(throws: CurfewError.self) { try PluginSnapshots(folder: folder) }
     }
 
-    @Test func aSweepRemovesGoneFilesAtOnceAndReplacedVersionsOnceTheyAreOld() throws {
+    @Test func aReplacedVersionIsKeptForTheGraceAfterItsReplacementHoweverOldItsCopy() throws {
         let snapshots = try snapshots()
         let folder = Fixtures.temporaryFolder("plugin")
         let (kept, gone) = (folder + "/kept.so", folder + "/gone.so")
@@ -97,18 +100,69 @@ import Testing
         let goneCopy = try snapshots.take(try key(gone))
         try Data("v2!".utf8).write(to: URL(fileURLWithPath: kept))
         let second = try snapshots.take(try key(kept))
+        let later = Int64(time(nil)) + PluginSnapshots.keptAfterReplaced + 60
 
-        // Just replaced: a host that has not seen the change may still start a worker on it.
-        snapshots.sweep(current: [second.key], gone: [])
+        // Copied long ago, replaced just now: a host that started with it may still start a worker on it.
+        snapshots.sweep(current: [second.key], gone: [goneCopy.key.path], now: later)
         #expect(FileManager.default.fileExists(atPath: first.path))
-        // Older than the grace: removed; the current version stays.
-        let past = time(nil) - Int(PluginSnapshots.keptAfterReplaced) - 5
-        var times = [timeval(tv_sec: past, tv_usec: 0), timeval(tv_sec: past, tv_usec: 0)]
-        #expect(lutimes(first.path, &times) == 0 && lutimes(second.path, &times) == 0)
-        snapshots.sweep(current: [second.key], gone: [goneCopy.key.path])
+        #expect(FileManager.default.fileExists(atPath: goneCopy.path))
+        #expect(FileManager.default.isReadableFile(atPath: first.path), "marked, it still loads")
+        // The grace after the replacement over: both go; the version in use stays, however old.
+        snapshots.sweep(current: [second.key], gone: [goneCopy.key.path], now: later + PluginSnapshots.keptAfterReplaced + 60)
         #expect(!FileManager.default.fileExists(atPath: first.path))
-        #expect(FileManager.default.fileExists(atPath: second.path), "the version in use is kept however old")
-        #expect(!FileManager.default.fileExists(atPath: goneCopy.path), "a gone file's copies go at once")
+        #expect(!FileManager.default.fileExists(atPath: goneCopy.path))
+        #expect(FileManager.default.fileExists(atPath: second.path))
+    }
+
+    @Test func hostsTakingOneVersionAtOnceShareOneWholeCopy() throws {
+        let snapshots = try snapshots()
+        let file = Fixtures.temporaryFolder("plugin") + "/p.so"
+        let bytes = Data((0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let key = try key(file)
+        let taken = Mutex<[PluginSnapshots.Taken]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            if let one = try? snapshots.take(key) { taken.withLock { $0.append(one) } }
+        }
+        let all = taken.withLock { $0 }
+        #expect(all.count == 8 && Set(all.map(\.path)).count == 1)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: all[0].path)) == bytes)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: snapshots.folder).count == 1, "no staging left behind")
+    }
+
+    @Test func aPluginReachingOutOfItsFolderThroughOriginLoadsInPlaceAndSaysWhy() throws {
+        let folder = Fixtures.temporaryFolder("beyond")
+        let plugin = folder + "/plugin.so"
+        #expect(try cc(["-shared", "-fPIC", "-o", plugin, "-Wl,-rpath,$ORIGIN/../lib"], source: "int use(void) { return 1; }\n") == 0)
+        let taken = try snapshots().take(try key(plugin))
+        let real = try key(plugin).path
+        #expect(taken.path == real)
+        #expect(taken.inPlace?.contains("$ORIGIN") == true)
+    }
+
+    @Test func aLibraryBesideThePluginThatChangedIsCopiedAgain() throws {
+        let folder = Fixtures.temporaryFolder("origin")
+        let library = folder + "/libhelper.so"
+        #expect(try cc(["-shared", "-fPIC", "-o", library], source: "int helper(void) { return 7; }\n") == 0)
+        let plugin = folder + "/plugin.so"
+        #expect(try cc(["-shared", "-fPIC", "-o", plugin, "-L", folder, "-lhelper", "-Wl,-rpath,$ORIGIN"], source: "int helper(void);\nint use(void) { return helper(); }\n") == 0)
+        let snapshots = try snapshots()
+        let first = try snapshots.take(try key(plugin))
+        let copied = URL(fileURLWithPath: first.path).deletingLastPathComponent().appendingPathComponent("libhelper.so").path
+        let before = try Data(contentsOf: URL(fileURLWithPath: copied))
+        // A fix to the library alone, rebuilt beside the unchanged plugin.
+        #expect(try cc(["-shared", "-fPIC", "-o", library], source: "int helper(void) { return 8; }\nint more(void) { return 9; }\n") == 0)
+        let second = try snapshots.take(try key(plugin))
+        #expect(second.path == first.path)
+        let after = try Data(contentsOf: URL(fileURLWithPath: copied))
+        let rebuilt = try Data(contentsOf: URL(fileURLWithPath: library))
+        #expect(after != before && after == rebuilt)
+    }
+
+    @Test func aScannersReasonNamesTheUsersFileNotTheCopy() {
+        let verdict = FileResult.rejected(code: "load-failed", reason: "Cannot be loaded: /cache/s/ab-cd-x.so: undefined symbol: f")
+        #expect(verdict.naming("/plugins/x.so", for: "/cache/s/ab-cd-x.so")
+            == .rejected(code: "load-failed", reason: "Cannot be loaded: /plugins/x.so: undefined symbol: f"))
     }
 }
 
@@ -150,10 +204,12 @@ extension ProcessTests {
             let config = Fixtures.temporaryFolder("config") + "/curfew.json"
             try #"{"jobs": {"swap": {"every": "100ms", "budget": "60s", "params": {"gate": "\#(gate)"}}}}"#
                 .write(toFile: config, atomically: true, encoding: .utf8)
-            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            let state = Fixtures.temporaryFolder("state")
+            let serve = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
             await serve.wait(for: "control socket")
             let hidden = folder + "/.swap.so.part"
-            try FileManager.default.copyItem(atPath: try Fixtures.compile("overwritten_job.c", defines: ["VERSION=1"]), toPath: hidden)
+            let older = try Fixtures.compile("overwritten_job.c", defines: ["VERSION=1"])
+            try FileManager.default.copyItem(atPath: older, toPath: hidden)
             #expect(rename(hidden, folder + "/swap.so") == 0)
             let newer = try Fixtures.compile("overwritten_job.c", defines: ["VERSION=2"])
             await serve.wait(for: "\"message\":\"v1 waiting\"")
@@ -166,6 +222,9 @@ extension ProcessTests {
             let outcomes = try serve.events().filter { $0.event == "finished" && $0.job == "swap" }.compactMap(\.outcome)
             #expect(outcomes.prefix(2) == ["completed", "completed"], "\(outcomes)")
             #expect(await serve.stop() == 0)
+            // History names the build each run loaded, not the file's bytes when it ended.
+            let hashes = try StateStore(folder: state).history(job: "swap").reversed().map(\.pluginHash)
+            #expect(Array(hashes.prefix(2)) == [PluginFingerprint.contentHash(of: older), PluginFingerprint.contentHash(of: newer)])
         }
     }
 }
