@@ -198,7 +198,7 @@ struct PluginSnapshots: Sendable {
         var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { curfew_shim_make_temporary($0.baseAddress!) }
         guard fd >= 0 else { throw Self.unwritable(folder, errno) }
-        return (String(cString: template), fd)
+        return (template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }, fd)
     }
 
     /// A new folder `.new-XXXXXX` in the folder.
