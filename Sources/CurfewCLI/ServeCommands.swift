@@ -74,7 +74,7 @@ extension CurfewMain {
         }
         let socket: ControlSocket
         do throws(CurfewError) {
-            socket = try ControlSocket(path: socketPath) { request in server.answer(request) }
+            socket = try ControlSocket(path: socketPath, refused: { reporter.notice(.warning($0)) }) { request in server.answer(request) }
         } catch {
             console.error("Error: \(Untrusted.line(error.description))")
             return ExitCode.failure

@@ -879,6 +879,91 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid) {
     return 0;
 }
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* The parent and start time (clock ticks after boot) of `pid`, read from
+ * /proc/<pid>/stat; -1 when it cannot be read. */
+static int process_parent(pid_t pid, pid_t *parent, unsigned long long *start) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    char text[1024];
+    ssize_t count;
+    do {
+        count = read(fd, text, sizeof text - 1);
+    } while (count < 0 && errno == EINTR);
+    close(fd);
+    if (count <= 0) return -1;
+    text[count] = '\0';
+    /* The command name, in parentheses, may hold spaces and parentheses itself. */
+    char *cursor = strrchr(text, ')');
+    if (!cursor) return -1;
+    cursor++;
+    /* Fields from 3 on, after the name: the parent is the 4th, the start time the 22nd. */
+    int found = 0;
+    for (int field = 3; field <= 22; field++) {
+        while (*cursor == ' ') cursor++;
+        if (*cursor == '\0') return -1;
+        char *end;
+        unsigned long long value = strtoull(cursor, &end, 10);
+        if (field == 4) {
+            if (end == cursor || value > INT_MAX) return -1;
+            *parent = (pid_t)value;
+            found++;
+        } else if (field == 22) {
+            if (end == cursor) return -1;
+            *start = value;
+            found++;
+        }
+        cursor = strchr(cursor, ' ');
+        if (!cursor) return field == 22 && found == 2 ? 0 : -1;
+    }
+    return found == 2 ? 0 : -1;
+}
+
+int curfew_shim_peer_descends_from(int fd, int ancestor, int *peer) {
+    struct ucred credentials;
+    socklen_t length = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return -1;
+    *peer = credentials.pid;
+    int pidfd = -1;
+    length = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &length) != 0 || pidfd < 0) {
+        pidfd = (int)syscall(SYS_pidfd_open, credentials.pid, 0);
+    }
+    if (pidfd < 0) return -1;
+    int verdict = -1;
+    for (int attempt = 0; attempt < 3 && verdict < 0; attempt++) {
+        pid_t current = credentials.pid, parent;
+        unsigned long long started;
+        if (process_parent(current, &parent, &started) != 0) break;
+        for (int depth = 0;; depth++) {
+            if (current == ancestor) {
+                verdict = 1;
+                break;
+            }
+            /* No parent in this pid namespace (pid 1, or a process entered from outside it). */
+            if (parent <= 0 || current == 1 || depth > 4096) {
+                verdict = 0;
+                break;
+            }
+            pid_t next;
+            unsigned long long parent_started;
+            if (process_parent(parent, &next, &parent_started) != 0 || parent_started > started) break;
+            current = parent;
+            parent = next;
+            started = parent_started;
+        }
+    }
+    /* Still alive: the /proc entry read was the peer's, not a later holder of its pid's. */
+    if (verdict >= 0 && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) != 0) verdict = -1;
+    close(pidfd);
+    return verdict;
+}
+
 int curfew_shim_make_temporary(char *template_path) {
     return mkostemp(template_path, O_CLOEXEC);
 }

@@ -8,7 +8,11 @@ import _CurfewShims
 ///
 /// Only this user and root are served: each peer's credentials are read
 /// with `SO_PEERCRED` (the kernel's word, not the peer's) and any other
-/// user gets a refusal. The socket is mode 0600 in a folder of mode 0700.
+/// user gets a refusal. Nor is the host itself, or any process descended
+/// from it: its jobs run as its user, and a job that could say
+/// `foreground` or `cancel` would steer its own grant and others' jobs.
+/// (The host is its children's subreaper, so a job's detached child is
+/// still its descendant.) The socket is mode 0600 in a folder of mode 0700.
 /// A peer that sends nothing, or more than ``maximumRequestBytes``, is
 /// dropped after ``readTimeout``: one slow client cannot hold the host.
 public final class ControlSocket: Sendable {
@@ -61,7 +65,15 @@ public final class ControlSocket: Sendable {
     /// each request with `handle`, on a thread of its own.
     ///
     /// - Throws: When another host serves there already, or the path cannot be bound.
-    public init(path: String, handle: @escaping @Sendable (_ request: [UInt8]) -> String) throws(CurfewError) {
+    /// - Parameters:
+    ///   - host: The process whose descendants are refused (this one; `nil`
+    ///     for none, as for a test that asks its own socket through a child).
+    ///   - refused: Told, in a sentence, of each peer refused for being a
+    ///     job of the host (an operator wants to know a job tried).
+    public init(
+        path: String, host: pid_t? = getpid(), refused: @escaping @Sendable (String) -> Void = { _ in },
+        handle: @escaping @Sendable (_ request: [UInt8]) -> String
+    ) throws(CurfewError) {
         self.path = path
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
@@ -103,7 +115,7 @@ public final class ControlSocket: Sendable {
                     if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
                     return  // shut down
                 }
-                Self.serve(client, owner: owner, handle: handle)
+                Self.serve(client, owner: owner, host: host, refused: refused, handle: handle)
                 Glibc.close(client)
             }
         }
@@ -123,11 +135,24 @@ public final class ControlSocket: Sendable {
         Glibc.close(descriptor)
     }
 
-    private static func serve(_ client: Int32, owner: uid_t, handle: @Sendable ([UInt8]) -> String) {
+    private static func serve(
+        _ client: Int32, owner: uid_t, host: pid_t?, refused: @Sendable (String) -> Void, handle: @Sendable ([UInt8]) -> String
+    ) {
         var peer: UInt32 = 0
         guard curfew_shim_peer_uid(client, &peer) == 0 else { return }
         guard admits(uid: peer, owner: owner) else {
             send(client, "{\"ok\":false,\"error\":\"refused: uid \(peer) is neither this host's user (uid \(owner)) nor root\"}")
+            return
+        }
+        var pid: Int32 = 0
+        let descends = host.map { curfew_shim_peer_descends_from(client, $0, &pid) } ?? 0
+        // Not knowing is refusal, for a peer that could be a job: one of this user's.
+        if descends == 1 || (descends < 0 && peer == owner) {
+            let why = descends == 1
+                ? "pid \(pid) is one of this host's jobs, or a process a job started; a job cannot steer its host"
+                : "cannot tell whether pid \(pid) is one of this host's jobs"
+            refused("control socket: refused \(why)")
+            send(client, "{\"ok\":false,\"error\":\"refused: \(why)\"}")
             return
         }
         var timeout = timeval(tv_sec: Int(readTimeout.components.seconds), tv_usec: 0)

@@ -283,6 +283,17 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * their limits in curfew.h and one more. */
 #define CURFEW_SCAN_MODES_BYTES 1024u
 
+/* Whether the peer of the connected Unix socket `fd` is the process
+ * `ancestor` or one of its descendants: 1 when it is, 0 when it is not, -1
+ * when it cannot be told (the peer is gone, or /proc cannot be read). The
+ * peer's pid goes to *peer. A host that is its children's subreaper keeps
+ * every orphan of theirs as a descendant, so a job's child that detached
+ * (setsid, a double fork) is still found. Race-free against pid reuse: the
+ * peer is held by a pidfd (SO_PEERPIDFD, else pidfd_open) and must still
+ * live once its ancestors were read, and an ancestor that started after its
+ * child is a reused pid, for which the walk starts again. */
+int curfew_shim_peer_descends_from(int fd, int ancestor, int *peer);
+
 /* mkostemp(3) with O_CLOEXEC: a new file named from `template`, open for
  * reading and writing, mode 0600; its descriptor, or -1 with errno. */
 int curfew_shim_make_temporary(char *template_path);

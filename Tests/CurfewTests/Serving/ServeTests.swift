@@ -18,11 +18,11 @@ final class ServeProcess: @unchecked Sendable {
     let socket: String
     var text = ""
 
-    init(folder: String, state: String, extra: [String] = [], environment: [String: String] = [:]) throws {
+    init(folder: String, state: String, extra: [String] = [], environment: [String: String] = [:], socket: String? = nil) throws {
         self.folder = folder
         self.state = state
-        socket = Fixtures.temporaryFolder("sock") + "/s.sock"
-        let arguments = ["serve", folder, "--json", "--state", state, "--socket", socket, "--budget", "300ms"] + extra
+        self.socket = socket ?? Fixtures.temporaryFolder("sock") + "/s.sock"
+        let arguments = ["serve", folder, "--json", "--state", state, "--socket", self.socket, "--budget", "300ms"] + extra
         (process, output) = try Fixtures.startCurfew(arguments, environment: environment)
         let pid = process.processIdentifier
         let process = self.process
@@ -178,7 +178,7 @@ extension ProcessTests {
         /// trapped `curfew status` (an Int64 subtraction, a Double to Int64).
         @Test func statusSurvivesAnAnswerAtTheEdgesOfItsNumbers() async throws {
             let path = Fixtures.temporaryFolder("sock") + "/s.sock"
-            let socket = try ControlSocket(path: path) { _ in
+            let socket = try ControlSocket(path: path, host: nil) { _ in
                 #"{"ok":true,"app_state":"background","jobs":[{"job":"a","state":"running","remaining":1e300,"next_run":-9223372036854775808},"#
                     + #"{"job":"b","state":"idle","next_run":9223372036854775807},{"job":"c","state":"running","remaining":-1e300}]}"#
             }
@@ -221,6 +221,29 @@ extension ProcessTests {
             #expect(!FileManager.default.fileExists(atPath: serve.socket))
             let gone = try await serve.control(["status"])
             #expect(gone.status == 1 && gone.out.contains("no curfew serve is running there"), "\(gone.out)")
+        }
+
+        /// A job, and a process it detached, cannot steer the host: before,
+        /// a job that said `foreground` ran with no budget, and one could
+        /// cancel or pause others'.
+        @Test func aJobAndAProcessItDetachedAreRefusedByTheControlSocket() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let socket = Fixtures.temporaryFolder("sock") + "/s.sock"
+            let said = Fixtures.temporaryFolder("said") + "/answer"
+            let config = try config(#"{"jobs": {"steer": {"every": "1h", "budget": "30s", "params": {"socket": "\#(socket)", "out": "\#(said)"}}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config], socket: socket)
+            await serve.wait(for: "control socket")
+            try drop(try Fixtures.compile("steering_job.c"), into: folder)
+            await serve.wait(for: "\"event\":\"finished\"")
+            let answer = try serve.logs("steer").first { $0.hasPrefix("answer: ") } ?? ""
+            #expect(answer.contains("refused") && answer.contains("one of this host's jobs"), "\(answer)")
+            let detached = try String(contentsOfFile: said, encoding: .utf8)
+            #expect(detached.contains("refused"), "\(detached)")
+            let status = try await serve.control(["status", "--json"])
+            #expect(status.out.hasPrefix(#"{"app_state":"background""#), "\(status.out)")
+            #expect(!status.out.contains("paused"), "\(status.out)")
+            #expect(try serve.events().contains { $0.event == "serve" && ($0.message ?? "").contains("control socket: refused pid") })
+            #expect(await serve.stop() == 0)
         }
 
         /// A peer of another user is refused by its credentials, even where the

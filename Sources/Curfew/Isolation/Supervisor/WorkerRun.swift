@@ -81,7 +81,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// glibc's malloc arenas capped (each reserves 64 MiB of address space,
     /// so a small --memory would stop the worker's own threads, not the job).
     static func environment(for configuration: RunConfiguration) -> [String] {
-        var environment = WorkerProtocol.helperEnvironment()
+        // Not the host's runtime folder, where its control socket is: a job
+        // has no business there (the socket refuses jobs all the same).
+        var environment = WorkerProtocol.helperEnvironment().filter { !$0.hasPrefix("RUNTIME_DIRECTORY=") }
         if configuration.limits.memoryBytes != nil {
             environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
             environment.append("MALLOC_ARENA_MAX=2")
