@@ -411,7 +411,9 @@ public enum CurfewMain {
         var configuration = options.configuration
         if !options.noState {
             switch openStore(options.stateFolder, writer: .current()) {
-            case .success(let store): configuration.state = store
+            case .success(let store):
+                configuration.state = store
+                for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state runs without checkpoints or history.)")
                 return ExitCode.failure

@@ -55,7 +55,9 @@ extension CurfewMain {
         var run = options.run.configuration
         if !options.run.noState {
             switch openStore(options.run.stateFolder, writer: .current(socket: socketPath)) {
-            case .success(let store): run.state = store
+            case .success(let store):
+                run.state = store
+                for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
                 return ExitCode.failure

@@ -21,7 +21,9 @@ extension CurfewMain {
     /// The store, or `nil` once the console has said why there is none.
     private static func openStore(_ folder: String?, writer: StoreLock.Holder? = nil, console: Console) -> StateStore? {
         switch openStore(folder, writer: writer) {
-        case .success(let store): return store
+        case .success(let store):
+            for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
+            return store
         case .failure(let error):
             console.error("Error: \(Untrusted.line(error.message))")
             return nil

@@ -65,12 +65,47 @@ public final class StateStore: @unchecked Sendable {
         writerLock = try writer.map { holder throws(CurfewError) in try StoreLock(folder: folder, holder: holder) }
         self.folder = folder
         self.path = folder.hasSuffix("/") ? folder + "state.db" : folder + "/state.db"
+        madePrivate = try Self.makePrivate(folder: folder, store: path, fixing: writer != nil)
         self.retention = max(1, retention)
         connection = try SQLiteConnection(path: path)
         try connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))")
         try checkKind()
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         schema = try Self.migrate(connection, path: path, upgrading: writer != nil)
+    }
+
+    /// What opening the store made private, a sentence each (a writer's
+    /// warnings): checkpoints and history are the user's alone.
+    public private(set) var madePrivate: [String] = []
+
+    /// Creates the store mode 600 when missing (SQLite gives its WAL and
+    /// shared memory files the store's own mode); when `fixing` (a writer),
+    /// makes the state folder mode 700 when others could read or enter it,
+    /// and the store's files 600 when others could read them. What it
+    /// changed, a sentence each.
+    private static func makePrivate(folder: String, store: String, fixing: Bool) throws(CurfewError) -> [String] {
+        let created = open(store, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
+        if created >= 0 { close(created) }
+        guard fixing else { return [] }
+        var changed: [String] = []
+        var info = stat()
+        if lstat(folder, &info) == 0, info.st_mode & 0o077 != 0 {
+            guard chmod(folder, 0o700) == 0 else {
+                throw CurfewError(.stateUnavailable, "others can read the state folder \(folder), and it cannot be made private: \(String(cString: strerror(errno)))")
+            }
+            changed.append("the state folder \(folder) was mode \(String(info.st_mode & 0o777, radix: 8)); it is 700 now, so only you read checkpoints and history")
+        }
+        for file in [store, store + "-wal", store + "-shm"] {
+            let fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 != 0 else { continue }
+            guard fchmod(fd, 0o600) == 0 else {
+                throw CurfewError(.stateUnavailable, "others can read \(file), and it cannot be made private: \(String(cString: strerror(errno)))")
+            }
+            changed.append("\(file) was mode \(String(info.st_mode & 0o777, radix: 8)); it is 600 now")
+        }
+        return changed
     }
 
     /// Where the store lives when `--state` does not say: systemd's

@@ -26,6 +26,25 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: store.path))
     }
 
+    /// Before: in a folder that existed with mode 755, the store was 644,
+    /// and another user read its checkpoints and history.
+    @Test func aWriterMakesTheStoreItsUsersAloneWhateverTheFolderWas() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        chmod(folder, 0o755)
+        let reader = try StateStore(folder: folder)
+        var info = stat()
+        #expect(stat(reader.path, &info) == 0 && info.st_mode & 0o777 == 0o600, "made 600, whatever the umask")
+        chmod(reader.path, 0o644)
+        try reader.saveCheckpoint(job: "j", bytes: [1])
+        let writer = try StateStore(folder: folder, writer: .current())
+        for file in [writer.path, writer.path + "-wal", writer.path + "-shm"] where FileManager.default.fileExists(atPath: file) {
+            #expect(stat(file, &info) == 0 && info.st_mode & 0o077 == 0, "\(file): \(String(info.st_mode & 0o777, radix: 8))")
+        }
+        #expect(stat(folder, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        #expect(writer.madePrivate.contains { $0.contains("was mode 755") }, "said: \(writer.madePrivate)")
+        #expect(writer.madePrivate.contains { $0.contains("state.db was mode 644") }, "said: \(writer.madePrivate)")
+    }
+
     @Test func aFolderOthersCanWriteIsRefused() throws {
         let folder = Fixtures.temporaryFolder("state")
         chmod(folder, 0o777)
