@@ -73,7 +73,7 @@ public enum Help {
 
     static let socketOption = OptionSpec(
         names: ["--socket"], value: "path",
-        help: "The serving host's control socket. (default: $RUNTIME_DIRECTORY/serve.sock, else $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock; status and ctl then try the system service's /run/curfew/serve.sock)")
+        help: "The serving host's control socket. (default: $RUNTIME_DIRECTORY/serve.sock, else $XDG_RUNTIME_DIR/curfew/serve.sock, else ~/.cache/curfew/serve.sock, else /tmp/curfew-UID/serve.sock; status and ctl then try the system service's /run/curfew/serve.sock)")
 
     static let testOptions: [OptionSpec] = [
         OptionSpec(names: ["--job"], value: "name", help: "The job to test. (default: the plugin's only job)"),

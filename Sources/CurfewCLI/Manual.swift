@@ -42,7 +42,7 @@ enum Manual {
         ("CACHE_DIRECTORY", "The scan cache's and snapshots' folder (its first entry, then scan-v2 and snapshots), as systemd's CacheDirectory= sets it."),
         ("XDG_CACHE_HOME", "Without CACHE_DIRECTORY: the scan cache is $XDG_CACHE_HOME/curfew/scan-v2, snapshots $XDG_CACHE_HOME/curfew/snapshots."),
         ("RUNTIME_DIRECTORY", "The control socket is $RUNTIME_DIRECTORY/serve.sock (systemd's RuntimeDirectory=); --socket overrides it."),
-        ("XDG_RUNTIME_DIR", "Without RUNTIME_DIRECTORY: the control socket is $XDG_RUNTIME_DIR/curfew/serve.sock, else /tmp/curfew-UID/serve.sock."),
+        ("XDG_RUNTIME_DIR", "Without RUNTIME_DIRECTORY: the control socket is $XDG_RUNTIME_DIR/curfew/serve.sock, else ~/.cache/curfew/serve.sock, else /tmp/curfew-UID/serve.sock."),
         ("NOTIFY_SOCKET", "serve speaks systemd's notify protocol on it: READY=1, STATUS=, STOPPING=1, WATCHDOG=1."),
         ("WATCHDOG_USEC, WATCHDOG_PID", "serve feeds the watchdog at half this interval when the pid is its own."),
         ("JOURNAL_STREAM", "Output to the journal gets syslog priority prefixes."),

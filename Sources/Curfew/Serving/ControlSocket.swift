@@ -29,7 +29,8 @@ public final class ControlSocket: Sendable {
 
     /// The default path: `$RUNTIME_DIRECTORY/serve.sock` (systemd's
     /// `RuntimeDirectory=`), else `$XDG_RUNTIME_DIR/curfew/serve.sock`, else
-    /// `/tmp/curfew-UID/serve.sock`.
+    /// `~/.cache/curfew/serve.sock` (a folder no other user can make first,
+    /// as one in `/tmp` is), else `/tmp/curfew-UID/serve.sock`.
     public static func defaultPath(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) -> String {
         if let runtime = environment("RUNTIME_DIRECTORY"), runtime.hasPrefix("/") {
             // systemd may list several, separated by colons: the first is ours.
@@ -38,7 +39,37 @@ public final class ControlSocket: Sendable {
         if let runtime = environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/") {
             return runtime + "/curfew/serve.sock"
         }
+        if let home = environment("HOME"), home.hasPrefix("/"), home.utf8.count + 26 < MemoryLayout.size(ofValue: sockaddr_un().sun_path) {
+            return home + "/.cache/curfew/serve.sock"
+        }
         return "/tmp/curfew-\(geteuid())/serve.sock"
+    }
+
+    /// Why a client must not trust an answer from the socket at `path`, or
+    /// `nil`: its folder is a symlink, or others can write it, or it is
+    /// another user's (not this one's, nor root's) in a folder others can
+    /// write, where anyone could have made it first (`/tmp`); or the socket
+    /// is not a socket, or another user's. (As ssh-agent's clients check.)
+    static func distrust(_ path: String, user: uid_t = geteuid()) -> String? {
+        let folder = folder(of: path)
+        var info = stat()
+        guard lstat(folder, &info) == 0 else { return nil }  // nothing there: connecting says so
+        guard info.st_mode & S_IFMT == S_IFDIR else { return "its folder \(folder) is not a folder (a symlink is not trusted)" }
+        guard info.st_mode & 0o022 == 0 else {
+            return "others can write its folder \(folder) (mode \(String(info.st_mode & 0o777, radix: 8))), so anyone could answer there"
+        }
+        let owner = info.st_uid
+        if owner != user && owner != 0 {
+            var parent = stat()
+            let above = Self.folder(of: folder)
+            if lstat(above, &parent) != 0 || parent.st_mode & 0o022 != 0 {
+                return "its folder \(folder) belongs to uid \(owner), not you, in \(above), where anyone could have made it first"
+            }
+        }
+        guard lstat(path, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFSOCK else { return "\(path) is not a socket" }
+        guard [user, 0, owner].contains(info.st_uid) else { return "it belongs to uid \(info.st_uid), neither you nor its folder's owner" }
+        return nil
     }
 
     /// The socket of the system service (`deploy/systemd/curfew.service`:
@@ -187,8 +218,17 @@ public final class ControlSocket: Sendable {
 
     /// Sends `request` to the host serving on `path` and returns its answer line.
     public static func ask(path: String, request: String) throws(CurfewError) -> [UInt8] {
+        if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
         let fd = try connect(path)
         defer { Glibc.close(fd) }
+        // The kernel's word on who answers: this user, root, or the socket folder's owner (a service's user).
+        var server: UInt32 = 0
+        var info = stat()
+        if curfew_shim_peer_uid(fd, &server) == 0, server != geteuid(), server != 0,
+            lstat(folder(of: path), &info) != 0 || info.st_uid != server
+        {
+            throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
+        }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         send(fd, request)

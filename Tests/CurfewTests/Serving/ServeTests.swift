@@ -526,7 +526,38 @@ extension ProcessTests {
     @Test func theSocketGoesInTheRuntimeFolderSystemdOrTheSessionGives() {
         #expect(ControlSocket.defaultPath { ["RUNTIME_DIRECTORY": "/run/curfew:/run/other"][$0] } == "/run/curfew/serve.sock")
         #expect(ControlSocket.defaultPath { ["XDG_RUNTIME_DIR": "/run/user/1000"][$0] } == "/run/user/1000/curfew/serve.sock")
+        #expect(ControlSocket.defaultPath { ["HOME": "/home/u"][$0] } == "/home/u/.cache/curfew/serve.sock")
         #expect(ControlSocket.defaultPath { _ in nil } == "/tmp/curfew-\(geteuid())/serve.sock")
+    }
+
+    /// Before: another user who made `/tmp/curfew-UID` first answered this
+    /// user's `status` and `ctl` with whatever it liked.
+    @Test func aClientDoesNotTrustASocketAnotherUserCouldHavePlaced() throws {
+        let shared = Fixtures.temporaryFolder("shared")
+        chmod(shared, 0o1777)
+        let open = shared + "/open"
+        mkdir(open, 0o777)
+        chmod(open, 0o777)
+        #expect(ControlSocket.distrust(open + "/serve.sock")?.contains("others can write its folder") == true)
+        let link = shared + "/link"
+        symlink(open, link)
+        #expect(ControlSocket.distrust(link + "/serve.sock")?.contains("symlink") == true)
+        let own = shared + "/own"
+        mkdir(own, 0o700)
+        #expect(ControlSocket.distrust(own + "/serve.sock") == nil)
+        // Another user's folder in a folder anyone can write is distrusted
+        // (made another's only where this test may: as root).
+        let other = geteuid() == 0 ? uid_t(54_321) : nil
+        if let other, chown(own, other, other) == 0 {
+            #expect(ControlSocket.distrust(own + "/serve.sock")?.contains("where anyone could have made it first") == true)
+            // A service's folder in one only its owner can write (/run/curfew in /run) is trusted.
+            chmod(shared, 0o755)
+            #expect(ControlSocket.distrust(own + "/serve.sock") == nil)
+            chown(own, geteuid(), getegid())
+        }
+        // A file that is not a socket is not asked.
+        #expect(FileManager.default.createFile(atPath: own + "/serve.sock", contents: nil))
+        #expect(throws: CurfewError.self) { try ControlSocket.ask(path: own + "/serve.sock", request: "{}") }
     }
 
     /// inotify records, as the kernel lays them out.
