@@ -1,3 +1,4 @@
+import Dispatch
 import Glibc
 import Synchronization
 import _CurfewShims
@@ -13,8 +14,11 @@ import _CurfewShims
 /// `foreground` or `cancel` would steer its own grant and others' jobs.
 /// (The host is its children's subreaper, so a job's detached child is
 /// still its descendant.) The socket is mode 0600 in a folder of mode 0700.
-/// A peer that sends nothing, or more than ``maximumRequestBytes``, is
-/// dropped after ``readTimeout``: one slow client cannot hold the host.
+/// Clients are read together, by one loop: a request must arrive whole
+/// within ``requestTimeout`` of its connection, one of more than
+/// ``maximumRequestBytes`` is refused, and beyond ``maximumClients`` held at
+/// once the oldest goes first. Requests are answered off the loop, so a
+/// slow client, or many idle ones, cannot hold up another.
 public final class ControlSocket: Sendable {
     public let path: String
     private let descriptor: Int32
@@ -24,8 +28,51 @@ public final class ControlSocket: Sendable {
         let value = Atomic<Bool>(false)
     }
 
+    /// Whole requests waiting for their answers, answered in order on a
+    /// thread of their own: not Dispatch's, whose pool on Linux grows only
+    /// about once a second while its threads are busy elsewhere (an answer
+    /// was seen to wait 0.95 s for one).
+    private final class Answers: Sendable {
+        private let waiting = Mutex<(requests: [(client: Int32, request: [UInt8])], closed: Bool)>(([], false))
+        private let ready = DispatchSemaphore(value: 0)
+        /// How many wait, or are being answered.
+        let count = Atomic<Int>(0)
+
+        func add(_ client: Int32, _ request: [UInt8]) {
+            count.add(1, ordering: .relaxed)
+            waiting.withLock { $0.requests.append((client, request)) }
+            ready.signal()
+        }
+
+        func close() {
+            waiting.withLock { $0.closed = true }
+            ready.signal()
+        }
+
+        /// Answers each request with `handle` until closed.
+        func run(_ handle: @Sendable ([UInt8]) -> String) {
+            while true {
+                ready.wait()
+                let next = waiting.withLock { state -> (client: Int32, request: [UInt8])?? in
+                    if state.closed {
+                        for waiting in state.requests { Glibc.close(waiting.client) }
+                        return .some(nil)
+                    }
+                    return state.requests.isEmpty ? nil : state.requests.removeFirst()
+                }
+                guard let next else { continue }
+                guard let next else { return }
+                ControlSocket.reply(next.client, handle(next.request))
+                count.subtract(1, ordering: .relaxed)
+            }
+        }
+    }
+
     public static let maximumRequestBytes = 4096
-    public static let readTimeout: Duration = .seconds(1)
+    /// How long a client has to send its whole request.
+    public static let requestTimeout: Duration = .seconds(1)
+    /// The most clients read, or answered, at once.
+    public static let maximumClients = 64
 
     /// The default path: `$RUNTIME_DIRECTORY/serve.sock` (systemd's
     /// `RuntimeDirectory=`), else `$XDG_RUNTIME_DIR/curfew/serve.sock`, else
@@ -126,7 +173,8 @@ public final class ControlSocket: Sendable {
             }
             unlink(path)  // a socket no host answers on: left by one that died
         }
-        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        // Non-blocking: the loop accepts until none is waiting.
+        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard descriptor >= 0 else { throw CurfewError(.unreadable, "cannot make the control socket: \(String(cString: strerror(errno)))") }
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
@@ -140,15 +188,7 @@ public final class ControlSocket: Sendable {
         let closed = self.closed
         let owner = geteuid()
         let started = Thread.detach {
-            while !closed.value.load(ordering: .relaxed) {
-                let client = curfew_shim_accept(fd)
-                if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
-                    return  // shut down
-                }
-                Self.serve(client, owner: owner, host: host, refused: refused, handle: handle)
-                Glibc.close(client)
-            }
+            Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, handle: handle)
         }
         guard started else {
             Glibc.close(descriptor)
@@ -166,14 +206,96 @@ public final class ControlSocket: Sendable {
         Glibc.close(descriptor)
     }
 
+    /// A client whose request is still coming.
+    private struct Client {
+        let fd: Int32
+        let deadline: ContinuousClock.Instant
+        var request: [UInt8] = []
+        /// The answer a refused peer gets once it has sent its request (sent
+        /// before, it could meet a closed socket mid-write, and die of SIGPIPE).
+        var refusal: String? = nil
+    }
+
+    /// The loop: accepts, checks each peer, reads every request as it
+    /// comes, and hands each whole one to `handle` off the loop.
     private static func serve(
-        _ client: Int32, owner: uid_t, host: pid_t?, refused: @Sendable (String) -> Void, handle: @Sendable ([UInt8]) -> String
+        listening: Int32, closed: Flag, owner: uid_t, host: pid_t?, refused: @escaping @Sendable (String) -> Void,
+        handle: @escaping @Sendable ([UInt8]) -> String
     ) {
+        var clients: [Client] = []
+        let answering = Answers()
+        guard Thread.detach({ answering.run(handle) }) else { return }
+        defer { answering.close() }
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        while !closed.value.load(ordering: .relaxed) {
+            let now = ContinuousClock.now
+            clients.removeAll { client in
+                guard client.deadline <= now else { return false }
+                Glibc.close(client.fd)  // no whole request in time
+                return true
+            }
+            var entries = [pollfd(fd: listening, events: Int16(POLLIN), revents: 0)]
+                + clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            let wait = clients.map(\.deadline).min().map { deadline -> Int32 in
+                let left = now.duration(to: deadline).components
+                return max(0, Int32(clamping: left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000 + 1))
+            } ?? -1
+            let ready = poll(&entries, nfds_t(entries.count), wait)
+            if ready < 0 && errno != EINTR { return }
+            guard ready > 0 else { continue }
+            var done = Set<Int32>()
+            for (index, entry) in entries.enumerated().dropFirst() where entry.revents != 0 {
+                let place = index - 1
+                let count = buffer.withUnsafeMutableBytes { recv(clients[place].fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if count < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+                guard count > 0 else {
+                    done.insert(clients[place].fd)
+                    Glibc.close(clients[place].fd)
+                    continue
+                }
+                clients[place].request += buffer[..<count]
+                let client = clients[place]
+                if let end = client.request.firstIndex(of: UInt8(ascii: "\n")), end <= maximumRequestBytes {
+                    done.insert(client.fd)
+                    if let refusal = client.refusal {
+                        reply(client.fd, refusal)
+                    } else {
+                        answering.add(client.fd, Array(client.request[..<end]))
+                    }
+                } else if client.request.count > maximumRequestBytes {
+                    done.insert(client.fd)
+                    reply(client.fd, "{\"ok\":false,\"error\":\"a request of more than \(maximumRequestBytes) bytes\"}")
+                }
+            }
+            if !done.isEmpty { clients.removeAll { done.contains($0.fd) } }
+            guard entries[0].revents != 0 else { continue }
+            while true {
+                let client = curfew_shim_accept(listening)
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    if errno == EAGAIN || errno == EMFILE || errno == ENFILE { break }
+                    return  // shut down
+                }
+                guard let refusal = admit(client, owner: owner, host: host, refused: refused) else { continue }
+                if clients.count + answering.count.load(ordering: .relaxed) >= maximumClients, !clients.isEmpty {
+                    Glibc.close(clients.removeFirst().fd)  // the oldest goes first
+                }
+                clients.append(Client(fd: client, deadline: ContinuousClock.now + requestTimeout, refusal: refusal))
+            }
+        }
+        for client in clients { Glibc.close(client.fd) }
+    }
+
+    /// Whether the peer of `client` may ask: `.some(nil)` when it may,
+    /// else the answer it gets instead; `nil` when it is gone (closed).
+    private static func admit(_ client: Int32, owner: uid_t, host: pid_t?, refused: @Sendable (String) -> Void) -> String?? {
         var peer: UInt32 = 0
-        guard curfew_shim_peer_uid(client, &peer) == 0 else { return }
+        guard curfew_shim_peer_uid(client, &peer) == 0 else {
+            Glibc.close(client)
+            return nil
+        }
         guard admits(uid: peer, owner: owner) else {
-            send(client, "{\"ok\":false,\"error\":\"refused: uid \(peer) is neither this host's user (uid \(owner)) nor root\"}")
-            return
+            return .some("{\"ok\":false,\"error\":\"refused: uid \(peer) is neither this host's user (uid \(owner)) nor root\"}")
         }
         var pid: Int32 = 0
         let descends = host.map { curfew_shim_peer_descends_from(client, $0, &pid) } ?? 0
@@ -183,26 +305,17 @@ public final class ControlSocket: Sendable {
                 ? "pid \(pid) is one of this host's jobs, or a process a job started; a job cannot steer its host"
                 : "cannot tell whether pid \(pid) is one of this host's jobs"
             refused("control socket: refused \(why)")
-            send(client, "{\"ok\":false,\"error\":\"refused: \(why)\"}")
-            return
+            return .some("{\"ok\":false,\"error\":\"refused: \(why)\"}")
         }
-        var timeout = timeval(tv_sec: Int(readTimeout.components.seconds), tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        return .some(nil)
+    }
+
+    /// Sends `line` (within ``requestTimeout``) and closes `client`.
+    fileprivate static func reply(_ client: Int32, _ line: String) {
+        var timeout = timeval(tv_sec: Int(requestTimeout.components.seconds), tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var request: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        while !request.contains(UInt8(ascii: "\n")) {
-            let count = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
-            request += buffer[..<count]
-            guard request.count <= maximumRequestBytes else {
-                send(client, "{\"ok\":false,\"error\":\"a request of more than \(maximumRequestBytes) bytes\"}")
-                return
-            }
-        }
-        guard let end = request.firstIndex(of: UInt8(ascii: "\n")) else { return }
-        send(client, handle(Array(request[..<end])))
+        send(client, line)
+        Glibc.close(client)
     }
 
     private static func send(_ client: Int32, _ line: String) {
@@ -216,10 +329,15 @@ public final class ControlSocket: Sendable {
         }
     }
 
-    /// Sends `request` to the host serving on `path` and returns its answer line.
+    /// How long a client waits for its answer, from connecting to the last byte.
+    public static let answerTimeout: Duration = .seconds(10)
+
+    /// Sends `request` to the host serving on `path` and returns its answer
+    /// line, all within ``answerTimeout``.
     public static func ask(path: String, request: String) throws(CurfewError) -> [UInt8] {
         if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
-        let fd = try connect(path)
+        let deadline = ContinuousClock.now + answerTimeout
+        let fd = try connect(path, by: deadline)
         defer { Glibc.close(fd) }
         // The kernel's word on who answers: this user, root, or the socket folder's owner (a service's user).
         var server: UInt32 = 0
@@ -229,12 +347,17 @@ public final class ControlSocket: Sendable {
         {
             throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
         }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var timeout = timeval(tv_sec: Int(answerTimeout.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         send(fd, request)
         var answer: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while true {
+        while !answer.contains(UInt8(ascii: "\n")) {
+            guard let left = milliseconds(until: deadline) else { throw timedOut(path) }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, left)
+            if ready < 0 && errno == EINTR { continue }
+            guard ready > 0 else { continue }  // the deadline is checked above
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { break }
@@ -245,7 +368,22 @@ public final class ControlSocket: Sendable {
         throw CurfewError(.unreadable, "the host on \(path) closed the connection without an answer")
     }
 
-    private static func connect(_ path: String) throws(CurfewError) -> Int32 {
+    private static func timedOut(_ path: String) -> CurfewError {
+        CurfewError(
+            .unreadable,
+            "no answer from \(path) within \(Int(answerTimeout.components.seconds)) s: the client gave up waiting (the host may be busy); try again")
+    }
+
+    /// The whole milliseconds left until `deadline` (at least 1), or `nil` once it has passed.
+    private static func milliseconds(until deadline: ContinuousClock.Instant) -> Int32? {
+        let left = ContinuousClock.now.duration(to: deadline).components
+        guard left.seconds > 0 || (left.seconds == 0 && left.attoseconds > 0) else { return nil }
+        return max(1, Int32(clamping: left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000))
+    }
+
+    /// A connection to `path`, made by `deadline` (a host whose queue of
+    /// connections is full is tried again until then).
+    private static func connect(_ path: String, by deadline: ContinuousClock.Instant? = nil) throws(CurfewError) -> Int32 {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
@@ -254,21 +392,33 @@ public final class ControlSocket: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw CurfewError(.unreadable, "cannot make a socket: \(String(cString: strerror(errno)))") }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
+        var connected: Int32
+        repeat {
+            connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            // A Unix socket's connect fails at once with EAGAIN when the host's queue is full.
+            guard connected != 0, errno == EAGAIN || errno == EINTR, let deadline else { break }
+            guard milliseconds(until: deadline) != nil else {
+                Glibc.close(fd)
+                throw timedOut(path)
+            }
+            poll(nil, 0, 10)
+        } while true
         guard connected == 0 else {
             let why = errno == ENOENT || errno == ECONNREFUSED ? "no curfew serve is running there" : String(cString: strerror(errno))
             Glibc.close(fd)
             throw CurfewError(.unreadable, "cannot reach \(path): \(why)")
         }
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)
         return fd
     }
 
     private static func answers(_ path: String) -> Bool {
-        guard let fd = try? connect(path) else { return false }
+        guard let fd = try? connect(path, by: .now + .seconds(1)) else { return false }
         Glibc.close(fd)
         return true
     }

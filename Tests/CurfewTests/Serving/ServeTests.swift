@@ -530,6 +530,40 @@ extension ProcessTests {
         #expect(ControlSocket.defaultPath { _ in nil } == "/tmp/curfew-\(geteuid())/serve.sock")
     }
 
+    /// A connection to the socket at `path` that says nothing yet.
+    func connectSilently(_ path: String) -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        return connected == 0 ? fd : -1
+    }
+
+    /// Before: one accept thread read each client in turn, a second each,
+    /// so fifty idle clients held `status` for fifty seconds, and a client
+    /// sending a byte every 0.9 s held it for as long as it liked.
+    @Test func aSlowClientAndFiftyIdleOnesDoNotHoldUpAnother() throws {
+        let path = Fixtures.temporaryFolder("sock") + "/s.sock"
+        let socket = try ControlSocket(path: path, host: nil) { _ in #"{"ok":true,"message":"here"}"# }
+        defer { socket.close() }
+        let idle = (0..<50).map { _ in connectSilently(path) }
+        defer { idle.forEach { close($0) } }
+        #expect(idle.allSatisfy { $0 >= 0 })
+        let slow = connectSilently(path)
+        defer { close(slow) }
+        #expect(send(slow, "{", 1, Int32(MSG_NOSIGNAL)) == 1, "a byte of a request that never ends")
+        let start = ContinuousClock.now
+        let answer = try ControlSocket.ask(path: path, request: #"{"command":"status"}"#)
+        let waited = ContinuousClock.now - start
+        #expect(String(decoding: answer, as: UTF8.self) == #"{"ok":true,"message":"here"}"#)
+        #expect(waited < .milliseconds(500), "waited \(waited)")
+    }
+
     /// Before: another user who made `/tmp/curfew-UID` first answered this
     /// user's `status` and `ctl` with whatever it liked.
     @Test func aClientDoesNotTrustASocketAnotherUserCouldHavePlaced() throws {
