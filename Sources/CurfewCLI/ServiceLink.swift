@@ -10,12 +10,16 @@ import Synchronization
 /// jobs clean up, `EXTEND_TIMEOUT_USEC` to the longest cleanup left.
 ///
 /// The watchdog is fed from the server's own queue (``Server/probe(_:)``),
-/// not by a timer alone: a server whose queue is stuck stops feeding it, and
-/// systemd restarts it.
+/// not by a timer alone, and one probe at a time: a server whose queue is
+/// stuck, or so slow that probes pile up behind one another, stops feeding
+/// it, and systemd restarts it. (Queued each tick, a backlog's probes were
+/// answered late in bursts that kept a stalled server alive.)
 final class ServiceLink: Sendable {
     private let notifier: ServiceNotifier?
     let watchdog: Duration?
     private let timer = Mutex<TimerSource?>(nil)
+    /// Whether a probe is queued on the server and not answered yet.
+    private let probing = Atomic<Bool>(false)
 
     private struct TimerSource: @unchecked Sendable {
         // Safe because a dispatch source is thread-safe to activate and cancel.
@@ -45,10 +49,11 @@ final class ServiceLink: Sendable {
         timer.withLock { $0 = kept }
     }
 
-    private func tick(_ server: Server) {
-        guard let notifier else { return }
+    func tick(_ server: Server) {
+        guard let notifier, !probing.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let feedsWatchdog = watchdog != nil
-        server.probe { states, stopping in
+        server.probe { [self] states, stopping in
+            defer { probing.store(false, ordering: .releasing) }
             var fields = feedsWatchdog ? ["WATCHDOG=1"] : []
             fields.append("STATUS=" + Self.status(states, stopping: stopping))
             if stopping, let longest = states.compactMap({ $0.running?.timeRemaining }).max() {

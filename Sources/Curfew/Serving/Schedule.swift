@@ -36,6 +36,10 @@ public struct Schedule: Sendable {
 
     public private(set) var entries: [String: Entry] = [:]
     private var random: SplitMix64
+    /// Each job that may start, by its next run (and name): what is due,
+    /// and the next wake, in O(log n) a step, not a walk of every job.
+    /// Items go stale as entries change; each is checked when it surfaces.
+    private var queue = DueQueue()
 
     /// - Parameter seed: Seeds the jitter; tests give a fixed one.
     public init(seed: UInt64) {
@@ -62,13 +66,13 @@ public struct Schedule: Sendable {
         let remembered = persisted == nil ? earliest : persisted?.nextRun
         guard let remembered else {
             // The store says it had no next run: it waits to be asked.
-            entries[job] = entry
+            put(job, entry)
             return
         }
         let first = max(remembered, earliest)
         entry.slot = policy.every == nil ? nil : first
         entry.nextRun = first.later(by: jitter(policy))
-        entries[job] = entry
+        put(job, entry)
     }
 
     /// Gives a known job a new policy (the config was read again). A new
@@ -85,28 +89,55 @@ public struct Schedule: Sendable {
                 entry.nextRun = entry.nextRun.map { min($0, next) } ?? next
             }
         }
-        entries[job] = entry
+        put(job, entry)
     }
 
     public mutating func remove(job: String) {
         entries[job] = nil
     }
 
-    /// The earliest next run of a job that may start, for the server's timer.
-    public var nextWake: WallTime? {
-        entries.values.filter { $0.policy.enabled != false && !$0.isPaused }.compactMap(\.nextRun).min()
+    /// Stores `entry` for `name`, queued by its next run when it may start.
+    private mutating func put(_ name: String, _ entry: Entry) {
+        entries[name] = entry
+        if Self.mayStart(entry), let next = entry.nextRun { queue.push(next, name) }
+        // Stale items past twice the jobs: queued again from the entries.
+        if queue.count > 2 * entries.count + 64 {
+            queue = DueQueue()
+            for (name, entry) in entries where Self.mayStart(entry) {
+                if let next = entry.nextRun { queue.push(next, name) }
+            }
+        }
     }
 
-    /// The runs due at `now`, in name order: to start, or to skip because
-    /// the last run of that job is still going. Either way a job with
-    /// `every` moves on to its first slot after `now` (slots missed meanwhile
-    /// are not made up one by one); one without waits for the run's end.
+    private static func mayStart(_ entry: Entry) -> Bool {
+        entry.policy.enabled != false && !entry.isPaused
+    }
+
+    /// Whether the queued item (`time`, `name`) still says when that job may start.
+    private func isCurrent(_ time: WallTime, _ name: String) -> Bool {
+        guard let entry = entries[name] else { return false }
+        return Self.mayStart(entry) && entry.nextRun == time
+    }
+
+    /// The earliest next run of a job that may start, for the server's timer.
+    public var nextWake: WallTime? {
+        mutating get {
+            while let top = queue.first, !isCurrent(top.time, top.name) { queue.pop() }
+            return queue.first?.time
+        }
+    }
+
+    /// The runs due at `now`, earliest first (in name order at one time):
+    /// to start, or to skip because the last run of that job is still
+    /// going. Either way a job with `every` moves on to its first slot
+    /// after `now` (slots missed meanwhile are not made up one by one); one
+    /// without waits for the run's end.
     public mutating func takeDue(now: WallTime) -> [Due] {
         var due: [Due] = []
-        for name in entries.keys.sorted() {
-            guard var entry = entries[name], entry.policy.enabled != false, !entry.isPaused,
-                let next = entry.nextRun, next <= now
-            else { continue }
+        while let top = queue.first, top.time <= now {
+            queue.pop()
+            let name = top.name
+            guard isCurrent(top.time, name), var entry = entries[name] else { continue }
             if entry.isRunning {
                 entry.skipped += 1
                 due.append(.skip(name))
@@ -116,7 +147,7 @@ public struct Schedule: Sendable {
                 due.append(.start(name))
             }
             advanceSlot(&entry, now: now)
-            entries[name] = entry
+            put(name, entry)
         }
         return due
     }
@@ -150,7 +181,7 @@ public struct Schedule: Sendable {
         entry.isRunning = true
         entry.runningSince = now
         if entry.slot == nil { entry.nextRun = nil }
-        entries[job] = entry
+        put(job, entry)
         return true
     }
 
@@ -174,7 +205,7 @@ public struct Schedule: Sendable {
         let retry = entry.policy.retry ?? .standard
         defer {
             entry.runningSince = nil
-            entries[job] = entry
+            put(job, entry)
         }
         if entry.isContinuous && !stopped {
             let ranLong = entry.runningSince.map { now.milliseconds &- $0.milliseconds >= retry.maximumDelay.milliseconds } ?? false
@@ -202,8 +233,9 @@ public struct Schedule: Sendable {
     }
 
     public mutating func setPaused(job: String, _ paused: Bool) -> Bool {
-        guard entries[job] != nil else { return false }
-        entries[job]!.isPaused = paused
+        guard var entry = entries[job] else { return false }
+        entry.isPaused = paused
+        put(job, entry)
         return true
     }
 
@@ -218,6 +250,45 @@ public struct Schedule: Sendable {
     private mutating func jitter(_ policy: JobPolicy) -> Duration {
         guard let jitter = policy.jitter, jitter > .zero else { return .zero }
         return .milliseconds(Int64(random.next(upTo: UInt64(jitter.milliseconds))))
+    }
+}
+
+/// A binary min-heap of (time, job name): the schedule's queue of next runs.
+struct DueQueue: Sendable {
+    private var items: [(time: WallTime, name: String)] = []
+
+    var count: Int { items.count }
+    var first: (time: WallTime, name: String)? { items.first }
+
+    private static func precedes(_ a: (time: WallTime, name: String), _ b: (time: WallTime, name: String)) -> Bool {
+        a.time != b.time ? a.time < b.time : a.name < b.name
+    }
+
+    mutating func push(_ time: WallTime, _ name: String) {
+        items.append((time, name))
+        var child = items.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard Self.precedes(items[child], items[parent]) else { break }
+            items.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    mutating func pop() {
+        guard !items.isEmpty else { return }
+        items.swapAt(0, items.count - 1)
+        items.removeLast()
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1
+            guard left < items.count else { return }
+            let right = left + 1
+            let child = right < items.count && Self.precedes(items[right], items[left]) ? right : left
+            guard Self.precedes(items[child], items[parent]) else { return }
+            items.swapAt(child, parent)
+            parent = child
+        }
     }
 }
 

@@ -167,3 +167,58 @@ extension ProcessTests {
         }
     }
 }
+
+/// The watchdog hears a server that makes progress, and only such a one.
+@Suite struct WatchdogTests {
+    /// A datagram socket standing in for systemd's notify socket.
+    struct FakeNotifySocket {
+        let path: String
+        let fd: Int32
+
+        init() {
+            path = Fixtures.temporaryFolder("notify") + "/notify.sock"
+            fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
+            }
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+        }
+
+        /// The next message, waiting up to `milliseconds` for it (0: only one already sent).
+        func receive(waiting milliseconds: Int32) -> String? {
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, milliseconds) == 1 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : nil
+        }
+    }
+
+    /// Before: a probe was queued at every tick whether or not the last had
+    /// been answered, so a server stalled behind a backlog answered them in
+    /// late bursts, and each burst fed the watchdog.
+    @Test func aServerThatMakesNoProgressStopsFeedingTheWatchdog() async throws {
+        let notify = FakeNotifySocket()
+        defer { close(notify.fd) }
+        var options = Server.Options(folders: [Fixtures.temporaryFolder("served")])
+        options.run.workerExecutable = Fixtures.curfewExecutable
+        let server = try Server(options: options, onEvent: { _, _ in }) { _ in }
+        try server.start()
+        let link = ServiceLink(environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "60000000", "WATCHDOG_PID": "\(getpid())"])
+        let release = DispatchSemaphore(value: 0)
+        server.holdQueue(until: release)
+        for _ in 0..<5 { link.tick(server) }
+        #expect(notify.receive(waiting: 0) == nil, "a stuck server feeds nothing")
+        release.signal()
+        #expect(notify.receive(waiting: 10_000)?.contains("WATCHDOG=1") == true, "once it moves, it is heard")
+        _ = server.states()  // every probe queued before this has been answered
+        #expect(notify.receive(waiting: 0) == nil, "one probe at a time: no burst of late answers")
+        link.tick(server)
+        #expect(notify.receive(waiting: 10_000)?.contains("WATCHDOG=1") == true)
+        await withCheckedContinuation { done in server.stop { done.resume() } }
+    }
+}

@@ -17,6 +17,53 @@ import Testing
         return policy
     }
 
+    /// Ten thousand due at once come out earliest first, then by name; a
+    /// paused, disabled or removed job's queued time is passed over.
+    @Test func manyJobsDueAtOnceComeOutEarliestFirstAndStaleTimesArePassedOver() {
+        var schedule = Schedule(seed: 1)
+        let names = (0..<10_000).map { "job-\(String(9_999 - $0))" }
+        for (index, name) in names.enumerated() {
+            var due = policy(every: .seconds(3600))
+            due.earliestBegin = .milliseconds(Int64(index % 3))
+            schedule.add(job: name, policy: due, isContinuous: false, persisted: nil, now: start)
+        }
+        let paused = schedule.setPaused(job: "job-5", true)
+        #expect(paused)
+        schedule.remove(job: "job-6")
+        let wake1 = schedule.nextWake
+        #expect(wake1 == start)
+        let taken = schedule.takeDue(now: at(1)).map { due -> String in
+            guard case .start(let name) = due else { return "" }
+            return name
+        }
+        #expect(taken.count == 9_998 && !taken.contains("job-5") && !taken.contains("job-6"))
+        let place = Dictionary(uniqueKeysWithValues: names.enumerated().map { ($1, $0) })
+        let times = taken.map { place[$0]! % 3 }
+        #expect(times == times.sorted(), "earliest first")
+        let wake2 = schedule.nextWake
+        #expect(wake2 == at(3600), "the paused job waits; the next wake is the next slot")
+        let resumed = schedule.setPaused(job: "job-5", false)
+        #expect(resumed)
+        let wake3 = schedule.nextWake
+        #expect(wake3 == start.later(by: .milliseconds(Int64(place["job-5"]! % 3))), "resumed, it is due at once")
+    }
+
+    @Test func waitingJobsAreServedInTurnOnceEachAndAskedForOnesFirst() {
+        var waiting = WaitingJobs()
+        for name in ["a", "b", "c", "b"] { waiting.append(name) }
+        waiting.remove("c")
+        waiting.putFirst(["x", "b"])
+        #expect(waiting.contains("b") && !waiting.contains("c"))
+        var order: [String] = []
+        while let next = waiting.popFirst() { order.append(next) }
+        #expect(order == ["x", "b", "a"], "asked-for first, in their order; each once; a removed one never")
+        #expect(waiting.isEmpty)
+        for index in 0..<5_000 { waiting.append("j\(index)") }
+        for index in 0..<2_500 { #expect(waiting.popFirst() == "j\(index)") }
+        waiting.append("j0")
+        #expect(waiting.popFirst() == "j2500", "a job queued again waits its new turn")
+    }
+
     @Test func aJobWithEveryRunsOnEachSlotFromTheFirst() {
         var schedule = Schedule(seed: 1)
         schedule.add(job: "a", policy: policy(every: .seconds(10)), isContinuous: false, persisted: nil, now: start)
@@ -26,7 +73,8 @@ import Testing
         #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(3)) == at(10))
         #expect(schedule.takeDue(now: at(9.999)).isEmpty)
         #expect(schedule.takeDue(now: at(10)) == [.start("a")])
-        #expect(schedule.nextWake == at(20))
+        let wake4 = schedule.nextWake
+        #expect(wake4 == at(20))
     }
 
     @Test func aRunThatComesDueWhileTheLastGoesOnIsSkippedAndRecorded() {
@@ -52,13 +100,15 @@ import Testing
         #expect(schedule.finished(job: "both", outcome: .completed, requested: .seconds(500), now: at(61)) == at(561))
         // No request and no every: it runs no more until asked.
         #expect(schedule.finished(job: "asks", outcome: .completed, requested: nil, now: at(61)) == nil)
-        #expect(schedule.nextWake == at(561))
+        let wake5 = schedule.nextWake
+        #expect(wake5 == at(561))
     }
 
     @Test func earliestBeginHoldsTheFirstRunBack() {
         var schedule = Schedule(seed: 1)
         schedule.add(job: "late", policy: policy(every: .seconds(5), earliest: .seconds(30)), isContinuous: false, persisted: nil, now: start)
-        #expect(schedule.nextWake == at(30))
+        let wake6 = schedule.nextWake
+        #expect(wake6 == at(30))
         #expect(schedule.takeDue(now: at(29)).isEmpty)
         #expect(schedule.takeDue(now: at(30)) == [.start("late")])
     }
@@ -147,7 +197,8 @@ import Testing
         let paused = schedule.setPaused(job: "p", true)
         #expect(paused)
         #expect(schedule.takeDue(now: at(5)).isEmpty)
-        #expect(schedule.nextWake == nil)
+        let wake7 = schedule.nextWake
+        #expect(wake7 == nil)
         let started = schedule.startNow(job: "p", now: at(5))
         let again = schedule.startNow(job: "p", now: at(5))
         let unknown = schedule.startNow(job: "nobody", now: at(5))
@@ -164,7 +215,8 @@ import Testing
         _ = schedule.takeDue(now: start)
         #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(1)) == nil)
         schedule.update(job: "a", policy: policy(every: .seconds(10)), now: at(2))
-        #expect(schedule.nextWake == at(12))
+        let wake8 = schedule.nextWake
+        #expect(wake8 == at(12))
         #expect(schedule.takeDue(now: at(12)) == [.start("a")])
         #expect(schedule.finished(job: "a", outcome: .completed, requested: nil, now: at(13)) == at(22))
         // Taken away again: the run it has stays, then it runs only when asked.
