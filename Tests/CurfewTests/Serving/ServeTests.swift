@@ -392,6 +392,36 @@ extension ProcessTests {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Before: a rescan ran on the server's queue, so status, schedules
+        /// and the watchdog waited for it, and each reload queued one more
+        /// (15 reloads over 5,000 plugins held the server 29.6 s).
+        @Test func reloadsDuringAScanBecomeOneMoreAndTheServerAnswersMeanwhile() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let gate = Fixtures.temporaryFolder("gate") + "/open"
+            let plugin = try Fixtures.compile("gated_load.c", defines: ["GATE=\"\(gate)\""])
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(Array(#"{"defaults": {"enabled": false}}"#.utf8), file: "test.json")
+            let server = try Server(options: options, onEvent: { _, _ in }) { _ in }
+            try server.start()
+            func loads() -> Int { ((try? String(contentsOfFile: gate + ".log", encoding: .utf8)) ?? "").split(separator: "\n").count }
+            func until(_ done: () -> Bool) async throws {
+                let give = ContinuousClock.now + .seconds(30)
+                while !done() && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            try drop(plugin, into: folder)
+            try await until { loads() == 1 }  // its scanner waits at the gate
+            let asked = ContinuousClock.now
+            #expect(server.states().isEmpty)
+            #expect(ContinuousClock.now - asked < .seconds(1), "the server answers while a scan waits")
+            for _ in 0..<15 { server.reload() }
+            #expect(FileManager.default.createFile(atPath: gate, contents: nil))
+            try await until { server.scans() == (started: 3, running: false) }
+            #expect(server.scans() == (started: 3, running: false), "the first, the drop's, and one for the 15 reloads")
+            #expect(server.states().map(\.job) == ["gated"])
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
         @Test func aFailingJobIsRetriedAsItsPolicySaysThenStops() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try plugin(), into: folder)
