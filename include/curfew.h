@@ -278,8 +278,9 @@ typedef struct curfew_host {
 
     /* Asks for the job's next run no sooner than `earliest_seconds` from
      * now, as an iOS app submits a refresh request with an earliest begin
-     * date. `curfew serve` schedules the job then (the operator's config
-     * may set a later time, or disable the job); `curfew run`, a batch,
+     * date. `curfew serve` schedules the job then, 100 ms from now at the
+     * soonest (the operator's config may set a later time, or disable the
+     * job); `curfew run`, a batch,
      * records nothing. The last call of a run wins; a run that makes none
      * follows the job's `every` in the config, or runs no more. Returns
      * CURFEW_OK, or CURFEW_ERROR for a negative, NaN or infinite value, or

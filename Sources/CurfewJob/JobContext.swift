@@ -157,9 +157,9 @@ public struct JobContext: @unchecked Sendable {
 
     /// Asks for the job's next run no sooner than `delay` from now, as an iOS
     /// app submits a refresh request with an earliest begin date. `curfew
-    /// serve` schedules it then (or later, when the operator's `every` says
-    /// so); a batch `curfew run` records nothing. The last request of a run
-    /// counts.
+    /// serve` schedules it then, 100 ms from now at the soonest (or later,
+    /// when the operator's `every` says so); a batch `curfew run` records
+    /// nothing. The last request of a run counts.
     ///
     /// - Returns: Whether the host took it: not for a negative delay or one
     ///   over ten years, nor once the job is over, nor from a host that

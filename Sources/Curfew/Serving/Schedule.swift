@@ -34,6 +34,10 @@ public struct Schedule: Sendable {
         case skip(String)
     }
 
+    /// The least time between a job's runs that its schedule (`every`) or
+    /// its own request (`request_next_run`) may ask for.
+    public static let minimumGap: Duration = .milliseconds(100)
+
     public private(set) var entries: [String: Entry] = [:]
     private var random: SplitMix64
     /// Each job that may start, by its next run (and name): what is due,
@@ -222,7 +226,9 @@ public struct Schedule: Sendable {
         entry.failures = 0
         if let slot = entry.slot, slot <= now { advanceSlot(&entry, now: now) }
         let scheduled = entry.slot == nil ? nil : entry.nextRun
-        let asked = requested.map { now.later(by: $0).later(by: jitter(entry.policy)) }
+        // A job's own request is held to the floor `every` has: one asking
+        // for 0 s was seen to respawn 65 times a second.
+        let asked = requested.map { now.later(by: max($0, Self.minimumGap)).later(by: jitter(entry.policy)) }
         entry.nextRun =
             switch (asked, scheduled) {
             case (let asked?, let scheduled?): max(asked, scheduled)

@@ -173,7 +173,7 @@ extension JobPolicy {
             switch key {
             case "every":
                 let every = try Self.duration(member, key, place)
-                guard every >= .milliseconds(100) else { throw place.error(key, "must be at least 100ms") }
+                guard every >= Schedule.minimumGap else { throw place.error(key, "must be at least 100ms") }
                 self.every = every
             case "earliest_begin": earliestBegin = try Self.duration(member, key, place)
             case "jitter": jitter = try Self.duration(member, key, place)

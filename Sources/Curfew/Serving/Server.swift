@@ -88,6 +88,8 @@ public final class Server: @unchecked Sendable {
     /// meanwhile: one more rescan (a full one if any asked), not one each.
     private var scanning = false
     private var rescanAfter: Bool? = nil
+    /// Jobs said to have asked for a next run sooner than the floor.
+    private var flooredRequests: Set<String> = []
     /// Scans started since `start`, the first included.
     private var scansStarted = 0
     private var onStopped: (@Sendable () -> Void)?
@@ -560,8 +562,11 @@ public final class Server: @unchecked Sendable {
     private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
         if active[name] === run { active[name] = nil }
         if let result {
-            schedule.finished(
-                job: name, outcome: result.outcome, requested: run.notes.delay.withLock { $0 }, stopped: stopping, now: .now())
+            let requested = run.notes.delay.withLock { $0 }
+            if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
+                onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
+            }
+            schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: .now())
             save(name)
         }
         if let finished = run.notes.finished.withLock({ $0 }) { onEvent(finished.event, finished.time) }

@@ -48,6 +48,17 @@ import Testing
         #expect(wake3 == start.later(by: .milliseconds(Int64(place["job-5"]! % 3))), "resumed, it is due at once")
     }
 
+    /// Before: a job that asked for its next run in 0 s respawned about
+    /// 65 times a second.
+    @Test func aJobsOwnRequestIsHeldToTheFloorEveryHas() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "a", policy: policy(), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("a")])
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: .zero, now: at(1)) == at(1.1))
+        _ = schedule.takeDue(now: at(1.1))
+        #expect(schedule.finished(job: "a", outcome: .completed, requested: .milliseconds(250), now: at(2)) == at(2.25))
+    }
+
     @Test func waitingJobsAreServedInTurnOnceEachAndAskedForOnesFirst() {
         var waiting = WaitingJobs()
         for name in ["a", "b", "c", "b"] { waiting.append(name) }
