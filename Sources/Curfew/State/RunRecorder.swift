@@ -86,20 +86,26 @@ final class RunRecorder: Sendable {
 /// history row ran.
 enum PluginFingerprint {
     /// FNV-1a (64-bit) of the file's bytes, prefixed `fnv1a64:`; `nil` when
-    /// it cannot be read. Not a defence against a forger (the file is the
-    /// user's own): it tells builds apart.
+    /// it cannot be read or is not a regular file. At most the size the
+    /// file had when opened is read: a plugin replaced by a link to
+    /// `/dev/zero` once hashed forever. Not a defence against a forger (the
+    /// file is the user's own): it tells builds apart.
     static func contentHash(of path: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        var left = Int64(info.st_size)
         var hash = FNV1a()
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        while left > 0 {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, Int(min(Int64($0.count), left))) }
             if count < 0 && errno == EINTR { continue }
             if count < 0 { return nil }
             if count == 0 { break }
             hash.add(buffer[..<count])
+            left -= Int64(count)
         }
         return "fnv1a64:" + hash.hex
     }

@@ -159,6 +159,15 @@ import Testing
         #expect(after != before && after == rebuilt)
     }
 
+    /// Before: the history's hash read a plugin replaced by a link to
+    /// `/dev/zero` for ever (the host at 100 % CPU, deaf to SIGTERM).
+    @Test(.timeLimit(.minutes(1))) func aFileThatIsNotRegularIsNeitherCopiedNorHashed() throws {
+        let folder = Fixtures.temporaryFolder("zero")
+        #expect(symlink("/dev/zero", folder + "/zero.so") == 0)
+        #expect(PluginFingerprint.contentHash(of: folder + "/zero.so") == nil)
+        #expect(throws: CurfewError.self) { try snapshots().take(try key(folder + "/zero.so")) }
+    }
+
     @Test func aScannersReasonNamesTheUsersFileNotTheCopy() {
         let verdict = FileResult.rejected(code: "load-failed", reason: "Cannot be loaded: /cache/s/ab-cd-x.so: undefined symbol: f")
         #expect(verdict.naming("/plugins/x.so", for: "/cache/s/ab-cd-x.so")
