@@ -307,7 +307,9 @@ public enum ArgumentParser {
             switch name {
             case "--budget":
                 options.budget = try duration(value!, for: spec, command: command)
-                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: command) }
+                guard options.budget >= GrantPolicy.minimumBudget else {
+                    throw invalid(value!, spec, "the budget must be at least 1ms", command: command)
+                }
             case "--grace": grace = try duration(value!, for: spec, command: command)
             case "--jobs":
                 guard let count = Int(value!), (1...1024).contains(count) else {
@@ -461,7 +463,9 @@ public enum ArgumentParser {
             case "--job": options.job = value!
             case "--budget":
                 options.budget = try duration(value!, for: spec, command: .test)
-                guard options.budget > .zero else { throw invalid(value!, spec, "the budget must be positive", command: .test) }
+                guard options.budget >= GrantPolicy.minimumBudget else {
+                    throw invalid(value!, spec, "the budget must be at least 1ms", command: .test)
+                }
             case "--grace": options.grace = try duration(value!, for: spec, command: .test)
             case "--chunk-cost":
                 cost = try duration(value!, for: spec, command: .test)

@@ -5,6 +5,10 @@ import Synchronization
 public struct GrantPolicy: Sendable, Equatable {
     /// The default budget, as iOS 7 and later give: 180 seconds.
     public static let defaultBudget: Duration = .seconds(180)
+    /// The least budget a grant may have: below a millisecond, the lead and
+    /// the host's own steps take all of it (a budget of a few nanoseconds
+    /// passed validation and trapped every worker).
+    public static let minimumBudget: Duration = .milliseconds(1)
     /// The default lead time of the expiration handler before the deadline.
     public static let defaultGrace: Duration = .seconds(5)
 

@@ -179,7 +179,7 @@ extension JobPolicy {
             case "jitter": jitter = try Self.duration(member, key, place)
             case "budget":
                 let budget = try Self.duration(member, key, place)
-                guard budget > .zero else { throw place.error(key, "must be positive") }
+                guard budget >= GrantPolicy.minimumBudget else { throw place.error(key, "must be at least 1ms") }
                 self.budget = budget
             case "grace":
                 let grace = try Self.duration(member, key, place)

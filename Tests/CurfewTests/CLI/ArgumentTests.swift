@@ -229,7 +229,11 @@ import Testing
                 + Self.runUsage)
         #expect(
             usageErrorText(["run", "--budget", "0s"])
-                == "Error: The value '0s' is invalid for '--budget <duration>': the budget must be positive\n" + Self.runUsage)
+                == "Error: The value '0s' is invalid for '--budget <duration>': the budget must be at least 1ms\n" + Self.runUsage)
+        // Before: a budget of a few nanoseconds passed, and trapped every worker.
+        #expect(
+            usageErrorText(["run", "--budget", "0.0000005s"])
+                == "Error: The value '0.0000005s' is invalid for '--budget <duration>': the budget must be at least 1ms\n" + Self.runUsage)
         #expect(
             usageErrorText(["run", "--jobs", "0"])
                 == "Error: The value '0' is invalid for '--jobs <n>': use a whole number from 1 to 1024\n" + Self.runUsage)
