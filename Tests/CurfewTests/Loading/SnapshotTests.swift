@@ -223,6 +223,8 @@ extension ProcessTests {
             let newer = try Fixtures.compile("overwritten_job.c", defines: ["VERSION=2"])
             await serve.wait(for: "\"message\":\"v1 waiting\"")
             try overwrite(folder + "/swap.so", with: newer)
+            // The server has seen the new build before the old run ends: its next run is the new one.
+            await serve.wait(for: "'swap' was replaced")
             #expect(FileManager.default.createFile(atPath: gate, contents: nil))
             await serve.wait(for: "\"message\":\"v2 done\"")
             await serve.wait(for: "\"event\":\"finished\"", count: 2)
