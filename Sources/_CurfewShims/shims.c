@@ -932,6 +932,10 @@ int curfew_shim_peer_descends_from(int fd, int ancestor, int *peer) {
     int pidfd = -1;
     length = sizeof pidfd;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &length) != 0 || pidfd < 0) {
+        /* Only a kernel without SO_PEERPIDFD (before 6.5) falls back to the
+         * pid, which a peer gone since could have handed on: best effort.
+         * Any other failure (the peer is gone) is not knowing. */
+        if (errno != ENOPROTOOPT) return -1;
         pidfd = (int)syscall(SYS_pidfd_open, credentials.pid, 0);
     }
     if (pidfd < 0) return -1;
@@ -946,10 +950,12 @@ int curfew_shim_peer_descends_from(int fd, int ancestor, int *peer) {
                 break;
             }
             /* No parent in this pid namespace (pid 1, or a process entered from outside it). */
-            if (parent <= 0 || current == 1 || depth > 4096) {
+            if (parent <= 0 || current == 1) {
                 verdict = 0;
                 break;
             }
+            /* A chain this deep is a job's doing (it cannot escape by depth): not knowing. */
+            if (depth > 1024) break;
             pid_t next;
             unsigned long long parent_started;
             if (process_parent(parent, &next, &parent_started) != 0 || parent_started > started) break;

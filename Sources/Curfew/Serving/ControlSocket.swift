@@ -187,8 +187,9 @@ public final class ControlSocket: Sendable {
         let fd = descriptor
         let closed = self.closed
         let owner = geteuid()
-        let started = Thread.detach {
-            Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, handle: handle)
+        let answering = Answers()
+        let started = Thread.detach({ answering.run(handle) }) && Thread.detach {
+            Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, answering: answering)
         }
         guard started else {
             Glibc.close(descriptor)
@@ -220,13 +221,16 @@ public final class ControlSocket: Sendable {
     /// comes, and hands each whole one to `handle` off the loop.
     private static func serve(
         listening: Int32, closed: Flag, owner: uid_t, host: pid_t?, refused: @escaping @Sendable (String) -> Void,
-        handle: @escaping @Sendable ([UInt8]) -> String
+        answering: Answers
     ) {
         var clients: [Client] = []
-        let answering = Answers()
-        guard Thread.detach({ answering.run(handle) }) else { return }
+        defer { for client in clients { Glibc.close(client.fd) } }
         defer { answering.close() }
         var buffer = [UInt8](repeating: 0, count: 1024)
+        // Out of descriptors, accepting waits a little: the listener would
+        // be ready again at once, and the loop would spin.
+        var acceptAgain = ContinuousClock.now
+        var lastRefusalNotice: ContinuousClock.Instant?
         while !closed.value.load(ordering: .relaxed) {
             let now = ContinuousClock.now
             clients.removeAll { client in
@@ -234,9 +238,20 @@ public final class ControlSocket: Sendable {
                 Glibc.close(client.fd)  // no whole request in time
                 return true
             }
-            var entries = [pollfd(fd: listening, events: Int16(POLLIN), revents: 0)]
+            // At the cap, a refused peer (a job) makes room first; else the
+            // listener is left alone and the kernel's queue holds the rest.
+            if clients.count + answering.count.load(ordering: .relaxed) >= maximumClients,
+                let refusedOne = clients.firstIndex(where: { $0.refusal != nil })
+            {
+                Glibc.close(clients.remove(at: refusedOne).fd)
+            }
+            let accepting = clients.count + answering.count.load(ordering: .relaxed) < maximumClients && acceptAgain <= now
+            var entries = [pollfd(fd: accepting ? listening : -1, events: Int16(POLLIN), revents: 0)]
                 + clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
-            let wait = clients.map(\.deadline).min().map { deadline -> Int32 in
+            var deadlines = clients.map(\.deadline)
+            if acceptAgain > now { deadlines.append(acceptAgain) }
+            if !accepting && acceptAgain <= now { deadlines.append(now + .milliseconds(10)) }  // answers free slots
+            let wait = deadlines.min().map { deadline -> Int32 in
                 let left = now.duration(to: deadline).components
                 return max(0, Int32(clamping: left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000 + 1))
             } ?? -1
@@ -269,21 +284,22 @@ public final class ControlSocket: Sendable {
             }
             if !done.isEmpty { clients.removeAll { done.contains($0.fd) } }
             guard entries[0].revents != 0 else { continue }
-            while true {
+            while clients.count + answering.count.load(ordering: .relaxed) < maximumClients {
                 let client = curfew_shim_accept(listening)
                 if client < 0 {
                     if errno == EINTR || errno == ECONNABORTED { continue }
+                    if errno == EMFILE || errno == ENFILE { acceptAgain = ContinuousClock.now + .milliseconds(100) }
                     if errno == EAGAIN || errno == EMFILE || errno == ENFILE { break }
                     return  // shut down
                 }
-                guard let refusal = admit(client, owner: owner, host: host, refused: refused) else { continue }
-                if clients.count + answering.count.load(ordering: .relaxed) >= maximumClients, !clients.isEmpty {
-                    Glibc.close(clients.removeFirst().fd)  // the oldest goes first
-                }
+                // A job that floods the socket is said once a second, not once a try.
+                let say: @Sendable (String) -> Void = { _ in }
+                let notice = lastRefusalNotice.map { ContinuousClock.now - $0 >= .seconds(1) } ?? true
+                guard let refusal = admit(client, owner: owner, host: host, refused: notice ? refused : say) else { continue }
+                if refusal != nil && notice { lastRefusalNotice = ContinuousClock.now }
                 clients.append(Client(fd: client, deadline: ContinuousClock.now + requestTimeout, refusal: refusal))
             }
         }
-        for client in clients { Glibc.close(client.fd) }
     }
 
     /// Whether the peer of `client` may ask: `.some(nil)` when it may,
@@ -310,12 +326,26 @@ public final class ControlSocket: Sendable {
         return .some(nil)
     }
 
-    /// Sends `line` (within ``requestTimeout``) and closes `client`.
+    /// Sends `line` and closes `client`: all of it within ``requestTimeout``
+    /// (a client that reads a long answer a byte at a time holds no one
+    /// up for longer), never blocking past it.
     fileprivate static func reply(_ client: Int32, _ line: String) {
-        var timeout = timeval(tv_sec: Int(requestTimeout.components.seconds), tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        send(client, line)
-        Glibc.close(client)
+        defer { Glibc.close(client) }
+        let bytes = Array((line + "\n").utf8)
+        let deadline = ContinuousClock.now + requestTimeout
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes.withUnsafeBytes {
+                Glibc.send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            }
+            if written > 0 {
+                offset += written
+                continue
+            }
+            guard written < 0, errno == EINTR || errno == EAGAIN, let left = milliseconds(until: deadline) else { return }
+            var entry = pollfd(fd: client, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&entry, 1, left)
+        }
     }
 
     private static func send(_ client: Int32, _ line: String) {

@@ -288,10 +288,13 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  * when it cannot be told (the peer is gone, or /proc cannot be read). The
  * peer's pid goes to *peer. A host that is its children's subreaper keeps
  * every orphan of theirs as a descendant, so a job's child that detached
- * (setsid, a double fork) is still found. Race-free against pid reuse: the
- * peer is held by a pidfd (SO_PEERPIDFD, else pidfd_open) and must still
- * live once its ancestors were read, and an ancestor that started after its
- * child is a reused pid, for which the walk starts again. */
+ * (setsid, a double fork) is still found; a chain over 1024 deep is -1.
+ * Against pid reuse the peer is held by a pidfd (SO_PEERPIDFD; before Linux
+ * 6.5, pidfd_open of its pid, best effort) and must still live once its
+ * ancestors were read, and an ancestor that started after its child is a
+ * reused pid, for which the walk starts again. A job can still have a
+ * process outside its tree connect for it (at, systemd-run --user): this
+ * keeps jobs off the socket, it does not sandbox them. */
 int curfew_shim_peer_descends_from(int fd, int ancestor, int *peer);
 
 /* mkostemp(3) with O_CLOEXEC: a new file named from `template`, open for
