@@ -136,7 +136,7 @@ struct PluginSnapshots: Sendable {
                     return inPlace(Self.unwritable(folder, error).description)
                 }
                 do throws(CurfewError) {
-                    try copyNeighbours(names, of: name, from: Self.folder(of: key.path), into: staging)
+                    try copyNeighbours(names, of: name, from: Syscalls.folder(of: key.path), into: staging)
                     try publish(staging, as: stem, replacing: neighbours == false)
                     return Taken(path: stem + "/" + name, key: key)
                 } catch {
@@ -181,7 +181,7 @@ struct PluginSnapshots: Sendable {
     /// `stem` is still the one beside the original at `path` (same size,
     /// same modification time).
     private func neighboursAreCurrent(_ stem: String, _ name: String, of path: String) -> Bool {
-        let source = Self.folder(of: path)
+        let source = Syscalls.folder(of: path)
         for entry in Self.entries(of: stem) ?? [] where entry != name {
             var copy = stat()
             var original = stat()
@@ -428,11 +428,6 @@ struct PluginSnapshots: Sendable {
     private static func fileName(_ path: String) -> String {
         let name = path.split(separator: "/").last.map(String.init) ?? path
         return name.utf8.count <= 200 ? name : "plugin.so"
-    }
-
-    private static func folder(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
-        return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
     /// The names in `folder` but `.` and `..`, or `nil` when it cannot be listed.

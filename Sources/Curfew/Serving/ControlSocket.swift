@@ -98,7 +98,7 @@ public final class ControlSocket: Sendable {
     /// write, where anyone could have made it first (`/tmp`); or the socket
     /// is not a socket, or another user's. (As ssh-agent's clients check.)
     static func distrust(_ path: String, user: uid_t = geteuid()) -> String? {
-        let folder = folder(of: path)
+        let folder = Syscalls.folder(of: path)
         var info = stat()
         guard lstat(folder, &info) == 0 else { return nil }  // nothing there: connecting says so
         guard info.st_mode & S_IFMT == S_IFDIR else { return "its folder \(folder) is not a folder (a symlink is not trusted)" }
@@ -108,7 +108,7 @@ public final class ControlSocket: Sendable {
         let owner = info.st_uid
         if owner != user && owner != 0 {
             var parent = stat()
-            let above = Self.folder(of: folder)
+            let above = Syscalls.folder(of: folder)
             if lstat(above, &parent) != 0 || parent.st_mode & 0o022 != 0 {
                 return "its folder \(folder) belongs to uid \(owner), not you, in \(above), where anyone could have made it first"
             }
@@ -159,7 +159,7 @@ public final class ControlSocket: Sendable {
         guard path.utf8.count < capacity, !path.utf8.contains(0) else {
             throw CurfewError(.unreadable, "the control socket path \(path) is longer than \(capacity - 1) bytes; choose a shorter one with --socket")
         }
-        try PrivateFolder.prepare(Self.folder(of: path), what: "the control socket's folder", code: .unreadable)
+        try PrivateFolder.prepare(Syscalls.folder(of: path), what: "the control socket's folder", code: .unreadable)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
         }
@@ -251,10 +251,7 @@ public final class ControlSocket: Sendable {
             var deadlines = clients.map(\.deadline)
             if acceptAgain > now { deadlines.append(acceptAgain) }
             if !accepting && acceptAgain <= now { deadlines.append(now + .milliseconds(10)) }  // answers free slots
-            let wait = deadlines.min().map { deadline -> Int32 in
-                let left = now.duration(to: deadline).components
-                return max(0, Int32(clamping: left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000 + 1))
-            } ?? -1
+            let wait = deadlines.min().map { max(0, Int32(clamping: now.duration(to: $0).milliseconds) &+ 1) } ?? -1
             let ready = poll(&entries, nfds_t(entries.count), wait)
             if ready < 0 && errno != EINTR { return }
             guard ready > 0 else { continue }
@@ -373,7 +370,7 @@ public final class ControlSocket: Sendable {
         var server: UInt32 = 0
         var info = stat()
         if curfew_shim_peer_uid(fd, &server) == 0, server != geteuid(), server != 0,
-            lstat(folder(of: path), &info) != 0 || info.st_uid != server
+            lstat(Syscalls.folder(of: path), &info) != 0 || info.st_uid != server
         {
             throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
         }
@@ -406,9 +403,9 @@ public final class ControlSocket: Sendable {
 
     /// The whole milliseconds left until `deadline` (at least 1), or `nil` once it has passed.
     private static func milliseconds(until deadline: ContinuousClock.Instant) -> Int32? {
-        let left = ContinuousClock.now.duration(to: deadline).components
-        guard left.seconds > 0 || (left.seconds == 0 && left.attoseconds > 0) else { return nil }
-        return max(1, Int32(clamping: left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000))
+        let left = ContinuousClock.now.duration(to: deadline)
+        guard left > .zero else { return nil }
+        return max(1, Int32(clamping: left.milliseconds))
     }
 
     /// A connection to `path`, made by `deadline` (a host whose queue of
@@ -453,8 +450,4 @@ public final class ControlSocket: Sendable {
         return true
     }
 
-    private static func folder(of path: String) -> String {
-        guard let slash = path.lastIndex(of: "/"), slash != path.startIndex else { return "/" }
-        return String(path[..<slash])
-    }
 }

@@ -192,6 +192,13 @@ enum Syscalls {
     }
 
     /// The canonical absolute path, or `nil` when it cannot be resolved.
+    /// The folder holding `path`: what comes before its last slash (`/`
+    /// for a path right under the root, `.` for a bare name).
+    static func folder(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+
     static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
