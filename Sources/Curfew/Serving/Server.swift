@@ -34,6 +34,8 @@ public final class Server: @unchecked Sendable {
         public var seed: UInt64 = UInt64.random(in: 0...UInt64.max)
         /// The app state the host starts in: the background, where grants run down.
         public var appState: AppState = .background
+        /// The wall clock: schedules read it once, at start (see ``ScheduleClock``).
+        public var wallClock: @Sendable () -> WallTime = { .now() }
 
         public init(folders: [String]) {
             self.folders = folders
@@ -61,6 +63,7 @@ public final class Server: @unchecked Sendable {
 
     private var config: ServeConfig
     private var schedule: Schedule
+    private var clock: ScheduleClock
     private var catalog: [String: PluginJob] = [:]
     /// Each plugin file's identity when last scanned: a change is an upgrade.
     private var identities: [String: ScanCache.Key] = [:]
@@ -128,6 +131,7 @@ public final class Server: @unchecked Sendable {
         self.lifecycle = AppLifecycle(state: options.appState)
         self.config = options.config
         self.schedule = Schedule(seed: options.seed)
+        self.clock = ScheduleClock(wall: options.wallClock)
         self.onEvent = onEvent
         self.onNotice = onNotice
     }
@@ -180,7 +184,7 @@ public final class Server: @unchecked Sendable {
                     let fresh = try ServeConfig.load(path: path)
                     try Self.check(fresh, base: options.run)
                     config = fresh
-                    for name in catalog.keys { schedule.update(job: name, policy: policy(for: name), now: .now()) }
+                    for name in catalog.keys { schedule.update(job: name, policy: policy(for: name), now: clock.now()) }
                     onNotice(.info("Read \(path) again."))
                 } catch {
                     onNotice(.warning("\(error.description); the config in use stays."))
@@ -246,7 +250,7 @@ public final class Server: @unchecked Sendable {
             switch command {
             case .run(let name):
                 guard catalog[name] != nil else { return .failure(unknown(name)) }
-                guard schedule.startNow(job: name, now: .now()) else {
+                guard schedule.startNow(job: name, now: clock.now()) else {
                     return .failure(CurfewError(.badConfig, "job '\(name)' is running already; one run of a job at a time"))
                 }
                 launch([name])
@@ -288,7 +292,13 @@ public final class Server: @unchecked Sendable {
         catalog.keys.sorted().compactMap { name -> JobState? in
             guard let job = catalog[name], let entry = schedule.entries[name] else { return nil }
             let running = active[name]?.runner.status().first { $0.job == name }
-            return JobState(job: name, pluginPath: job.pluginPath, entry: entry, running: running, isWaiting: waiting.contains(name))
+            // Shown on the wall clock.
+            var shown = entry
+            shown.nextRun = entry.nextRun.map(clock.wallTime)
+            shown.slot = entry.slot.map(clock.wallTime)
+            shown.lastEnded = entry.lastEnded.map(clock.wallTime)
+            shown.runningSince = entry.runningSince.map(clock.wallTime)
+            return JobState(job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name))
         }
     }
 
@@ -421,7 +431,7 @@ public final class Server: @unchecked Sendable {
         let known = fresh.keys.allSatisfy { catalog[$0] != nil }
         let persisted = known ? [:] : (try? options.run.state?.schedules()) ?? [:]
         let lastRuns = known ? [:] : (try? options.run.state?.lastRuns()) ?? [:]
-        let now = WallTime.now()
+        let now = clock.now()
         var added: [String] = []
         for name in fresh.keys.sorted() {
             let job = fresh[name]!
@@ -442,8 +452,8 @@ public final class Server: @unchecked Sendable {
                 added.append(name)
             }
             schedule.add(
-                job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: persisted[name],
-                last: lastRuns[name], now: now)
+                job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: remembered(name, persisted[name]),
+                last: lastRuns[name].map { ($0.outcome, clock.scheduleTime($0.ended)) }, now: now)
         }
         for name in catalog.keys where fresh[name] == nil {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
@@ -456,6 +466,23 @@ public final class Server: @unchecked Sendable {
         warnUnmatched(again: full)
         for name in added { save(name) }
         tick()
+    }
+
+    /// What the store kept of `name`'s schedule, on the schedules' timeline;
+    /// a next run further ahead than any schedule or request can set is
+    /// corrupt, said and not obeyed (the job runs as if new).
+    private func remembered(_ name: String, _ record: ScheduleRecord?) -> ScheduleRecord? {
+        guard var record, let next = record.nextRun else { return record }
+        let policy = policy(for: name)
+        let reach = [NextRunRequest.maximum, policy.every, policy.earliestBegin, policy.retry?.maximumDelay].compactMap { $0 }.max()!
+        let farthest = options.wallClock().later(by: reach).later(by: policy.jitter ?? .zero).later(by: .seconds(24 * 3600))
+        guard next <= farthest else {
+            let year = 1970 + next.milliseconds / 31_556_952_000  // Gregorian years
+            onNotice(.warning("the store's next run of '\(name)' (in the year \(year)) is further ahead than any schedule sets; ignored as corrupt"))
+            return nil
+        }
+        record.nextRun = clock.scheduleTime(next)
+        return record
     }
 
     /// Warns of each job the config names that no loaded plugin declares (a
@@ -504,7 +531,10 @@ public final class Server: @unchecked Sendable {
     /// Starts what is due and arms the timer for what comes next.
     private func tick() {
         guard !stopping else { return }
-        for due in schedule.takeDue(now: .now()) {
+        if let jump = clock.jump() {
+            onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(jump > .zero ? jump : .zero - jump); schedules keep their periods."))
+        }
+        for due in schedule.takeDue(now: clock.now()) {
             switch due {
             case .start(let name):
                 waiting.append(name)
@@ -566,7 +596,7 @@ public final class Server: @unchecked Sendable {
             if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
             }
-            schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: .now())
+            schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: clock.now())
             save(name)
         }
         if let finished = run.notes.finished.withLock({ $0 }) { onEvent(finished.event, finished.time) }
@@ -589,15 +619,17 @@ public final class Server: @unchecked Sendable {
             timer.schedule(deadline: .distantFuture)
             return
         }
-        // Re-armed at least once a minute: a wall clock that jumps is caught up with.
-        let wait = min(max(next.milliseconds &- WallTime.now().milliseconds, 0), 60_000)
+        // Re-armed at least once a minute: Dispatch's clock stops while the
+        // system sleeps, the schedules' does not.
+        let wait = min(max(next.milliseconds &- clock.now().milliseconds, 0), 60_000)
         timer.schedule(deadline: .now() + .milliseconds(Int(wait)), leeway: .milliseconds(1))
     }
 
     private func save(_ name: String) {
         guard let store = options.run.state, let entry = schedule.entries[name] else { return }
         do throws(CurfewError) {
-            try store.saveSchedule(ScheduleRecord(job: name, nextRun: entry.nextRun, failures: entry.failures, skipped: entry.skipped))
+            try store.saveSchedule(
+                ScheduleRecord(job: name, nextRun: entry.nextRun.map(clock.wallTime), failures: entry.failures, skipped: entry.skipped))
         } catch {
             onNotice(.warning("the schedule of '\(name)' was not saved: \(error.description)"))
         }

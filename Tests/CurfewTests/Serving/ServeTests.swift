@@ -425,6 +425,73 @@ extension ProcessTests {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Before, an hour back on the wall clock stopped a 200 ms job for the
+        /// hour, and status showed its next run an hour off.
+        @Test func aWallClockJumpMovesNoEverySchedule() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(
+                Array(#"{"defaults": {"enabled": false}, "jobs": {"tally": {"enabled": true, "every": "200ms", "budget": "100ms"}}}"#.utf8), file: "test.json")
+            let shift = Mutex<Int64>(0)
+            options.wallClock = { WallTime.now().later(by: .milliseconds(shift.withLock { $0 })) }
+            let runs = Atomic<Int>(0)
+            let notices = Mutex<[String]>([])
+            let server = try Server(options: options, onEvent: { event, _ in
+                if case .finished = event { runs.add(1, ordering: .relaxed) }
+            }) { notice in
+                if case .info(let text) = notice { notices.withLock { $0.append(text) } }
+            }
+            try server.start()
+            func waitForRuns(_ count: Int) async throws {
+                let target = runs.load(ordering: .relaxed) + count
+                let give = ContinuousClock.now + .seconds(30)
+                while runs.load(ordering: .relaxed) < target && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+                #expect(runs.load(ordering: .relaxed) >= target, "\(notices.withLock { $0 })")
+            }
+            try await waitForRuns(2)
+            for jump: Int64 in [-3_600_000, 3_600_000] {
+                shift.withLock { $0 += jump }
+                try await waitForRuns(3)
+                let next = try #require(server.states().first { $0.job == "tally" }?.entry.nextRun)
+                let wall = options.wallClock()
+                #expect(next.milliseconds - wall.milliseconds < 5_000, "shown on the wall clock")
+            }
+            #expect(notices.withLock { $0 }.contains("The wall clock jumped back by 3600.0 seconds; schedules keep their periods."))
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// Before, a next run the store held for the year 3000 was obeyed.
+        @Test func aStoredNextRunBeyondAnyScheduleIsSaidAndNotObeyed() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let state = Fixtures.temporaryFolder("state")
+            let year3000 = WallTime(milliseconds: 32_503_680_000_000)
+            try StateStore(folder: state, writer: .current()).saveSchedule(ScheduleRecord(job: "tally", nextRun: year3000, failures: 0, skipped: 0))
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.run.state = try StateStore(folder: state, writer: .current())
+            options.config = try ServeConfig.parse(
+                Array(#"{"defaults": {"enabled": false}, "jobs": {"tally": {"enabled": true, "budget": "100ms"}}}"#.utf8), file: "test.json")
+            let ran = Atomic<Bool>(false)
+            let warnings = Mutex<[String]>([])
+            let server = try Server(options: options, onEvent: { event, _ in
+                if case .finished = event { ran.store(true, ordering: .relaxed) }
+            }) { notice in
+                if case .warning(let text) = notice { warnings.withLock { $0.append(text) } }
+            }
+            try server.start()
+            #expect(warnings.withLock { $0 } == [
+                "the store's next run of 'tally' (in the year 3000) is further ahead than any schedule sets; ignored as corrupt"
+            ])
+            let give = ContinuousClock.now + .seconds(30)
+            while !ran.load(ordering: .relaxed) && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+            let didRun = ran.load(ordering: .relaxed)
+            #expect(didRun, "it runs as a new job does")
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
         @Test func aFailingJobIsRetriedAsItsPolicySaysThenStops() async throws {
             let folder = Fixtures.temporaryFolder("served")
             try drop(try plugin(), into: folder)
