@@ -277,7 +277,7 @@ public enum Help {
             lines += rows([
                 ("run <job>", "Run the job now, whatever its schedule (not while it runs)."),
                 ("cancel <job>", "Expire the job's running grant now, with the cancelled reason."),
-                ("pause <job>", "Run the job no more on its schedule (ctl run still does)."),
+                ("pause <job>", "Run the job no more on its schedule, across restarts (ctl run still does)."),
                 ("resume <job>", "Put a paused job back on its schedule."),
                 ("reload", "Rescan the folders, ignoring the scan cache, and read --config again."),
                 ("foreground", "Move the host to the foreground (active): grants stop running down, and jobs hear will-enter-foreground and did-become-active."),

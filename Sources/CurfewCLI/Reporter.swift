@@ -237,8 +237,9 @@ final class Reporter: Sendable {
         switch outcome {
         case .completed: console.paint(outcome.rawValue, .green)
         case .expired: console.paint(outcome.rawValue, .yellow)
-        case .failed, .terminated, .crashed: console.paint(outcome.rawValue, .red)
+        case .failed, .terminated, .crashed, .interrupted: console.paint(outcome.rawValue, .red)
         case .refused: console.paint(outcome.rawValue, .magenta)
+        case .running: outcome.rawValue
         }
     }
 

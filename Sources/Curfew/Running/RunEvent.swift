@@ -16,6 +16,13 @@ public enum Outcome: String, Sendable, CaseIterable, CustomStringConvertible {
     /// segfault, an abort, a resource limit) or an exit of its own. Only in
     /// isolated modes; the host and the other jobs carry on.
     case crashed
+    /// In history only: the job's run has begun and not ended yet.
+    case running
+    /// In history only: the host ended (killed, or its machine went down)
+    /// while the job ran, so how the job ended is not known. A run's row is
+    /// written `running` as it starts; the next host to open the store as
+    /// its writer marks what is still `running` this way.
+    case interrupted
 
     public var description: String { rawValue }
 

@@ -286,6 +286,7 @@ public final class Runner: Sendable {
             case .none:
                 return
             case .start(let run):
+                recorder?.begin(run.job)
                 run.start()
                 // A stop that came while the job was being admitted reaches it here.
                 if let reason = state.withLock({ $0.shutdown ?? $0.expireOnStart }) { run.expireNow(reason) }

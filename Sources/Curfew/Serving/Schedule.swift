@@ -66,6 +66,7 @@ public struct Schedule: Sendable {
         entry.lastEnded = last?.ended
         entry.failures = persisted?.failures ?? 0
         entry.skipped = persisted?.skipped ?? 0
+        entry.isPaused = persisted?.isPaused ?? false
         let earliest = now.later(by: policy.earliestBegin ?? .zero)
         let remembered = persisted == nil ? earliest : persisted?.nextRun
         guard let remembered else {
@@ -318,13 +319,5 @@ struct SplitMix64: Sendable {
         guard bound > 0 else { return 0 }
         guard bound < .max else { return next() }
         return next() % (bound + 1)
-    }
-}
-
-extension WallTime {
-    /// `duration` later, saturating.
-    public func later(by duration: Duration) -> WallTime {
-        let (value, overflow) = milliseconds.addingReportingOverflow(duration.milliseconds)
-        return WallTime(milliseconds: overflow ? (duration > .zero ? .max : .min) : value)
     }
 }

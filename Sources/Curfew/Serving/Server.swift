@@ -264,6 +264,7 @@ public final class Server: @unchecked Sendable {
                 return .success("Cancelling '\(name)': its grant expires now with the cancelled reason.")
             case .pause(let name), .resume(let name):
                 guard schedule.setPaused(job: name, command == .pause(name)) else { return .failure(unknown(name)) }
+                save(name)  // kept across a restart
                 armTimer()
                 return .success(command == .pause(name) ? "Paused '\(name)': it runs only when asked." : "Resumed '\(name)'.")
             case .foreground, .background:
@@ -629,7 +630,9 @@ public final class Server: @unchecked Sendable {
         guard let store = options.run.state, let entry = schedule.entries[name] else { return }
         do throws(CurfewError) {
             try store.saveSchedule(
-                ScheduleRecord(job: name, nextRun: entry.nextRun.map(clock.wallTime), failures: entry.failures, skipped: entry.skipped))
+                ScheduleRecord(
+                    job: name, nextRun: entry.nextRun.map(clock.wallTime), failures: entry.failures, skipped: entry.skipped,
+                    isPaused: entry.isPaused))
         } catch {
             onNotice(.warning("the schedule of '\(name)' was not saved: \(error.description)"))
         }

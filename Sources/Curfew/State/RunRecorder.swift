@@ -1,3 +1,4 @@
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -8,6 +9,8 @@ import Synchronization
 final class RunRecorder: Sendable {
     private struct State {
         var runID: Int64?
+        /// The `running` row of each job begun and not yet recorded, by name.
+        var begun: [String: Int64] = [:]
         /// Each plugin file's content hash, read once a run.
         var hashes: [String: String] = [:]
         var problems: [String] = []
@@ -16,6 +19,9 @@ final class RunRecorder: Sendable {
     let store: StateStore
     private let isolation: Isolation
     private let state = Mutex(State())
+    /// A job's start row is written here, in order before its end: a job
+    /// never waits to start for a store another process holds.
+    private let writes = DispatchQueue(label: "curfew.history")
 
     init(store: StateStore, isolation: Isolation) {
         self.store = store
@@ -32,9 +38,30 @@ final class RunRecorder: Sendable {
         }
     }
 
+    /// Records that `job` began: a row that says `running` until its end
+    /// is recorded, so a host killed meanwhile leaves the run in history.
+    func begin(_ job: PluginJob) {
+        guard let runID = state.withLock({ $0.runID }) else { return }
+        let now = WallTime.now()
+        writes.async { [self] in
+            let record = JobRecord(
+                runID: runID, job: job.name, pluginPath: StateStore.absolutePath(job.pluginPath), pluginHash: hash(of: job.loadPath),
+                isolation: isolation, startedAt: now, endedAt: now, outcome: .running, reason: "", chunks: 0, progress: nil)
+            do throws(CurfewError) {
+                if let id = try store.beginJob(record) { state.withLock { $0.begun[job.name] = id } }
+            } catch {
+                note("the start of job '\(job.name)' was not recorded: \(error.description)")
+            }
+        }
+    }
+
     /// Records how one job ended, at `endedAt` (its start is that less its
     /// elapsed time): the row may be written a while after.
     func record(_ result: JobResult, endedAt end: WallTime = .now()) {
+        writes.sync { write(result, endedAt: end) }
+    }
+
+    private func write(_ result: JobResult, endedAt end: WallTime) {
         guard let runID = state.withLock({ $0.runID }) else {
             // No history, but a completed job's checkpoint still goes: its next run starts afresh.
             if result.outcome == .completed {
@@ -46,10 +73,11 @@ final class RunRecorder: Sendable {
             }
             return
         }
-        let record = JobRecord(
+        var record = JobRecord(
             runID: runID, job: result.job, pluginPath: StateStore.absolutePath(result.pluginPath), pluginHash: hash(of: result.loadPath),
             isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
             reason: result.reason, chunks: result.chunks, progress: result.progress)
+        record.id = state.withLock { $0.begun.removeValue(forKey: result.job) } ?? 0
         do throws(CurfewError) {
             try store.record(record, estimate: result.estimate)
         } catch {

@@ -21,7 +21,7 @@ public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
-    public static let schemaVersion = 3
+    public static let schemaVersion = 4
     /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
     public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
@@ -72,6 +72,24 @@ public final class StateStore: @unchecked Sendable {
         try checkKind()
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         schema = try Self.migrate(connection, path: path, upgrading: writer != nil)
+        if writer != nil { interrupted = try Self.markInterrupted(connection) }
+    }
+
+    /// How many runs a host that held the store before left `running`
+    /// (it was killed, or its machine went down): marked `interrupted`
+    /// as this writer opened the store.
+    public private(set) var interrupted = 0
+
+    /// The reason an interrupted run's row gives.
+    static let interruptedReason = "the host ended while the job ran (killed, or its machine went down); how the job ended is not known"
+
+    /// Marks every run still `running` as `interrupted`: for a writer, which
+    /// holds the store alone, none of them is still going.
+    private static func markInterrupted(_ connection: SQLiteConnection) throws(CurfewError) -> Int {
+        try connection.query(
+            "UPDATE job_runs SET outcome = ?, reason = ? WHERE outcome = ?",
+            [.text(Outcome.interrupted.rawValue), .text(interruptedReason), .text(Outcome.running.rawValue)])
+        return connection.changes
     }
 
     /// What opening the store made private, a sentence each (a writer's
@@ -226,9 +244,10 @@ public final class StateStore: @unchecked Sendable {
     public func saveSchedule(_ schedule: ScheduleRecord) throws(CurfewError) {
         try locked { connection throws(CurfewError) in
             try connection.query(
-                "INSERT OR REPLACE INTO schedules (job, next_run, failures, skipped, updated_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO schedules (job, next_run, failures, skipped, updated_at, paused) VALUES (?, ?, ?, ?, ?, ?)",
                 [.text(schedule.job), schedule.nextRun.map { .integer($0.milliseconds) } ?? .null,
-                 .integer(Int64(schedule.failures)), .integer(Int64(schedule.skipped)), .integer(Self.wallMilliseconds())])
+                 .integer(Int64(schedule.failures)), .integer(Int64(schedule.skipped)), .integer(Self.wallMilliseconds()),
+                 .integer(schedule.isPaused ? 1 : 0)])
         }
     }
 
@@ -239,7 +258,8 @@ public final class StateStore: @unchecked Sendable {
             var last: [String: (outcome: Outcome, ended: WallTime)] = [:]
             // One row a job, found through the (job, id) index.
             for row in try connection.query(
-                "SELECT job, outcome, ended_at FROM job_runs WHERE id IN (SELECT max(id) FROM job_runs GROUP BY job)")
+                "SELECT job, outcome, ended_at FROM job_runs WHERE id IN (SELECT max(id) FROM job_runs WHERE outcome != ? GROUP BY job)",
+                [.text(Outcome.running.rawValue)])
             {
                 // Outside data: an outcome this Curfew does not know is no outcome.
                 guard let job = row[0].text, let outcome = row[1].text.flatMap(Outcome.init(rawValue:)) else { continue }
@@ -253,12 +273,13 @@ public final class StateStore: @unchecked Sendable {
     public func schedules() throws(CurfewError) -> [String: ScheduleRecord] {
         try locked { connection throws(CurfewError) in
             var records: [String: ScheduleRecord] = [:]
-            for row in try connection.query("SELECT job, next_run, failures, skipped FROM schedules") {
+            let paused = schema >= 4 ? "paused" : "0"
+            for row in try connection.query("SELECT job, next_run, failures, skipped, \(paused) FROM schedules") {
                 // Outside data: counts are clamped, not trusted.
                 let record = ScheduleRecord(
                     job: row[0].text ?? "", nextRun: row[1].integer.map { WallTime(milliseconds: $0) },
                     failures: Int(clamping: max(0, min(row[2].integer ?? 0, 1_000_000))),
-                    skipped: Int(clamping: max(0, row[3].integer ?? 0)))
+                    skipped: Int(clamping: max(0, row[3].integer ?? 0)), isPaused: (row[4].integer ?? 0) != 0)
                 records[record.job] = record
             }
             return records
@@ -275,6 +296,39 @@ public final class StateStore: @unchecked Sendable {
                 [.integer(Self.wallMilliseconds()), .text(hostVersion), .text(isolation.rawValue), .integer(Int64(getpid()))]
             ).first?.first?.integer ?? 0
         }
+    }
+
+    /// Records that a job's run began: its row, outcome `running`, whose id
+    /// ``record(_:estimate:)`` is given (``JobRecord/id``) to complete it;
+    /// `nil` when another process holds the store at this moment (not waited
+    /// for: this store's other calls would wait behind it, a job's
+    /// checkpoint among them; its end is recorded as before). A row left
+    /// `running` by a host that died is marked `interrupted` by the next writer.
+    public func beginJob(_ record: JobRecord) throws(CurfewError) -> Int64? {
+        try locked { connection throws(CurfewError) -> Int64? in
+            try connection.execute("PRAGMA busy_timeout = 0")
+            defer { _ = try? connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))") }
+            do throws(CurfewError) {
+                return try insertRunning(record, on: connection)
+            } catch where error.code == .stateBusy {
+                return nil
+            }
+        }
+    }
+
+    private func insertRunning(_ record: JobRecord, on connection: SQLiteConnection) throws(CurfewError) -> Int64 {
+        try connection.query(
+            """
+            INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                reason, chunks, checkpoint_bytes, host_version)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, '', 0, 0, ?8) RETURNING id
+            """,
+            [
+                .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
+                .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds), .text(Outcome.running.rawValue),
+                .text(record.hostVersion),
+            ]
+        ).first?.first?.integer ?? 0
     }
 
     /// Records the end of run `id`; a run that recorded no job leaves no
@@ -341,14 +395,15 @@ public final class StateStore: @unchecked Sendable {
             if record.outcome == .completed {
                 try connection.query("DELETE FROM checkpoints WHERE plugin_path = ? AND job = ?", key)
             }
+            // Over the row its start wrote, when it wrote one (``beginJob(_:)``).
             try connection.query(
                 """
-                INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                INSERT OR REPLACE INTO job_runs (id, run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
                     reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [
-                    .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
+                    record.id > 0 ? .integer(record.id) : .null, .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
                     .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
                     .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
                     .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
@@ -487,6 +542,10 @@ public final class StateStore: @unchecked Sendable {
             "DROP TABLE checkpoints",
             "ALTER TABLE checkpoints_by_plugin RENAME TO checkpoints",
         ],
+        [
+            // `curfew ctl pause` survives a restart.
+            "ALTER TABLE schedules ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",
+        ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
@@ -527,12 +586,15 @@ public struct ScheduleRecord: Sendable, Equatable {
     public var nextRun: WallTime?
     public var failures: Int
     public var skipped: Int
+    /// Paused by the operator (`curfew ctl pause`).
+    public var isPaused: Bool
 
-    public init(job: String, nextRun: WallTime?, failures: Int, skipped: Int) {
+    public init(job: String, nextRun: WallTime?, failures: Int, skipped: Int, isPaused: Bool = false) {
         self.job = job
         self.nextRun = nextRun
         self.failures = failures
         self.skipped = skipped
+        self.isPaused = isPaused
     }
 }
 
@@ -560,13 +622,15 @@ public struct WallTime: Sendable, Hashable, Comparable {
 
     public static func < (a: WallTime, b: WallTime) -> Bool { a.milliseconds < b.milliseconds }
 
+    /// `duration` later, saturating.
+    public func later(by duration: Duration) -> WallTime {
+        let (value, overflow) = milliseconds.addingReportingOverflow(duration.milliseconds)
+        return WallTime(milliseconds: overflow ? (duration > .zero ? .max : .min) : value)
+    }
+
     /// `duration` earlier, saturating.
     public func earlier(by duration: Duration) -> WallTime {
-        let (seconds, attoseconds) = duration.components
-        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1000)
-        let span = overflow ? Int64.max : whole.addingReportingOverflow(attoseconds / 1_000_000_000_000_000).partialValue
-        let (value, underflow) = milliseconds.subtractingReportingOverflow(span)
-        return WallTime(milliseconds: underflow ? .min : value)
+        later(by: .zero - duration)
     }
 }
 

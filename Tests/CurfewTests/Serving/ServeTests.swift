@@ -569,6 +569,31 @@ extension ProcessTests {
             #expect(try again.events().filter { $0.event == "started" }.isEmpty, "its next run is an hour away")
         }
 
+        /// Before, `kill -9` of the host left no row of the run it had in hand,
+        /// and a pause was forgotten at the restart.
+        @Test func afterKill9TheNextServerShowsTheInterruptedRunAndKeepsThePause() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            try drop(try plugin(), into: folder)
+            let config = try config(#"{"jobs": {"tally": {"budget": "1h"}, "asks": {"enabled": false}, "flaky": {"every": "1h"}}}"#)
+            let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await first.wait(for: "v1 run 1")
+            let history = try await Fixtures.run(Fixtures.curfewExecutable, ["history", "--state", state, "--job", "tally", "--json"])
+            #expect(history.stdout.contains(#""outcome":"running""#), "\(history.stdout)\(history.stderr)")
+            #expect(try await first.control(["ctl", "pause", "flaky"]).status == 0)
+            kill(first.process.processIdentifier, SIGKILL)
+            await Fixtures.wait(for: first.process)
+
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await again.wait(for: "control socket")
+            let after = try await Fixtures.run(Fixtures.curfewExecutable, ["history", "--state", state, "--job", "tally", "--json"])
+            #expect(after.stdout.contains(#""outcome":"interrupted""#), "\(after.stdout)")
+            let status = try await again.control(["status", "--json"])
+            let flaky = try #require(status.out.split(separator: "\n").first { $0.contains("\"job\":\"flaky\"") })
+            #expect(flaky.contains("\"state\":\"paused\""), "\(flaky)")
+            #expect(await again.stop() == 0)
+        }
+
         /// A misspelled job in the config ran the real job on the defaults,
         /// in silence: each is said at load and on every reload, and a job a
         /// folder change leaves without a plugin is said once.
