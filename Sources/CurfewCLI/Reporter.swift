@@ -59,15 +59,16 @@ final class Reporter: Sendable {
             switch notice {
             case .info(let text): ("info", text)
             case .warning(let text): ("warning", text)
+            case .error(let text): ("error", text)
             }
-        let priority: Console.Priority = level == "warning" ? .warning : .notice
+        let priority: Console.Priority = level == "error" ? .error : level == "warning" ? .warning : .notice
         if json {
             var line = JSONLine(event: "serve")
             line.add("level", level)
             line.add("message", text)
             console.machine(line.text, priority: priority)
         } else {
-            console.human(tag("serve", level == "warning" ? .yellow : nil) + Untrusted.line(text), priority: priority)
+            console.human(tag("serve", level == "error" ? .red : level == "warning" ? .yellow : nil) + Untrusted.line(text), priority: priority)
         }
     }
 

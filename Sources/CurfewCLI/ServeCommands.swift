@@ -137,6 +137,7 @@ extension CurfewMain {
         if options.json {
             // The host's line first (it has no "job"), then one per job.
             var host = JSONLine("app_state", appState?.rawValue ?? "unknown")
+            host.add("store_failures", answer["store_failures"]?.integerValue ?? 0)
             host.add("jobs", Int64(jobs.count))
             console.machine(host.text)
             for job in jobs { console.machine(job.text) }
@@ -144,6 +145,9 @@ extension CurfewMain {
         }
         if let appState {
             console.human("App state: \(appState.rawValue)" + (appState.runsGrantClocks ? "" : " (foreground: grants do not run down)"))
+        }
+        if let failures = answer["store_failures"]?.integerValue, failures > 0 {
+            console.human("The state store refused \(failures) write\(failures == 1 ? "" : "s") (see the host's log).")
         }
         if jobs.isEmpty { console.human("No job is served.") }
         let now = WallTime.now().milliseconds

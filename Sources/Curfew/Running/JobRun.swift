@@ -39,6 +39,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var expireCalled = false
         var createFailed = false
         var failure: String?
+        /// Not run: why (its checkpoint could not be read).
+        var refusal: String?
         var delayTimer: (any CurfewTimer)?
         var chunks: UInt64 = 0
         var progress: Progress?
@@ -166,6 +168,16 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             c.waitingSince = nil
             return true
         }) else { return }
+        if case .failure(let refusal) = CheckpointCheck.read(job, checkpoints) {
+            let next = control.withLock { c -> Next in
+                guard c.stage == .creating else { return .nothing }
+                c.createFailed = true  // no destroy: create never ran
+                c.refusal = refusal.reason
+                c.stage = .waiting
+                return finishIfDrained(&c, onQueue: true)
+            }
+            return perform(next)
+        }
         var state: UnsafeMutableRawPointer?
         let status = HookThread.running(self, at: place(.create)) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
         jobState = state
@@ -448,6 +460,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     static let noTaskOpen = "create returned with no background task open; begin the task before create returns"
 
     private func outcomeAndReason(_ c: Control) -> (Outcome, String) {
+        if let refusal = c.refusal { return (.refused, refusal) }
         if let failure = c.failure { return (.failed, failure) }
         if let reason = c.expiredBy, c.expireCalled || !job.isChunked {
             return (.expired, c.expireCalled ? "\(Reason.expired(reason, declined: c.declined)); cleanup ran" : "\(reason); tasks ended")

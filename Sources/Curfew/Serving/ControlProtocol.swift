@@ -5,7 +5,7 @@ import CurfewFormats
 /// Requests: `{"command": "status"}`, `{"command": "run" | "cancel" |
 /// "pause" | "resume", "job": NAME}`, `{"command": "reload" | "foreground"
 /// | "background"}`. Answers: `{"ok": true, "message": …}`, `{"ok": true,
-/// "app_state": …, "jobs": [...]}` for status, or `{"ok": false, "error": …}`.
+/// "app_state": …, "store_failures": N, "jobs": [...]}` for status, or `{"ok": false, "error": …}`.
 extension Server.Command {
     /// The verbs that take a job.
     public static let jobVerbs = ["run", "cancel", "pause", "resume"]
@@ -96,7 +96,7 @@ extension Server {
             }
             return line.text
         }
-        return "{\"ok\":true,\"app_state\":\"\(lifecycle.current.rawValue)\",\"jobs\":[\(jobs.joined(separator: ","))]}"
+        return "{\"ok\":true,\"app_state\":\"\(lifecycle.current.rawValue)\",\"store_failures\":\(storeFailureCount()),\"jobs\":[\(jobs.joined(separator: ","))]}"
     }
 
     private static func reply(_ result: Result<String, CurfewError>) -> String {

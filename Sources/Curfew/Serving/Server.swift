@@ -18,6 +18,8 @@ public final class Server: @unchecked Sendable {
     public enum Notice: Sendable {
         case info(String)
         case warning(String)
+        /// Something was lost (a history row, a schedule): for the journal's `err`.
+        case error(String)
     }
 
     /// What the server was started with.
@@ -95,6 +97,9 @@ public final class Server: @unchecked Sendable {
     private var flooredRequests: Set<String> = []
     /// Scans started since `start`, the first included.
     private var scansStarted = 0
+    /// Writes the state store refused (a full disk, a broken store), each
+    /// said as it happened: `status` shows the count.
+    private var storeFailures = 0
     private var onStopped: (@Sendable () -> Void)?
     private var started = false
 
@@ -430,8 +435,16 @@ public final class Server: @unchecked Sendable {
         self.rejections = rejections
         // What the store kept: read only when a job is new to this server.
         let known = fresh.keys.allSatisfy { catalog[$0] != nil }
-        let persisted = known ? [:] : (try? options.run.state?.schedules()) ?? [:]
-        let lastRuns = known ? [:] : (try? options.run.state?.lastRuns()) ?? [:]
+        var persisted: [String: ScheduleRecord] = [:]
+        var lastRuns: [String: (outcome: Outcome, ended: WallTime)] = [:]
+        if !known, let store = options.run.state {
+            do throws(CurfewError) {
+                persisted = try store.schedules()
+                lastRuns = try store.lastRuns()
+            } catch {
+                storeFailed("the kept schedules could not be read, so new jobs start on their defaults: \(error.description)")
+            }
+        }
         let now = clock.now()
         var added: [String] = []
         for name in fresh.keys.sorted() {
@@ -592,6 +605,7 @@ public final class Server: @unchecked Sendable {
 
     private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
         if active[name] === run { active[name] = nil }
+        for problem in run.runner.stateProblems { storeFailed(problem) }
         if let result {
             let requested = run.notes.delay.withLock { $0 }
             if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
@@ -634,8 +648,18 @@ public final class Server: @unchecked Sendable {
                     job: name, nextRun: entry.nextRun.map(clock.wallTime), failures: entry.failures, skipped: entry.skipped,
                     isPaused: entry.isPaused))
         } catch {
-            onNotice(.warning("the schedule of '\(name)' was not saved: \(error.description)"))
+            storeFailed("the schedule of '\(name)' was not saved: \(error.description)")
         }
+    }
+
+    private func storeFailed(_ problem: String) {
+        storeFailures += 1
+        onNotice(.error(problem))
+    }
+
+    /// How many writes the state store refused since `start`.
+    public func storeFailureCount() -> Int {
+        queue.sync { storeFailures }
     }
 }
 

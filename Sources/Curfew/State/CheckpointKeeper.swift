@@ -35,6 +35,26 @@ extension PluginJob {
     public var stateKey: JobKey { JobKey(job: name, plugin: StateStore.absolutePath(pluginPath)) }
 }
 
+/// A job whose checkpoint cannot be read does not run: it would start over
+/// from zero as if it had none, and its first save would overwrite the one
+/// the store could not give back.
+enum CheckpointCheck {
+    /// `job`'s checkpoint (`nil`: none, or no store), or why the job must not run.
+    static func read(_ job: PluginJob, _ checkpoints: (any CheckpointKeeper)?) -> Result<[UInt8]?, Refusal> {
+        do throws(CurfewError) {
+            return .success(try checkpoints?.checkpoint(job.stateKey))
+        } catch {
+            return .failure(Refusal(
+                reason: "its checkpoint could not be read (\(error.description)), so it did not run rather than start over; "
+                    + "`curfew state clear \(job.name)` lets it start afresh"))
+        }
+    }
+
+    struct Refusal: Error {
+        let reason: String
+    }
+}
+
 extension CurfewError {
     /// What `checkpoint_save` returns for a save that failed with this error.
     var checkpointStatus: curfew_status { code == .checkpointTooLarge ? CURFEW_TOO_LARGE : CURFEW_UNAVAILABLE }

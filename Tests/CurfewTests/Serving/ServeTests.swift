@@ -202,7 +202,7 @@ extension ProcessTests {
             var status = try await serve.control(["status", "--json"])
             #expect(status.status == 0, "\(status.out)")
             let lines = status.out.split(separator: "\n").map(String.init)
-            #expect(lines.first == #"{"app_state":"background","jobs":3}"#, "the host's line first")
+            #expect(lines.first == #"{"app_state":"background","store_failures":0,"jobs":3}"#, "the host's line first")
             let jobs = Array(lines.dropFirst())
             #expect(jobs.count == 3)
             #expect(jobs.contains { $0.contains("\"job\":\"tally\"") && $0.contains("\"state\":\"running\"") }, "\(jobs)")
@@ -324,7 +324,7 @@ extension ProcessTests {
             await serve.wait(for: "\"message\":\"did-become-active in active, unlimited\"")
             var status = try await serve.control(["status", "--json"])
             let lines = status.out.split(separator: "\n").map(String.init)
-            #expect(lines.first == #"{"app_state":"active","jobs":3}"#, "\(status.out)")
+            #expect(lines.first == #"{"app_state":"active","store_failures":0,"jobs":3}"#, "\(status.out)")
             let listener = lines.first { $0.contains("\"job\":\"listener\"") } ?? ""
             #expect(listener.contains("\"state\":\"running\"") && listener.contains("\"remaining\":null"), "\(status.out)")
             status = try await serve.control(["status"])
@@ -489,6 +489,35 @@ extension ProcessTests {
             while !ran.load(ordering: .relaxed) && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
             let didRun = ran.load(ordering: .relaxed)
             #expect(didRun, "it runs as a new job does")
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// Before, a history row the store refused (a full disk) was lost in
+        /// silence: now each is said as an error and `status` counts them.
+        @Test func aWriteTheStoreRefusesIsSaidAndCounted() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            let state = Fixtures.temporaryFolder("state")
+            let store = try StateStore(folder: state, writer: .current())
+            // As a full disk would: every new history row fails.
+            try SQLiteConnection(path: store.path).execute(
+                "CREATE TRIGGER full BEFORE INSERT ON job_runs BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.run.state = store
+            options.config = try ServeConfig.parse(
+                Array(#"{"defaults": {"enabled": false}, "jobs": {"tally": {"enabled": true, "budget": "100ms"}}}"#.utf8), file: "test.json")
+            let errors = Mutex<[String]>([])
+            let server = try Server(options: options, onEvent: { _, _ in }) { notice in
+                if case .error(let text) = notice { errors.withLock { $0.append(text) } }
+            }
+            try server.start()
+            let give = ContinuousClock.now + .seconds(30)
+            while server.storeFailureCount() < 2 && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+            let said = errors.withLock { $0 }
+            #expect(said.contains { $0.hasPrefix("the start of job 'tally' was not recorded") && $0.contains("database or disk is full") }, "\(said)")
+            #expect(said.contains { $0.hasPrefix("the end of job 'tally' was not recorded") }, "\(said)")
+            #expect(server.answer(Array(#"{"command":"status"}"#.utf8)).contains(#""store_failures":2"#))
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 

@@ -100,21 +100,30 @@ extension ProcessTests {
         }
 
         /// A checkpoint the store refuses to read (over the limit: written by
-        /// something else) is said in the job's log in every mode, and the
-        /// job starts afresh.
+        /// something else) is never "none": the job is refused, in every
+        /// mode, naming the store, and the checkpoint stays until cleared.
+        /// Before, the job started afresh and its first save overwrote it.
         @Test(arguments: ["none", "job"])
-        func aStoredCheckpointThatCannotBeReadIsSaid(isolation: String) async throws {
+        func aStoredCheckpointThatCannotBeReadKeepsTheJobFromRunning(isolation: String) async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")
             let state = Fixtures.temporaryFolder("state")
             let store = try StateStore(folder: state)
             try SQLiteConnection(path: store.path).query(
                 "INSERT INTO checkpoints (plugin_path, job, data, saved_at) VALUES (?, 'resume', zeroblob(?), 0)",
                 [.text(plugin), .integer(Int64(StateStore.maximumCheckpointBytes) + 1)])
-            let (_, events, _) = try await curfew(
-                ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json"])
-            let said = logs(events, "resume")
-            #expect(said.contains("checkpoint not loaded: the stored checkpoint of 'resume' is 1048577 bytes, over the limit of 1048576 bytes (1 MiB)"), "\(said)")
-            #expect(said.contains("resumed at 0"))
+            let run = ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json"]
+            let (status, events, _) = try await curfew(run)
+            #expect(status == 2)
+            let finished = try #require(events.first { $0.event == "finished" && $0.job == "resume" })
+            #expect(finished.outcome == "refused")
+            #expect(finished.reason?.hasPrefix(
+                "its checkpoint could not be read (the stored checkpoint of 'resume' is 1048577 bytes, over the limit of 1048576 bytes (1 MiB))") == true,
+                "\(finished.reason ?? "")")
+            #expect(logs(events, "resume").isEmpty, "create never ran")
+            #expect(try store.checkpoints().map(\.bytes) == [StateStore.maximumCheckpointBytes + 1], "kept")
+            #expect(try await curfew(["state", "clear", "resume", "--state", state]).status == 0)
+            let again = try await curfew(run)
+            #expect(logs(again.1, "resume").contains("resumed at 0"))
         }
 
         @Test(arguments: ["none", "job"])

@@ -102,6 +102,11 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
             return (deadline, c.appState)
         }
+        let saved: [UInt8]?
+        switch CheckpointCheck.read(job, configuration.checkpoints) {
+        case .success(let bytes): saved = bytes
+        case .failure(let refusal): return conclude(.refused, refusal.reason)
+        }
         let process: WorkerProcess
         do throws(SystemError) {
             process = try workers.worker(for: job)
@@ -109,7 +114,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        guard process.host(self, message: runMessage(deadline: deadline, appState: appState)) else {
+        guard process.host(self, message: runMessage(deadline: deadline, appState: appState, checkpoint: saved)) else {
             return conclude(.crashed, "its worker had already exited")
         }
         if let deadline { armGrant(deadline) }
@@ -194,7 +199,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     // MARK: Messages
 
-    private func runMessage(deadline: CurfewInstant?, appState: AppState) -> String {
+    /// The run message; `checkpoint` is the job's, as ``start()`` read it.
+    private func runMessage(deadline: CurfewInstant?, appState: AppState, checkpoint: [UInt8]?) -> String {
         var message = JSONLine("type", "run")
         message.add("protocol", WorkerProtocol.version)
         message.add("plugin", job.loadPath)
@@ -213,14 +219,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         message.add("app", appState.rawValue)
         // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
         message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
-        do throws(CurfewError) {
-            if let saved = try configuration.checkpoints?.checkpoint(job.stateKey) {
-                message.add("checkpoint", Base64.encode(saved))
-            }
-        } catch {
-            // Said as a job in process says it: its create finds no checkpoint.
-            events.post(.log(job: job.name, level: .error, message: "checkpoint not loaded: \(error.description)"))
-        }
+        if let checkpoint { message.add("checkpoint", Base64.encode(checkpoint)) }
         if let estimate = configuration.estimates[job.name] {
             message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
         }
