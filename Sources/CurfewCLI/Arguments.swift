@@ -110,11 +110,13 @@ public struct ListOptions: Equatable, Sendable {
 /// What `curfew state` was asked to do.
 public struct StateOptions: Equatable, Sendable {
     public enum Action: String, Sendable, CaseIterable {
-        case list, show, clear
+        case list, show, clear, backup
     }
 
     public var action: Action = .list
     public var job: String?
+    /// `backup FILE`: the new file the store is copied to.
+    public var destination: String?
     /// `clear --all`: every job's checkpoint.
     public var all = false
     public var json = false
@@ -388,12 +390,16 @@ public enum ArgumentParser {
         }
         guard let first = positional.first else { return options }
         guard let action = StateOptions.Action(rawValue: first) else {
-            throw UsageError("Unknown action '\(first)': use list, show or clear", command: .state)
+            throw UsageError("Unknown action '\(first)': use list, show, clear or backup", command: .state)
         }
         options.action = action
         guard positional.count <= 2 else { throw UsageError("Unexpected argument '\(positional[2])'", command: .state) }
         options.job = positional.count == 2 ? positional[1] : nil
         switch action {
+        case .backup:
+            guard let file = options.job else { throw UsageError("backup needs the file to write", command: .state) }
+            options.destination = file
+            options.job = nil
         case .list:
             if let job = options.job { throw UsageError("Unexpected argument '\(job)': list shows every job", command: .state) }
         case .show:

@@ -414,6 +414,7 @@ public enum CurfewMain {
             case .success(let store):
                 configuration.state = store
                 for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
+                if let interrupted = interruptedNote(store) { console.error("Warning: \(interrupted)") }
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state runs without checkpoints or history.)")
                 return ExitCode.failure
@@ -456,6 +457,7 @@ public enum CurfewMain {
 
         reporter.summary(results, rejected: scan.rejected.count, width: console.columns)
         for problem in runner.stateProblems { console.error("Warning: \(Untrusted.line(problem))") }
+        closeLog(of: configuration.state, console: console)
         let code = ExitCode.forRun(results, rejected: scan.rejected.count, stop: stop.status)
         if results.contains(where: { $0.outcome == .terminated }) {
             // A terminated job may still be running on a worker thread: do not
@@ -463,6 +465,24 @@ public enum CurfewMain {
             _exit(code)
         }
         return code
+    }
+
+    /// What opening `store` as its writer found a host before had left running.
+    static func interruptedNote(_ store: StateStore) -> String? {
+        let count = store.interrupted
+        guard count > 0 else { return nil }
+        return "\(count) job run\(count == 1 ? "" : "s") a host before left running (it was killed, or its machine went down) "
+            + "\(count == 1 ? "is" : "are") marked interrupted in the history."
+    }
+
+    /// Folds the store's log into `state.db` as the host leaves, so the
+    /// file alone holds the store.
+    static func closeLog(of store: StateStore?, console: Console) {
+        do throws(CurfewError) {
+            try store?.checkpointLog()
+        } catch {
+            console.error("Warning: \(Untrusted.line(error.description))")
+        }
     }
 
     private static func signalName(_ number: Int32) -> String {

@@ -20,7 +20,7 @@ enum Completions {
     static func words(for command: Command) -> [String] {
         switch command {
         case .ctl: Server.Command.jobVerbs + Server.Command.hostVerbs
-        case .state: ["list", "show", "clear"]
+        case .state: ["list", "show", "clear", "backup"]
         case .new: ["c", "swift"]
         case .completions: Shell.allCases.map(\.rawValue)
         case .help: Help.summaries.map(\.command.rawValue).filter { $0 != "help" } + ["--man"]

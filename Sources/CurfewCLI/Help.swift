@@ -13,7 +13,7 @@ public enum Help {
         (.list, "List plugins, their jobs, and the files rejected with the reason."),
         (.test, "Run one job against virtual time and check that it keeps the contract."),
         (.new, "Write a ready-to-build job project in C or Swift."),
-        (.state, "List, show or clear the checkpoints jobs saved."),
+        (.state, "List, show or clear the checkpoints jobs saved, or back up the store."),
         (.history, "Show how recent job runs ended, newest first."),
         (.completions, "Print a completion script for bash, zsh or fish."),
         (.help, "Show subcommand help information, or the manual page (--man)."),
@@ -160,7 +160,7 @@ public enum Help {
         case .test:
             return (["curfew test <plugin>"] + options).joined(separator: " ")
         case .state:
-            return (["curfew state [list | show <job> | clear <job>]"] + options).joined(separator: " ")
+            return (["curfew state [list | show <job> | clear <job> | backup <file>]"] + options).joined(separator: " ")
         case .history:
             return (["curfew history"] + options).joined(separator: " ")
         case .completions:
@@ -355,14 +355,16 @@ public enum Help {
             lines += rows((newOptions + [helpOption]).map { ($0.label, $0.help) })
         case .state?:
             lines += [
-                "OVERVIEW: List, show or clear the checkpoints jobs saved.",
+                "OVERVIEW: List, show or clear the checkpoints jobs saved, or back up the store.",
                 "",
                 "A job saves a checkpoint with checkpoint_save() and its next run loads it",
                 "with checkpoint_load(), so work goes on across grants and restarts. One is",
                 "kept per plugin file (its absolute path) and job name. A job that completes",
                 "has its checkpoint cleared; one that expires, fails, crashes or is",
                 "terminated keeps its last one. Clear one by hand to make a job start",
-                "afresh; clear is refused while a host holds the store.",
+                "afresh; clear is refused while a host holds the store. The store is the",
+                "folder's state.db with its state.db-wal (a host folds the log into",
+                "state.db as it exits); backup copies it whole while hosts run.",
                 "",
                 "USAGE: \(usage(.state))",
                 "",
@@ -372,6 +374,7 @@ public enum Help {
                 ("list", "Every job that has a checkpoint: its size and when it was saved. (default)"),
                 ("show <job>", "The job's checkpoint in each plugin that has one: size, time, and its first bytes."),
                 ("clear <job>", "Clear the job's checkpoint in every plugin (--all: every job's)."),
+                ("backup <file>", "Copy the whole store into a new file (never over one), safely while hosts run."),
             ])
             lines += ["", "OPTIONS:"]
             lines += rows((stateOptions + [helpOption]).map { ($0.label, $0.help) })

@@ -58,6 +58,7 @@ extension CurfewMain {
             case .success(let store):
                 run.state = store
                 for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
+                if let interrupted = interruptedNote(store) { console.error("Warning: \(interrupted)") }
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
                 return ExitCode.failure
@@ -100,6 +101,7 @@ extension CurfewMain {
                 server.stop { done.resume() }
             }
         }
+        closeLog(of: run.state, console: console)
         return stop.status ?? ExitCode.success
     }
 

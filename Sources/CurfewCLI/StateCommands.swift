@@ -108,6 +108,10 @@ extension CurfewMain {
                     return ExitCode.failure
                 }
                 console.human("Cleared \(cleared) checkpoint\(cleared == 1 ? "" : "s").")
+            case .backup:
+                let destination = absolute(options.destination!)
+                try store.backup(to: destination)
+                console.human("Copied the store \(Untrusted.line(store.path)) to \(Untrusted.line(destination)).")
             }
         } catch {
             console.error("Error: \(Untrusted.line(error.description))")

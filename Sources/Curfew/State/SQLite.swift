@@ -95,6 +95,19 @@ final class SQLiteConnection {
         }
     }
 
+    /// Copies this whole database into `target` (SQLite's online backup,
+    /// in one step: a consistent snapshot of it).
+    func copy(into target: SQLiteConnection) throws(CurfewError) {
+        guard let backup = sqlite3_backup_init(target.handle, "main", handle, "main") else {
+            throw failure(target.lastMessage, status: sqlite3_errcode(target.handle))
+        }
+        let status = sqlite3_backup_step(backup, -1)
+        let finished = sqlite3_backup_finish(backup)
+        guard status == SQLITE_DONE, finished == SQLITE_OK else {
+            throw failure(target.lastMessage, status: status == SQLITE_DONE ? finished : status)
+        }
+    }
+
     /// The rows the last statement changed.
     var changes: Int { Int(sqlite3_changes64(handle)) }
 

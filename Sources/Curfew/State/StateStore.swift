@@ -478,6 +478,40 @@ public final class StateStore: @unchecked Sendable {
         try estimates()[JobKey(job: job, plugin: plugin)]
     }
 
+    // MARK: Files
+
+    /// Moves what the write-ahead log holds into `state.db` and empties the
+    /// log: done as a host exits, so that `state.db` alone holds the store
+    /// (a copy of it without `state.db-wal` lost the history before).
+    public func checkpointLog() throws(CurfewError) {
+        try locked { connection throws(CurfewError) in
+            let row = try connection.query("PRAGMA wal_checkpoint(TRUNCATE)").first
+            // (busy, log frames, frames checkpointed): busy means a reader kept part of the log.
+            if row?.first?.integer == 1 {
+                throw CurfewError(.stateBusy, "the state store \(path) could not fold its log into state.db: a reader held it")
+            }
+        }
+    }
+
+    /// Copies the store, whole and consistent while hosts write it, into a
+    /// new file at `destination` (mode 600, never over an existing file),
+    /// with SQLite's online backup.
+    public func backup(to destination: String) throws(CurfewError) {
+        let made = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard made >= 0 else {
+            throw CurfewError(.stateUnavailable, "cannot create \(destination): \(String(cString: strerror(errno)))")
+        }
+        close(made)
+        do throws(CurfewError) {
+            let target = try SQLiteConnection(path: destination)
+            try locked { connection throws(CurfewError) in try connection.copy(into: target) }
+            try target.execute("PRAGMA journal_mode = DELETE")
+        } catch {
+            unlink(destination)
+            throw error
+        }
+    }
+
     // MARK: Opening
 
     @discardableResult

@@ -31,7 +31,8 @@ import Testing
               test                    Run one job against virtual time and check that it
                                       keeps the contract.
               new                     Write a ready-to-build job project in C or Swift.
-              state                   List, show or clear the checkpoints jobs saved.
+              state                   List, show or clear the checkpoints jobs saved, or
+                                      back up the store.
               history                 Show how recent job runs ended, newest first.
               completions             Print a completion script for bash, zsh or fish.
               help                    Show subcommand help information, or the manual page
@@ -218,6 +219,9 @@ import Testing
         #expect(usageErrorText(["ctl", "run", "a", "b"])?.hasPrefix("Error: Unexpected argument 'b'") == true)
         #expect(usageErrorText(["run", "--allow-mode", "radio"])?.hasPrefix("Error: The value 'radio' is invalid for '--allow-mode <mode>': use one of audio, voip") == true)
         #expect(usageErrorText(["status", "x"])?.hasPrefix("Error: Unexpected argument 'x'") == true)
+        #expect(try ArgumentParser.parse(["state", "backup", "b.db"]) == .state({ var o = StateOptions(); o.action = .backup; o.destination = "b.db"; return o }()))
+        #expect(usageErrorText(["state", "backup"])?.hasPrefix("Error: backup needs the file to write") == true)
+        #expect(usageErrorText(["state", "backup", "b.db", "--all"])?.hasPrefix("Error: --all goes with clear") == true)
     }
 
     @Test func usageErrors() {

@@ -143,6 +143,30 @@ extension ProcessTests {
             #expect(shown.stdout.contains(#""bytes":1048576"#))
         }
 
+        /// Before, `run` left its rows in `state.db-wal`: a copy of `state.db`
+        /// alone had an empty history. Now the log is folded in at exit, and
+        /// `state backup` copies the store whole.
+        @Test func aRunLeavesItsStoreInStateDbAndBackupCopiesIt() async throws {
+            let plugin = try Fixtures.compile("checkpoint_jobs.c")
+            let state = Fixtures.temporaryFolder("state")
+            let (status, _, _) = try await curfew(["run", plugin, "--only", "resume", "--budget", "100ms", "--state", state, "--json"])
+            #expect(status == 0)
+            var log = stat()
+            #expect(stat(state + "/state.db-wal", &log) != 0 || log.st_size == 0, "the log is empty")
+            let copy = Fixtures.temporaryFolder("copy")
+            try FileManager.default.copyItem(atPath: state + "/state.db", toPath: copy + "/state.db")
+            #expect(try StateStore(folder: copy).history().map(\.job) == ["resume"])
+
+            let backups = Fixtures.temporaryFolder("backup")
+            let backup = try await curfew(["state", "backup", backups + "/state.db", "--state", state])
+            #expect(backup.status == 0, "\(backup)")
+            #expect(try StateStore(folder: backups).history().map(\.job) == ["resume"])
+            var info = stat()
+            #expect(stat(backups + "/state.db", &info) == 0 && info.st_mode & 0o777 == 0o600)
+            let again = try await curfew(["state", "backup", backups + "/state.db", "--state", state])
+            #expect(again.status == 1, "never over a file")
+        }
+
         @Test func withoutStateASaveIsUnavailable() async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")
             let (status, events, _) = try await curfew(["run", plugin, "--only", "resume", "--no-state", "--json"])
