@@ -10,9 +10,10 @@ import Glibc
 /// `ln`, `ln -s`) is reported as ``Change/created(_:)``. Dotfiles are ignored (editors and `rsync` write
 /// there first). A full event queue (`IN_Q_OVERFLOW`) is reported as
 /// ``Change/overflow``: what was lost is unknown, so the caller rescans.
+/// A folder deleted or moved away is watched no more until ``rewatch()``
+/// finds it again.
 package final class FolderWatcher: @unchecked Sendable {
-    // Safe because `watches` is written in init only, and everything else
-    // happens on `queue`.
+    // Safe because after init everything happens on `queue`.
 
     package enum Change: Equatable, Sendable {
         /// Written and closed, or moved in.
@@ -32,6 +33,8 @@ package final class FolderWatcher: @unchecked Sendable {
 
     private let descriptor: Int32
     private var watches: [Int32: String] = [:]
+    /// Folders whose watch is gone (deleted or moved away), in order.
+    private(set) var missing: [String] = []
     private let source: any DispatchSourceRead
     private let onChanges: @Sendable ([Change]) -> Void
 
@@ -77,7 +80,29 @@ package final class FolderWatcher: @unchecked Sendable {
             guard count > 0 else { break }
             changes += Self.parse(buffer[..<count], folders: watches)
         }
+        for case .folderGone(let folder) in changes {
+            // A moved folder's watch would follow it elsewhere: dropped too.
+            for (watch, watched) in watches where watched == folder {
+                inotify_rm_watch(descriptor, watch)
+                watches[watch] = nil
+            }
+            if !missing.contains(folder) { missing.append(folder) }
+        }
         if !changes.isEmpty { onChanges(changes) }
+    }
+
+    /// Watches again each missing folder that is there again (made anew,
+    /// or moved back): those it now watches.
+    func rewatch() -> [String] {
+        var back: [String] = []
+        missing.removeAll { folder in
+            let watch = inotify_add_watch(descriptor, folder, Self.mask)
+            guard watch >= 0 else { return false }
+            watches[watch] = folder
+            back.append(folder)
+            return true
+        }
+        return back
     }
 
     /// The changes in a run of `inotify_event`s. The kernel wrote them, but

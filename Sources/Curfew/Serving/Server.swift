@@ -195,6 +195,7 @@ public final class Server: @unchecked Sendable {
                     onNotice(.warning("\(error.description); the config in use stays."))
                 }
             }
+            if let watcher { _ = rewatch(watcher) }
             rescan(full: true)
         }
     }
@@ -348,8 +349,9 @@ public final class Server: @unchecked Sendable {
                 writing.removeAll()
                 relevant = true
             case .folderGone(let folder):
-                onNotice(.warning("the plugin folder \(folder) was deleted or moved; its jobs run no more"))
+                onNotice(.warning("the plugin folder \(folder) was deleted or moved; its jobs run no more until it is back"))
                 relevant = true
+                lookForMissingFolders()
             }
         }
         guard relevant, !rescanPending else { return }
@@ -359,6 +361,29 @@ public final class Server: @unchecked Sendable {
             rescanPending = false
             rescan(full: false)
         }
+    }
+
+    /// Whether a look for missing folders is due.
+    private var lookingForFolders = false
+
+    /// Once a second while a watched folder is missing: watches it again
+    /// (and rescans) once it is back, made anew or moved back.
+    private func lookForMissingFolders() {
+        guard !lookingForFolders, !stopping else { return }
+        lookingForFolders = true
+        queue.asyncAfter(deadline: .now() + .seconds(1)) { [self] in
+            lookingForFolders = false
+            guard let watcher, !stopping else { return }
+            if rewatch(watcher) { rescan(full: false) }
+            if !watcher.missing.isEmpty { lookForMissingFolders() }
+        }
+    }
+
+    /// Watches again the missing folders that are back; whether one was.
+    private func rewatch(_ watcher: FolderWatcher) -> Bool {
+        let back = watcher.rewatch()
+        for folder in back { onNotice(.info("the plugin folder \(folder) is back; watching it again")) }
+        return !back.isEmpty
     }
 
     /// Rescans on a thread of its own and applies what it found on the

@@ -395,6 +395,37 @@ extension ProcessTests {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Before, a folder deleted and made again was never watched again,
+        /// even after a reload, until a restart.
+        @Test func aFolderDeletedAndMadeAgainIsWatchedAgain() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try plugin(), into: folder)
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(Array(#"{"defaults": {"enabled": false}}"#.utf8), file: "test.json")
+            let notices = Mutex<[String]>([])
+            let server = try Server(options: options, onEvent: { _, _ in }) { notice in
+                switch notice {
+                case .info(let text), .warning(let text), .error(let text): notices.withLock { $0.append(text) }
+                }
+            }
+            try server.start()
+            func said(_ fragment: String, count: Int = 1) async throws {
+                let give = ContinuousClock.now + .seconds(20)
+                while notices.withLock({ $0.filter { $0.contains(fragment) }.count }) < count && ContinuousClock.now < give {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                #expect(notices.withLock { $0.filter { $0.contains(fragment) }.count } >= count, "\(notices.withLock { $0 })")
+            }
+            try FileManager.default.removeItem(atPath: folder)
+            try await said("'tally' is gone from the folders")
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+            try await said("is back; watching it again")
+            try drop(try plugin(), into: folder)
+            try await said("serving 'tally' from \(folder)/jobs.so", count: 2)
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
         /// Before: a rescan ran on the server's queue, so status, schedules
         /// and the watchdog waited for it, and each reload queued one more
         /// (15 reloads over 5,000 plugins held the server 29.6 s).
