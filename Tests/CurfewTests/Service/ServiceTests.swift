@@ -222,3 +222,130 @@ extension ProcessTests {
         await withCheckedContinuation { done in server.stop { done.resume() } }
     }
 }
+
+extension ProcessTests {
+    /// The shipped Kubernetes manifests, run here as their pods would be: as
+    /// uid 10001 with fsGroup 10001, each claim's root root-owned mode 2775
+    /// and each emptyDir 0777 (as the kubelet makes them), the manifest's own
+    /// environment, arguments and config with its paths under a folder of
+    /// the test's. Before, curfew refused `/state` (another user's) and
+    /// `/run/curfew` (others can write) and exited 1. Needs root, to be uid
+    /// 10001 and to give folders to root: skipped otherwise.
+    @Suite(.timeLimit(.minutes(2)), .enabled(if: geteuid() == 0)) struct ManifestModeTests {
+        struct Manifest {
+            var environment: [String: String] = [:]
+            var arguments: [String] = []
+            /// Mount path → volume kind ("persistentVolumeClaim", "emptyDir", "configMap").
+            var mounts: [String: String] = [:]
+            var config: String?
+
+            /// Reads the few shapes the manifests use: flow mappings on one line.
+            init(_ name: String) throws {
+                let text = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("deploy/kubernetes/" + name), encoding: .utf8)
+                let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+                var paths: [String: String] = [:]
+                var kinds: [String: String] = [:]
+                for (index, line) in lines.enumerated() {
+                    let trimmed = line.trimmingCharacters(in: .whitespaces)
+                    if let match = trimmed.firstMatch(of: /^- \{name: ([A-Z_]+), value: (\S+)\}$/) {
+                        environment[String(match.1)] = String(match.2)
+                    } else if let match = trimmed.firstMatch(of: /^- \{name: ([a-z]+), mountPath: ([^,}]+)/) {
+                        paths[String(match.1)] = String(match.2)
+                    } else if let match = trimmed.firstMatch(of: /^- name: ([a-z]+)$/), index + 1 < lines.count {
+                        let next = lines[index + 1].trimmingCharacters(in: .whitespaces)
+                        kinds[String(match.1)] = String(next.prefix { $0 != ":" })
+                    } else if trimmed.hasPrefix("args: ") {
+                        arguments = try JSONDecoder().decode([String].self, from: Data(trimmed.dropFirst(6).utf8))
+                    } else if trimmed == "serve.json: |" {
+                        config = lines[(index + 1)...].prefix { $0.hasPrefix("    ") }.joined(separator: "\n")
+                    }
+                }
+                // A claim template's volume is a claim.
+                for (volume, path) in paths { mounts[path] = kinds[volume] ?? "persistentVolumeClaim" }
+            }
+        }
+
+        /// Makes the pod's volumes under `root` as the kubelet would, and
+        /// returns `text` with each of their paths moved under `root`.
+        func lay(_ manifest: Manifest, under root: String) throws -> (String) -> String {
+            func moved(_ text: String) -> String {
+                manifest.mounts.keys.contains { text == $0 || text.hasPrefix($0 + "/") } ? root + text : text
+            }
+            for (path, kind) in manifest.mounts {
+                let folder = root + path
+                try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+                switch kind {
+                case "emptyDir":
+                    #expect(chown(folder, 0, 0) == 0 && chmod(folder, 0o777) == 0)
+                case "configMap":
+                    try manifest.config?.write(toFile: folder + "/serve.json", atomically: true, encoding: .utf8)
+                    #expect(chmod(folder, 0o755) == 0)
+                default:
+                    // fsGroup: root-owned, the group's, set-group-id and group-writable.
+                    #expect(chown(folder, 0, 10001) == 0 && chmod(folder, 0o2775) == 0)
+                }
+            }
+            try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: root + "/plugins/sum-squares.so")
+            #expect(chmod(root + "/plugins", 0o755) == 0)
+            return moved
+        }
+
+        /// A process as the pod's user, its stdout and stderr read together.
+        func start(_ arguments: [String], environment: [String: String]) throws -> (Process, Pipe) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            process.arguments = ["--reuid=10001", "--regid=10001", "--groups=10001", "--", Fixtures.curfewExecutable] + arguments
+            process.environment = environment.merging(["PATH": "/usr/bin:/bin", "HOME": "/nonexistent"]) { own, _ in own }
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            return (process, output)
+        }
+
+        /// A folder every user can enter, for the pod's.
+        func root() throws -> String {
+            let root = Fixtures.temporaryFolder("pod")
+            #expect(chmod(root, 0o755) == 0)
+            var parent = Syscalls.folder(of: root)
+            while parent != "/" && parent.hasPrefix("/tmp/") {
+                #expect(chmod(parent, 0o755) == 0)
+                parent = Syscalls.folder(of: parent)
+            }
+            return root
+        }
+
+        @Test func theStatefulSetsFoldersStartTheServerAndItsProbesAnswer() async throws {
+            let manifest = try Manifest("curfew-serve.yaml")
+            #expect(manifest.mounts["/state"] == "persistentVolumeClaim" && manifest.mounts["/run/curfew"] == "emptyDir")
+            let root = try root()
+            let moved = try lay(manifest, under: root)
+            let environment = manifest.environment.mapValues(moved)
+            let (server, output) = try start(manifest.arguments.map(moved) + ["--json"], environment: environment)
+            defer { if server.isRunning { kill(server.processIdentifier, SIGKILL) } }
+            let said = await Fixtures.read(output.fileHandleForReading) { $0.contains("control socket") || $0.contains("Error") }
+            #expect(said.contains("control socket"), "\(said)")
+            let probe = try start(["status", "--socket", moved("/run/curfew/socket/serve.sock")], environment: environment)
+            let answer = await Fixtures.read(probe.1.fileHandleForReading) { _ in false }
+            await Fixtures.wait(for: probe.0)
+            #expect(probe.0.terminationStatus == 0, "the probe: \(answer)")
+            kill(server.processIdentifier, SIGTERM)
+            await Fixtures.wait(for: server)
+            #expect(server.terminationStatus == 0)
+        }
+
+        @Test(arguments: ["curfew-job.yaml", "curfew-cronjob.yaml"])
+        func aJobsFoldersLetItsRunKeepHistory(file: String) async throws {
+            let manifest = try Manifest(file)
+            let root = try root()
+            let moved = try lay(manifest, under: root)
+            let environment = manifest.environment.mapValues(moved)
+            let (run, output) = try start(manifest.arguments.map(moved).map { ["30s": "100ms", "5s": "50ms"][$0] ?? $0 } + ["--json"], environment: environment)
+            let said = await Fixtures.read(output.fileHandleForReading) { _ in false }
+            await Fixtures.wait(for: run)
+            #expect(run.terminationStatus == 0, "\(said)")
+            #expect(said.contains(#""event":"finished""#), "\(said)")
+            #expect(FileManager.default.fileExists(atPath: moved("/state/curfew") + "/state.db"))
+        }
+    }
+}
