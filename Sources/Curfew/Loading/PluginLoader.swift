@@ -14,6 +14,11 @@ import Synchronization
 ///   before ``DescriptorValidator`` has checked the version and size that
 ///   cover it.
 public struct PluginLoader: Sendable {
+    /// The rejection of a file whose name is not UTF-8 (shown with U+FFFD in
+    /// place of each bad sequence, a text that names no file).
+    static let notUTF8 = CurfewError(
+        .unreadable, "Its name is not UTF-8, and Curfew names plugins as text in its output, history and state: rename it.")
+
     /// The file name suffix a folder scan picks up.
     public static let pluginSuffix = ".so"
     /// The ABI version this host speaks.
@@ -225,6 +230,10 @@ public struct PluginLoader: Sendable {
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
                 {
                     let file = path.hasSuffix("/") ? path + entry.name : path + "/" + entry.name
+                    guard entry.isUTF8 else {
+                        rejected.append(RejectedPlugin(path: file, error: Self.notUTF8))
+                        continue
+                    }
                     if entry.isRegular == true, let realFolder {
                         let status = try? Syscalls.fileStatus(entry.name, in: folder)
                         if let status, let insecure = ownInsecurity(status, user: user) {

@@ -430,11 +430,12 @@ struct PluginSnapshots: Sendable {
         return name.utf8.count <= 200 ? name : "plugin.so"
     }
 
-    /// The names in `folder` but `.` and `..`, or `nil` when it cannot be listed.
+    /// The names in `folder` but `.` and `..` (and any that is not UTF-8:
+    /// none of this folder's own), or `nil` when it cannot be listed.
     private static func entries(of folder: String) -> [String]? {
         guard let fd = try? Syscalls.openFolder(folder) else { return nil }
         defer { close(fd) }
-        return (try? Syscalls.directoryEntries(in: fd))?.map(\.name)
+        return (try? Syscalls.directoryEntries(in: fd))?.filter(\.isUTF8).map(\.name)
     }
 
     /// Removes the file or folder at `path`, and what it holds down to

@@ -14,7 +14,11 @@ public struct Schedule: Sendable {
         /// The slot of a job with `every`, before jitter: slots come every
         /// `every` from the first, whatever the runs take.
         public var slot: WallTime?
+        /// Due (or started by hand) and not ended: running, or waiting for
+        /// a `--jobs` slot until ``Schedule/started(job:now:)``.
         public var isRunning = false
+        /// Its run has started, not only come due.
+        public var hasStarted = false
         /// Failed runs in a row (the retry count).
         public var failures = 0
         /// Paused by the operator: it runs only when asked.
@@ -32,6 +36,9 @@ public struct Schedule: Sendable {
         case start(String)
         /// Still running from the last time: skipped and recorded.
         case skip(String)
+        /// Due again while its last due run still waits for a slot: that one
+        /// run covers both, and nothing is skipped.
+        case merged(String)
     }
 
     /// The least time between a job's runs that its schedule (`every`) or
@@ -143,7 +150,9 @@ public struct Schedule: Sendable {
             queue.pop()
             let name = top.name
             guard isCurrent(top.time, name), var entry = entries[name] else { continue }
-            if entry.isRunning {
+            if entry.isRunning && !entry.hasStarted {
+                due.append(.merged(name))
+            } else if entry.isRunning {
                 entry.skipped += 1
                 due.append(.skip(name))
             } else {
@@ -179,6 +188,15 @@ public struct Schedule: Sendable {
         entry.nextRun = entry.slot!.later(by: jitter(entry.policy))
     }
 
+    /// A due run of `job` has left the wait for a slot and started: from now
+    /// on, a slot that comes before its end is skipped.
+    public mutating func started(job: String, now: WallTime) {
+        guard var entry = entries[job], entry.isRunning else { return }
+        entry.hasStarted = true
+        entry.runningSince = now
+        put(job, entry)
+    }
+
     /// Starts `job` now whatever its schedule (`curfew ctl run`), unless it
     /// is running: returns whether it started.
     public mutating func startNow(job: String, now: WallTime) -> Bool {
@@ -205,6 +223,7 @@ public struct Schedule: Sendable {
     ) -> WallTime? {
         guard var entry = entries[job] else { return nil }
         entry.isRunning = false
+        entry.hasStarted = false
         entry.lastOutcome = outcome
         entry.lastEnded = now
         let retry = entry.policy.retry ?? .standard

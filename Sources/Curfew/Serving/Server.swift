@@ -580,6 +580,8 @@ public final class Server: @unchecked Sendable {
             case .skip(let name):
                 onNotice(.info("'\(name)' came due while its last run was still going; this run is skipped"))
                 save(name)
+            case .merged:
+                break  // still waiting for a slot: its one run is this one too
             }
         }
         launch([])
@@ -596,6 +598,7 @@ public final class Server: @unchecked Sendable {
     }
 
     private func start(_ job: PluginJob) {
+        schedule.started(job: job.name, now: clock.now())
         let policy = policy(for: job.name)
         var configuration = options.run
         configuration.policy = grantPolicy(for: job.name, warn: true)

@@ -143,8 +143,10 @@ enum Syscalls {
 
     /// The entries of the open `folder`, without `.` and `..`, sorted
     /// bytewise by name, each with whether it is a regular file (`nil`: the
-    /// entry does not say, as for a symlink; ask `fileStatus`).
-    static func directoryEntries(in folder: Int32) throws(SystemError) -> [(name: String, isRegular: Bool?)] {
+    /// entry does not say, as for a symlink; ask `fileStatus`). A name that
+    /// is not UTF-8 is listed with U+FFFD in place of each bad sequence and
+    /// `isUTF8` false: that text names no file.
+    static func directoryEntries(in folder: Int32) throws(SystemError) -> [(name: String, isRegular: Bool?, isUTF8: Bool)] {
         // The listing reads a copy of the descriptor, which it closes.
         let copy = fcntl(folder, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else { throw SystemError(errno: errno) }
@@ -154,14 +156,16 @@ enum Syscalls {
             throw error
         }
         defer { closedir(dir) }
-        var entries: [(name: String, isRegular: Bool?)] = []
+        var entries: [(name: String, isRegular: Bool?, isUTF8: Bool)] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) { tuple in
-                tuple.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
+            let (name, isUTF8) = withUnsafePointer(to: entry.pointee.d_name) { tuple in
+                tuple.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { name in
+                    String(validatingCString: name).map { ($0, true) } ?? (String(cString: name), false)
+                }
             }
             guard name != "." && name != ".." else { continue }
             let type = Int32(entry.pointee.d_type)
-            entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false))
+            entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false, isUTF8))
         }
         return entries.sorted { bytesPrecede($0.name, $1.name) }
     }

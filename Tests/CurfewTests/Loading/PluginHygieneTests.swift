@@ -70,5 +70,21 @@ extension ProcessTests {
             let allowed = try await Fixtures.run(Fixtures.curfewExecutable, ["run", folder, "--isolate", "job", "--allow-insecure-plugins"])
             #expect(allowed.status == 0, "\(allowed.stdout)\(allowed.stderr)")
         }
+
+        /// Before, a name that is not UTF-8 was read with U+FFFD in it, a
+        /// text that names no file, and reported as "No such file or folder".
+        @Test func aNameThatIsNotUTF8IsSaidToBeOne() async throws {
+            let folder = Fixtures.temporaryFolder("names")
+            let bytes = Array((folder + "/bad").utf8) + [0xFF] + Array(".so".utf8) + [0]
+            let made = bytes.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_WRONLY | O_CREAT | O_EXCL, 0o644) } }
+            #expect(made >= 0)
+            close(made)
+            let rejected = PluginLoader().scan([folder]).rejected
+            #expect(rejected.map(\.error.description) == [PluginLoader.notUTF8.description])
+            // On the command line: its own error, not a missing file.
+            let given = try await Fixtures.run("/bin/sh", ["-c", #"exec "$0" list "$1/bad$(printf '\377').so""#, Fixtures.curfewExecutable, folder])
+            #expect(given.status == 64)
+            #expect(given.stderr.hasPrefix("Error: argument 2 is not UTF-8"), "\(given.stderr)")
+        }
     }
 }

@@ -92,11 +92,26 @@ import Testing
         var schedule = Schedule(seed: 1)
         schedule.add(job: "slow", policy: policy(every: .seconds(2)), isContinuous: false, persisted: nil, now: start)
         #expect(schedule.takeDue(now: start) == [.start("slow")])
+        schedule.started(job: "slow", now: start)
         #expect(schedule.takeDue(now: at(2)) == [.skip("slow")])
         #expect(schedule.takeDue(now: at(4)) == [.skip("slow")])
         #expect(schedule.entries["slow"]?.skipped == 2)
         #expect(schedule.finished(job: "slow", outcome: .completed, requested: nil, now: at(5)) == at(6))
         #expect(schedule.takeDue(now: at(6)) == [.start("slow")])
+    }
+
+    /// Before, a run that only waited for a `--jobs` slot counted every
+    /// slot that came meanwhile as skipped, though no run had started.
+    @Test func aSlotThatComesWhileTheRunStillWaitsForASlotIsNoSkip() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "queued", policy: policy(every: .seconds(2)), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("queued")])
+        #expect(schedule.takeDue(now: at(2)) == [.merged("queued")])
+        #expect(schedule.entries["queued"]?.skipped == 0)
+        schedule.started(job: "queued", now: at(3))
+        #expect(schedule.entries["queued"]?.runningSince == at(3))
+        #expect(schedule.takeDue(now: at(4)) == [.skip("queued")])
+        #expect(schedule.entries["queued"]?.skipped == 1)
     }
 
     @Test func aJobsOwnRequestSetsItsNextRunOrTheLaterOfItAndEvery() {
