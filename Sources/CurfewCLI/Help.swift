@@ -250,6 +250,7 @@ public enum Help {
                 "EXIT STATUS:",
                 "  0    stopped by SIGINT or SIGTERM after the running jobs cleaned up",
                 "  1    a folder, the config, the state store (another host holds it) or the control socket cannot be used",
+                "  2    stopped, but a job's cleanup did not end in time (it was terminated, or its worker crashed)",
                 "  64   usage error",
             ]
         case .status?:

@@ -102,7 +102,13 @@ extension CurfewMain {
             }
         }
         closeLog(of: run.state, console: console)
-        return stop.status ?? ExitCode.success
+        let unclean = server.jobsUncleanAtStop()
+        if !unclean.isEmpty {
+            // A service manager sees the stop as failed: some work did not save.
+            console.error("Error: the cleanup of \(unclean.map { "'\(Untrusted.line($0))'" }.joined(separator: ", ")) did not end in time at the stop.")
+        }
+        let status = stop.status ?? ExitCode.success
+        return unclean.isEmpty || status != ExitCode.success ? status : ExitCode.jobNotClean
     }
 
     static func control(_ options: ControlOptions) -> Int32 {

@@ -100,6 +100,8 @@ public final class Server: @unchecked Sendable {
     /// Writes the state store refused (a full disk, a broken store), each
     /// said as it happened: `status` shows the count.
     private var storeFailures = 0
+    /// Jobs whose cleanup overran at the stop (terminated, or crashed).
+    private var uncleanAtStop: [String] = []
     private var onStopped: (@Sendable () -> Void)?
     private var started = false
 
@@ -634,6 +636,7 @@ public final class Server: @unchecked Sendable {
     private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
         if active[name] === run { active[name] = nil }
         for problem in run.runner.stateProblems { storeFailed(problem) }
+        if stopping, let result, result.outcome == .terminated || result.outcome == .crashed { uncleanAtStop.append(name) }
         if let result {
             let requested = run.notes.delay.withLock { $0 }
             if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
@@ -683,6 +686,13 @@ public final class Server: @unchecked Sendable {
     private func storeFailed(_ problem: String) {
         storeFailures += 1
         onNotice(.error(problem))
+    }
+
+    /// The jobs whose cleanup did not end cleanly at the stop (terminated
+    /// past their deadline, or their worker crashed), by name: for the exit
+    /// status, once ``stop(reason:completion:)`` completed.
+    public func jobsUncleanAtStop() -> [String] {
+        queue.sync { uncleanAtStop.sorted() }
     }
 
     /// How many writes the state store refused since `start`.

@@ -523,6 +523,18 @@ extension ProcessTests {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Before, serve exited 0 though a job's cleanup overran at the stop:
+        /// a service manager saw a clean stop where work went unsaved.
+        @Test func aCleanupThatOverrunsTheStopMakesTheExitStatus2() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try drop(try Fixtures.compile("crashing_jobs.c"), into: folder)
+            let config = try config(#"{"defaults": {"enabled": false}, "jobs": {"hangs-at-31": {"enabled": true, "budget": "1h", "grace": "200ms"}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "\"event\":\"started\"")
+            #expect(await serve.stop() == 2, "\(serve.text)")
+            #expect(try serve.events().contains { $0.event == "finished" && $0.outcome == "terminated" }, "\(serve.text)")
+        }
+
         /// Before, a history row the store refused (a full disk) was lost in
         /// silence: now each is said as an error and `status` counts them.
         @Test func aWriteTheStoreRefusesIsSaidAndCounted() async throws {
