@@ -65,6 +65,17 @@ extension CurfewMain {
             }
         }
         serverOptions.run = run
+        if let store = run.state {
+            // What a host before this one on the store (held by this one
+            // alone now) left running when it was killed: ended before this
+            // one starts anything, which it marks in turn.
+            let mark = ChildProcesses.mark(of: store.path)
+            let strays = ChildProcesses.endMarked(mark)
+            if strays > 0 {
+                console.error("Warning: ended \(strays) process\(strays == 1 ? "" : "es") a host before this one left running (it was killed).")
+            }
+            ChildProcesses.mark = mark
+        }
         serverOptions.allowsInsecurePlugins = options.run.allowInsecurePlugins
         let server: Server
         do throws(CurfewError) {

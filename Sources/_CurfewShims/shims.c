@@ -140,6 +140,10 @@ int curfew_shim_pidfd_open(int pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+int curfew_shim_pidfd_send_signal(int pidfd, int signal) {
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, signal, NULL, 0);
+}
+
 int curfew_shim_has_exited(int pid) {
     siginfo_t info;
     memset(&info, 0, sizeof info);

@@ -78,9 +78,12 @@ static curfew_chunk_result quick_exits(curfew_context *ctx, void *state) {
 }
 
 /* Forks `children` sleepers (setsid() first with setsid=1), writes their
- * pids to the file `pidfile`, one a line, and completes. */
+ * pids to the file `pidfile`, one a line, and completes; with stay=1 it
+ * runs on instead, a chunk every 5 ms, until its grant expires. */
 static curfew_chunk_result forks(curfew_context *ctx, void *state) {
     (void)state;
+    static int forked;
+    if (forked) return CURFEW_CHUNK_AFTER_MS(5);
     long children = param_long(ctx, "children", 5);
     long escape = param_long(ctx, "setsid", 0);
     const char *path = host->param(ctx, "pidfile");
@@ -94,7 +97,8 @@ static curfew_chunk_result forks(curfew_context *ctx, void *state) {
         if (pid > 0 && pids) fprintf(pids, "%d\n", (int)pid);
     }
     if (pids) fclose(pids);
-    return CURFEW_CHUNK_DONE;
+    forked = param_long(ctx, "stay", 0) != 0;
+    return forked ? CURFEW_CHUNK_AFTER_MS(5) : CURFEW_CHUNK_DONE;
 }
 
 /* Logs a tick every 5 ms until its grant expires; its cleanup logs. */

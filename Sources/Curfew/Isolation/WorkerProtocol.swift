@@ -49,9 +49,13 @@ enum WorkerProtocol {
     /// The environment a helper (a worker, a scanner, the fork server)
     /// starts with: this process's, with the Swift backtracer off: it can
     /// hang a crashed helper and hold its pipes open, and a plugin's crash is
-    /// an outcome, not a report to print.
+    /// an outcome, not a report to print. With this host's mark
+    /// (``ChildProcesses/mark``), which what they start inherits: what a
+    /// killed host left is found by the next.
     static func helperEnvironment() -> [String] {
-        Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") } + ["SWIFT_BACKTRACE=enable=no"]
+        let mark = ChildProcesses.mark.map { ["\(ChildProcesses.markVariable)=\($0)"] } ?? []
+        return Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") && !$0.hasPrefix(ChildProcesses.markVariable + "=") }
+            + ["SWIFT_BACKTRACE=enable=no"] + mark
     }
 
     static func signalName(_ number: Int32) -> String {

@@ -34,4 +34,56 @@ public enum ChildProcesses {
     }
 
     private static let lock = Mutex(())
+
+    /// The environment variable that marks what a host started (its workers,
+    /// and what their jobs start, unless a job clears its environment): a
+    /// host killed with SIGKILL ends nothing, and what it left is found by it.
+    public static let markVariable = "CURFEW_HOST_MARK"
+
+    /// The mark this host gives the helpers it starts from now on (in their
+    /// environment, see ``markVariable``), or `nil`.
+    public static var mark: String? {
+        get { currentMark.withLock { $0 } }
+        set { currentMark.withLock { $0 = newValue } }
+    }
+
+    private static let currentMark = Mutex<String?>(nil)
+
+    /// The mark of hosts that run at `place` (a state store, a control
+    /// socket: where one host at a time runs).
+    public static func mark(of place: String) -> String {
+        var hash = FNV1a()
+        hash.add(place.utf8)
+        return hash.hex
+    }
+
+    /// SIGKILLs every process of this user but this one whose environment
+    /// holds `markVariable=mark`: what a host before this one, with the same
+    /// mark, left running. Each is held by a pidfd while its environment is
+    /// read, so a pid reused meanwhile is never signalled.
+    ///
+    /// - Important: Only while no process of this one carries the mark yet.
+    /// - Returns: How many were ended.
+    @discardableResult
+    public static func endMarked(_ mark: String) -> Int {
+        let entry = ArraySlice("\(markVariable)=\(mark)".utf8)
+        let user = geteuid()
+        guard let proc = opendir("/proc") else { return 0 }
+        defer { closedir(proc) }
+        var ended = 0
+        while let item = readdir(proc) {
+            let name = withUnsafePointer(to: item.pointee.d_name) { $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) } }
+            guard let pid = pid_t(name), pid > 1, pid != getpid() else { continue }
+            var info = stat()
+            guard stat("/proc/\(pid)", &info) == 0, info.st_uid == user else { continue }
+            let pidfd = curfew_shim_pidfd_open(pid)
+            guard pidfd >= 0 else { continue }
+            defer { close(pidfd) }
+            // The environment it started with, as the kernel keeps it: NUL-separated entries.
+            guard let environment = try? Syscalls.readPrefix("/proc/\(pid)/environ", count: 1 << 20) else { continue }
+            guard environment.split(separator: 0).contains(entry) else { continue }
+            if curfew_shim_pidfd_send_signal(pidfd, SIGKILL) == 0 { ended += 1 }
+        }
+        return ended
+    }
 }

@@ -22,6 +22,10 @@ uint64_t curfew_shim_monotonic_nanoseconds(void);
  * exits, or -1 with errno set. */
 int curfew_shim_pidfd_open(int pid);
 
+/* pidfd_send_signal(pidfd, signal, NULL, 0): 0, or -1 with errno set (ESRCH
+ * once that process has exited, whatever now has its pid). */
+int curfew_shim_pidfd_send_signal(int pidfd, int signal);
+
 /* 1 when the process `pidfd` refers to is this process's child (waitid would
  * report on it), else 0. */
 int curfew_shim_pidfd_is_child(int pidfd);

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 @testable import Curfew
+import _CurfewShims
 
 /// A `curfew serve` the test talks to while it runs: its JSON Lines read as
 /// they come, waits that end on what it says (never on a sleep), a kill
@@ -663,6 +664,59 @@ extension ProcessTests {
             let status = try await again.control(["status", "--json"])
             let flaky = try #require(status.out.split(separator: "\n").first { $0.contains("\"job\":\"flaky\"") })
             #expect(flaky.contains("\"state\":\"paused\""), "\(flaky)")
+            #expect(await again.stop() == 0)
+        }
+
+        /// Before, a process a job detached (setsid) outlived `kill -9` of
+        /// serve, and each restart started one more. The next server on the
+        /// store ends it before it starts anything.
+        @Test func whatAKilledServerLeftIsEndedByTheNext() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            try drop(try Fixtures.compile("hostile_jobs.c"), into: folder)
+            let pids = Fixtures.temporaryFolder("pids") + "/forks"
+            let config = try config(#"""
+                {"defaults": {"enabled": false}, "jobs": {"forks": {"enabled": true, "budget": "1h",
+                 "params": {"children": "1", "setsid": "1", "stay": "1", "pidfile": "\#(pids)"}}}}
+                """#)
+            let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await first.wait(for: "\"event\":\"started\"")
+            func strayPid() async throws -> pid_t? {
+                let give = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < give {
+                    if let text = try? String(contentsOfFile: pids, encoding: .utf8), text.hasSuffix("\n") { return pid_t(text.dropLast()) }
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                return nil
+            }
+            let stray = try #require(try await strayPid())
+            let held = curfew_shim_pidfd_open(stray)
+            #expect(held >= 0)
+            defer { close(held) }
+            // The host and its worker killed at once, as the OOM killer or a
+            // kill of the tree would (a worker that sees its host go first
+            // ends what its job left): the worker stopped, so it cannot.
+            let fields = try String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8).split(separator: ")").last?.split(separator: " ")
+            let worker = try #require(fields.flatMap { $0.count > 1 ? pid_t($0[1]) : nil })
+            #expect(kill(worker, SIGSTOP) == 0)
+            kill(first.process.processIdentifier, SIGKILL)
+            await Fixtures.wait(for: first.process)
+            #expect(kill(worker, SIGKILL) == 0)
+            let outlived = curfew_shim_pidfd_send_signal(held, 0)
+            #expect(outlived == 0, "the stray outlived its host: errno \(errno), \((try? String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8)) ?? "gone")")
+
+            try FileManager.default.removeItem(atPath: pids)
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await again.wait(for: "control socket")
+            // Gone, or a zombie its new parent has not reaped yet.
+            let give = ContinuousClock.now + .seconds(10)
+            func alive() -> Bool {
+                guard curfew_shim_pidfd_send_signal(held, 0) == 0 else { return false }
+                let stat = (try? String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8)) ?? ""
+                return !(stat.split(separator: ")").last?.hasPrefix(" Z") ?? true)
+            }
+            while alive() && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(!alive(), "ended by the next server")
             #expect(await again.stop() == 0)
         }
 
