@@ -172,10 +172,11 @@ static const curfew_job sleep_job = {
         .create = bench_create, .chunk = jchunk, .expire = bench_expire, .destroy = bench_destroy, \
     };
 
-/* One checkpoint save a chunk, `bytes` long (default 64), the chunk number first. */
+/* One checkpoint save a chunk, `bytes` long (default 64, at most 1 MiB), the
+ * chunk number first. One job at a time uses the block. */
 static curfew_chunk_result bench_checkpoint_chunk(curfew_context *ctx, void *state) {
     bench_state *s = state;
-    unsigned char block[4096] = {0};
+    static unsigned char block[CURFEW_MAX_CHECKPOINT];
     int64_t bytes = param(ctx, "bytes", 64);
     if (bytes < 8 || bytes > (int64_t)sizeof block) return CURFEW_CHUNK_FAILED;
     memcpy(block, &s->done, sizeof s->done);

@@ -32,7 +32,39 @@ extension Bench {
             row.baseline.append(baseline / Double(count) / 1000)
         }
         row.note = "the whole run of a job that saves once a chunk, divided by its saves; both databases in \(workFolder)"
-        return [row]
+        return [row, try await checkpointThroughAWorker()]
+    }
+
+    /// A 1 MiB save from a job in a worker (its bytes cross the channel to
+    /// the host, which commits them) against the same save in process.
+    func checkpointThroughAWorker() async throws -> Row {
+        let count = size(40, tiny: 2)
+        let bytes = Int(StateStore.maximumCheckpointBytes)
+        var row = Row(
+            name: "checkpoint save, 1 MiB, --isolate job", measure: "ms per save", unit: "ms",
+            baselineName: "the same save in process", target: .atMost(2))
+        let store = try StateStore(folder: workFolder + "/state-large")
+        func run(_ isolation: Isolation) async -> Double {
+            var configuration = RunConfiguration(
+                policy: GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: 1, parameters: ["count": "\(count)", "bytes": "\(bytes)"])
+            configuration.state = store
+            configuration.isolation = isolation
+            configuration.workerExecutable = buildFolder + "/curfew"
+            let runner = Runner(jobs: [benchJobs["bench-checkpoint"]!], configuration: configuration)
+            let start = now()
+            let results = await runner.run()
+            precondition(results.first?.outcome == .completed, "bench-checkpoint: \(results.first?.reason ?? "no result")")
+            return Double(now() - start) / Double(count) / 1e6
+        }
+        for repetition in 0...options.repetitions {
+            let worker = await run(.job)
+            let inProcess = await run(.none)
+            if repetition == 0 && !options.tiny { continue }  // warm-up
+            row.values.append(worker)
+            row.baseline.append(inProcess)
+        }
+        row.note = "\(count) saves a run, the worker's start included (one run each way, interleaved)"
+        return row
     }
 }
 

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -201,8 +202,10 @@ static void send_text(int sock, const char *text) {
     (void)ignored;
 }
 
-int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
-    struct iovec io = {(void *)text, strlen(text)};
+/* One sendmsg of `length` bytes at `text` with `count` (at most 3)
+ * descriptors attached: what it sent, or -1 with errno set. */
+static ssize_t send_with_rights(int sock, const void *text, size_t length, const int *fds, int count) {
+    struct iovec io = {(void *)text, length};
     union {
         char buffer[CMSG_SPACE(3 * sizeof(int))];
         struct cmsghdr align;
@@ -212,17 +215,129 @@ int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
     message.msg_iov = &io;
     message.msg_iovlen = 1;
     message.msg_control = control.buffer;
-    message.msg_controllen = sizeof control.buffer;
+    message.msg_controllen = CMSG_SPACE((size_t)count * sizeof(int));
     struct cmsghdr *header = CMSG_FIRSTHDR(&message);
     header->cmsg_level = SOL_SOCKET;
     header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(3 * sizeof(int));
-    memcpy(CMSG_DATA(header), fds, 3 * sizeof(int));
+    header->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(header), fds, (size_t)count * sizeof(int));
     ssize_t sent;
     do {
         sent = sendmsg(sock, &message, MSG_NOSIGNAL);
     } while (sent < 0 && errno == EINTR);
-    return sent < 0 ? errno : 0;
+    return sent;
+}
+
+int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
+    return send_with_rights(sock, text, strlen(text), fds, 3) < 0 ? errno : 0;
+}
+
+int curfew_shim_sealed_memory_file(const void *bytes, unsigned long count) {
+    int fd = memfd_create("curfew-checkpoint", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -1;
+    const char *at = bytes;
+    unsigned long left = count;
+    while (left > 0) {
+        ssize_t written = write(fd, at, left);
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) {
+            int saved = errno;
+            close(fd);
+            errno = written < 0 ? saved : EIO;
+            return -1;
+        }
+        at += written;
+        left -= (unsigned long)written;
+    }
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+long curfew_shim_read_sealed_memory_file(int fd, void *buffer, unsigned long capacity) {
+    int seals = fcntl(fd, F_GET_SEALS);
+    int needed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+    if (seals < 0 || (seals & needed) != needed) {
+        errno = EPERM;
+        return -1;
+    }
+    struct stat info;
+    if (fstat(fd, &info) != 0) return -1;
+    if (!S_ISREG(info.st_mode) || info.st_size < 0) {
+        errno = EPERM;
+        return -1;
+    }
+    if ((unsigned long long)info.st_size > capacity) {
+        errno = EFBIG;
+        return -1;
+    }
+    unsigned long size = (unsigned long)info.st_size, done = 0;
+    while (done < size) {
+        ssize_t got = pread(fd, (char *)buffer + done, size - done, (off_t)done);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = EIO;
+            return -1;
+        }
+        done += (unsigned long)got;
+    }
+    return (long)size;
+}
+
+int curfew_shim_send_with_descriptor(int sock, const void *text, unsigned long length, int fd) {
+    ssize_t sent = send_with_rights(sock, text, length, &fd, 1);
+    if (sent < 0) return errno;
+    /* The rest, if the socket took only part: the descriptor went with the first byte. */
+    const char *at = (const char *)text + sent;
+    unsigned long left = length - (unsigned long)sent;
+    while (left > 0) {
+        ssize_t more = send(sock, at, left, MSG_NOSIGNAL);
+        if (more < 0 && errno == EINTR) continue;
+        if (more < 0) return errno;
+        at += more;
+        left -= (unsigned long)more;
+    }
+    return 0;
+}
+
+long curfew_shim_receive_with_descriptors(int sock, void *buffer, unsigned long size, int *fds, int capacity, int *received,
+                                           int *truncated) {
+    *received = 0;
+    *truncated = 0;
+    if (capacity < 1 || capacity > 16) {
+        errno = EINVAL;
+        return -1;
+    }
+    struct iovec io = {buffer, size};
+    union {
+        char buffer[CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr message = {0};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control.buffer;
+    message.msg_controllen = CMSG_SPACE((size_t)capacity * sizeof(int));
+    ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
+    if (got < 0) return -1;
+    if (message.msg_flags & MSG_CTRUNC) *truncated = 1;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
+        int count = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        int *data = (int *)CMSG_DATA(header);
+        for (int i = 0; i < count; i++) {
+            if (*received < capacity) fds[(*received)++] = data[i];
+            else {
+                close(data[i]);
+                *truncated = 1;
+            }
+        }
+    }
+    return (long)got;
 }
 
 /* The server's children: pid and the sequence number of the fork that made it. */

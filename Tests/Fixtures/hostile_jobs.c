@@ -1,7 +1,7 @@
 /* Jobs that attack the host's output and its process: forged host lines,
  * terminal escapes, floods of output, huge messages, exit() and _exit(),
  * and children that try to outlive the job. Parameters tune each one. */
-#define _DEFAULT_SOURCE
+#define _GNU_SOURCE
 #include <curfew.h>
 
 #include <stdio.h>
@@ -9,6 +9,8 @@
 #include <string.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,14 +110,45 @@ static curfew_chunk_result ticks(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_AFTER_MS(5);
 }
 
+/* Sends `line` and a newline on the channel with `count` descriptors of an
+ * unsealed 10-byte memory file attached to its first byte. */
+static int send_attached(const char *line, int count) {
+    char text[4096];
+    int length = snprintf(text, sizeof text, "%s\n", line);
+    int file = memfd_create("lie", MFD_CLOEXEC);
+    if (file < 0 || write(file, "0123456789", 10) != 10 || count < 1 || count > 8) return -1;
+    int fds[8];
+    for (int i = 0; i < count; i++) fds[i] = file;
+    union {
+        char buffer[CMSG_SPACE(8 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec io = {text, (size_t)length};
+    struct msghdr message = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = control.buffer,
+                             .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int))};
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(header), fds, (size_t)count * sizeof(int));
+    int sent = sendmsg(3, &message, MSG_NOSIGNAL) == length ? 0 : -1;
+    close(file);
+    return sent;
+}
+
 /* Lies on the worker's channel (fd 3): writes the parameter `line` there as
- * a message, or with `keys` an object of that many keys, then does what
- * `then` says: segfault, hang, or complete. */
+ * a message (with `attach` descriptors of an unsealed memory file sent
+ * along, when given), or with `keys` an object of that many keys, then does
+ * what `then` says: segfault, hang, or complete. */
 static curfew_chunk_result lies(curfew_context *ctx, void *state) {
     (void)state;
     const char *line = host->param(ctx, "line");
     long keys = param_long(ctx, "keys", 0);
-    if (line) {
+    long attach = param_long(ctx, "attach", 0);
+    if (line && attach > 0) {
+        if (send_attached(line, (int)attach) != 0) return CURFEW_CHUNK_FAILED;
+    } else if (line) {
         if (write(3, line, strlen(line)) < 0 || write(3, "\n", 1) < 0) return CURFEW_CHUNK_FAILED;
     }
     if (keys > 0) {

@@ -66,11 +66,21 @@ public struct JSONLine: Sendable {
         return out
     }
 
+    /// Whether `text` has a byte a JSON string must escape: a byte loop
+    /// over its storage (a checkpoint's base64 is megabytes long).
+    private static func needsEscape(_ text: String) -> Bool {
+        func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            for byte in bytes where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F { return true }
+            return false
+        }
+        return text.utf8.withContiguousStorageIfAvailable(check) ?? text.utf8.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }
+    }
+
     /// Appends `text` to `out` as a JSON string.
     public static func append(quoted text: String, to out: inout String) {
         out += "\""
         // Most text needs no escape: then it is copied whole, not scalar by scalar.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }) {
+        if !needsEscape(text) {
             out += text
         } else {
             for scalar in text.unicodeScalars {

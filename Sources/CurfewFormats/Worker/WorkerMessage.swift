@@ -20,6 +20,9 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The job saves a checkpoint (`data`, at most ``maximumCheckpointBytes``);
     /// the worker waits for the host's `checkpoint-saved` with the same `id`.
     case checkpoint(job: String, id: UInt64, data: [UInt8])
+    /// As `checkpoint`, its `size` bytes in a sealed memory file sent with the
+    /// message's first byte (SCM_RIGHTS): a large one crosses without base64.
+    case attachedCheckpoint(job: String, id: UInt64, size: Int)
     /// The job asks for its next run `milliseconds` from now (at most
     /// ``maximumNextRunMilliseconds``).
     case nextRun(job: String, time: UInt64?, milliseconds: UInt64)
@@ -118,6 +121,13 @@ package enum WorkerMessage: Equatable, Sendable {
             return .estimate(
                 job: job, mean: try reader.integer("mean"), deviation: try reader.integer("deviation"),
                 samples: try reader.count("samples"))
+        case "checkpoint" where reader.has("size"):
+            try reader.only(["type", "job", "id", "size"])
+            let size = try reader.count("size")
+            guard size <= UInt64(maximumCheckpointBytes) else {
+                throw Invalid(reason: "a checkpoint of more than \(maximumCheckpointBytes >> 20) MiB")
+            }
+            return .attachedCheckpoint(job: job, id: try reader.count("id"), size: Int(size))
         case "checkpoint":
             try reader.only(["type", "job", "id", "data"])
             let text = try reader.string("data")
@@ -147,6 +157,8 @@ package enum WorkerMessage: Equatable, Sendable {
     /// Typed access to a message's fields, each failure said in words.
     private struct Fields {
         let fields: [String: JSONValue]
+
+        func has(_ key: String) -> Bool { fields[key] != nil }
 
         func only(_ allowed: Set<String>) throws(Invalid) {
             if let unknown = fields.keys.first(where: { !allowed.contains($0) }) {
@@ -192,7 +204,7 @@ extension WorkerMessage {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
             .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _),
-            .nextRun(let job, _, _):
+            .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _):
             job
         }
     }

@@ -313,6 +313,28 @@ int curfew_shim_exchange(const char *a, const char *b);
  * at most `length` bytes: the bytes copied, or -1 with errno. */
 long curfew_shim_copy_file_range(int in, long long *offset, int out, unsigned long length);
 
+/* A checkpoint too big for a line of the channel crosses it as a memory file:
+ * a memfd holding `count` bytes, sealed against writes and size changes, so
+ * what the host reads is what was sent. The descriptor (close-on-exec), or -1
+ * with errno set. */
+int curfew_shim_sealed_memory_file(const void *bytes, unsigned long count);
+
+/* Reads the sealed memory file `fd` (write, shrink and grow sealed) into
+ * `buffer`: its size when it is at most `capacity`, else -1 with errno EFBIG;
+ * -1 with errno EPERM when it is not sealed so, or with read's errno. */
+long curfew_shim_read_sealed_memory_file(int fd, void *buffer, unsigned long capacity);
+
+/* Sends the `length` bytes at `text` on the stream socket `sock` with the
+ * descriptor `fd` attached to its first byte (SCM_RIGHTS). 0, or an errno. */
+int curfew_shim_send_with_descriptor(int sock, const void *text, unsigned long length, int fd);
+
+/* recvmsg into `buffer` (at most `size` bytes), taking up to `capacity`
+ * descriptors sent with them (close-on-exec) into `fds` and their count into
+ * `*received`; `*truncated` is 1 when more came than fit (the kernel closed
+ * those). The bytes read, 0 at the end, or -1 with errno set. */
+long curfew_shim_receive_with_descriptors(int sock, void *buffer, unsigned long size, int *fds, int capacity, int *received,
+                                           int *truncated);
+
 /* Whether `haystack` holds `needle` (memmem(3)). */
 int curfew_shim_contains(const void *haystack, unsigned long haystack_length, const void *needle, unsigned long needle_length);
 

@@ -77,6 +77,22 @@ extension ProcessTests {
             }
         }
 
+        /// A large checkpoint crosses in a sealed memory file sent with its
+        /// message: one missing, unsealed, or sent with more descriptors than
+        /// messages that take them, ends the worker.
+        @Test(arguments: [
+            (0, "a checkpoint without its memory file"),
+            (1, "a checkpoint whose memory file is not sealed or not of its size (10 bytes)"),
+            (5, "more descriptors than checkpoints waiting for them"),
+        ])
+        func aCheckpointsMemoryFileIsCheckedBeforeItIsRead(attached: Int, problem: String) async throws {
+            let line = #"{"type":"checkpoint","job":"lies","id":1,"size":10}"#
+            let events = try await run(["--isolate", "job", "--only", "lies", "--param", "line=\(line)", "--param", "attach=\(attached)", "--param", "then=hang"])
+            let end = try #require(finished(events, "lies"))
+            #expect(end.outcome == "crashed")
+            #expect(end.reason == "its worker sent an invalid message (\(problem)) and was killed")
+        }
+
         /// Before the JSON reader was linear, this line hung the job for ever.
         @Test func aMessageOfManyKeysIsRejectedAtOnce() async throws {
             let events = try await run(["--isolate", "job", "--only", "lies", "--param", "keys=200000", "--param", "then=hang"])

@@ -178,7 +178,7 @@ final class WorkerProcess: @unchecked Sendable {
         func readOnce(_ index: Int) -> Bool {
             // A flood waits in the worker's pipe, not in this process's memory.
             state.withLock { $0.jobs.values.first }?.waitForRoom()
-            let count = chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
+            let count = index == 0 ? readChannel(into: &chunk) : chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
             if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
             if count <= 0 {
                 open[index] = false
@@ -250,6 +250,7 @@ final class WorkerProcess: @unchecked Sendable {
         // The server's report writes one byte, exactly once: always take it
         // before closing, so the write never meets a closed (or reused) number.
         if server != nil && !exitByteTaken { _ = takeExitByte() }
+        closeAttached()
         workerExited()
         var status: Int32 = 0
         let adopted = state.withLock { $0.adopted }
@@ -298,6 +299,54 @@ final class WorkerProcess: @unchecked Sendable {
         state.withLock { $0.jobs.count == 1 }
     }
 
+    /// Descriptors the worker sent with its messages, oldest first: each is
+    /// a large checkpoint's memory file, for the message that names it.
+    /// Only the supervising thread touches it.
+    private nonisolated(unsafe) var attached: [Int32] = []
+    /// The most descriptors that may wait for their messages.
+    static let maximumAttached = 4
+
+    /// Reads the channel once into `chunk`, with the descriptors that came
+    /// along: the bytes read (0 at the end, -1 on an error, errno set).
+    private func readChannel(into chunk: inout [UInt8]) -> Int {
+        var fds = [Int32](repeating: -1, count: Self.maximumAttached)
+        var received: Int32 = 0
+        var truncated: Int32 = 0
+        let count = chunk.withUnsafeMutableBytes { bytes in
+            curfew_shim_receive_with_descriptors(channel, bytes.baseAddress, UInt(bytes.count), &fds, Int32(fds.count), &received, &truncated)
+        }
+        attached += fds.prefix(Int(received))
+        if truncated != 0 || attached.count > Self.maximumAttached {
+            kill(.invalidMessage("more descriptors than checkpoints waiting for them"))
+            closeAttached()
+        }
+        return Int(count)
+    }
+
+    private func closeAttached() {
+        attached.forEach { Glibc.close($0) }
+        attached.removeAll()
+    }
+
+    /// A message with a checkpoint attached, its bytes read from the
+    /// descriptor that came with it: a plain checkpoint message, or why not.
+    private func resolve(_ message: WorkerMessage) -> Result<WorkerMessage, Unreadable> {
+        guard case .attachedCheckpoint(let job, let id, let size) = message else { return .success(message) }
+        guard !attached.isEmpty else { return .failure(Unreadable(reason: "a checkpoint without its memory file")) }
+        let fd = attached.removeFirst()
+        defer { Glibc.close(fd) }
+        var data = [UInt8](repeating: 0, count: size)
+        let read = data.withUnsafeMutableBytes { curfew_shim_read_sealed_memory_file(fd, $0.baseAddress, UInt($0.count)) }
+        guard read == size else {
+            return .failure(Unreadable(reason: "a checkpoint whose memory file is not sealed or not of its size (\(size) bytes)"))
+        }
+        return .success(.checkpoint(job: job, id: id, data: data))
+    }
+
+    struct Unreadable: Error {
+        let reason: String
+    }
+
     private func route(_ line: String, from stream: Int) {
         let jobs = state.withLock { Array($0.jobs.values) }
         switch stream {
@@ -309,6 +358,11 @@ final class WorkerProcess: @unchecked Sendable {
                 message = try WorkerMessage.decode(Array(line.utf8))
             } catch {
                 return kill(.invalidMessage(error.reason))
+            }
+            let resolved: WorkerMessage
+            switch resolve(message) {
+            case .success(let message): resolved = message
+            case .failure(let problem): return kill(.invalidMessage(problem.reason))
             }
             guard let name = message.job else {
                 // An error of the worker's own, before any job: every job hears it.
@@ -325,7 +379,7 @@ final class WorkerProcess: @unchecked Sendable {
             }
             // A job that has left this shared worker hears nothing more.
             guard let run else { return }
-            if run.handle(message) {
+            if run.handle(resolved) {
                 // The job reported its end and leaves this worker (which may host others).
                 state.withLock { _ = $0.jobs.removeValue(forKey: run.job.name) }
             }

@@ -366,8 +366,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         control.withLock { c in
             guard !c.finished else { return }
             switch message {
-            case .error, .checkpoint:
-                break
+            case .error, .checkpoint, .attachedCheckpoint:
+                break  // (an attached one is read into a `checkpoint` before it comes here)
             case .estimate(_, let mean, let deviation, let samples):
                 c.estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: samples)
             case .status(_, _, let chunks):

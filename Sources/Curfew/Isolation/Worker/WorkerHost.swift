@@ -40,7 +40,7 @@ final class WorkerHost: Sendable {
     init(channel: Int32, endsLeftovers: Bool = true) {
         let writer = ChannelWriter(channel: channel)
         self.writer = writer
-        checkpoints = WorkerCheckpoints { writer.send($0) }
+        checkpoints = WorkerCheckpoints(send: { writer.send($0) }, attaching: { writer.send($0, attaching: $1) })
         self.endsLeftovers = endsLeftovers
     }
 
@@ -270,6 +270,15 @@ final class ChannelWriter: Sendable {
 
     func send(_ line: String) {
         lock.withLock { _ in _ = WorkerProtocol.send(line, to: channel) }
+    }
+
+    /// Sends `line` with `descriptor` attached to its first byte; false
+    /// when it could not be sent.
+    func send(_ line: String, attaching descriptor: Int32) -> Bool {
+        let bytes = Array((line + "\n").utf8)
+        return lock.withLock { _ in
+            bytes.withUnsafeBytes { curfew_shim_send_with_descriptor(channel, $0.baseAddress, UInt($0.count), descriptor) } == 0
+        }
     }
 }
 
