@@ -379,7 +379,10 @@ public final class ControlSocket: Sendable {
         send(fd, request)
         var answer: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        while !answer.contains(UInt8(ascii: "\n")) {
+        // Each read is searched for the end, not the whole answer again: a
+        // status of 10,000 jobs is megabytes, and the host sends it within a second.
+        var ended = false
+        while !ended {
             guard let left = milliseconds(until: deadline) else { throw timedOut(path) }
             var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let ready = poll(&entry, 1, left)
@@ -388,6 +391,7 @@ public final class ControlSocket: Sendable {
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { break }
+            ended = buffer[..<count].contains(UInt8(ascii: "\n"))
             answer += buffer[..<count]
             guard answer.count <= 64 << 20 else { break }
         }
