@@ -10,33 +10,12 @@
  * the entry returns a descriptor whose job name ends a readable page that
  * an unreadable one follows, with its NUL as the page's last byte (8) or
  * without one (9), 10 a constructor writes 5 MiB of well-formed "loading"
- * frames on the scanner's channel (fd 3), 11 a good plugin whose constructor,
- * the Nth time it runs, creates $CURFEW_FIXTURE_MARKER.N and, unless its
- * parent is $CURFEW_FIXTURE_SPARE, waits until its parent changes (10 s at
- * most). Variant 6 with $CURFEW_FIXTURE_MARKER set kills, the Nth time it
- * runs, once $CURFEW_FIXTURE_MARKER.N exists. */
+ * frames on the scanner's channel (fd 3). */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-#if VARIANT == 6 || VARIANT == 11
-#include <fcntl.h>
-/* This load's number, from 1: the first N for which it creates $marker.$infix$N. */
-static int take_a_number(const char *marker, const char *infix) {
-    char path[4096];
-    for (int number = 1; number < 100; number++) {
-        snprintf(path, sizeof path, "%s.%s%d", marker, infix, number);
-        int made = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
-        if (made >= 0) {
-            close(made);
-            return number;
-        }
-    }
-    return 100;
-}
-#endif
 
 #if VARIANT == 2
 __attribute__((constructor)) static void explode_on_load(void) {
@@ -58,13 +37,6 @@ __attribute__((constructor)) static void forge_a_verdict(void) {
 __attribute__((constructor)) static void kill_the_parent(void) {
     const char *spare = getenv("CURFEW_FIXTURE_SPARE");
     if (spare == NULL || atoi(spare) == (int)getppid()) return;
-    const char *marker = getenv("CURFEW_FIXTURE_MARKER");
-    if (marker != NULL) {
-        int run = take_a_number(marker, "kill.");
-        char awaited[4096];
-        snprintf(awaited, sizeof awaited, "%s.%d", marker, run);
-        for (int waited = 0; access(awaited, F_OK) != 0 && waited < 1000; waited++) usleep(10000);
-    }
     kill(getppid(), SIGKILL);
 }
 #endif
@@ -84,19 +56,7 @@ __attribute__((constructor)) static void flood_the_channel(void) {
 }
 #endif
 
-#if VARIANT == 11
-__attribute__((constructor)) static void wait_for_a_new_parent(void) {
-    const char *marker = getenv("CURFEW_FIXTURE_MARKER");
-    const char *spare = getenv("CURFEW_FIXTURE_SPARE");
-    pid_t parent = getppid();
-    if (marker == NULL) return;
-    take_a_number(marker, "");
-    if (spare != NULL && atoi(spare) == (int)parent) return;
-    for (int waited = 0; getppid() == parent && waited < 1000; waited++) usleep(10000);
-}
-#endif
-
-#if VARIANT == 8 || VARIANT == 9 || VARIANT == 11
+#if VARIANT == 8 || VARIANT == 9
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -114,8 +74,8 @@ static const curfew_plugin *edge(void) {
     long page = sysconf(_SC_PAGESIZE);
     char *pages = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (pages == MAP_FAILED || mprotect(pages + page, (size_t)page, PROT_NONE) != 0) return NULL;
-    const char *name = VARIANT == 11 ? "waits-out" : VARIANT == 8 ? "edge-job" : "edge-job-without-end";
-    size_t length = strlen(name) + (VARIANT == 9 ? 0 : 1);
+    const char *name = VARIANT == 8 ? "edge-job" : "edge-job-without-end";
+    size_t length = strlen(name) + (VARIANT == 8 ? 1 : 0);
     memcpy(pages + page - length, name, length);
     edge_job.name = pages + page - length;
     return &edge_plugin;
@@ -126,7 +86,7 @@ CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host) 
     (void)host;
 #if VARIANT == 7
     return (const curfew_plugin *)(unsigned long)4096;
-#elif VARIANT == 8 || VARIANT == 9 || VARIANT == 11
+#elif VARIANT == 8 || VARIANT == 9
     return edge();
 #endif
 #if VARIANT == 1 || VARIANT == 5

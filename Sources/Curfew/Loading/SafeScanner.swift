@@ -342,12 +342,10 @@ public struct SafeScanner: Sendable {
             guard said.hear(events) else { break }
         }
         let ended = end(killing: said.problem != nil || !said.finished)
-        // No verdict on the file when it ended before it loaded anything (say,
-        // forked as its server died, it left at once), or when its server
-        // died before its end was known (plugin code, maybe in a sibling's
-        // scanner, killed it): another worker, on another socket. Forking is
-        // off once the server is gone, so that one is this process's child.
-        if (said.endedBeforeLoading || (ended == nil && said.problem == nil)) && attempt < 3 {
+        if said.endedBeforeLoading && attempt < 3 {
+            // It ended before it loaded anything (say, forked as its server
+            // died, it left at once): no verdict on the file. Another worker,
+            // on another socket.
             close(channel[0])
             closed = true
             return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt + 1)

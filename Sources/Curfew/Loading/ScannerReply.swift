@@ -66,7 +66,12 @@ struct ScannerSaid {
             return (rejected("Its scanner worker sent \(problem), so plugin code wrote on its channel while it loaded."), true)
         }
         guard let status else {
-            // Most likely the plugin killed it, but not surely: not cached.
+            // Its server died (plugin code, maybe a sibling's, killed it)
+            // before it told how the scanner ended. A whole answer stands, not
+            // cached: only a crash at exit could have undone it. (Scanning the
+            // file again would make this process the scanner's parent, and the
+            // file may be the one that kills its parent.)
+            if finished, let answer { return (answer, false) }
             return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
         }
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F

@@ -42,4 +42,21 @@ import _CurfewShims
         let forged = payload([CURFEW_SCAN_DECLINED, 1, UInt32(longest + 1)], [UInt8](repeating: UInt8(ascii: "m"), count: longest + 1))
         #expect(ScannerFrames.result(forged, file: "/p/a.so") == nil)
     }
+
+    /// A scanner whose server died before telling how it ended (plugin code,
+    /// maybe a sibling's, killed the server): a whole answer stands, not
+    /// cached; one cut short is no verdict of the file's. Before, a good
+    /// file's whole answer was rejected (seen once in CI, for a scanner the
+    /// server reaped just before a sibling killed it).
+    @Test func anAnswerWhoseScannersEndIsUnknownStandsUncached() {
+        let answer = FileResult.rejected(code: "entry-declined", reason: "declined")
+        var whole = ScannerSaid()
+        _ = whole.hear([.loading, .answer(answer), .done])
+        #expect(whole.verdict(status: nil) == (answer, false))
+        var cut = ScannerSaid()
+        _ = cut.hear([.loading])
+        #expect(cut.verdict(status: nil).cacheable == false)
+        #expect(cut.verdict(status: nil).result != answer)
+        #expect(whole.verdict(status: 0) == (answer, true), "a clean exit: cached")
+    }
 }
