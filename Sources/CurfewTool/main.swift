@@ -30,7 +30,7 @@ if arguments.first == IsolationWorker.argument {
 }
 // An argument that is not UTF-8 would be read with U+FFFD in place of each
 // bad sequence: a path that names no file, reported as missing.
-for index in 1..<Int(CommandLine.argc) where String(validatingCString: CommandLine.unsafeArgv[index]!) == nil {
+for index in 1..<max(1, Int(CommandLine.argc)) where String(validatingCString: CommandLine.unsafeArgv[index]!) == nil {
     let error = "Error: argument \(index) is not UTF-8; Curfew takes paths and names as UTF-8 text (rename the file).\n"
     _ = error.withCString { write(STDERR_FILENO, $0, strlen($0)) }
     exit(ExitCode.usage)

@@ -308,13 +308,13 @@ long curfew_shim_receive_with_descriptors(int sock, void *buffer, unsigned long 
                                            int *truncated) {
     *received = 0;
     *truncated = 0;
-    if (capacity < 1 || capacity > 16) {
+    if (capacity < 1 || capacity > 253) {
         errno = EINVAL;
         return -1;
     }
     struct iovec io = {buffer, size};
     union {
-        char buffer[CMSG_SPACE(16 * sizeof(int))];
+        char buffer[CMSG_SPACE(253 * sizeof(int))];
         struct cmsghdr align;
     } control;
     struct msghdr message = {0};

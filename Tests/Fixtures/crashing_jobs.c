@@ -83,10 +83,11 @@ static curfew_chunk_result exits(curfew_context *ctx, void *state) {
 }
 
 /* Chunks 1 to 30 return at once (one time slice holds them all); chunk 31
- * never returns. */
+ * logs "hangs" and never returns. */
 static curfew_chunk_result hangs_at_31(curfew_context *ctx, void *state) {
     static int calls;
     if (++calls <= 30) return CURFEW_CHUNK_CONTINUE;
+    host->log(ctx, CURFEW_LOG_INFO, "hangs");
     return loops(ctx, state);
 }
 

@@ -18,10 +18,11 @@ public enum Outcome: String, Sendable, CaseIterable, CustomStringConvertible {
     case crashed
     /// In history only: the job's run has begun and not ended yet.
     case running
-    /// In history only: the host ended (killed, or its machine went down)
-    /// while the job ran, so how the job ended is not known. A run's row is
-    /// written `running` as it starts; the next host to open the store as
-    /// its writer marks what is still `running` this way.
+    /// In history only: the run's end was never recorded (its host was
+    /// killed, its machine went down, or the store refused the row), so how
+    /// the job ended is not known. A run's row is written `running` as it
+    /// starts; the next host to open the store as its writer marks what is
+    /// still `running` this way.
     case interrupted
 
     public var description: String { rawValue }

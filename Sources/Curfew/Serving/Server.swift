@@ -511,7 +511,8 @@ public final class Server: @unchecked Sendable {
 
     /// What the store kept of `name`'s schedule, on the schedules' timeline;
     /// a next run further ahead than any schedule or request can set is
-    /// corrupt, said and not obeyed (the job runs as if new).
+    /// corrupt, said and not obeyed (the job runs as if new; its pause and
+    /// counts are kept).
     private func remembered(_ name: String, _ record: ScheduleRecord?) -> ScheduleRecord? {
         guard var record, let next = record.nextRun else { return record }
         let policy = policy(for: name)
@@ -520,7 +521,8 @@ public final class Server: @unchecked Sendable {
         guard next <= farthest else {
             let year = 1970 + next.milliseconds / 31_556_952_000  // Gregorian years
             onNotice(.warning("the store's next run of '\(name)' (in the year \(year)) is further ahead than any schedule sets; ignored as corrupt"))
-            return nil
+            record.nextRun = clock.now()
+            return record
         }
         record.nextRun = clock.scheduleTime(next)
         return record

@@ -44,9 +44,11 @@ enum CheckpointCheck {
         do throws(CurfewError) {
             return .success(try checkpoints?.checkpoint(job.stateKey))
         } catch {
+            // Clearing loses the checkpoint: advised only when it cannot be read back at all.
+            let remedy = error.code == .stateBusy || error.code == .stateLocked
+                ? "it runs again when the store answers" : "`curfew state clear \(job.name)` lets it start afresh"
             return .failure(Refusal(
-                reason: "its checkpoint could not be read (\(error.description)), so it did not run rather than start over; "
-                    + "`curfew state clear \(job.name)` lets it start afresh"))
+                reason: "its checkpoint could not be read (\(error.description)), so it did not run rather than start over; \(remedy)"))
         }
     }
 

@@ -81,7 +81,8 @@ public final class StateStore: @unchecked Sendable {
     public private(set) var interrupted = 0
 
     /// The reason an interrupted run's row gives.
-    static let interruptedReason = "the host ended while the job ran (killed, or its machine went down); how the job ended is not known"
+    static let interruptedReason =
+        "its end was never recorded (its host was killed, its machine went down, or the store refused the row); how the job ended is not known"
 
     /// Marks every run still `running` as `interrupted`: for a writer, which
     /// holds the store alone, none of them is still going.
@@ -300,13 +301,13 @@ public final class StateStore: @unchecked Sendable {
 
     /// Records that a job's run began: its row, outcome `running`, whose id
     /// ``record(_:estimate:)`` is given (``JobRecord/id``) to complete it;
-    /// `nil` when another process holds the store at this moment (not waited
-    /// for: this store's other calls would wait behind it, a job's
-    /// checkpoint among them; its end is recorded as before). A row left
-    /// `running` by a host that died is marked `interrupted` by the next writer.
+    /// `nil` when another process holds the store past ``beginTimeout``
+    /// (waited for no longer: this store's other calls wait behind it, a
+    /// job's checkpoint among them; its end is recorded as before). A row
+    /// left `running` by a host that died is marked `interrupted` by the next writer.
     public func beginJob(_ record: JobRecord) throws(CurfewError) -> Int64? {
         try locked { connection throws(CurfewError) -> Int64? in
-            try connection.execute("PRAGMA busy_timeout = 0")
+            try connection.execute("PRAGMA busy_timeout = \(Int(Self.beginTimeout.milliseconds))")
             defer { _ = try? connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))") }
             do throws(CurfewError) {
                 return try insertRunning(record, on: connection)
@@ -315,6 +316,9 @@ public final class StateStore: @unchecked Sendable {
             }
         }
     }
+
+    /// How long a job's start row waits for a store another process holds.
+    static let beginTimeout: Duration = .milliseconds(250)
 
     private func insertRunning(_ record: JobRecord, on connection: SQLiteConnection) throws(CurfewError) -> Int64 {
         try connection.query(
@@ -493,6 +497,13 @@ public final class StateStore: @unchecked Sendable {
         }
     }
 
+    /// The copy itself: its connection is closed once this returns.
+    private func copy(to destination: String) throws(CurfewError) {
+        let target = try SQLiteConnection(path: destination)
+        try locked { connection throws(CurfewError) in try connection.copy(into: target) }
+        try target.execute("PRAGMA journal_mode = DELETE")
+    }
+
     /// Copies the store, whole and consistent while hosts write it, into a
     /// new file at `destination` (mode 600, never over an existing file),
     /// with SQLite's online backup.
@@ -503,11 +514,9 @@ public final class StateStore: @unchecked Sendable {
         }
         close(made)
         do throws(CurfewError) {
-            let target = try SQLiteConnection(path: destination)
-            try locked { connection throws(CurfewError) in try connection.copy(into: target) }
-            try target.execute("PRAGMA journal_mode = DELETE")
+            try copy(to: destination)
         } catch {
-            unlink(destination)
+            for file in [destination, destination + "-journal", destination + "-wal", destination + "-shm"] { unlink(file) }
             throw error
         }
     }
@@ -579,13 +588,22 @@ public final class StateStore: @unchecked Sendable {
         [
             // `curfew ctl pause` survives a restart.
             "ALTER TABLE schedules ADD COLUMN paused INTEGER NOT NULL DEFAULT 0",
+            // The runs a writer marks interrupted as it opens the store, found without a scan.
+            "CREATE INDEX IF NOT EXISTS job_runs_running ON job_runs (id) WHERE outcome = 'running'",
         ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
     /// refuses a store from a newer Curfew before changing anything.
     private static func migrate(_ connection: SQLiteConnection, path: String, upgrading: Bool) throws(CurfewError) -> Int {
-        try connection.transaction { () throws(CurfewError) -> Int in
+        if !upgrading {
+            // A reader of a store made already reads it as it is, taking no
+            // write lock (a host's writes would wait for it, and `history`
+            // may be asked every second).
+            let version = Int(try connection.query("PRAGMA user_version").first?.first?.integer ?? 0)
+            if version > 0 && version <= Self.schemaVersion { return version }
+        }
+        return try connection.transaction { () throws(CurfewError) -> Int in
             let version = Int(try connection.query("PRAGMA user_version").first?.first?.integer ?? 0)
             // The file is outside data: a negative version is no version of ours.
             guard version >= 0 else {

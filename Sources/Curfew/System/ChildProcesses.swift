@@ -49,11 +49,11 @@ public enum ChildProcesses {
 
     private static let currentMark = Mutex<String?>(nil)
 
-    /// The mark of hosts that run at `place` (a state store, a control
-    /// socket: where one host at a time runs).
+    /// The mark of hosts that run at `place` (a state store: where one
+    /// host at a time runs), however its path is spelled.
     public static func mark(of place: String) -> String {
         var hash = FNV1a()
-        hash.add(place.utf8)
+        hash.add((Syscalls.realPath(place) ?? place).utf8)
         return hash.hex
     }
 
@@ -66,6 +66,17 @@ public enum ChildProcesses {
     /// - Returns: How many were ended.
     @discardableResult
     public static func endMarked(_ mark: String) -> Int {
+        // Again while a pass finds any: one may have forked as it was read.
+        var ended = 0
+        for _ in 0..<8 {
+            let found = endMarkedOnce(mark)
+            ended += found
+            if found == 0 { break }
+        }
+        return ended
+    }
+
+    private static func endMarkedOnce(_ mark: String) -> Int {
         let entry = ArraySlice("\(markVariable)=\(mark)".utf8)
         let user = geteuid()
         guard let proc = opendir("/proc") else { return 0 }

@@ -329,9 +329,10 @@ long curfew_shim_read_sealed_memory_file(int fd, void *buffer, unsigned long cap
 int curfew_shim_send_with_descriptor(int sock, const void *text, unsigned long length, int fd);
 
 /* recvmsg into `buffer` (at most `size` bytes), taking up to `capacity`
- * descriptors sent with them (close-on-exec) into `fds` and their count into
- * `*received`; `*truncated` is 1 when more came than fit (the kernel closed
- * those). The bytes read, 0 at the end, or -1 with errno set. */
+ * (at most 253, SCM_MAX_FD) descriptors sent with them (close-on-exec) into
+ * `fds` and their count into `*received`; `*truncated` is 1 when more came
+ * than fit (the kernel closed those). The bytes read, 0 at the end, or -1
+ * with errno set. */
 long curfew_shim_receive_with_descriptors(int sock, void *buffer, unsigned long size, int *fds, int capacity, int *received,
                                            int *truncated);
 

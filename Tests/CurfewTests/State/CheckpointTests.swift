@@ -141,6 +141,10 @@ extension ProcessTests {
             let shown = try await curfew(["state", "show", "oversize", "--state", state, "--json"])
             #expect(shown.status == 0)
             #expect(shown.stdout.contains(#""bytes":1048576"#))
+            // What the store holds is what the job saved (in a worker, it came in a sealed memory file).
+            let kept = try #require(try StateStore(folder: state).checkpoints().first)
+            let bytes = try #require(try StateStore(folder: state).checkpoint(JobKey(job: "oversize", plugin: kept.plugin)))
+            #expect(bytes.count == 1 << 20 && bytes.indices.allSatisfy { bytes[$0] == UInt8(truncatingIfNeeded: $0 &* 7) })
         }
 
         /// Before, `run` left its rows in `state.db-wal`: a copy of `state.db`

@@ -202,6 +202,12 @@ final class WorkerProcess: @unchecked Sendable {
                     }
                     route(line, from: 0)
                 }
+                // A descriptor comes with its line's first byte: only a line
+                // not whole yet may have one waiting (plugin code sent the rest).
+                if attached.count > (buffers[0].isEmpty ? 0 : 1) {
+                    kill(.invalidMessage("a descriptor with a message that takes none"))
+                    closeAttached()
+                }
             } else {
                 for line in lines { route(line, from: index) }
             }
@@ -308,8 +314,11 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// Reads the channel once into `chunk`, with the descriptors that came
     /// along: the bytes read (0 at the end, -1 on an error, errno set).
+    /// Room for as many as one message may carry, so the kernel closes none
+    /// here: closing a descriptor plugin code chose can block (a lingering
+    /// socket), and this thread must not.
     private func readChannel(into chunk: inout [UInt8]) -> Int {
-        var fds = [Int32](repeating: -1, count: Self.maximumAttached)
+        var fds = [Int32](repeating: -1, count: 253)
         var received: Int32 = 0
         var truncated: Int32 = 0
         let count = chunk.withUnsafeMutableBytes { bytes in
@@ -324,8 +333,14 @@ final class WorkerProcess: @unchecked Sendable {
     }
 
     private func closeAttached() {
-        attached.forEach { Glibc.close($0) }
+        Self.closeElsewhere(attached)
         attached.removeAll()
+    }
+
+    /// Closes descriptors plugin code sent, off this thread.
+    private static func closeElsewhere(_ descriptors: [Int32]) {
+        guard !descriptors.isEmpty else { return }
+        DispatchQueue.global(qos: .utility).async { descriptors.forEach { Glibc.close($0) } }
     }
 
     /// A message with a checkpoint attached, its bytes read from the
@@ -334,12 +349,13 @@ final class WorkerProcess: @unchecked Sendable {
         guard case .attachedCheckpoint(let job, let id, let size) = message else { return .success(message) }
         guard !attached.isEmpty else { return .failure(Unreadable(reason: "a checkpoint without its memory file")) }
         let fd = attached.removeFirst()
-        defer { Glibc.close(fd) }
         var data = [UInt8](repeating: 0, count: size)
         let read = data.withUnsafeMutableBytes { curfew_shim_read_sealed_memory_file(fd, $0.baseAddress, UInt($0.count)) }
         guard read == size else {
+            Self.closeElsewhere([fd])
             return .failure(Unreadable(reason: "a checkpoint whose memory file is not sealed or not of its size (\(size) bytes)"))
         }
+        Glibc.close(fd)  // a sealed memory file: closed at once
         return .success(.checkpoint(job: job, id: id, data: data))
     }
 

@@ -76,14 +76,14 @@ final class WorkerCheckpoints: CheckpointKeeper {
         message.add("id", Int64(clamping: id))
         // A large one crosses in a sealed memory file, not as base64 in its
         // line: nothing to encode, scan or decode on either side. Base64
-        // where no such file can be made. (A send that fails means the host
-        // is gone: the wait below ends when the reader sees it.)
+        // where no such file can be made or sent (a send that fails before
+        // its first byte leaves the stream whole).
         let file = bytes.count >= Self.attachedFrom ? bytes.withUnsafeBytes { curfew_shim_sealed_memory_file($0.baseAddress, UInt($0.count)) } : -1
-        if file >= 0 {
-            message.add("size", Int64(bytes.count))
-            _ = attaching(message.text, file)
-            Glibc.close(file)
-        } else {
+        var attached = message
+        attached.add("size", Int64(bytes.count))
+        let sent = file >= 0 && attaching(attached.text, file)
+        if file >= 0 { Glibc.close(file) }
+        if !sent {
             message.add("data", Base64.encode(bytes))
             send(message.text)
         }
