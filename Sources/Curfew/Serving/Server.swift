@@ -575,7 +575,9 @@ public final class Server: @unchecked Sendable {
     private func tick() {
         guard !stopping else { return }
         if let jump = clock.jump() {
-            onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(jump > .zero ? jump : .zero - jump); schedules keep their periods."))
+            // In whole seconds: the two clocks are read a moment apart.
+            let seconds = Int64((jump > .zero ? jump : .zero - jump).seconds.rounded())
+            onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(seconds) s; schedules keep their periods."))
         }
         for due in schedule.takeDue(now: clock.now()) {
             switch due {
