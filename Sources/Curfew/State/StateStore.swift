@@ -486,7 +486,7 @@ public final class StateStore: @unchecked Sendable {
 
     /// Moves what the write-ahead log holds into `state.db` and empties the
     /// log: done as a host exits, so that `state.db` alone holds the store
-    /// (a copy of it without `state.db-wal` lost the history before).
+    /// (a copy of it alone is whole).
     public func checkpointLog() throws(CurfewError) {
         try locked { connection throws(CurfewError) in
             let row = try connection.query("PRAGMA wal_checkpoint(TRUNCATE)").first

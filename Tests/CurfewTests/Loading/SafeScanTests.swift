@@ -64,17 +64,21 @@ extension ProcessTests {
         /// A scanner worker is forked by the scan's fork server. One that
         /// kills the server cannot leave the scan waiting, and as this test
         /// process is no subreaper (the worker ends itself on its parent's
-        /// death), how it ended is unknown: its whole answer stands, never
-        /// cached (it is never scanned again here, with this process its parent).
-        @Test func aPluginThatKillsTheForkServerIsAnsweredUncached() async throws {
+        /// death, maybe before it answers), how it ended is unknown: a whole
+        /// answer stands, else the verdict is "unknown"; neither is cached
+        /// (and the file is never scanned again with this process its parent).
+        @Test func aPluginThatKillsTheForkServerIsNeverCached() async throws {
             let plugins = try plugins(6)
             setenv("CURFEW_FIXTURE_SPARE", "\(getpid())", 1)
             defer { unsetenv("CURFEW_FIXTURE_SPARE") }
+            let unknown = "Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."
             for _ in 0..<2 {
                 let report = try await scan([plugins])
                 let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
-                #expect(reasons == [plugins + "/a-bad.so": "The plugin declined to load (its entry returned NULL)."])
-                #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
+                let bad = reasons[plugins + "/a-bad.so"]
+                #expect(bad == unknown || bad == "The plugin declined to load (its entry returned NULL).", "\(reasons)")
+                // Scanned beside it, the good file may have lost its server too.
+                #expect(report.scan.jobs.map(\.name) == ["sum-squares"] || reasons[plugins + "/b-good.so"] == unknown)
                 #expect(report.fromCache <= 1, "the good file only")
             }
         }
