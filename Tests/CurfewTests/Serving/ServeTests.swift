@@ -696,13 +696,27 @@ extension ProcessTests {
             defer { close(held) }
             // The host and its worker killed at once, as the OOM killer or a
             // kill of the tree would (a worker that sees its host go first
-            // ends what its job left): the worker stopped, so it cannot.
+            // ends what its job left). The host is stopped first so that it
+            // cannot answer its worker's death; a stopped worker would not
+            // do: once its parents die its process group is orphaned, and the
+            // kernel sends it SIGHUP and SIGCONT.
             let fields = try String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8).split(separator: ")").last?.split(separator: " ")
             let worker = try #require(fields.flatMap { $0.count > 1 ? pid_t($0[1]) : nil })
-            #expect(kill(worker, SIGSTOP) == 0)
-            kill(first.process.processIdentifier, SIGKILL)
-            await Fixtures.wait(for: first.process)
+            let host = first.process.processIdentifier
+            #expect(kill(host, SIGSTOP) == 0)
+            let stopping = ContinuousClock.now + .seconds(20)
+            func stopped() -> Bool {
+                let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(host)/task")) ?? []
+                return !threads.isEmpty && threads.allSatisfy { thread in
+                    let stat = (try? String(contentsOfFile: "/proc/\(host)/task/\(thread)/stat", encoding: .utf8)) ?? ""
+                    return stat.split(separator: ")").last?.hasPrefix(" T") ?? false
+                }
+            }
+            while !stopped() && ContinuousClock.now < stopping { try await Task.sleep(for: .milliseconds(1)) }
+            #expect(stopped())
             #expect(kill(worker, SIGKILL) == 0)
+            kill(host, SIGKILL)
+            await Fixtures.wait(for: first.process)
             let outlived = curfew_shim_pidfd_send_signal(held, 0)
             #expect(outlived == 0, "the stray outlived its host: errno \(errno), \((try? String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8)) ?? "gone")")
 
