@@ -20,14 +20,14 @@
  * Thread tags, used beside every hook and host function:
  * [loader]            Called once, on the thread that loads plugins, with no
  *                     other call into the plugin in flight.
- * [job-queue]         Called on one of the host's hook threads, serialised
- *                     with the same job's other [job-queue] hooks: `create`,
- *                     `chunk`, `expire` and `destroy` of one job never
- *                     overlap. Each call may come on a different thread. The
- *                     threads are as many as the cores and shared by every
- *                     job: a hook that blocks holds one, and the host starts
- *                     another for the other jobs only after about 10 ms, so
- *                     wait by returning CURFEW_CHUNK_AFTER_MS, not by sleeping.
+ * [job-queue]         Called on one of libdispatch's worker threads, on the
+ *                     job's serial queue: `create`, `chunk`, `expire` and
+ *                     `destroy` of one job never overlap. Each call may come
+ *                     on a different thread. The threads are as many as the
+ *                     cores and shared by every job: a hook that blocks holds
+ *                     one, and libdispatch adds another for the other jobs
+ *                     only after about a second, so wait by returning
+ *                     CURFEW_CHUNK_AFTER_MS, not by sleeping.
  * [expiration-queue]  Called on the job's expiration queue, concurrently with
  *                     any threads the job started itself (as on iOS), and
  *                     with `create` itself when the grant begins to expire

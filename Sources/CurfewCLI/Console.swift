@@ -179,7 +179,7 @@ final class Console: Sendable {
         // and say so once; SIGPIPE is ignored, so the host lives to clean up.
         let first = Self.closedDescriptors.withLock { $0.insert(descriptor).inserted }
         // Called off this thread: it may hold the live lock, and the handler may write.
-        if first, let handler = closedHandler.withLock({ $0 }) { DispatchQueue.global().async { handler(descriptor) } }
+        if first, let handler = closedHandler.withLock({ $0 }) { SerialQueue.host.async { handler(descriptor) } }
     }
 
     /// Writes all of `bytes`, retrying interrupted writes; the errno of a

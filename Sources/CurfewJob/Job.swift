@@ -100,7 +100,7 @@ extension BackgroundJob {
     public mutating func appEvent(_ event: AppEvent, context: JobContext) {}
 }
 
-/// A job whose work the host calls in chunks on its hook threads (as many as the cores, shared by every job).
+/// A job whose work the host calls in chunks on libdispatch's worker threads (as many as the cores, shared by every job).
 ///
 /// `init`, `chunk`, `expire` and `teardown` never run at the same time; no
 /// chunk runs once the grant is expiring, and `expire` comes right after an

@@ -599,34 +599,6 @@ int curfew_shim_set_timer_slack(unsigned long nanoseconds) {
     return prctl(PR_SET_TIMERSLACK, nanoseconds, 0, 0, 0) == 0 ? 0 : errno;
 }
 
-/* The kernel's struct sched_attr, as of its first version (48 bytes),
- * which every kernel since 3.14 takes. */
-struct curfew_sched_attr {
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime;
-    uint64_t sched_deadline;
-    uint64_t sched_period;
-};
-
-int curfew_shim_set_slice(uint64_t nanoseconds) {
-    struct curfew_sched_attr attr;
-    memset(&attr, 0, sizeof attr);
-    if (syscall(SYS_sched_getattr, 0, &attr, (unsigned)sizeof attr, 0) != 0) return errno;
-    if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) return EPERM;
-    attr.size = sizeof attr;
-    /* Only the flag this struct's version can carry back (a utilization
-     * clamp's flags would ask for fields it does not have). */
-    attr.sched_flags &= 0x01; /* SCHED_FLAG_RESET_ON_FORK, from <linux/sched.h> */
-    attr.sched_runtime = nanoseconds;
-    attr.sched_deadline = 0;
-    attr.sched_period = 0;
-    return syscall(SYS_sched_setattr, 0, &attr, 0) == 0 ? 0 : errno;
-}
-
 int curfew_shim_name_thread(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0) == 0 ? 0 : errno;
 }

@@ -27,12 +27,11 @@ public struct GrantObserver: Sendable {
 /// before its end, a hard deadline, and the background tasks that keep the
 /// job alive, each with its own expiration handler.
 ///
-/// Time is read from the manager's clock. Its timers are fired by the
-/// process's ``HookScheduler``: by an idle hook thread before it runs any
-/// hook, or by the scheduler's monitor when every hook thread is busy, so
-/// a blocked expiration handler cannot hold up the deadline; the handlers
-/// run on the grant's handler queue. With a ``ManualClock`` the timers
-/// fire inside `advance(by:)`.
+/// Time is read from the manager's clock. With ``MonotonicClock`` its
+/// timers fire on a queue of their own, apart from the hooks' workers, so a
+/// blocked expiration handler or a spinning chunk cannot hold up the
+/// deadline; the handlers run on the grant's handler queue. With a
+/// ``ManualClock`` the timers fire inside `advance(by:)`.
 ///
 /// - Important: A grant never calls plugin code from a timer and
 ///   expires at most once; after its deadline it never fires again.
@@ -380,7 +379,7 @@ public final class Grant: Sendable {
         guard !change.ids.isEmpty else { return }
         // Each open task's handler, in the order the tasks began, on the
         // handler queue; a task ended meanwhile (say, by an earlier handler) is skipped.
-        handlerQueue.enqueueUrgently {
+        handlerQueue.enqueue {
             for id in change.ids {
                 let handler = self.state.withLock { state in state.tasks[id]?.handler }
                 handler?(reason)

@@ -3,32 +3,27 @@ import Glibc
 import Synchronization
 
 /// Delivers a run's events to its handler, in the order they were posted,
-/// on one ``Lane`` of the ``HookScheduler``, so the handler never runs under
-/// the runner's locks and each job's `finished` is its last event.
-///
-/// A lane, not a Dispatch queue: the events run on the threads the jobs'
-/// hooks run on, behind any expiration due (an urgent lane goes first), and
-/// a worker starts no Dispatch thread for them. A handler that blocks (a
-/// full pipe) holds one thread; the scheduler's monitor adds another.
+/// on one ``SerialQueue``, so the handler never runs under the runner's
+/// locks and each job's `finished` is its last event. A handler that blocks
+/// (a full pipe) holds one of Dispatch's workers.
 ///
 /// Each event carries the instant it happened — when it was posted, or the
 /// instant a worker read off the shared monotonic clock — not the instant
 /// the handler got to it: a handler busy with one job's flood of output
 /// does not make another job's events late.
 ///
-/// Posting takes no lock of the scheduler's unless the channel is idle:
-/// events wait in a list of the channel's own, and one piece of work on the
-/// lane hands them to the handler in order, at most ``drainBatch`` at a
-/// time before it goes behind the other lanes' work. A burst of job ends
-/// (two events each) takes the scheduler's lock once a batch, not once an
-/// event.
+/// Posting enqueues nothing unless the channel is idle: events wait in a
+/// list of the channel's own, and one piece of work on the queue hands them
+/// to the handler in order, at most ``drainBatch`` at a time before it goes
+/// behind the other queues' work. A burst of job ends (two events each)
+/// costs one enqueue a batch, not one an event.
 ///
 /// The events waiting for the handler are bounded for those who read
 /// outside text (a worker's output and messages): they call
 /// ``waitForRoom()`` before reading more, so a flood is held up in the
 /// worker's pipe, not in the host's memory.
 final class EventChannel: Sendable {
-    private let lane = HookScheduler.shared.makeLane()
+    private let lane = SerialQueue(label: "curfew.events", target: SerialQueue.host)
     private let clock: any CurfewClock
     private let handler: @Sendable (RunEvent, CurfewInstant) -> Void
     /// Events posted and not yet taken by the lane's work, oldest first, and
@@ -126,7 +121,7 @@ final class EventChannel: Sendable {
             waiting.draining = waiting.head < waiting.events.count
             return waiting.draining
         }
-        if more { lane.enqueue { [self] in drain() } }
+        if more { lane.enqueueAfterOthers { [self] in drain() } }
     }
 
     /// Whether every event posted so far has been handed to the handler.

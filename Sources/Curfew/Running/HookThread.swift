@@ -34,9 +34,6 @@ public enum HookThread {
 
     private static let reportsCrashes = Atomic<Bool>(false)
 
-    /// Whether a crash in a hook is reported: then a hook thread gets an
-    /// alternate signal stack as it starts, for a hook that overflows its own.
-    static var reportsCrashesNow: Bool { reportsCrashes.load(ordering: .relaxed) }
 
     /// From now on, a hook that crashes the process first writes where it
     /// was (job, hook, chunks run) on `descriptor`: for workers, whose host
@@ -70,8 +67,10 @@ public enum HookThread {
         pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
         defer { pthread_setspecific(key, previous) }
         let reporting = reportsCrashes.load(ordering: .relaxed)
-        if reporting, let place = place() {
-            curfew_shim_crash_where(place.job, place.hook.rawValue, place.base, place.count)
+        if reporting {
+            // For a hook that overflows its stack: one per thread, kept.
+            _ = curfew_shim_give_thread_alt_stack()
+            if let place = place() { curfew_shim_crash_where(place.job, place.hook.rawValue, place.base, place.count) }
         }
         defer { if reporting { curfew_shim_crash_where(nil, 0, 0, nil) } }
         guard unblocksSignals.load(ordering: .relaxed) else { return body() }

@@ -89,9 +89,9 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let clock: any CurfewClock
     private let timeSliceNanoseconds: UInt64
     /// The job's hooks, one at a time: `create`, slices, `expire`, `destroy`.
-    private let queue: Lane
+    private let queue: SerialQueue
     /// Its tasks' expiration handlers (the grant's handler queue).
-    private let handlers: Lane
+    private let handlers: SerialQueue
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let control: Mutex<Control>
@@ -116,13 +116,13 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
-        appState: AppState = .background, scheduler: HookScheduler = .shared,
+        appState: AppState = .background, hooks: DispatchQueue = SerialQueue.hooks,
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.clock = manager.clock
+        queue = SerialQueue(label: "curfew.job", target: hooks)
+        handlers = SerialQueue(label: "curfew.job.handlers", target: hooks)
         self.timeSliceNanoseconds = UInt64(max(timeSlice.nanoseconds, 1))
-        self.queue = scheduler.makeLane()
-        self.handlers = scheduler.makeLane()
         self.events = events
         self.onFinish = onFinish
         self.checkpoints = checkpoints
@@ -425,7 +425,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // last task: destroy comes after it, so the two never overlap. The
         // job's thread does not wait for it: destroy is enqueued behind it.
         // (A job that began no task never had a handler enqueued: the grant,
-        // closed now, begins none, and its lock is the job's own, not the scheduler's.)
+        // closed now, begins none, and its lock is the job's own.)
         if grant.tasksBegun > 0 && handlers.isBusy {
             // Behind the job's own handler, not the host's threads: a wait
             // there is the job's, not the host's lateness.
@@ -569,11 +569,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         switch next {
         case .nothing: break
         case .slice: runSlice()
-        case .enqueueSlice: queue.enqueue { self.runSlice() }
+        case .enqueueSlice: queue.enqueueAfterOthers { self.runSlice() }
         case .expire: runExpire()
-        case .enqueueExpire: queue.enqueueUrgently { self.runExpire() }
+        case .enqueueExpire: queue.enqueue { self.runExpire() }
         case .destroy: runDestroy()
-        case .enqueueDestroy: queue.enqueue { self.runDestroy() }
+        case .enqueueDestroy: queue.enqueueAfterOthers { self.runDestroy() }
         case .delay(let nanoseconds):
             let timer = clock.schedule(at: clock.now().advanced(by: .nanoseconds(nanoseconds))) {
                 self.queue.enqueue { self.delayFired() }

@@ -39,8 +39,9 @@ public struct RunConfiguration: Sendable {
     /// What each job's chunks were last seen to take, by job name: the
     /// runner's first predictions (read from the state store when it has one).
     var estimates: [String: ChunkEstimate] = [:]
-    /// Where in-process jobs' hooks run (tests give a runner one of its own).
-    var scheduler = HookScheduler.shared
+    /// Where in-process jobs' hooks run: a serial queue makes every job's
+    /// hooks share one thread (tests of a host short of threads).
+    var hooks: DispatchQueue = SerialQueue.hooks
 
     /// The processors this process may run on: its CPU affinity (`taskset`,
     /// a container's cpuset), not every processor the machine has online,

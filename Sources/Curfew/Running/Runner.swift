@@ -51,7 +51,7 @@ public final class Runner: Sendable {
     /// worker's word frees a slot: not on the thread that read the word,
     /// which is that worker's only reader and may have to write the next
     /// job's `run` to it.
-    private let admissions: Lane?
+    private let admissions: SerialQueue?
 
     /// - Parameters:
     ///   - jobs: The jobs to run, in the order they start.
@@ -102,7 +102,7 @@ public final class Runner: Sendable {
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
                 jobs: jobs)
         }
-        admissions = configuration.isolation == .plugin ? HookScheduler.shared.makeLane() : nil
+        admissions = configuration.isolation == .plugin ? SerialQueue(label: "curfew.admissions", target: SerialQueue.host) : nil
         self.state = Mutex(State(
             results: Array(repeating: nil, count: jobs.count), unfinished: jobs.count, appState: configuration.appState))
     }
@@ -269,7 +269,7 @@ public final class Runner: Sendable {
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, checkpoints: configuration.checkpoints,
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
-                                scheduler: configuration.scheduler, onFinish: onFinish)
+                                hooks: configuration.hooks, onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
                                 job: jobs[index], configuration: configuration, workers: workers!, events: events,

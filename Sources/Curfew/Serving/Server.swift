@@ -59,7 +59,7 @@ public final class Server: @unchecked Sendable {
     public let options: Options
     /// The host's app state: every run hears its events (`ctl foreground|background`).
     public let lifecycle: AppLifecycle
-    private let queue = DispatchQueue(label: "curfew.serve")
+    private let queue = DispatchQueue(label: "curfew.serve", target: SerialQueue.host)
     private let onEvent: @Sendable (RunEvent, CurfewInstant) -> Void
     private let onNotice: @Sendable (Notice) -> Void
 

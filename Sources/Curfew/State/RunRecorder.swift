@@ -21,7 +21,7 @@ final class RunRecorder: Sendable {
     private let state = Mutex(State())
     /// A job's start row is written here, in order before its end: a job
     /// never waits to start for a store another process holds.
-    private let writes = DispatchQueue(label: "curfew.history")
+    private let writes = DispatchQueue(label: "curfew.history", target: SerialQueue.host)
 
     init(store: StateStore, isolation: Isolation) {
         self.store = store

@@ -3,7 +3,7 @@ import Glibc
 /// The CPU bandwidth this process's control group allows: what a container's
 /// CPU limit (Kubernetes' `resources.limits.cpu`) or systemd's `CPUQuota=`
 /// sets. Its CPU affinity can still show every processor of the machine, and
-/// sizing `--jobs` and the hook threads by those would have the kernel
+/// sizing `--jobs` by those would have the kernel
 /// throttle the process for most of every period.
 ///
 /// Read from cgroup v2's `cpu.max` and cgroup v1's `cpu.cfs_quota_us` and

@@ -108,16 +108,6 @@ int curfew_shim_die_with_parent(int parent);
  * waits (50 µs by default). 0, or errno. */
 int curfew_shim_set_timer_slack(unsigned long nanoseconds);
 
-/* Sets the calling thread's scheduler slice: sched_setattr's
- * sched_runtime, which Linux 6.12 and later read as a SCHED_OTHER or
- * SCHED_BATCH thread's EEVDF slice (0.1 to 100 ms; 0: the default). Its
- * policy, nice value and reset-on-fork flag are kept; a real-time,
- * deadline or idle thread is left alone (EPERM). On 6.12 and later the
- * kernel takes the thread off its run queue and puts it back even when
- * the slice does not change; a kernel before 6.12 ignores the field and,
- * with nothing else to change, returns at once. 0, or errno. */
-int curfew_shim_set_slice(uint64_t nanoseconds);
-
 /* Names the calling thread (PR_SET_NAME; 15 bytes are kept), as `ps -L`,
  * `top -H` and `perf` show it. 0, or errno. */
 int curfew_shim_name_thread(const char *name);

@@ -54,22 +54,20 @@ extension ProcessTests {
             #expect(kill(server, 0) == -1 && errno == ESRCH, "closed and reaped")
         }
 
-        /// The thread that reads a worker's first `run` runs the job's
-        /// `create` and first chunk itself (a wake of a hook thread cost a
-        /// job a third of a millisecond on a busy machine), and a thread
-        /// started then reads the channel: in a worker of its own, and in a
-        /// plugin's, whose later jobs run on whichever hook thread is free.
+        /// Every hook runs on a worker thread of libdispatch, on its job's
+        /// serial queue, as the design says: in process, in a worker of the
+        /// job's own (forked or spawned) and in a plugin's. Before, on threads
+        /// of a pool of the host's own, and a worker's first job on its main
+        /// thread.
         @Test(arguments: [
-            (Isolation.job, ["main-thread", "main-thread-2"], true),
-            (Isolation.job, ["main-thread", "main-thread-2"], false),
-            (Isolation.plugin, ["main-thread"], true),
-            (Isolation.plugin, ["main-thread", "main-thread-2"], true),
-            (Isolation.plugin, ["main-thread", "main-thread-2"], false),
+            (Isolation.none, ["where", "where-2"], true),
+            (Isolation.job, ["where", "where-2"], true),
+            (Isolation.job, ["where", "where-2"], false),
+            (Isolation.plugin, ["where", "where-2"], true),
+            (Isolation.plugin, ["where", "where-2"], false),
         ])
-        func aWorkersFirstJobRunsItsFirstWorkOnTheMainThread(
-            isolation: Isolation, names: [String], forking: Bool
-        ) async throws {
-            let plugin = try Fixtures.compile("main_thread_job.c")
+        func everyHookRunsOnADispatchWorker(isolation: Isolation, names: [String], forking: Bool) async throws {
+            let plugin = try Fixtures.compile("dispatch_jobs.c")
             var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
@@ -81,12 +79,11 @@ extension ProcessTests {
             })
             let results = await runner.run()
             #expect(results.map(\.outcome) == Array(repeating: .completed, count: names.count))
-            // Each job's worker's first: every job's in a worker of its own, the first one's in a plugin's.
-            let firsts = isolation == .job ? names : [names[0]]
-            for name in firsts {
-                #expect(lines.withLock { $0[name] } == ["create on the main thread", "chunk on the main thread"], "\(name)")
+            for name in names {
+                #expect(lines.withLock { $0[name] } == [
+                    "create on curfew.job, under libdispatch", "chunk on curfew.job, under libdispatch",
+                ], "\(name)")
             }
-            #expect(lines.withLock { $0.count } == names.count, "every job logged")
         }
 
         @Test(arguments: [true, false])

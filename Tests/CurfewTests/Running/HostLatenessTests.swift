@@ -7,7 +7,7 @@ import Testing
 /// A hook the host had no thread for at the hard deadline is said to be
 /// waiting, with the host's lateness, never "still running"; a job whose
 /// hooks all returned and whose `destroy` waited is not charged for it.
-/// On a stepped clock, with one scheduler thread that `blocker` holds.
+/// On a stepped clock, with one hook thread that `blocker` holds.
 @Suite(.serialized, .timeLimit(.minutes(1))) struct HostLatenessTests {
     let clock = ManualClock()
     let path: String
@@ -21,14 +21,14 @@ import Testing
     }
 
     /// One thread that both runners' hooks share.
-    let scheduler = HookScheduler(threads: 1, maximumThreads: 1, stall: .seconds(3600))
+    let hooks = DispatchQueue(label: "one thread")
 
     /// A runner of the fixture's job `name` on the shared thread, started.
     func start(_ name: String, budget: Duration, parameters: [String: String] = [:]) throws -> (EventLog, Task<JobResult?, Never>) {
         let jobs = try PluginLoader().load(path).jobs.filter { $0.name == name }
         var configuration = RunConfiguration(
             policy: GrantPolicy(budget: budget, grace: .seconds(2)), maxConcurrentJobs: 1, parameters: parameters)
-        configuration.scheduler = scheduler
+        configuration.hooks = hooks
         let events = EventLog()
         let runner = Runner(jobs: jobs, configuration: configuration, clock: clock) { events.record($0) }
         return (events, Task { await runner.run().first })

@@ -59,7 +59,7 @@ final class WorkerProcess: @unchecked Sendable {
         forked = nil
         exitPipe = []
         let (out, err) = (worker.out, worker.err)
-        KeptThreads.supervisors.run { self.supervise(out: out, err: err) }
+        Thread.detach { self.supervise(out: out, err: err) }
     }
 
     /// A worker the fork server forked (and reaps); `exitPipe` is this one's own.
@@ -83,7 +83,7 @@ final class WorkerProcess: @unchecked Sendable {
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
-        KeptThreads.supervisors.run { self.supervise(out: out, err: err) }
+        Thread.detach { self.supervise(out: out, err: err) }
     }
 
     /// After the worker exits, how long its streams may stay silent before

@@ -85,10 +85,8 @@ public enum IsolationWorker {
 
     /// Runs the worker on the calling thread (the process's first) and
     /// returns its exit status. Synchronous: a scanner starts no thread at
-    /// all. The thread reads the channel up to the first `run`, then becomes
-    /// one of the hook threads and runs the job's `create` and first chunk
-    /// itself, while a thread started then reads the channel. A job's
-    /// runner starts only the other threads its job needs.
+    /// all. The thread reads the channel for good; the jobs' hooks run on
+    /// libdispatch's workers.
     public static func main() -> Int32 {
         var none = sigset_t()
         sigemptyset(&none)
@@ -128,18 +126,8 @@ public enum IsolationWorker {
             host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
             _exit(1)
         }
-        // This thread runs the first job's first work itself, and a thread of
-        // its own reads the channel from then on, so the job does not wait for
-        // a hook thread to be woken (see `HookScheduler.adoptCurrentThread`).
-        let adopted = HookScheduler.shared.adoptCurrentThread {
-            host.start(first)
-            guard Thread.detach({ read(messages, for: host) }) else { return false }
-            // The job's code runs on this thread now: it starts with a slice
-            // of its own, not what is left of the one its wake began.
-            Thread.takeFreshSlice()
-            return true
-        }
-        if adopted { while true { pause() } }  // it left the hook threads; the process lives on
+        // The job's hooks run on Dispatch's workers; this thread reads the channel.
+        host.start(first)
         read(messages, for: host)
     }
 

@@ -27,7 +27,7 @@ final class WorkerHost: Sendable {
     static let statusInterval: Duration = .milliseconds(100)
     /// Where the status is sent from: a timer only enqueues it here, since
     /// a write on the channel may block and a timer's work must not.
-    private let statusLane = HookScheduler.shared.makeLane()
+    private let statusLane = SerialQueue(label: "curfew.worker.status", target: SerialQueue.host)
 
     private let writer: ChannelWriter
     private let state = Mutex(State())
@@ -162,8 +162,7 @@ final class WorkerHost: Sendable {
     }
 
     /// Sends, every ``statusInterval``, each job's chunk count if it changed,
-    /// for the rest of the process's life. A timer of the hook threads, not
-    /// a Dispatch source: a worker starts no Dispatch thread for it.
+    /// for the rest of the process's life.
     private func startStatusTimer() {
         let clock = MonotonicClock()
         _ = clock.schedule(at: clock.now().advanced(by: Self.statusInterval)) { [self] in
@@ -214,7 +213,7 @@ final class WorkerHost: Sendable {
         checkpoints.hostGone()
         runners.forEach { $0.expireRunning(.shutdown) }
         closed()
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) {
+        SerialQueue.host.asyncAfter(deadline: .now() + .seconds(Int(GrantPolicy.defaultGrace.seconds) + 1)) {
             Self.leave()
         }
     }

@@ -1,0 +1,97 @@
+import Dispatch
+import Foundation
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+/// The monotonic clock's timers (libdispatch timer sources): in deadline
+/// order, never inside the call that arms them, never after a cancel, and
+/// on time while every hook worker spins.
+@Suite(.timeLimit(.minutes(1))) struct MonotonicClockTests {
+    let clock = MonotonicClock()
+
+    func waited(_ semaphore: DispatchSemaphore) -> Bool {
+        semaphore.wait(timeout: .now() + 20) == .success
+    }
+
+    @Test func timersFireInDeadlineOrder() {
+        let order = Mutex<[Int]>([])
+        let done = DispatchSemaphore(value: 0)
+        let start = clock.now()
+        // Armed latest first, 2 ms apart.
+        let timers = (0..<20).reversed().map { index in
+            clock.schedule(at: start.advanced(by: .milliseconds(20 + 2 * index))) {
+                let count = order.withLock { $0.append(index); return $0.count }
+                if count == 20 { done.signal() }
+            }
+        }
+        #expect(waited(done))
+        #expect(order.withLock { $0 } == Array(0..<20))
+        _ = timers
+    }
+
+    @Test func aTimerDueAlreadyFiresButNeverInsideTheCall() {
+        let arming = pthread_self()
+        let firedOn = Atomic<UInt>(0)
+        let done = DispatchSemaphore(value: 0)
+        let timer = clock.schedule(at: CurfewInstant(nanoseconds: 0)) {
+            firedOn.store(pthread_self(), ordering: .relaxed)
+            done.signal()
+        }
+        #expect(waited(done))
+        let thread = firedOn.load(ordering: .relaxed)
+        #expect(thread != 0 && thread != arming, "on a thread of the clock's, not the caller's")
+        timer.cancel()  // after it fired: harmless
+    }
+
+    @Test func aCancelledTimerNeverFiresAndLetsGoOfWhatItHeld() {
+        final class Held: Sendable {}
+        weak var watched: Held?
+        let fired = Atomic<Int>(0)
+        let timers: [any CurfewTimer] = (0..<100).map { index in
+            let held = Held()
+            if index == 0 { watched = held }
+            return clock.schedule(at: clock.now().advanced(by: .milliseconds(30))) {
+                _ = held
+                fired.add(1, ordering: .relaxed)
+            }
+        }
+        for timer in timers { timer.cancel() }
+        #expect(watched == nil, "its captures went at the cancel")
+        // A later timer fires: the cancelled ones, due before it, never did.
+        let later = DispatchSemaphore(value: 0)
+        let last = clock.schedule(at: clock.now().advanced(by: .milliseconds(60))) { later.signal() }
+        #expect(waited(later))
+        #expect(fired.load(ordering: .relaxed) == 0)
+        _ = last
+    }
+
+    /// Chunks that spin hold every one of libdispatch's hook workers; a
+    /// grant's deadline must still be met. Before (the timers' work on the
+    /// hooks' own queue), it waited until a spinner stopped.
+    @Test func aTimerFiresWhileEveryHookWorkerSpins() {
+        let fired = Atomic<Bool>(false)
+        let spinners = max(4, 2 * RunConfiguration.activeProcessorCount)
+        let started = Atomic<Int>(0)
+        for index in 0..<spinners {
+            SerialQueue(label: "spinner \(index)").enqueue {
+                started.add(1, ordering: .relaxed)
+                let give = ContinuousClock.now + .seconds(20)
+                while !fired.load(ordering: .relaxed) && ContinuousClock.now < give {}
+            }
+        }
+        let give = ContinuousClock.now + .seconds(20)
+        while started.load(ordering: .relaxed) == 0 && ContinuousClock.now < give { usleep(1000) }
+        let done = DispatchSemaphore(value: 0)
+        let deadline = clock.now().advanced(by: .milliseconds(10))
+        let timer = clock.schedule(at: deadline) {
+            fired.store(true, ordering: .relaxed)
+            done.signal()
+        }
+        #expect(waited(done))
+        let firedAt = clock.now()
+        #expect(deadline.duration(to: firedAt) < .seconds(10), "it fired while the spinners spun, not after")
+        _ = timer
+    }
+}
