@@ -8,6 +8,8 @@ enum FuzzTarget: String, CaseIterable {
     case json
     /// The decoder of a worker's messages.
     case workerMessage = "worker-message"
+    /// The decoder of the host's messages to a worker; what decodes encodes back to itself.
+    case hostMessage = "host-message"
     /// A foreign-job manifest, read and bound to the C library's functions.
     case manifest
     /// The size and duration parsers of the command line.
@@ -24,6 +26,10 @@ enum FuzzTarget: String, CaseIterable {
             _ = try? JSONReader.parse(bytes)
         case .workerMessage:
             _ = try? WorkerMessage.decode(bytes)
+        case .hostMessage:
+            if let message = try? HostMessage.decode(bytes), (try? HostMessage.decode(Array(message.line.utf8))) != message {
+                fatalError("a host message does not read back as itself")
+            }
         case .manifest:
             // The manifest's own library would be `fuzz.so` beside it (absent):
             // the corpus names the C library with "system-library".

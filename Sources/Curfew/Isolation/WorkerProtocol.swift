@@ -1,9 +1,9 @@
 import Glibc
+import CurfewFormats
 
-/// The messages between the host and a worker: JSON Lines over a socket.
-/// Version 1; every message has a `type`, the first a `protocol` as well.
+/// The messages between the host and a worker: JSON Lines over a socket,
+/// ``HostMessage`` one way and ``WorkerMessage`` the other.
 enum WorkerProtocol {
-    static let version: Int64 = 1
     /// The hidden first argument that starts `curfew` as a worker.
     public static let workerArgument = "__worker"
     /// The longest message either side sends, newline excluded: 16 MiB and
@@ -161,5 +161,67 @@ struct LineBuffer {
     mutating func flush() -> String? {
         defer { pending.removeAll() }
         return pending.isEmpty ? nil : String(decoding: pending, as: UTF8.self)
+    }
+}
+
+// The channel's words for the host's types: the same raw values, checked
+// at compile time by the switches, so neither side can drift.
+extension AppState {
+    init(_ name: HostMessage.AppStateName) {
+        switch name {
+        case .active: self = .active
+        case .inactive: self = .inactive
+        case .background: self = .background
+        }
+    }
+
+    var name: HostMessage.AppStateName {
+        switch self {
+        case .active: .active
+        case .inactive: .inactive
+        case .background: .background
+        }
+    }
+}
+
+extension AppEvent {
+    init(_ name: HostMessage.AppEventName) {
+        switch name {
+        case .launch: self = .launch
+        case .willEnterForeground: self = .willEnterForeground
+        case .didBecomeActive: self = .didBecomeActive
+        case .willResignActive: self = .willResignActive
+        case .didEnterBackground: self = .didEnterBackground
+        case .willTerminate: self = .willTerminate
+        }
+    }
+
+    var name: HostMessage.AppEventName {
+        switch self {
+        case .launch: .launch
+        case .willEnterForeground: .willEnterForeground
+        case .didBecomeActive: .didBecomeActive
+        case .willResignActive: .willResignActive
+        case .didEnterBackground: .didEnterBackground
+        case .willTerminate: .willTerminate
+        }
+    }
+}
+
+extension ExpirationReason {
+    init(_ name: HostMessage.ExpireReason) {
+        switch name {
+        case .timeout: self = .timeout
+        case .shutdown: self = .shutdown
+        case .cancelled: self = .cancelled
+        }
+    }
+
+    var name: HostMessage.ExpireReason {
+        switch self {
+        case .timeout: .timeout
+        case .shutdown: .shutdown
+        case .cancelled: .cancelled
+        }
     }
 }

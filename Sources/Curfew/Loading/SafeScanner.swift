@@ -487,10 +487,8 @@ public struct SafeScanner: Sendable {
     }
 
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).
-    static func serve(_ message: JSONValue, channel: Int32) -> Int32 {
-        guard case .array(let values)? = message["files"] else { return 2 }
-        for value in values {
-            guard let file = value.stringValue else { continue }
+    static func serve(_ files: [String], channel: Int32) -> Int32 {
+        for file in files {
             var scanning = JSONLine("type", "scanning")
             scanning.add("file", file)
             WorkerProtocol.send(scanning.text, to: channel)

@@ -355,10 +355,7 @@ struct ScannerLines: ScannerReply {
 
     /// The request that asks a scanner about `file`.
     static func request(_ file: String) -> String {
-        var message = JSONLine("type", "scan")
-        message.add("protocol", WorkerProtocol.version)
-        message.add("files", [file])
-        return message.text
+        HostMessage.scan(files: [file]).line
     }
 
     mutating func read(_ bytes: UnsafeRawBufferPointer) -> [ScanEvent] {

@@ -33,11 +33,8 @@ package enum WorkerMessage: Equatable, Sendable {
         package let total: Int64
     }
 
-    /// Why a line is no message: said in a few words, quoting at most a
-    /// little of what the worker sent.
-    package struct Invalid: Error, Equatable {
-        package let reason: String
-    }
+    /// Why a line is no message.
+    package typealias Invalid = MessageInvalid
 
     /// The log levels a worker may name.
     package static let levels: Set<String> = ["debug", "info", "warning", "error"]
@@ -58,25 +55,13 @@ package enum WorkerMessage: Equatable, Sendable {
 
     /// The message on one line of a worker's channel.
     package static func decode(_ line: [UInt8]) throws(Invalid) -> WorkerMessage {
-        let value: JSONValue
-        do throws(JSONSyntaxError) {
-            value = try JSONReader.parse(line)
-        } catch {
-            throw Invalid(reason: "not JSON (\(error.message) at column \(error.column))")
-        }
-        guard case .object(let members) = value else { throw Invalid(reason: "\(value.kind), not an object") }
-        var fields: [String: JSONValue] = [:]
-        for member in members { fields[member.key] = member.value }
-        let reader = Fields(fields: fields)
+        let reader = try MessageFields.object(line)
         let type = try reader.string("type")
         if type == "error" {
             try reader.only(["type", "message"])
             return .error(message: try reader.string("message"))
         }
-        let job = try reader.string("job")
-        guard !job.isEmpty, job.utf8.count <= maximumJobNameBytes else {
-            throw Invalid(reason: "\"job\" must name a job in 1 to \(maximumJobNameBytes) bytes")
-        }
+        let job = try reader.jobName()
         let time = try reader.optionalTime()
         switch type {
         case "log":
@@ -102,9 +87,9 @@ package enum WorkerMessage: Equatable, Sendable {
             }
             let chunks = try reader.count("chunks")
             var progress: Progress?
-            switch (fields["completed"], fields["total"]) {
-            case (nil, nil): break
-            case (.some, .some): progress = Progress(completed: try reader.integer("completed"), total: try reader.integer("total"))
+            switch (reader.has("completed"), reader.has("total")) {
+            case (false, false): break
+            case (true, true): progress = Progress(completed: try reader.integer("completed"), total: try reader.integer("total"))
             default: throw Invalid(reason: "\"completed\" without \"total\", or the other way round")
             }
             return .finished(job: job, time: time, outcome: outcome, reason: reason, chunks: chunks, progress: progress)
@@ -152,48 +137,6 @@ package enum WorkerMessage: Equatable, Sendable {
         let scalars = text.unicodeScalars
         let shown = scalars.count > 64 ? String(String.UnicodeScalarView(scalars.prefix(64))) + "…" : text
         return "'" + shown.unicodeScalars.map { $0.isASCII && $0.value >= 0x20 && $0.value != 0x7F ? String($0) : $0.escaped(asASCII: true) }.joined() + "'"
-    }
-
-    /// Typed access to a message's fields, each failure said in words.
-    private struct Fields {
-        let fields: [String: JSONValue]
-
-        func has(_ key: String) -> Bool { fields[key] != nil }
-
-        func only(_ allowed: Set<String>) throws(Invalid) {
-            if let unknown = fields.keys.first(where: { !allowed.contains($0) }) {
-                throw Invalid(reason: "unknown field \(WorkerMessage.quoted(unknown))")
-            }
-        }
-
-        func string(_ key: String) throws(Invalid) -> String {
-            guard let value = fields[key] else { throw Invalid(reason: "no \"\(key)\"") }
-            guard case .string(let text) = value else { throw Invalid(reason: "\"\(key)\" is \(value.kind), not a string") }
-            return text
-        }
-
-        func integer(_ key: String) throws(Invalid) -> Int64 {
-            guard let value = fields[key] else { throw Invalid(reason: "no \"\(key)\"") }
-            guard case .number(let text) = value, let number = Int64(text) else {
-                throw Invalid(reason: "\"\(key)\" is not a 64-bit integer")
-            }
-            return number
-        }
-
-        /// A count of chunks: a 64-bit integer, not negative.
-        func count(_ key: String) throws(Invalid) -> UInt64 {
-            let count = try integer(key)
-            guard count >= 0 else { throw Invalid(reason: key == "chunks" ? "a negative chunk count (\(count))" : "a negative \"\(key)\" (\(count))") }
-            return UInt64(count)
-        }
-
-        /// `t`, the worker's reading of the monotonic clock in nanoseconds, if given.
-        func optionalTime() throws(Invalid) -> UInt64? {
-            guard fields["t"] != nil else { return nil }
-            let time = try integer("t")
-            guard time >= 0 else { throw Invalid(reason: "a negative time (\(time))") }
-            return UInt64(time)
-        }
     }
 }
 

@@ -62,17 +62,19 @@ import Testing
         defer { pair.forEach { close($0) } }
         let host = WorkerHost(channel: pair[0], endsLeftovers: false)
         let deadline = MonotonicClock().now().advanced(by: .seconds(30)).nanoseconds
-        let checkpoint = Base64.encode([UInt8](repeating: 7, count: 4096))
-        let run = """
-            {"type":"run","protocol":\(WorkerProtocol.version),"plugin":"\(plugin)","job":"count","index":\(job.index),\
-            "deadline":\(deadline),"lead":1,"app":"background","state":true,"checkpoint":"\(checkpoint)",\
-            "continuous":false,"last":false,"parameters":{"limit":"3"},"limits":{"memory":0,"cpu":0,"files":0}}
-            """
-        host.start(try JSONReader.parse(Array(run.utf8)))
-        let messages = MessageReader(descriptor: pair[1])
+        host.start(HostMessage.Run(
+            plugin: plugin, job: "count", index: job.index, deadline: deadline, leadNanoseconds: 1_000_000_000, app: .background,
+            keepsState: true, checkpoint: [UInt8](repeating: 7, count: 4096), estimate: nil, continuous: false, last: false,
+            parameters: ["limit": "3"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
+        var lines = LineBuffer()
         var outcome: String?
-        while outcome == nil, let message = messages.next() {
-            if message["type"]?.stringValue == "finished" { outcome = message["outcome"]?.stringValue }
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while outcome == nil {
+            let count = chunk.withUnsafeMutableBytes { read(pair[1], $0.baseAddress, $0.count) }
+            guard count > 0 else { break }
+            for line in chunk.withUnsafeBytes({ lines.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }) {
+                if case .finished(_, _, let ended, _, _, _)? = try? WorkerMessage.decode(Array(line.utf8)) { outcome = ended }
+            }
         }
         #expect(outcome == "completed")
         var kept = (host.keptJobCount, host.checkpoints.heldCount)
@@ -95,7 +97,7 @@ import Testing
         let (worker, host) = (pair[0], pair[1])
         let reader = MessageReader(descriptor: worker)
         let tid = Mutex<pid_t>(0)
-        let got = Mutex<JSONValue?>(nil)
+        let got = Mutex<Result<HostMessage, MessageInvalid>?>(nil)
         let done = DispatchSemaphore(value: 0)
         try #require(Curfew.Thread.detach {
             tid.withLock { $0 = threadID() }
@@ -130,6 +132,6 @@ import Testing
         let closing = Array("{\"type\":\"close\"}\n".utf8)
         try #require(closing.withUnsafeBytes { write(host, $0.baseAddress, $0.count) } == closing.count)
         try #require(done.wait(timeout: .now() + 10) == .success)
-        #expect(got.withLock { $0?["type"]?.stringValue } == "close")
+        #expect(got.withLock { $0 } == .success(.close))
     }
 }

@@ -139,7 +139,7 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// No more jobs will come: the worker exits once its jobs have ended.
     func close() {
-        send(#"{"type":"close"}"#)
+        send(HostMessage.close.line)
     }
 
     private func supervise(out: Int32, err: Int32) {

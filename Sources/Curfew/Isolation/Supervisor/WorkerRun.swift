@@ -139,10 +139,6 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     func appEvent(_ event: AppEvent, state: AppState, deadline _: CurfewInstant?) {
         let now = clock.now()
-        var message = JSONLine("type", "app")
-        message.add("job", job.name)
-        message.add("event", event.rawValue)
-        message.add("state", state.rawValue)
         let (rearm, stopped, ready) = control.withLock { c -> (CurfewInstant?, [any CurfewTimer], Bool) in
             guard !c.finished else { return (nil, [], false) }
             let wasRunning = c.appState.runsGrantClocks
@@ -161,12 +157,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                     c.deadline = nil
                 }
             }
-            if let rearm { message.add("deadline", Int64(clamping: rearm.nanoseconds)) }
-            if !c.channelReady { c.unsent.append(message.text) }
+            if !c.channelReady {
+                c.unsent.append(HostMessage.app(job: job.name, event: event.name, state: state.name, deadline: rearm?.nanoseconds).line)
+            }
             return (rearm, stopped, c.channelReady)
         }
         stopped.forEach { $0.cancel() }
-        if ready { process?.send(message.text) }
+        if ready { process?.send(HostMessage.app(job: job.name, event: event.name, state: state.name, deadline: rearm?.nanoseconds).line) }
         if let rearm { armGrant(rearm) }
     }
 
@@ -201,71 +198,50 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     /// The run message; `checkpoint` is the job's, as ``start()`` read it.
     private func runMessage(deadline: CurfewInstant?, appState: AppState, checkpoint: [UInt8]?) -> String {
-        var message = JSONLine("type", "run")
-        message.add("protocol", WorkerProtocol.version)
-        message.add("plugin", job.loadPath)
-        message.add("job", job.name)
-        // Where the scan found it: the worker checks that entry, not the whole plugin again.
-        message.add("index", Int64(job.index))
-        // The deadline itself, on the clock both processes read: the worker's
-        // grant ends when the host's does, whenever the worker gets to start it.
-        if let deadline {
-            message.add("deadline", Int64(clamping: deadline.nanoseconds))
-        } else {
-            message.addRaw("deadline", "null")
-        }
-        message.add("lead", (job.isContinuous ? policy.shutdownLead : policy.lead).seconds)
-        // In the foreground the worker's grant waits for an `app` message with its deadline.
-        message.add("app", appState.rawValue)
-        // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
-        message.addRaw("state", configuration.checkpoints == nil ? "false" : "true")
-        if let checkpoint { message.add("checkpoint", Base64.encode(checkpoint)) }
-        if let estimate = configuration.estimates[job.name] {
-            message.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
-        }
-        message.addRaw("continuous", job.isContinuous ? "true" : "false")
-        // With one job per worker, the worker exits when this job ends.
-        message.addRaw("last", endsWithItsWorker ? "true" : "false")
-        message.addRaw(
-            "parameters",
-            "{" + configuration.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
-                .joined(separator: ",") + "}")
         let limits = configuration.limits
-        message.addRaw(
-            "limits",
-            "{\"memory\":\(limits.memoryBytes ?? 0),\"cpu\":\(limits.cpuSeconds ?? 0),\"files\":\(limits.openFiles ?? 0)}")
-        return message.text
+        let estimate = configuration.estimates[job.name]
+        return HostMessage.run(HostMessage.Run(
+            plugin: job.loadPath, job: job.name,
+            // Where the scan found it: the worker checks that entry, not the whole plugin again.
+            index: job.index,
+            // The deadline itself, on the clock both processes read: the worker's
+            // grant ends when the host's does, whenever the worker gets to start it.
+            deadline: deadline?.nanoseconds,
+            leadNanoseconds: (job.isContinuous ? policy.shutdownLead : policy.lead).nanoseconds,
+            // In the foreground the worker's grant waits for an `app` message with its deadline.
+            app: appState.name,
+            // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
+            keepsState: configuration.checkpoints != nil, checkpoint: checkpoint,
+            estimate: estimate.map { HostMessage.Estimate(mean: $0.mean, deviation: $0.deviation, samples: $0.samples) },
+            continuous: job.isContinuous,
+            // With one job per worker, the worker exits when this job ends.
+            last: endsWithItsWorker, parameters: configuration.parameters,
+            limits: HostMessage.Limits(
+                memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0))
+        ).line
     }
 
     /// Saves a checkpoint the job sent and answers the worker, which waits
     /// for the answer: the save is durable when the job hears "ok".
     private func saveCheckpoint(id: UInt64, data: [UInt8]) {
-        var status = "ok"
+        var status = HostMessage.SaveStatus.ok
         var problem = ""
         if control.withLock({ $0.finished || $0.reported != nil }) {
-            (status, problem) = ("unavailable", "the job is over")
+            (status, problem) = (.unavailable, "the job is over")
         } else if let checkpoints = configuration.checkpoints {
             do throws(CurfewError) {
                 try checkpoints.saveCheckpoint(job.stateKey, bytes: data)
             } catch {
-                (status, problem) = (error.code == .checkpointTooLarge ? "too-large" : "unavailable", error.description)
+                (status, problem) = (error.code == .checkpointTooLarge ? .tooLarge : .unavailable, error.description)
             }
         } else {
-            (status, problem) = ("unavailable", "this host keeps no state (run it with a state folder)")
+            (status, problem) = (.unavailable, "this host keeps no state (run it with a state folder)")
         }
-        var message = JSONLine("type", "checkpoint-saved")
-        message.add("job", job.name)
-        message.add("id", Int64(clamping: id))
-        message.add("status", status)
-        if !problem.isEmpty { message.add("message", problem) }
-        process?.send(message.text)
+        process?.send(HostMessage.checkpointSaved(job: job.name, id: id, status: status, message: problem).line)
     }
 
     private func expireMessage(_ reason: ExpirationReason) -> String {
-        var message = JSONLine("type", "expire")
-        message.add("job", job.name)
-        message.add("reason", reason.rawValue)
-        return message.text
+        HostMessage.expire(job: job.name, reason: reason.name).line
     }
 
     /// Arms a timer, kept until the job finishes; with `grantEnding`, one of

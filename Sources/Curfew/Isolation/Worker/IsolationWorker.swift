@@ -61,11 +61,11 @@ public enum IsolationWorker {
     /// runner's types), so each fork inherits it. Starts no thread: the server
     /// serves only while it has one (and the thread it forks from).
     static func warmUp() {
-        let sample = #"{"type":"run","protocol":1,"plugin":"/p.so","job":"j","deadline":1,"lead":5,"continuous":false,"last":true,"parameters":{"k":"v"},"limits":{"memory":0,"cpu":0,"files":0},"paths":["/p.so"]}"#
-        guard let run = try? JSONReader.parse(Array(sample.utf8)) else { return }
-        _ = run["limits"]?["memory"]?.integerValue
-        _ = run["lead"]?.numberValue
-        if case .array(let paths)? = run["paths"] { _ = paths.first?.stringValue }
+        let sample = HostMessage.run(HostMessage.Run(
+            plugin: "/p.so", job: "j", index: 0, deadline: 1, leadNanoseconds: 5, app: .background, keepsState: true,
+            checkpoint: [1], estimate: HostMessage.Estimate(mean: 1, deviation: 1, samples: 1), continuous: false, last: true,
+            parameters: ["k": "v"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
+        _ = try? HostMessage.decode(Array(sample.line.utf8))
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
@@ -101,29 +101,29 @@ public enum IsolationWorker {
         let host = WorkerHost(channel: channel)
         host.prepare()
         // A worker the host started ahead of need and no longer needs: the socket just closes.
-        guard let first = messages.next() else { return 0 }
-        guard let type = first["type"]?.stringValue, type == "run" || type == "scan" else {
-            WorkerProtocol.send(#"{"type":"error","message":"the first message was neither 'run' nor 'scan'"}"#, to: channel)
+        guard let received = messages.next() else { return 0 }
+        let first: HostMessage.Run
+        switch received {
+        case .failure(let invalid):
+            send(error: "the first message is no message: \(invalid.reason)", to: channel)
+            return 2
+        case .success(.scan(let files)):
+            _exit(SafeScanner.serve(files, channel: channel))  // plugins' exit handlers are not ours to run
+        case .success(.run(let run)):
+            first = run
+        case .success:
+            send(error: "the first message was neither 'run' nor 'scan'", to: channel)
             return 2
         }
-        guard let version = first["protocol"]?.numberValue, Int64(version) == WorkerProtocol.version else {
-            WorkerProtocol.send(#"{"type":"error","message":"protocol version mismatch"}"#, to: channel)
-            return 2
-        }
-        if type == "scan" {
-            _exit(SafeScanner.serve(first, channel: channel))  // plugins' exit handlers are not ours to run
-        }
-        let limits = first["limits"]
-        let limited = curfew_shim_limit_worker(
-            UInt64(limits?["memory"]?.integerValue ?? 0), UInt64(limits?["cpu"]?.integerValue ?? 0),
-            UInt64(limits?["files"]?.integerValue ?? 0))
+        let limits = first.limits
+        let limited = curfew_shim_limit_worker(limits.memoryBytes, limits.cpuSeconds, limits.openFiles)
         // What a job starts is this worker's to end, even if it calls setsid().
         ChildProcesses.adoptOrphans()
         HookThread.unblockSignalsInPluginCode()
         // A hook that crashes says where on the channel first: the host's reason names it.
         HookThread.reportCrashes(on: channel)
         if limited != 0 {
-            host.refuse(first, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
+            host.refuse(first.job, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
             _exit(1)
         }
         // The job's hooks run on Dispatch's workers; this thread reads the channel.
@@ -131,30 +131,27 @@ public enum IsolationWorker {
         read(messages, for: host)
     }
 
+    /// Says, before any job, why this worker cannot go on.
+    private static func send(error: String, to channel: Int32) {
+        var line = JSONLine("type", "error")
+        line.add("message", error)
+        _ = WorkerProtocol.send(line.text, to: channel)
+    }
+
     /// Reads the channel's messages after the first `run`, for good: the
     /// host's end of it closing is the host gone.
     private static func read(_ messages: MessageReader, for host: WorkerHost) -> Never {
-        while let message = messages.next() {
-            switch message["type"]?.stringValue {
-            case "run": host.start(message)
-            case "expire":
-                guard let job = message["job"]?.stringValue,
-                    let reason = message["reason"]?.stringValue.flatMap(ExpirationReason.init(rawValue:))
-                else { continue }
-                host.expire(job, reason)
-            case "app":
-                guard let job = message["job"]?.stringValue,
-                    let event = message["event"]?.stringValue.flatMap(AppEvent.init(rawValue:)),
-                    let state = message["state"]?.stringValue.flatMap(AppState.init(rawValue:))
-                else { continue }
-                let deadline = message["deadline"]?.integerValue.map { CurfewInstant(nanoseconds: UInt64(max(0, $0))) }
-                host.appEvent(job, event, state: state, deadline: deadline)
-            case "close":
-                host.closed()
-            case "checkpoint-saved":
-                guard let id = message["id"]?.integerValue, let status = message["status"]?.stringValue else { continue }
-                host.checkpoints.answered(id: UInt64(clamping: id), status: status, message: message["message"]?.stringValue ?? "")
-            default: continue
+        while let received = messages.next() {
+            // The host sends only what decodes: a line that does not is not its.
+            guard case .success(let message) = received else { continue }
+            switch message {
+            case .run(let run): host.start(run)
+            case .expire(let job, let reason): host.expire(job, ExpirationReason(reason))
+            case .app(let job, let event, let state, let deadline):
+                host.appEvent(job, AppEvent(event), state: AppState(state), deadline: deadline.map { CurfewInstant(nanoseconds: $0) })
+            case .close: host.closed()
+            case .checkpointSaved(_, let id, let status, let text): host.checkpoints.answered(id: id, status: status, message: text)
+            case .scan: continue
             }
         }
         // The socket ended without a close: the host is gone. Nobody will kill

@@ -19,7 +19,7 @@ final class WorkerCheckpoints: CheckpointKeeper {
     /// One save's answer, filled in by the channel's reader.
     private final class Answer: Sendable {
         let signal = DispatchSemaphore(value: 0)
-        let outcome = Mutex<(status: String, message: String)?>(nil)
+        let outcome = Mutex<(status: HostMessage.SaveStatus, message: String)?>(nil)
     }
 
     /// How long a save waits for the host: longer than the host waits for a busy store.
@@ -92,19 +92,19 @@ final class WorkerCheckpoints: CheckpointKeeper {
         if answer.signal.wait(timeout: .now() + Self.answerTimeout) == .timedOut {
             state.withLock { _ = $0.waiting.removeValue(forKey: id) }
         }
-        let (status, text) = answer.outcome.withLock { $0 } ?? ("unavailable", "the host did not answer")
+        let (status, text) = answer.outcome.withLock { $0 } ?? (.unavailable, "the host did not answer")
         switch status {
-        case "ok":
+        case .ok:
             state.withLock { $0.saved[job] = bytes.isEmpty ? nil : bytes }
-        case "too-large":
+        case .tooLarge:
             throw CurfewError(.checkpointTooLarge, text)
-        default:
+        case .unavailable:
             throw CurfewError(.stateUnavailable, text)
         }
     }
 
     /// The host's answer to save `id` (from the channel's reader).
-    func answered(id: UInt64, status: String, message: String) {
+    func answered(id: UInt64, status: HostMessage.SaveStatus, message: String) {
         guard let answer = state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
         answer.outcome.withLock { $0 = (status, message) }
         answer.signal.signal()
@@ -118,7 +118,7 @@ final class WorkerCheckpoints: CheckpointKeeper {
             return state.waiting
         }
         for answer in waiting.values {
-            answer.outcome.withLock { $0 = ("unavailable", "the host is gone") }
+            answer.outcome.withLock { $0 = (.unavailable, "the host is gone") }
             answer.signal.signal()
         }
     }

@@ -48,44 +48,37 @@ final class WorkerHost: Sendable {
         writer.send(line)
     }
 
-    func refuse(_ run: JSONValue, _ reason: String) {
-        send(IsolationWorker.finished(job: run["job"]?.stringValue ?? "", outcome: .failed, reason: reason, chunks: 0, progress: nil))
+    func refuse(_ job: String, _ reason: String) {
+        send(IsolationWorker.finished(job: job, outcome: .failed, reason: reason, chunks: 0, progress: nil))
     }
 
     /// Loads the plugin and starts the job a `run` message names.
-    func start(_ run: JSONValue) {
-        var parameters: [String: String] = [:]
-        if case .object(let members)? = run["parameters"] {
-            for (key, value) in members { parameters[key] = value.stringValue }
-        }
-        let pluginPath = run["plugin"]?.stringValue ?? ""
-        let jobName = run["job"]?.stringValue ?? ""
-        let last = run["last"] == .bool(true)
+    func start(_ run: HostMessage.Run) {
+        let parameters = run.parameters
+        let jobName = run.job
+        let last = run.last
         let job: PluginJob
-        switch load(pluginPath, job: jobName, index: run["index"]?.integerValue, parameters: parameters) {
+        switch load(run.plugin, job: jobName, index: run.index.map(Int64.init), parameters: parameters) {
         case .job(let loaded): job = loaded
         case .refused(let why):
-            refuse(run, why)
+            refuse(jobName, why)
             return ended(job: nil, last: last, counted: false)
         }
-        let continuous = run["continuous"] == .bool(true)
-        let lead = Duration.seconds(run["lead"]?.numberValue ?? GrantPolicy.defaultGrace.seconds)
+        let continuous = run.continuous
+        let lead = Duration.nanoseconds(run.leadNanoseconds)
         // What is left of the host's grant, now that the plugin has loaded.
-        let deadline = run["deadline"]?.integerValue.map { CurfewInstant(nanoseconds: UInt64(max(0, $0))) }
+        let deadline = run.deadline.map { CurfewInstant(nanoseconds: $0) }
         let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) } ?? GrantPolicy.defaultBudget
         // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
         let policy = GrantPolicy(
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
-        checkpoints.seed(job: jobName, bytes: run["checkpoint"]?.stringValue.flatMap(Base64.decode))
+        checkpoints.seed(job: jobName, bytes: run.checkpoint)
         var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
         // In the foreground, the job's grant waits for the host's word that the app is in the background.
-        configuration.appState = run["app"]?.stringValue.flatMap(AppState.init(rawValue:)) ?? .background
+        configuration.appState = AppState(run.app)
         // A host that keeps no state says so: the job hears it as in process.
-        configuration.checkpoints = run["state"] == .bool(false) ? nil : checkpoints
-        if let known = run["estimate"], let mean = known["mean"]?.integerValue, let deviation = known["deviation"]?.integerValue,
-            let samples = known["samples"]?.integerValue,
-            let estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: UInt64(clamping: samples))
-        {
+        configuration.checkpoints = run.keepsState ? checkpoints : nil
+        if let known = run.estimate, let estimate = ChunkEstimate(mean: known.mean, deviation: known.deviation, samples: known.samples) {
             configuration.estimates[jobName] = estimate
         }
         let runner = Runner(jobs: [job], configuration: configuration) { [self] event, time in
@@ -293,9 +286,8 @@ final class MessageReader: @unchecked Sendable {
         self.descriptor = descriptor
     }
 
-    /// The next message, or `nil` at the end of the stream; a line that is
-    /// not JSON is skipped.
-    func next() -> JSONValue? {
+    /// The next line, decoded, or `nil` at the end of the stream.
+    func next() -> Result<HostMessage, MessageInvalid>? {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
             while ready.isEmpty {
@@ -309,7 +301,8 @@ final class MessageReader: @unchecked Sendable {
                 if count <= 0 { return nil }
                 ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             }
-            if let message = try? JSONReader.parse(Array(ready.removeFirst().utf8)) { return message }
+            let line = Array(ready.removeFirst().utf8)
+            return Result { () throws(MessageInvalid) in try HostMessage.decode(line) }
         }
     }
 }

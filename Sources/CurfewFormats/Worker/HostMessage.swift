@@ -1,0 +1,247 @@
+/// A message the host sends a worker, encoded and decoded here and nowhere
+/// else, checked field by field as ``WorkerMessage`` is.
+///
+/// The worker is the host's own image, but its channel is a socket a
+/// plugin's code shares: a line is read as a claim, every number it yields
+/// fits the worker's types, and every status is one of a few words.
+package enum HostMessage: Equatable, Sendable {
+    /// Run one job (the first message, or a later one to a plugin's worker).
+    case run(Run)
+    /// Scan these files (a scanner's first and only message).
+    case scan(files: [String])
+    /// The job's grant expires now, for `reason`.
+    case expire(job: String, reason: ExpireReason)
+    /// The host's app state moved; `deadline` is the job's grant's end on the
+    /// shared monotonic clock when it runs again (`nil`: it holds).
+    case app(job: String, event: AppEventName, state: AppStateName, deadline: UInt64?)
+    /// The answer to the worker's checkpoint `id`.
+    case checkpointSaved(job: String, id: UInt64, status: SaveStatus, message: String)
+    /// The host closes the worker: no more jobs come.
+    case close
+
+    /// A job to run, with all it needs from the host.
+    package struct Run: Equatable, Sendable {
+        package var plugin: String
+        package var job: String
+        /// The job's entry in the plugin's table, as the scan found it.
+        package var index: Int?
+        /// The grant's hard deadline on the shared monotonic clock (`nil`: continuous, no deadline).
+        package var deadline: UInt64?
+        /// How long before `deadline` the grant expires, in nanoseconds.
+        package var leadNanoseconds: Int64
+        package var app: AppStateName
+        /// Whether the host keeps state (checkpoints go to it).
+        package var keepsState: Bool
+        package var checkpoint: [UInt8]?
+        package var estimate: Estimate?
+        package var continuous: Bool
+        /// The worker exits when this job ends.
+        package var last: Bool
+        package var parameters: [String: String]
+        package var limits: Limits
+
+        package init(
+            plugin: String, job: String, index: Int?, deadline: UInt64?, leadNanoseconds: Int64, app: AppStateName,
+            keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
+            parameters: [String: String], limits: Limits
+        ) {
+            self.plugin = plugin
+            self.job = job
+            self.index = index
+            self.deadline = deadline
+            self.leadNanoseconds = leadNanoseconds
+            self.app = app
+            self.keepsState = keepsState
+            self.checkpoint = checkpoint
+            self.estimate = estimate
+            self.continuous = continuous
+            self.last = last
+            self.parameters = parameters
+            self.limits = limits
+        }
+    }
+
+    /// What a job's chunks were seen to take, in nanoseconds.
+    package struct Estimate: Equatable, Sendable {
+        package var mean: Int64
+        package var deviation: Int64
+        package var samples: UInt64
+        package init(mean: Int64, deviation: Int64, samples: UInt64) {
+            self.mean = mean
+            self.deviation = deviation
+            self.samples = samples
+        }
+    }
+
+    /// The worker's limits; 0 is none.
+    package struct Limits: Equatable, Sendable {
+        package var memoryBytes: UInt64
+        package var cpuSeconds: UInt64
+        package var openFiles: UInt64
+        package init(memoryBytes: UInt64, cpuSeconds: UInt64, openFiles: UInt64) {
+            self.memoryBytes = memoryBytes
+            self.cpuSeconds = cpuSeconds
+            self.openFiles = openFiles
+        }
+    }
+
+    package enum ExpireReason: String, Sendable, CaseIterable { case timeout, shutdown, cancelled }
+    package enum AppEventName: String, Sendable, CaseIterable {
+        case launch, willEnterForeground = "will-enter-foreground", didBecomeActive = "did-become-active"
+        case willResignActive = "will-resign-active", didEnterBackground = "did-enter-background", willTerminate = "will-terminate"
+    }
+    package enum AppStateName: String, Sendable, CaseIterable { case active, inactive, background }
+    package enum SaveStatus: String, Sendable, CaseIterable { case ok, tooLarge = "too-large", unavailable }
+
+    /// The version both ends must speak: a `run` or `scan` of another is refused.
+    package static let version: Int64 = 2
+    /// The most parameters a run may carry, and the longest parameter, in bytes.
+    package static let maximumParameters = 1024
+    package static let maximumParameterBytes = 64 * 1024
+    /// The most files a scan may name, and the longest path, in bytes.
+    package static let maximumScanFiles = 1 << 16
+    package static let maximumPathBytes = 4096
+    /// The longest message an answer to a checkpoint may carry, in bytes.
+    package static let maximumAnswerBytes = 64 * 1024
+
+    /// The message as one line of the channel, without its newline.
+    package var line: String {
+        switch self {
+        case .run(let run):
+            var line = JSONLine("type", "run")
+            line.add("protocol", Self.version)
+            line.add("plugin", run.plugin)
+            line.add("job", run.job)
+            if let index = run.index { line.add("index", Int64(index)) }
+            if let deadline = run.deadline { line.add("deadline", Int64(clamping: deadline)) } else { line.addRaw("deadline", "null") }
+            line.add("lead_ns", run.leadNanoseconds)
+            line.add("app", run.app.rawValue)
+            line.addRaw("state", run.keepsState ? "true" : "false")
+            if let checkpoint = run.checkpoint { line.add("checkpoint", Base64.encode(checkpoint)) }
+            if let estimate = run.estimate {
+                line.addRaw("estimate", "{\"mean\":\(estimate.mean),\"deviation\":\(estimate.deviation),\"samples\":\(estimate.samples)}")
+            }
+            line.addRaw("continuous", run.continuous ? "true" : "false")
+            line.addRaw("last", run.last ? "true" : "false")
+            line.addRaw(
+                "parameters",
+                "{" + run.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
+                    .joined(separator: ",") + "}")
+            let limits = run.limits
+            line.addRaw("limits", "{\"memory\":\(limits.memoryBytes),\"cpu\":\(limits.cpuSeconds),\"files\":\(limits.openFiles)}")
+            return line.text
+        case .scan(let files):
+            var line = JSONLine("type", "scan")
+            line.add("protocol", Self.version)
+            line.add("files", files)
+            return line.text
+        case .expire(let job, let reason):
+            var line = JSONLine("type", "expire")
+            line.add("job", job)
+            line.add("reason", reason.rawValue)
+            return line.text
+        case .app(let job, let event, let state, let deadline):
+            var line = JSONLine("type", "app")
+            line.add("job", job)
+            line.add("event", event.rawValue)
+            line.add("state", state.rawValue)
+            if let deadline { line.add("deadline", Int64(clamping: deadline)) }
+            return line.text
+        case .checkpointSaved(let job, let id, let status, let message):
+            var line = JSONLine("type", "checkpoint-saved")
+            line.add("job", job)
+            line.add("id", Int64(clamping: id))
+            line.add("status", status.rawValue)
+            if !message.isEmpty { line.add("message", message) }
+            return line.text
+        case .close:
+            return #"{"type":"close"}"#
+        }
+    }
+
+    /// The message on one line of the host's channel.
+    package static func decode(_ line: [UInt8]) throws(MessageInvalid) -> HostMessage {
+        let reader = try MessageFields.object(line)
+        let type = try reader.string("type")
+        if type == "close" {
+            try reader.only(["type"])
+            return .close
+        }
+        if type == "scan" {
+            try reader.only(["type", "protocol", "files"])
+            try reader.version(version)
+            let files = try reader.strings("files", most: maximumScanFiles, longest: maximumPathBytes)
+            return .scan(files: files)
+        }
+        let job = try reader.jobName()
+        switch type {
+        case "run":
+            try reader.only([
+                "type", "protocol", "plugin", "job", "index", "deadline", "lead_ns", "app", "state", "checkpoint", "estimate",
+                "continuous", "last", "parameters", "limits",
+            ])
+            try reader.version(version)
+            let plugin = try reader.string("plugin")
+            guard !plugin.isEmpty, plugin.utf8.count <= maximumPathBytes else {
+                throw MessageInvalid(reason: "\"plugin\" must be a path of 1 to \(maximumPathBytes) bytes")
+            }
+            var index: Int?
+            if reader.has("index") {
+                let value = try reader.count("index")
+                guard value <= UInt64(Int32.max) else { throw MessageInvalid(reason: "an index past any plugin's table") }
+                index = Int(value)
+            }
+            let deadline = try reader.isNull("deadline") ? nil : try reader.count("deadline")
+            let lead = try reader.integer("lead_ns")
+            guard lead > 0 else { throw MessageInvalid(reason: "a lead of \(lead) ns, not above zero") }
+            let app = try reader.word("app", AppStateName.self)
+            var checkpoint: [UInt8]?
+            if reader.has("checkpoint") {
+                let text = try reader.string("checkpoint")
+                guard text.utf8.count <= (WorkerMessage.maximumCheckpointBytes + 2) / 3 * 4 else {
+                    throw MessageInvalid(reason: "a checkpoint of more than \(WorkerMessage.maximumCheckpointBytes >> 20) MiB")
+                }
+                guard let data = Base64.decode(text) else { throw MessageInvalid(reason: "\"checkpoint\" is not base64") }
+                checkpoint = data
+            }
+            var estimate: Estimate?
+            if reader.has("estimate") {
+                let known = try reader.object("estimate")
+                try known.only(["mean", "deviation", "samples"])
+                estimate = Estimate(mean: try known.integer("mean"), deviation: try known.integer("deviation"), samples: try known.count("samples"))
+            }
+            let parameters = try reader.object("parameters")
+            guard parameters.count <= maximumParameters else { throw MessageInvalid(reason: "more than \(maximumParameters) parameters") }
+            var table: [String: String] = [:]
+            for key in parameters.keys {
+                let value = try parameters.string(key)
+                guard key.utf8.count <= maximumParameterBytes, value.utf8.count <= maximumParameterBytes else {
+                    throw MessageInvalid(reason: "a parameter of more than \(maximumParameterBytes >> 10) KiB")
+                }
+                table[key] = value
+            }
+            let limits = try reader.object("limits")
+            try limits.only(["memory", "cpu", "files"])
+            return .run(Run(
+                plugin: plugin, job: job, index: index, deadline: deadline, leadNanoseconds: lead, app: app,
+                keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
+                continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
+                limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files"))))
+        case "expire":
+            try reader.only(["type", "job", "reason"])
+            return .expire(job: job, reason: try reader.word("reason", ExpireReason.self))
+        case "app":
+            try reader.only(["type", "job", "event", "state", "deadline"])
+            return .app(
+                job: job, event: try reader.word("event", AppEventName.self), state: try reader.word("state", AppStateName.self),
+                deadline: reader.has("deadline") ? try reader.count("deadline") : nil)
+        case "checkpoint-saved":
+            try reader.only(["type", "job", "id", "status", "message"])
+            let message = reader.has("message") ? try reader.string("message") : ""
+            guard message.utf8.count <= maximumAnswerBytes else { throw MessageInvalid(reason: "an answer of more than \(maximumAnswerBytes >> 10) KiB") }
+            return .checkpointSaved(job: job, id: try reader.count("id"), status: try reader.word("status", SaveStatus.self), message: message)
+        default:
+            throw MessageInvalid(reason: "unknown type \(WorkerMessage.quoted(type))")
+        }
+    }
+}
