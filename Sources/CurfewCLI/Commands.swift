@@ -306,8 +306,8 @@ public enum CurfewMain {
 
     /// How long a fault's report waits at most for the events posted before
     /// it (the job's last log line) to be delivered: the faulting thread is
-    /// held, and the scheduler adds a thread for the others within ~10 ms;
-    /// within the second the signal handler gives the report.
+    /// held, and events go out on the host's own queue, apart from the
+    /// hooks' workers; within the second the signal handler gives the report.
     static let faultDeliveryLimit: Duration = .milliseconds(500)
 
     static func run(_ options: RunOptions) async -> Int32 {

@@ -53,7 +53,7 @@ public protocol CurfewClock: Sendable {
     func now() -> CurfewInstant
 
     /// Arms a one-shot timer that runs `work` at `deadline`, on a thread of
-    /// the clock's (for ``MonotonicClock``, a Dispatch queue's).
+    /// the clock's (for ``MonotonicClock``, the ``TimerThread``).
     ///
     /// - Important: `work` never runs synchronously inside this call, even
     ///   when `deadline` has passed. It must be short and must not call

@@ -18,11 +18,14 @@ struct MessageFields {
         } catch {
             throw MessageInvalid(reason: "not JSON (\(error.message) at column \(error.column))")
         }
-        return try of(value, "the message")
+        return try of(value, nil)
     }
 
-    private static func of(_ value: JSONValue, _ what: String) throws(MessageInvalid) -> MessageFields {
-        guard case .object(let members) = value else { throw MessageInvalid(reason: "\(what) is \(value.kind), not an object") }
+    /// `what`: the field it is, `nil` for the message itself.
+    private static func of(_ value: JSONValue, _ what: String?) throws(MessageInvalid) -> MessageFields {
+        guard case .object(let members) = value else {
+            throw MessageInvalid(reason: (what.map { "\($0) is " } ?? "") + "\(value.kind), not an object")
+        }
         var fields: [String: JSONValue] = [:]
         for member in members { fields[member.key] = member.value }
         return MessageFields(fields: fields)

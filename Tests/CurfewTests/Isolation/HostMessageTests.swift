@@ -31,7 +31,8 @@ import Testing
         (#"{"type":"app","job":"","event":"launch","state":"active"}"#, "\"job\" must name a job in 1 to 256 bytes"),
         (#"{"type":"close","job":"j"}"#, "unknown field 'job'"),
         (#"{"type":"scan","protocol":2,"files":[1]}"#, "\"files\" holds other than strings of at most 4096 bytes"),
-        (#"[1]"#, "the message is an array, not an object"),
+        (#"[1]"#, "an array, not an object"),
+        (#"{"type":"run","protocol":2,"plugin":"/p.so","job":"j","deadline":null,"lead_ns":1,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
         (#"{"type":"nap","job":"j"}"#, "unknown type 'nap'"),
     ])
     func aLineThatIsNoMessageIsRefusedWithAReason(line: String, reason: String) {
