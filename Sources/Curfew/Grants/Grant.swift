@@ -28,7 +28,7 @@ public struct GrantObserver: Sendable {
 /// job alive, each with its own expiration handler.
 ///
 /// Time is read from the manager's clock. With ``MonotonicClock`` its
-/// timers fire on a queue of their own, apart from the hooks' workers, so a
+/// timers fire on the ``TimerThread``, apart from the hooks' workers, so a
 /// blocked expiration handler or a spinning chunk cannot hold up the
 /// deadline; the handlers run on the grant's handler queue. With a
 /// ``ManualClock`` the timers fire inside `advance(by:)`.

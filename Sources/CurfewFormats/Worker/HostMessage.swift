@@ -95,9 +95,6 @@ package enum HostMessage: Equatable, Sendable {
 
     /// The version both ends must speak: a `run` or `scan` of another is refused.
     package static let version: Int64 = 2
-    /// The most parameters a run may carry, and the longest parameter, in bytes.
-    package static let maximumParameters = 1024
-    package static let maximumParameterBytes = 64 * 1024
     /// The most files a scan may name, and the longest path, in bytes.
     package static let maximumScanFiles = 1 << 16
     package static let maximumPathBytes = 4096
@@ -210,16 +207,10 @@ package enum HostMessage: Equatable, Sendable {
                 try known.only(["mean", "deviation", "samples"])
                 estimate = Estimate(mean: try known.integer("mean"), deviation: try known.integer("deviation"), samples: try known.count("samples"))
             }
+            // As many and as long as the host took: the line's own limit bounds them.
             let parameters = try reader.object("parameters")
-            guard parameters.count <= maximumParameters else { throw MessageInvalid(reason: "more than \(maximumParameters) parameters") }
             var table: [String: String] = [:]
-            for key in parameters.keys {
-                let value = try parameters.string(key)
-                guard key.utf8.count <= maximumParameterBytes, value.utf8.count <= maximumParameterBytes else {
-                    throw MessageInvalid(reason: "a parameter of more than \(maximumParameterBytes >> 10) KiB")
-                }
-                table[key] = value
-            }
+            for key in parameters.keys { table[key] = try parameters.string(key) }
             let limits = try reader.object("limits")
             try limits.only(["memory", "cpu", "files"])
             return .run(Run(

@@ -86,6 +86,22 @@ extension ProcessTests {
             }
         }
 
+        /// Whatever parameters the host takes reach a worker: the typed run
+        /// message first capped them (1,024 of 64 KiB), and a job the host
+        /// ran in process failed in a worker.
+        @Test(arguments: [Isolation.job, .plugin])
+        func manyAndLongParametersReachTheWorker(isolation: Isolation) async throws {
+            let plugin = try Fixtures.compile("dispatch_jobs.c")
+            var parameters = ["long": String(repeating: "x", count: 100_000)]
+            for index in 0..<2000 { parameters["p\(index)"] = "\(index)" }
+            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1, parameters: parameters)
+            configuration.isolation = isolation
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            let jobs = try PluginLoader().load(plugin).jobs
+            let results = await Runner(jobs: jobs, configuration: configuration).run()
+            #expect(results.map(\.outcome) == [.completed, .completed], "\(results.map(\.reason))")
+        }
+
         @Test(arguments: [true, false])
         func theSameOutcomesEitherWay(forking: Bool) async throws {
             let (results, starts) = try await run(forking: forking)

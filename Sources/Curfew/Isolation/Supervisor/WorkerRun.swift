@@ -49,6 +49,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private let configuration: RunConfiguration
     private let workers: WorkerSource
     private let clock = MonotonicClock()
+    /// Where this run's timers' work goes, in the order they fire.
+    private let timerWork = DispatchQueue(label: "curfew.worker-run", target: SerialQueue.host)
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
     private let onSlotFree: @Sendable () -> Void
@@ -248,7 +250,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// the grant's, kept only while the grant still ends then (the host may
     /// have entered the foreground, or the job begun to expire, meanwhile).
     private func arm(at instant: CurfewInstant, grantEnding: CurfewInstant? = nil, _ work: @escaping @Sendable () -> Void) {
-        let timer = clock.schedule(at: instant, work)
+        // Off the timer thread: the work writes to the worker's socket, which
+        // a stopped worker can leave full, and every timer of the process
+        // would wait behind that write.
+        let timer = clock.schedule(at: instant) { [timerWork] in timerWork.async(execute: work) }
         let keep = control.withLock { c -> Bool in
             guard !c.finished else { return false }
             guard let grantEnding else {

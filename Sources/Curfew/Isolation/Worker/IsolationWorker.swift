@@ -142,8 +142,15 @@ public enum IsolationWorker {
     /// host's end of it closing is the host gone.
     private static func read(_ messages: MessageReader, for host: WorkerHost) -> Never {
         while let received = messages.next() {
-            // The host sends only what decodes: a line that does not is not its.
-            guard case .success(let message) = received else { continue }
+            // Only the host writes to this end, and it sends only what decodes:
+            // a line that does not means the two do not agree, and a job it
+            // was about would wait for ever. Said, and the worker ends.
+            guard case .success(let message) = received else {
+                if case .failure(let invalid) = received {
+                    send(error: "the host sent a line that is no message: \(invalid.reason)", to: WorkerProtocol.channelDescriptor)
+                }
+                _exit(2)
+            }
             switch message {
             case .run(let run): host.start(run)
             case .expire(let job, let reason): host.expire(job, ExpirationReason(reason))
