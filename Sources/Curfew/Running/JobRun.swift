@@ -163,11 +163,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // MARK: Hooks, on the job queue
 
     private func runCreate() {
-        guard control.withLock({ c in
-            guard c.stage == .creating else { return false }
-            c.waitingSince = nil
-            return true
-        }) else { return }
+        guard control.withLock({ $0.stage == .creating }) else { return }
         if case .failure(let refusal) = CheckpointCheck.read(job, checkpoints) {
             let next = control.withLock { c -> Next in
                 guard c.stage == .creating else { return .nothing }
@@ -179,7 +175,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
             return perform(next)
         }
         var state: UnsafeMutableRawPointer?
-        let status = HookThread.running(self, at: place(.create)) { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }
+        guard let status = callHook(.create, of: .creating, { job.hooks.create.map { $0(context, &state) } ?? CURFEW_OK }) else { return }
         jobState = state
         let next = control.withLock { c -> Next in
             guard c.stage == .creating else { return .nothing }  // terminated meanwhile
@@ -379,6 +375,22 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     /// Where a crash in `hook` would be, for a worker's crash report.
+    /// Calls a hook of `stage`'s, which counts as started (no longer waiting
+    /// for a thread) only as plugin code is called: on a busy machine the
+    /// host's own steps before it take a while, and a hard deadline then
+    /// said "still running" of a hook that had not said a word. `nil`: the
+    /// stage moved on (terminated) and the hook was not called.
+    private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, _ body: () -> T) -> T? {
+        HookThread.running(self, at: place(hook)) { () -> T? in
+            let started = control.withLock { c -> Bool in
+                guard c.stage == stage else { return false }
+                c.waitingSince = nil
+                return true
+            }
+            return started ? body() : nil
+        }
+    }
+
     private func place(_ hook: HookThread.Hook, base: UInt64 = 0) -> HookThread.Place {
         HookThread.Place(job: cName, hook: hook, base: base, count: hook == .chunk ? UnsafePointer(sliceCount) : nil)
     }
@@ -404,12 +416,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         deliverAppEvents()
         guard let reason = control.withLock({ c -> ExpirationReason? in
             guard c.stage == .expiring else { return nil }
-            c.waitingSince = nil
             return c.pendingExpire ?? c.expiredBy
         }) else {
             return
         }
-        HookThread.running(self, at: place(.expire)) { job.hooks.expire?(context, jobState, reason.cValue) }
+        guard callHook(.expire, of: .expiring, { job.hooks.expire?(context, jobState, reason.cValue) }) != nil else { return }
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
             c.stage = .waiting
@@ -437,13 +448,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     private func destroy(skip: Bool) {
-        guard control.withLock({ c in
-            guard c.stage == .destroying else { return false }  // terminated meanwhile
-            c.waitingSince = nil
-            return true
-        }) else { return }
-        if !skip {
-            HookThread.running(self, at: place(.destroy)) { job.hooks.destroy?(context, jobState) }
+        guard control.withLock({ $0.stage == .destroying }) else { return }  // terminated meanwhile
+        if skip {
+            control.withLock { $0.waitingSince = nil }
+        } else if callHook(.destroy, of: .destroying, { job.hooks.destroy?(context, jobState) }) == nil {
+            return
         }
         control.withLock { c in
             guard c.stage == .destroying else { return }  // terminated meanwhile

@@ -86,6 +86,30 @@ extension ProcessTests {
             }
         }
 
+        /// Before, a continuous job whose grace was over the default budget
+        /// (`--allow-continuous --grace 200s`) trapped its worker (SIGILL):
+        /// the worker gave its policy the default budget and that grace.
+        @Test func aContinuousJobsLongGraceRunsInAWorker() async throws {
+            let plugin = try Fixtures.compile("runner_jobs.c")
+            var configuration = RunConfiguration(
+                policy: GrantPolicy(budget: .seconds(600), grace: .seconds(200), allowsContinuous: true), maxConcurrentJobs: 1,
+                parameters: ["tick-ms": "5"])
+            configuration.isolation = .job
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            let jobs = try PluginLoader().load(plugin).jobs.filter { $0.name == "continuous" }
+            let seen = Mutex<(started: Bool, finished: Bool)>((false, false))
+            let runner = Runner(jobs: jobs, configuration: configuration, events: { event in
+                if case .started = event { seen.withLock { $0.started = true } }
+                if case .finished = event { seen.withLock { $0.finished = true } }
+            })
+            async let results = runner.run()
+            let give = ContinuousClock.now + .seconds(20)
+            while seen.withLock({ !$0.started && !$0.finished }) && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(2)) }
+            runner.cancel()
+            let result = try #require(await results.first)
+            #expect(result.outcome == .expired, "\(result.reason)")
+        }
+
         /// Whatever parameters the host takes reach a worker: the typed run
         /// message first capped them (1,024 of 64 KiB), and a job the host
         /// ran in process failed in a worker.

@@ -68,7 +68,10 @@ final class WorkerHost: Sendable {
         let lead = Duration.nanoseconds(run.leadNanoseconds)
         // What is left of the host's grant, now that the plugin has loaded.
         let deadline = run.deadline.map { CurfewInstant(nanoseconds: $0) }
-        let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) } ?? GrantPolicy.defaultBudget
+        // A continuous job has no deadline; its policy's budget only has to
+        // be longer than its lead, which the host may set past the default.
+        let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) }
+            ?? max(GrantPolicy.defaultBudget, lead * 2)
         // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
         let policy = GrantPolicy(
             budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
