@@ -14,7 +14,8 @@ extension DispatchQueue: HookQueue {
 }
 
 /// A job's hooks, or a piece of the host's own serial work, on libdispatch's
-/// worker threads: a serial `DispatchQueue` that targets ``hooks``.
+/// worker threads: a serial `DispatchQueue` that targets ``hooks`` (or
+/// ``host``).
 ///
 /// A job that waits between chunks holds no thread, so a thousand live jobs
 /// cost a thousand queues, not a thousand threads. A hook that blocks or
@@ -43,8 +44,8 @@ public final class SerialQueue: HookQueue, @unchecked Sendable {
     /// Work enqueued and not yet finished.
     private let queued = Atomic<Int>(0)
 
-    /// A queue on `target`: ``hooks``, or a serial queue, for a runner whose
-    /// jobs share one thread (tests, `curfew test`).
+    /// A queue on `target`: ``hooks``, ``host``, or a serial queue, for a
+    /// runner whose jobs share one thread (tests).
     public init(label: String, target: DispatchQueue = SerialQueue.hooks) {
         queue = DispatchQueue(label: label, target: target)
         self.target = target

@@ -32,12 +32,6 @@ final class ThreadLock: @unchecked Sendable {
 
     func lock() { pthread_mutex_lock(mutex) }
     func unlock() { pthread_mutex_unlock(mutex) }
-
-    func withLock<T>(_ body: () -> T) -> T {
-        lock()
-        defer { unlock() }
-        return body()
-    }
 }
 
 /// A condition of a ``ThreadLock``: every call but ``signal()`` with the lock held.

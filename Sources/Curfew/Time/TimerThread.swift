@@ -62,11 +62,6 @@ final class TimerThread: @unchecked Sendable {
         cancelledTimers.add(1, ordering: .relaxed)
     }
 
-    /// Timers armed and not yet fired or cancelled (for tests).
-    var pendingTimerCount: Int {
-        lock.withLock { heap.count - cancelledTimers.load(ordering: .relaxed) }
-    }
-
     private func run() {
         var all = sigset_t()
         sigfillset(&all)

@@ -31,7 +31,6 @@ struct MessageFields {
         return MessageFields(fields: fields)
     }
 
-    var count: Int { fields.count }
     var keys: [String] { fields.keys.sorted() }
 
     func has(_ key: String) -> Bool { fields[key] != nil }

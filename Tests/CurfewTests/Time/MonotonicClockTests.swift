@@ -68,8 +68,8 @@ import Testing
     }
 
     /// Chunks that spin hold every one of libdispatch's hook workers; a
-    /// grant's deadline must still be met. Before (the timers' work on the
-    /// hooks' own queue), it waited until a spinner stopped.
+    /// grant's deadline must still be met. Timers fired on the hooks' own
+    /// queue would wait until a spinner stopped.
     @Test func aTimerFiresWhileEveryHookWorkerSpins() {
         let fired = Atomic<Bool>(false)
         let spinners = max(4, 2 * RunConfiguration.activeProcessorCount)
