@@ -14,6 +14,8 @@ struct SystemError: Error {
 ///
 /// - Important: Nothing here traps on a failed call; callers decide.
 enum Syscalls {
+    /// Where a `dirent`'s name begins.
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
     /// What `stat` says of a file, following symlinks.
     struct FileStatus {
         var isDirectory: Bool
@@ -158,11 +160,10 @@ enum Syscalls {
         defer { closedir(dir) }
         var entries: [(name: String, isRegular: Bool?, isUTF8: Bool)] = []
         while let entry = readdir(dir) {
-            let (name, isUTF8) = withUnsafePointer(to: entry.pointee.d_name) { tuple in
-                tuple.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { name in
-                    String(validatingCString: name).map { ($0, true) } ?? (String(cString: name), false)
-                }
-            }
+            // The name in place: a record is only as long as its name, and a
+            // copy of `d_name` (256 bytes) read past the end of the last one.
+            let bytes = (UnsafeRawPointer(entry) + Self.nameOffset).assumingMemoryBound(to: CChar.self)
+            let (name, isUTF8) = String(validatingCString: bytes).map { ($0, true) } ?? (String(cString: bytes), false)
             guard name != "." && name != ".." else { continue }
             let type = Int32(entry.pointee.d_type)
             entries.append((name, type == DT_REG ? true : type == DT_LNK || type == DT_UNKNOWN ? nil : false, isUTF8))
