@@ -19,7 +19,7 @@ extension Bench {
         let parameters = ["count": "\(count)", "bytes": "\(bytes)"]
         for repetition in 0...options.repetitions {
             var configuration = RunConfiguration(
-                policy: GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: 1, parameters: parameters)
+                policy: try! GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: 1, parameters: parameters)
             configuration.state = store
             let runner = Runner(jobs: [benchJobs["bench-checkpoint"]!], configuration: configuration)
             let start = now()
@@ -46,7 +46,7 @@ extension Bench {
         let store = try StateStore(folder: workFolder + "/state-large")
         func run(_ isolation: Isolation) async -> Double {
             var configuration = RunConfiguration(
-                policy: GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: 1, parameters: ["count": "\(count)", "bytes": "\(bytes)"])
+                policy: try! GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: 1, parameters: ["count": "\(count)", "bytes": "\(bytes)"])
             configuration.state = store
             configuration.isolation = isolation
             configuration.workerExecutable = buildFolder + "/curfew"

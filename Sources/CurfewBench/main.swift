@@ -119,7 +119,7 @@ struct Bench {
     /// Runs one job to its end with the host and returns the wall time in nanoseconds.
     func hostRun(_ jobs: [PluginJob], parameters: [String: String], concurrency: Int = 1) async -> (Double, [JobResult]) {
         let configuration = RunConfiguration(
-            policy: GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: concurrency, parameters: parameters)
+            policy: try! GrantPolicy(budget: .seconds(3600)), maxConcurrentJobs: concurrency, parameters: parameters)
         let runner = Runner(jobs: jobs, configuration: configuration)
         let start = now()
         let results = await runner.run()
@@ -179,7 +179,7 @@ struct Bench {
             grants.reserveCapacity(count)
             for index in 0..<count {
                 let budget = first + spread * Double(index) / Double(count) + 0.1
-                let manager = GrantManager(policy: GrantPolicy(budget: .nanoseconds(Int64(budget * 1e9)), grace: .milliseconds(100)))
+                let manager = GrantManager(policy: try! GrantPolicy(budget: .nanoseconds(Int64(budget * 1e9)), grace: .milliseconds(100)))
                 let grant = try! manager.makeGrant(name: "g\(index)", handlerQueue: handlers)
                 grant.start(observer: GrantObserver())
                 let expected = grant.expirationPoint!.nanoseconds
@@ -311,7 +311,7 @@ struct Bench {
             name: name, measure: "ns per expiration handler that ends its task", unit: "ns",
             baselineName: "bare Dictionary of handlers under a Mutex")
         let queue = DispatchQueue(label: "bench.tasks")
-        let policy = GrantPolicy(budget: .seconds(60), grace: .seconds(1))
+        let policy = try! GrantPolicy(budget: .seconds(60), grace: .seconds(1))
         for _ in 0..<options.repetitions {
             // Begin and end.
             var start = now()
@@ -539,7 +539,7 @@ struct Bench {
         let budgetMilliseconds = tiny ? 400 : 2000
         let budget = Duration.milliseconds(budgetMilliseconds)
         let configuration = RunConfiguration(
-            policy: GrantPolicy(budget: budget, grace: lead), maxConcurrentJobs: count,
+            policy: try! GrantPolicy(budget: budget, grace: lead), maxConcurrentJobs: count,
             parameters: ["sleep-ms": "50", "lead-ns": "\(leadMilliseconds * 1_000_000)"])
         let runner = Runner(jobs: Array(repeating: job, count: count), configuration: configuration)
         let before = residentBytes()

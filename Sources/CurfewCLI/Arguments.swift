@@ -34,8 +34,8 @@ struct OptionSpec: Sendable {
 /// What `curfew run` was asked to do.
 public struct RunOptions: Equatable, Sendable {
     public var paths: [String] = []
-    public var budget: Duration = GrantPolicy.defaultBudget
-    public var grace: Duration?
+    /// `--budget` and `--grace`.
+    public var policy = GrantPolicy()
     public var jobs: Int = RunConfiguration.activeProcessorCount
     public var only: [String] = []
     public var parameters: [String: String] = [:]
@@ -62,9 +62,8 @@ public struct RunOptions: Equatable, Sendable {
     /// The grant, `--jobs`, parameters, isolation and limits these options
     /// ask for (the state store is opened by the command).
     var configuration: RunConfiguration {
-        var configuration = RunConfiguration(
-            policy: GrantPolicy(budget: budget, grace: grace, allowsContinuous: allowContinuous),
-            maxConcurrentJobs: jobs, parameters: parameters)
+        var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: jobs, parameters: parameters)
+        configuration.policy.allowsContinuous = allowContinuous
         configuration.policy.allowedModes = allowedModes
         configuration.isolation = isolation
         configuration.limits = limits
@@ -158,8 +157,8 @@ public enum Invocation: Equatable, Sendable {
 public struct TestOptions: Equatable, Sendable {
     public var plugin: String = ""
     public var job: String?
-    public var budget: Duration = GrantPolicy.defaultBudget
-    public var grace: Duration?
+    /// `--budget` and `--grace`.
+    public var policy = GrantPolicy()
     public var mode: JobHarness.Mode = .chunkCost(.seconds(1))
     public var parameters: [String: String] = [:]
     public var json = false
@@ -298,6 +297,7 @@ public enum ArgumentParser {
     ) throws(UsageError) -> RunOptions {
         var options = RunOptions()
         if command == .serve { options.isolation = .job }
+        var budget = GrantPolicy.defaultBudget
         var grace: Duration?
         try walk(arguments, command: command) { (name, value) throws(UsageError) in
             guard let name else {
@@ -308,8 +308,8 @@ public enum ArgumentParser {
             let spec = Help.options(for: command).first { $0.names.contains(name) }!
             switch name {
             case "--budget":
-                options.budget = try duration(value!, for: spec, command: command)
-                guard options.budget >= GrantPolicy.minimumBudget else {
+                budget = try duration(value!, for: spec, command: command)
+                guard budget >= GrantPolicy.minimumBudget else {
                     throw invalid(value!, spec, "the budget must be at least 1ms", command: command)
                 }
             case "--grace": grace = try duration(value!, for: spec, command: command)
@@ -366,13 +366,7 @@ public enum ArgumentParser {
         if options.isolation == .none && options.limits != ResourceLimits() {
             throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: command)
         }
-        if let grace {
-            guard grace > .zero && grace < options.budget else {
-                throw UsageError(
-                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: command)
-            }
-            options.grace = grace
-        }
+        options.policy = try policy(budget: budget, grace: grace, command: command)
         return options
     }
 
@@ -459,6 +453,8 @@ public enum ArgumentParser {
         var plugins: [String] = []
         var cost: Duration?
         var expireAt: Int?
+        var budget = GrantPolicy.defaultBudget
+        var grace: Duration?
         try walk(arguments, command: .test) { (name, value) throws(UsageError) in
             guard let name else {
                 plugins.append(value!)
@@ -468,11 +464,11 @@ public enum ArgumentParser {
             switch name {
             case "--job": options.job = value!
             case "--budget":
-                options.budget = try duration(value!, for: spec, command: .test)
-                guard options.budget >= GrantPolicy.minimumBudget else {
+                budget = try duration(value!, for: spec, command: .test)
+                guard budget >= GrantPolicy.minimumBudget else {
                     throw invalid(value!, spec, "the budget must be at least 1ms", command: .test)
                 }
-            case "--grace": options.grace = try duration(value!, for: spec, command: .test)
+            case "--grace": grace = try duration(value!, for: spec, command: .test)
             case "--chunk-cost":
                 cost = try duration(value!, for: spec, command: .test)
             case "--expire-at-chunk":
@@ -492,13 +488,20 @@ public enum ArgumentParser {
         }
         if let cost { options.mode = .chunkCost(cost) }
         if let expireAt { options.mode = .expireAtChunk(expireAt) }
-        if let grace = options.grace {
-            guard grace > .zero && grace < options.budget else {
-                throw UsageError(
-                    "--grace \(format(grace)) must be positive and shorter than --budget \(format(options.budget))", command: .test)
-            }
-        }
+        options.policy = try policy(budget: budget, grace: grace, command: .test)
         return options
+    }
+
+    /// The grant `--budget` and `--grace` ask for, or what is wrong with
+    /// them in the flags' words (the budget's least was checked as it was
+    /// read, so what is left to refuse is the grace).
+    static func policy(budget: Duration, grace: Duration?, command: Command) throws(UsageError) -> GrantPolicy {
+        do throws(CurfewError) {
+            return try GrantPolicy(budget: budget, grace: grace)
+        } catch {
+            let given = grace.map { "--grace \(format($0))" } ?? "--grace"
+            throw UsageError("\(given) must be positive and shorter than --budget \(format(budget))", command: command)
+        }
     }
 
     static func parseNew(_ arguments: [String]) throws(UsageError) -> NewOptions {

@@ -159,7 +159,8 @@ public enum CurfewMain {
             }
             job = jobs[0]
         }
-        let policy = GrantPolicy(budget: options.budget, grace: options.grace, allowsContinuous: true)
+        var policy = options.policy
+        policy.allowsContinuous = true
         let report = JobHarness(job: job, policy: policy, mode: options.mode, parameters: options.parameters).run()
         capture.finish()
         if options.json {

@@ -108,18 +108,19 @@ public final class Grant: Sendable {
         self.handlerQueue = handlerQueue
     }
 
-    /// Starts the grant: its budget runs from now, or, while it is held (the
-    /// host is in the foreground), from when it is released.
+    /// Starts the grant: its budget runs from now (or from `instant`, when
+    /// another process started the same grant then), or, while it is held
+    /// (the host is in the foreground), from when it is released.
     ///
     /// - Important: Call it once.
-    public func start(observer: GrantObserver) {
-        let now = manager.clock.now()
+    public func start(observer: GrantObserver, at instant: CurfewInstant? = nil) {
+        let startedAt = instant ?? manager.clock.now()
         let early = state.withLock { state -> ExpirationReason? in
             precondition(state.phase == .idle, "Grant.start called twice")
             state.phase = .active
             state.observer = observer
-            state.startedAt = now
-            if !state.held { arm(&state, deadline: nil) }
+            state.startedAt = startedAt
+            if !state.held, let budget { arm(&state, deadline: startedAt.advanced(by: budget)) }
             return state.earlyExpiration
         }
         if let early { expireNow(early) }
@@ -336,6 +337,9 @@ public final class Grant: Sendable {
     public func finish() {
         let timers = state.withLock { state -> TimersToCancel in
             state.phase = .finished
+            // Never called again: its closures hold whoever runs the job,
+            // which holds this grant.
+            state.observer = GrantObserver()
             expiringFlag.store(true, ordering: .relaxed)
             defer {
                 state.expirationTimer = nil
@@ -412,10 +416,10 @@ extension Grant {
 
     private static let warmedUp: Void = {
         let clock = ManualClock()
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(2), grace: .seconds(1)))
+        let manager = GrantManager(clock: clock, policy: GrantPolicy())
         guard let grant = try? manager.makeGrant(name: "warm-up", handlerQueue: WarmUpQueue()) else { return }
         grant.start(observer: GrantObserver())
-        clock.advance(by: .seconds(1))
+        clock.advance(by: manager.policy.budget - manager.policy.lead)
         _ = grant.closeIfDrained()
         grant.finish()
     }()

@@ -13,21 +13,36 @@ public struct GrantPolicy: Sendable, Equatable {
     public static let defaultGrace: Duration = .seconds(5)
 
     /// The time from a grant's start to its hard deadline.
-    public var budget: Duration
+    public private(set) var budget: Duration
     /// The lead of the expiration point before the deadline, as given; `nil`
     /// uses ``defaultGrace`` scaled down for small budgets (see ``lead``).
-    public var grace: Duration?
+    public private(set) var grace: Duration?
     /// Whether jobs flagged continuous may run (without a budget), whatever their modes.
     public var allowsContinuous: Bool
     /// The background modes allowed (`--allow-mode`): a continuous job runs
     /// when it declares modes and every one of them is here.
     public var allowedModes: Set<String> = []
 
-    public init(budget: Duration = GrantPolicy.defaultBudget, grace: Duration? = nil, allowsContinuous: Bool = false) {
-        precondition(budget > .zero, "a grant's budget must be positive")
-        // A zero lead would put the expiration and the deadline at one instant:
-        // a job could be terminated before its expire hook ran.
-        precondition(grace.map { $0 > .zero && $0 < budget } ?? true, "the grace must be positive and shorter than the budget")
+    /// The default budget and lead.
+    public init(allowsContinuous: Bool = false) {
+        budget = Self.defaultBudget
+        grace = nil
+        self.allowsContinuous = allowsContinuous
+    }
+
+    /// A budget and, optionally, a grace: the one place their rules live.
+    ///
+    /// - Throws: ``CurfewError/Code/invalidGrant`` when the budget is below
+    ///   ``minimumBudget``, or the grace is not positive and shorter than the
+    ///   budget: a zero lead would put the expiration and the deadline at one
+    ///   instant, and a job could be terminated before its expire hook ran.
+    public init(budget: Duration, grace: Duration? = nil, allowsContinuous: Bool = false) throws(CurfewError) {
+        guard budget >= Self.minimumBudget else {
+            throw CurfewError(.invalidGrant, "The budget \(format3(budget.seconds * 1000))ms is below the least a grant may have, 1ms.")
+        }
+        if let grace, !(grace > .zero && grace < budget) {
+            throw CurfewError(.invalidGrant, "The grace \(format3(grace.seconds))s must be positive and shorter than the budget \(format3(budget.seconds))s.")
+        }
         self.budget = budget
         self.grace = grace
         self.allowsContinuous = allowsContinuous

@@ -86,6 +86,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     let grant: Grant
+    /// When the grant starts, if not as the job does (see ``RunConfiguration/grantStart``).
+    private let grantStart: CurfewInstant?
     private let clock: any CurfewClock
     private let timeSliceNanoseconds: UInt64
     /// The job's hooks, one at a time: `create`, slices, `expire`, `destroy`.
@@ -116,9 +118,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     init(
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
-        appState: AppState = .background, hooks: DispatchQueue = SerialQueue.hooks,
+        appState: AppState = .background, grantStart: CurfewInstant? = nil, hooks: DispatchQueue = SerialQueue.hooks,
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
+        self.grantStart = grantStart
         self.clock = manager.clock
         queue = SerialQueue(label: "curfew.job", target: hooks)
         handlers = SerialQueue(label: "curfew.job.handlers", target: hooks)
@@ -150,7 +153,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         grant.start(observer: GrantObserver(
             expiring: { [self] reason in requestExpire(reason) },
             drained: { [self] in tasksDrained() },
-            deadline: { [self] open in reachDeadline(openTasks: open) }))
+            deadline: { [self] open in reachDeadline(openTasks: open) }), at: grantStart)
         queue.enqueue { self.runCreate() }
     }
 

@@ -34,6 +34,9 @@ public struct RunConfiguration: Sendable {
     public var lifecycle: AppLifecycle?
     /// The app state jobs start in without a lifecycle (a worker's, told by its host).
     var appState: AppState = .background
+    /// When jobs' grants start (a worker's: when its host started the
+    /// grant); `nil`: as each job starts.
+    var grantStart: CurfewInstant?
     /// Where jobs' checkpoints go: the state store, or (in a worker) the host.
     var checkpoints: (any CheckpointKeeper)?
     /// What each job's chunks were last seen to take, by job name: the

@@ -269,10 +269,10 @@ public final class Runner: Sendable {
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, checkpoints: configuration.checkpoints,
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
-                                hooks: configuration.hooks, onFinish: onFinish)
+                                grantStart: configuration.grantStart, hooks: configuration.hooks, onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
-                                job: jobs[index], configuration: configuration, workers: workers!, events: events,
+                                job: jobs[index], configuration: configuration, manager: manager, workers: workers!, events: events,
                                 appState: state.appState, onSlotFree: { [self] in freeSlot(index) }, onFinish: onFinish)
                         }
                     state.running[index] = run

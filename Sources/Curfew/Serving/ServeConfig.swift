@@ -217,8 +217,12 @@ extension JobPolicy {
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }
         }
-        if let budget, let grace, grace >= budget {
-            throw place.error("grace", "must be shorter than the budget")
+        if let budget, let grace {
+            do throws(CurfewError) {
+                _ = try GrantPolicy(budget: budget, grace: grace)
+            } catch {
+                throw place.error("grace", error.description)
+            }
         }
     }
 

@@ -558,13 +558,16 @@ public final class Server: @unchecked Sendable {
     private func grantPolicy(for name: String, warn: Bool = false) -> GrantPolicy {
         let policy = policy(for: name)
         let base = options.run.policy
-        let budget = policy.budget ?? base.budget
-        var grace = policy.grace ?? base.grace
-        if let given = grace, given >= budget {
-            if warn { onNotice(.warning("'\(name)': the grace \(given) is not shorter than the budget \(budget); using the default lead")) }
-            grace = nil
+        var grant: GrantPolicy
+        do throws(CurfewError) {
+            grant = try GrantPolicy(budget: policy.budget ?? base.budget, grace: policy.grace ?? base.grace)
+        } catch {
+            // The config's own budget and grace were checked together as it was read: this is
+            // the command line's grace against the config's budget.
+            if warn { onNotice(.warning("'\(name)': \(error.description) Using the default lead.")) }
+            grant = (try? GrantPolicy(budget: policy.budget ?? base.budget)) ?? GrantPolicy()
         }
-        var grant = GrantPolicy(budget: budget, grace: grace, allowsContinuous: base.allowsContinuous)
+        grant.allowsContinuous = base.allowsContinuous
         grant.allowedModes = base.allowedModes.union(policy.allowedModes)
         return grant
     }

@@ -37,6 +37,7 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let invalidParameter = Code(rawValue: "invalid-parameter")
         // Grants.
         public static let continuousNotAllowed = Code(rawValue: "continuous-not-allowed")
+        public static let invalidGrant = Code(rawValue: "invalid-grant")
         // The state store.
         public static let stateUnavailable = Code(rawValue: "state-unavailable")
         public static let stateBusy = Code(rawValue: "state-busy")

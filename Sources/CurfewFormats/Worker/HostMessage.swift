@@ -25,10 +25,12 @@ package enum HostMessage: Equatable, Sendable {
         package var job: String
         /// The job's entry in the plugin's table, as the scan found it.
         package var index: Int?
-        /// The grant's hard deadline on the shared monotonic clock (`nil`: continuous, no deadline).
-        package var deadline: UInt64?
-        /// How long before `deadline` the grant expires, in nanoseconds.
-        package var leadNanoseconds: Int64
+        /// The host's grant policy: its budget and its grace as given (`nil`:
+        /// the default lead), in nanoseconds. The worker builds the same grant.
+        package var budgetNanoseconds: Int64
+        package var graceNanoseconds: Int64?
+        /// When the host started the job's grant, on the shared monotonic clock.
+        package var started: UInt64
         package var app: AppStateName
         /// Whether the host keeps state (checkpoints go to it).
         package var keepsState: Bool
@@ -41,15 +43,17 @@ package enum HostMessage: Equatable, Sendable {
         package var limits: Limits
 
         package init(
-            plugin: String, job: String, index: Int?, deadline: UInt64?, leadNanoseconds: Int64, app: AppStateName,
+            plugin: String, job: String, index: Int?, budgetNanoseconds: Int64, graceNanoseconds: Int64?, started: UInt64,
+            app: AppStateName,
             keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
             parameters: [String: String], limits: Limits
         ) {
             self.plugin = plugin
             self.job = job
             self.index = index
-            self.deadline = deadline
-            self.leadNanoseconds = leadNanoseconds
+            self.budgetNanoseconds = budgetNanoseconds
+            self.graceNanoseconds = graceNanoseconds
+            self.started = started
             self.app = app
             self.keepsState = keepsState
             self.checkpoint = checkpoint
@@ -94,7 +98,7 @@ package enum HostMessage: Equatable, Sendable {
     package enum SaveStatus: String, Sendable, CaseIterable { case ok, tooLarge = "too-large", unavailable }
 
     /// The version both ends must speak: a `run` or `scan` of another is refused.
-    package static let version: Int64 = 2
+    package static let version: Int64 = 3
     /// The most files a scan may name, and the longest path, in bytes.
     package static let maximumScanFiles = 1 << 16
     package static let maximumPathBytes = 4096
@@ -110,8 +114,9 @@ package enum HostMessage: Equatable, Sendable {
             line.add("plugin", run.plugin)
             line.add("job", run.job)
             if let index = run.index { line.add("index", Int64(index)) }
-            if let deadline = run.deadline { line.add("deadline", Int64(clamping: deadline)) } else { line.addRaw("deadline", "null") }
-            line.add("lead_ns", run.leadNanoseconds)
+            line.add("budget_ns", run.budgetNanoseconds)
+            if let grace = run.graceNanoseconds { line.add("grace_ns", grace) }
+            line.add("started", Int64(clamping: run.started))
             line.add("app", run.app.rawValue)
             line.addRaw("state", run.keepsState ? "true" : "false")
             if let checkpoint = run.checkpoint { line.add("checkpoint", Base64.encode(checkpoint)) }
@@ -174,7 +179,7 @@ package enum HostMessage: Equatable, Sendable {
         switch type {
         case "run":
             try reader.only([
-                "type", "protocol", "plugin", "job", "index", "deadline", "lead_ns", "app", "state", "checkpoint", "estimate",
+                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "started", "app", "state", "checkpoint", "estimate",
                 "continuous", "last", "parameters", "limits",
             ])
             try reader.version(version)
@@ -188,9 +193,10 @@ package enum HostMessage: Equatable, Sendable {
                 guard value <= UInt64(Int32.max) else { throw MessageInvalid(reason: "an index past any plugin's table") }
                 index = Int(value)
             }
-            let deadline = try reader.isNull("deadline") ? nil : try reader.count("deadline")
-            let lead = try reader.integer("lead_ns")
-            guard lead > 0 else { throw MessageInvalid(reason: "a lead of \(lead) ns, not above zero") }
+            // Whether the two make a grant is the worker's to say (`GrantPolicy`).
+            let budget = try reader.integer("budget_ns")
+            let grace = reader.has("grace_ns") ? try reader.integer("grace_ns") : nil
+            let started = try reader.count("started")
             let app = try reader.word("app", AppStateName.self)
             var checkpoint: [UInt8]?
             if reader.has("checkpoint") {
@@ -214,7 +220,7 @@ package enum HostMessage: Equatable, Sendable {
             let limits = try reader.object("limits")
             try limits.only(["memory", "cpu", "files"])
             return .run(Run(
-                plugin: plugin, job: job, index: index, deadline: deadline, leadNanoseconds: lead, app: app,
+                plugin: plugin, job: job, index: index, budgetNanoseconds: budget, graceNanoseconds: grace, started: started, app: app,
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
                 continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
                 limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files"))))

@@ -162,8 +162,7 @@ import Testing
         ])
         var expected = RunOptions()
         expected.paths = ["plugins", "--odd-name.so"]
-        expected.budget = .seconds(8)
-        expected.grace = .milliseconds(500)
+        expected.policy = try GrantPolicy(budget: .seconds(8), grace: .milliseconds(500))
         expected.jobs = 3
         expected.only = ["a", "b"]
         expected.parameters = ["k": "v=w", "empty": ""]
@@ -178,8 +177,8 @@ import Testing
             return
         }
         #expect(options.effectivePaths == ["."])
-        #expect(options.budget == .seconds(180))
-        #expect(options.grace == nil)
+        #expect(options.policy.budget == .seconds(180))
+        #expect(options.policy.grace == nil)
         #expect(options.jobs == RunConfiguration.activeProcessorCount)
     }
 
@@ -206,7 +205,7 @@ import Testing
         else { Issue.record("not serve"); return }
         #expect(serve.run.paths == ["plugins"] && serve.config == "c.json" && serve.socket == "/run/s")
         #expect(serve.run.isolation == .job, "a worker per job by default")
-        #expect(serve.run.budget == .seconds(2))
+        #expect(serve.run.policy.budget == .seconds(2))
         #expect(try ArgumentParser.parse(["ctl", "cancel", "tally"]) == .control({ var o = ControlOptions(); o.action = .cancel("tally"); return o }()))
         #expect(try ArgumentParser.parse(["ctl", "reload"]) == .control({ var o = ControlOptions(); o.action = .reload; return o }()))
         #expect(try ArgumentParser.parse(["status", "--json"]) == .control({ var o = ControlOptions(); o.json = true; return o }()))

@@ -29,7 +29,7 @@ extension ProcessTests {
         /// the deadline killed the worker.
         @Test(arguments: [(Isolation.job, true), (.job, false), (.plugin, true), (.plugin, false)])
         func aLazyGlobalTwoThreadsOfAJobWaitForIsMadeOnce(isolation: Isolation, forking: Bool) async throws {
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
             configuration.usesForkServer = forking

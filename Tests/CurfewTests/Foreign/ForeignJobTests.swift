@@ -42,7 +42,7 @@ import Testing
 
     func run(_ scan: PluginScan, budget: Duration = .seconds(2), parameters: [String: String] = [:],
              checkpoints: (any CheckpointKeeper)? = nil) async -> [JobResult] {
-        var configuration = RunConfiguration(policy: GrantPolicy(budget: budget), parameters: parameters)
+        var configuration = RunConfiguration(policy: try! GrantPolicy(budget: budget), parameters: parameters)
         configuration.checkpoints = checkpoints
         return await Runner(jobs: scan.jobs, configuration: configuration).run()
     }
@@ -104,7 +104,7 @@ import Testing
         let scan = PluginLoader().scan([folder])
         for foreign in ["chunk-index -4", "chunk-index 99999999999999999999", "chunk-index ", "{\"position\": 3}"] {
             let checkpoints = MemoryCheckpoints([try #require(scan.jobs.first).stateKey: Array(foreign.utf8)])
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(200)))
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(200)))
             configuration.checkpoints = checkpoints
             let logs = Mutex<[String]>([])
             let runner = Runner(jobs: scan.jobs, configuration: configuration) { event in

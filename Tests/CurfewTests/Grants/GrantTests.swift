@@ -22,13 +22,24 @@ import Testing
             deadline: { calls.add("deadline:\($0.joined(separator: ","))") })
     }
 
-    @Test func leadIsTheGraceOrFiveSecondsScaledDownForSmallBudgets() {
+    /// The one place the rules of a budget and its grace live: every caller
+    /// (flags, the serve config, a worker's run) gets this refusal.
+    @Test(arguments: [
+        (Duration.milliseconds(400), Duration?.some(.milliseconds(400)), "The grace 0.400s must be positive and shorter than the budget 0.400s."),
+        (.seconds(1), .some(.zero), "The grace 0.000s must be positive and shorter than the budget 1.000s."),
+        (.microseconds(999), nil, "The budget 0.999ms is below the least a grant may have, 1ms."),
+    ])
+    func aPolicyThatCannotBeKeptIsRefused(budget: Duration, grace: Duration?, reason: String) {
+        #expect(throws: CurfewError(.invalidGrant, reason)) { try GrantPolicy(budget: budget, grace: grace) }
+    }
+
+    @Test func leadIsTheGraceOrFiveSecondsScaledDownForSmallBudgets() throws {
         #expect(GrantPolicy().lead == .seconds(5))
-        #expect(GrantPolicy(budget: .seconds(600)).lead == .seconds(5))
-        #expect(GrantPolicy(budget: .seconds(8)).lead == .seconds(2))
-        #expect(GrantPolicy(budget: .milliseconds(400)).lead == .milliseconds(100))
-        #expect(GrantPolicy(budget: .seconds(180), grace: .seconds(30)).lead == .seconds(30))
-        #expect(GrantPolicy(budget: .seconds(1), grace: .milliseconds(1)).lead == .milliseconds(1))
+        #expect(try GrantPolicy(budget: .seconds(600)).lead == .seconds(5))
+        #expect(try GrantPolicy(budget: .seconds(8)).lead == .seconds(2))
+        #expect(try GrantPolicy(budget: .milliseconds(400)).lead == .milliseconds(100))
+        #expect(try GrantPolicy(budget: .seconds(180), grace: .seconds(30)).lead == .seconds(30))
+        #expect(try GrantPolicy(budget: .seconds(1), grace: .milliseconds(1)).lead == .milliseconds(1))
     }
 
     @Test func expirationHandlerRunsOnceAtBudgetMinusLead() {
@@ -56,7 +67,7 @@ import Testing
     }
 
     @Test func timeRemainingCountsDownToZeroAtTheDeadline() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(10)))
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue)
         #expect(grant.timeRemaining == .seconds(10))
         clock.advance(by: .milliseconds(2500))
@@ -66,7 +77,7 @@ import Testing
     }
 
     @Test func deadlineReportsTheTasksStillOpen() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(10)))
         let calls = Calls()
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "upload")
@@ -101,7 +112,7 @@ import Testing
     }
 
     @Test func noTaskBeginsOnceTheGrantIsExpiring() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(20)))
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue)
         _ = grant.beginTask(name: "keep")
         clock.advance(by: .seconds(15))
@@ -110,7 +121,7 @@ import Testing
     }
 
     @Test func aHandlerIsSkippedWhenAnEarlierHandlerEndedItsTask() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(20)))
         let calls = Calls()
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let second = Mutex(BackgroundTaskIdentifier.invalid)
@@ -125,7 +136,7 @@ import Testing
     }
 
     @Test func closingStopsNewTasksAndTheExpirationButTheDeadlineHoldsUntilFinish() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(20)))
         let calls = Calls()
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         let task = grant.beginTask(name: "work")
@@ -146,7 +157,7 @@ import Testing
     }
 
     @Test func anExpirationAskedForBeforeTheStartHappensAtTheStart() throws {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(20)))
+        let manager = GrantManager(clock: clock, policy: try GrantPolicy(budget: .seconds(20)))
         let calls = Calls()
         let grant = try manager.makeGrant(name: "job", handlerQueue: queue)
         #expect(grant.beginTask(name: "early") == .invalid, "no task before the start")
@@ -176,7 +187,7 @@ import Testing
     }
 
     @Test func expireNowGivesAtMostOneLeadTimeFromNow() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(180)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(180)))
         let calls = Calls()
         let grant = try! manager.beginGrant(name: "job", handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "work") { calls.add("handler:\($0.rawValue)") }
@@ -195,7 +206,7 @@ import Testing
     }
 
     @Test func expireNowGivesAContinuousJobADeadline() throws {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(grace: .seconds(3), allowsContinuous: true))
+        let manager = GrantManager(clock: clock, policy: try GrantPolicy(budget: GrantPolicy.defaultBudget, grace: .seconds(3), allowsContinuous: true))
         let calls = Calls()
         let grant = try manager.beginGrant(name: "player", continuous: true, handlerQueue: queue, observer: observer(calls))
         _ = grant.beginTask(name: "stream")

@@ -140,7 +140,7 @@ import Testing
         let fixture = try RunnerFixture()
         let continuous = try fixture.jobs("continuous")[0]
         let report = JobHarness(
-            job: continuous, policy: GrantPolicy(budget: .seconds(10), allowsContinuous: true), mode: .chunkCost(.zero),
+            job: continuous, policy: try GrantPolicy(budget: .seconds(10), allowsContinuous: true), mode: .chunkCost(.zero),
             parameters: ["tick-ms": "1000"]
         ).run()
         #expect(report.outcome == .expired)

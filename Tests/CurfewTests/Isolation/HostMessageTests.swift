@@ -6,7 +6,8 @@ import Testing
 /// line a plugin could forge on the shared socket refused with a reason.
 @Suite struct HostMessageTests {
     static let run = HostMessage.Run(
-        plugin: "/plugins/p.so", job: "sum", index: 3, deadline: 1_000_000_000, leadNanoseconds: 500_000_000, app: .inactive,
+        plugin: "/plugins/p.so", job: "sum", index: 3, budgetNanoseconds: 2_000_000_000, graceNanoseconds: 500_000_000,
+        started: 1_000_000_000, app: .inactive,
         keepsState: true, checkpoint: [0, 1, 2, 255], estimate: HostMessage.Estimate(mean: 10, deviation: 2, samples: 7),
         continuous: false, last: true, parameters: ["a": "1", "é": "\n\""],
         limits: HostMessage.Limits(memoryBytes: 1 << 30, cpuSeconds: 5, openFiles: 64))
@@ -30,9 +31,9 @@ import Testing
         (#"{"type":"app","job":"j","event":"launch","state":"asleep"}"#, "unknown state 'asleep'"),
         (#"{"type":"app","job":"","event":"launch","state":"active"}"#, "\"job\" must name a job in 1 to 256 bytes"),
         (#"{"type":"close","job":"j"}"#, "unknown field 'job'"),
-        (#"{"type":"scan","protocol":2,"files":[1]}"#, "\"files\" holds other than strings of at most 4096 bytes"),
+        (#"{"type":"scan","protocol":3,"files":[1]}"#, "\"files\" holds other than strings of at most 4096 bytes"),
         (#"[1]"#, "an array, not an object"),
-        (#"{"type":"run","protocol":2,"plugin":"/p.so","job":"j","deadline":null,"lead_ns":1,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
+        (#"{"type":"run","protocol":3,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
         (#"{"type":"nap","job":"j"}"#, "unknown type 'nap'"),
     ])
     func aLineThatIsNoMessageIsRefusedWithAReason(line: String, reason: String) {
@@ -47,9 +48,9 @@ import Testing
                 return nil
             } catch { return error.reason }
         }
-        #expect(refused(#""lead_ns":500000000"#, #""lead_ns":0"#) == "a lead of 0 ns, not above zero")
+        #expect(refused(#""budget_ns":2000000000"#, #""budget_ns":"2s""#) == "\"budget_ns\" is not a 64-bit integer")
         #expect(refused(#""index":3"#, #""index":99999999999"#) == "an index past any plugin's table")
-        #expect(refused(#""deadline":1000000000"#, #""deadline":-5"#) == "a negative \"deadline\" (-5)")
+        #expect(refused(#""started":1000000000"#, #""started":-5"#) == "a negative \"started\" (-5)")
         #expect(refused(#""state":true"#, #""state":"yes""#) == "\"state\" is a string, not a boolean")
         #expect(refused(#""checkpoint":"AAEC/w==""#, #""checkpoint":"%%%""#) == "\"checkpoint\" is not base64")
         #expect(refused(#""cpu":5"#, #""cpu":5,"disk":1"#) == "unknown field 'disk'")

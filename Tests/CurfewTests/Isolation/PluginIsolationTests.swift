@@ -29,7 +29,7 @@ extension ProcessTests {
         func runHoldingTheFirstEnd(
             _ jobs: [PluginJob], held: @escaping @Sendable (Runner, _ admitted: Bool) -> Void
         ) async -> [JobResult] {
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
+            var configuration = RunConfiguration(policy: try! GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
             configuration.isolation = .plugin
             configuration.workerExecutable = Fixtures.curfewExecutable
             let runner = Mutex<Runner?>(nil)

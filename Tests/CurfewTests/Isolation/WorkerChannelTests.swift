@@ -61,9 +61,9 @@ import Testing
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
         defer { pair.forEach { close($0) } }
         let host = WorkerHost(channel: pair[0], endsLeftovers: false)
-        let deadline = MonotonicClock().now().advanced(by: .seconds(30)).nanoseconds
         host.start(HostMessage.Run(
-            plugin: plugin, job: "count", index: job.index, deadline: deadline, leadNanoseconds: 1_000_000_000, app: .background,
+            plugin: plugin, job: "count", index: job.index, budgetNanoseconds: 30_000_000_000, graceNanoseconds: 1_000_000_000,
+            started: MonotonicClock().now().nanoseconds, app: .background,
             keepsState: true, checkpoint: [UInt8](repeating: 7, count: 4096), estimate: nil, continuous: false, last: false,
             parameters: ["limit": "3"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
         var lines = LineBuffer()
@@ -84,6 +84,30 @@ import Testing
         }
         #expect(kept.0 == 0, "its runner is kept")
         #expect(kept.1 == 0, "its checkpoint is kept")
+    }
+
+    /// Before: the worker rewrote a lead it could not keep to half the
+    /// budget, in silence; the host's policy is one the worker builds as
+    /// is, or refuses with the reason ``GrantPolicy`` gives.
+    @Test func aRunWhoseGraceIsNotShorterThanItsBudgetIsRefused() throws {
+        var pair: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+        defer { pair.forEach { close($0) } }
+        let host = WorkerHost(channel: pair[0], endsLeftovers: false)
+        host.start(HostMessage.Run(
+            plugin: "/nonexistent/p.so", job: "count", index: nil, budgetNanoseconds: 1_000_000_000, graceNanoseconds: 1_000_000_000,
+            started: MonotonicClock().now().nanoseconds, app: .background, keepsState: false, checkpoint: nil, estimate: nil,
+            continuous: false, last: false, parameters: [:], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        let count = chunk.withUnsafeMutableBytes { read(pair[1], $0.baseAddress, $0.count) }
+        try #require(count > 0)
+        let line = Array(chunk[..<(count - 1)])
+        guard case .finished(_, _, let outcome, let reason, _, _) = try WorkerMessage.decode(line) else {
+            Issue.record("not a finish: \(String(decoding: line, as: UTF8.self))")
+            return
+        }
+        #expect(outcome == "failed")
+        #expect(reason == "the host sent a grant the worker cannot keep: The grace 1.000s must be positive and shorter than the budget 1.000s.")
     }
 
     /// Before: the reader waited in read(2), which a stream socket wakes

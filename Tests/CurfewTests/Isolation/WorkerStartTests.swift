@@ -12,7 +12,7 @@ extension ProcessTests {
         func run(forking: Bool) async throws -> ([String: JobResult], (forked: Int, spawned: Int)) {
             let plugin = try Fixtures.compile("crashing_jobs.c")
             let jobs = try PluginLoader().load(plugin).jobs.filter { ["fine", "segfault", "exits", "loops-in-chunk", "prints"].contains($0.name) }
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
             configuration.isolation = .job
             configuration.workerExecutable = Fixtures.curfewExecutable
             configuration.usesForkServer = forking
@@ -25,7 +25,7 @@ extension ProcessTests {
         /// follows forks its workers from it; one started for other workers
         /// (another environment) is not taken, and is closed.
         @Test func aRunTakesTheForkServerStartedEarlyForItsWorkers() async throws {
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 2)
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 2)
             configuration.isolation = .job
             configuration.workerExecutable = Fixtures.curfewExecutable
             var other = configuration
@@ -68,7 +68,7 @@ extension ProcessTests {
         ])
         func everyHookRunsOnADispatchWorker(isolation: Isolation, names: [String], forking: Bool) async throws {
             let plugin = try Fixtures.compile("dispatch_jobs.c")
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1)
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
             configuration.usesForkServer = forking
@@ -92,7 +92,7 @@ extension ProcessTests {
         @Test func aContinuousJobsLongGraceRunsInAWorker() async throws {
             let plugin = try Fixtures.compile("runner_jobs.c")
             var configuration = RunConfiguration(
-                policy: GrantPolicy(budget: .seconds(600), grace: .seconds(200), allowsContinuous: true), maxConcurrentJobs: 1,
+                policy: try GrantPolicy(budget: .seconds(600), grace: .seconds(200), allowsContinuous: true), maxConcurrentJobs: 1,
                 parameters: ["tick-ms": "5"])
             configuration.isolation = .job
             configuration.workerExecutable = Fixtures.curfewExecutable
@@ -118,7 +118,7 @@ extension ProcessTests {
             let plugin = try Fixtures.compile("dispatch_jobs.c")
             var parameters = ["long": String(repeating: "x", count: 100_000)]
             for index in 0..<2000 { parameters["p\(index)"] = "\(index)" }
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1, parameters: parameters)
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(5)), maxConcurrentJobs: 1, parameters: parameters)
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable
             let jobs = try PluginLoader().load(plugin).jobs

@@ -47,7 +47,7 @@ import Testing
     }
 
     @Test func aHeldGrantHasNoDeadlineAndItsReleaseStartsTheWholeBudget() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
         let expired = Mutex<[ExpirationReason]>([])
         let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
         grant.hold()  // the host is in the foreground as the job starts
@@ -90,7 +90,7 @@ import Testing
 
     @Test func aTimerCancelledTooLateExpiresNoHeldGrantAndNoGrantRearmedSince() {
         let late = LateCancelClock()
-        let manager = GrantManager(clock: late, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
+        let manager = GrantManager(clock: late, policy: try! GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
         let calls = Mutex<[String]>([])
         let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
         grant.start(observer: GrantObserver(
@@ -112,7 +112,7 @@ import Testing
     }
 
     @Test func aWorkersGrantIsReleasedUpToItsHostsDeadline() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
         let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
         grant.hold()
         grant.start(observer: GrantObserver())
@@ -122,7 +122,7 @@ import Testing
     }
 
     @Test func aCancelInTheForegroundStillEndsTheJobWithinItsLead() {
-        let manager = GrantManager(clock: clock, policy: GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
+        let manager = GrantManager(clock: clock, policy: try! GrantPolicy(budget: .seconds(10), grace: .seconds(2)))
         let deadlines = Mutex(0)
         let grant = try! manager.makeGrant(name: "job", handlerQueue: queue)
         grant.hold()

@@ -35,7 +35,7 @@ extension ProcessTests {
             clock: any CurfewClock, maxConcurrentJobs: Int = 4
         ) -> (Runner, EventLog, Task<[JobResult], Never>) {
             var configuration = RunConfiguration(
-                policy: GrantPolicy(budget: budget, grace: budget / 5), maxConcurrentJobs: maxConcurrentJobs)
+                policy: try! GrantPolicy(budget: budget, grace: budget / 5), maxConcurrentJobs: maxConcurrentJobs)
             configuration.lifecycle = app
             configuration.isolation = isolation
             configuration.workerExecutable = Fixtures.curfewExecutable

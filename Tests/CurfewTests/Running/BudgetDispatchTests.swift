@@ -42,7 +42,7 @@ import Testing
     func run(costs: [Duration], budget: Duration, state: StateStore? = nil) async -> (JobResult, Stepping, [String]) {
         let clock = ManualClock()
         Self.lock.withLock { _ in Self.stepping = Stepping(clock: clock, costs: costs) }
-        var configuration = RunConfiguration(policy: GrantPolicy(budget: budget), maxConcurrentJobs: 1)
+        var configuration = RunConfiguration(policy: try! GrantPolicy(budget: budget), maxConcurrentJobs: 1)
         configuration.state = state
         let events = EventLog()
         let runner = Runner(jobs: [Self.job], configuration: configuration, clock: clock) { events.record($0) }

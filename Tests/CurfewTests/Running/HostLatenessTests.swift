@@ -27,7 +27,7 @@ import Testing
     func start(_ name: String, budget: Duration, parameters: [String: String] = [:]) throws -> (EventLog, Task<JobResult?, Never>) {
         let jobs = try PluginLoader().load(path).jobs.filter { $0.name == name }
         var configuration = RunConfiguration(
-            policy: GrantPolicy(budget: budget, grace: .seconds(2)), maxConcurrentJobs: 1, parameters: parameters)
+            policy: try GrantPolicy(budget: budget, grace: .seconds(2)), maxConcurrentJobs: 1, parameters: parameters)
         configuration.hooks = hooks
         let events = EventLog()
         let runner = Runner(jobs: jobs, configuration: configuration, clock: clock) { events.record($0) }

@@ -22,7 +22,7 @@ import Testing
         during: (@Sendable (Runner) async -> Void)? = nil
     ) async -> [JobResult] {
         let configuration = RunConfiguration(
-            policy: GrantPolicy(budget: budget, grace: grace, allowsContinuous: allowContinuous),
+            policy: try! GrantPolicy(budget: budget, grace: grace, allowsContinuous: allowContinuous),
             maxConcurrentJobs: concurrency, parameters: parameters)
         let runner = Runner(jobs: jobs, configuration: configuration) { events.record($0) }
         if let during {

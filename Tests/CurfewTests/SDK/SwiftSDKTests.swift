@@ -15,7 +15,7 @@ import Testing
     }
 
     func run(_ jobs: [PluginJob], budget: Duration = .seconds(10), parameters: [String: String]) async -> [JobResult] {
-        let configuration = RunConfiguration(policy: GrantPolicy(budget: budget), maxConcurrentJobs: 2, parameters: parameters)
+        let configuration = RunConfiguration(policy: try! GrantPolicy(budget: budget), maxConcurrentJobs: 2, parameters: parameters)
         return await Runner(jobs: jobs, configuration: configuration).run()
     }
 
@@ -54,7 +54,7 @@ import Testing
     /// swift-primes saves a Codable position when its grant expires; the next run decodes it and goes on.
     @Test func aCodableCheckpointCarriesASwiftJobAcrossRuns() async throws {
         let primes = try jobs().filter { $0.name == "swift-primes" }
-        var configuration = RunConfiguration(policy: GrantPolicy(budget: .milliseconds(300)), parameters: ["limit": "200000000"])
+        var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(300)), parameters: ["limit": "200000000"])
         let checkpoints = MemoryCheckpoints()
         configuration.checkpoints = checkpoints
         let first = try #require(await Runner(jobs: primes, configuration: configuration).run().first)

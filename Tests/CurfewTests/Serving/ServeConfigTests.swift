@@ -58,7 +58,7 @@ import Testing
         #expect(error(#"{"jobs": {"t": {"limits": {"disk": 1}}}}"#).hasPrefix(#"/etc/curfew.json: job 't': "limits.disk": unknown key"#))
         #expect(error(#"{"jobs": {"t": {"retry": {"attempts": -1}}}}"#).hasPrefix(#"/etc/curfew.json: job 't': "retry.attempts""#))
         #expect(error(#"{"jobs": {"t": {"retry": {"delay": "1m", "max_delay": "1s"}}}}"#).contains(#""retry.max_delay": must be at least the delay"#))
-        #expect(error(#"{"jobs": {"t": {"budget": "2s", "grace": "3s"}}}"#).contains(#""grace": must be shorter than the budget"#))
+        #expect(error(#"{"jobs": {"t": {"budget": "2s", "grace": "3s"}}}"#).contains(#""grace": The grace 3.000s must be positive and shorter than the budget 2.000s."#))
         #expect(error(#"{"jobs": {"t": {"every": "10ms"}}}"#).contains(#""every": must be at least 100ms"#))
         #expect(error(#"{"jobs": {"t": {"isolate": "vm"}}}"#).contains(#""isolate": must be "none", "plugin" or "job""#))
         #expect(error(#"{"jobs": {"t": {"enabled": "yes"}}}"#).contains(#""enabled": must be true or false, not a string"#))

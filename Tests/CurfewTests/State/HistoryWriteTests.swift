@@ -56,7 +56,7 @@ import Testing
             }
             return CURFEW_OK
         }
-        var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1)
+        var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1)
         configuration.state = store
         let runner = Runner(jobs: [first, second], configuration: configuration)
         #expect(await runner.run().map(\.outcome) == [.completed, .completed])
@@ -81,7 +81,7 @@ extension ProcessTests {
             try connection.execute("PRAGMA busy_timeout = 5000")
             let holder = Mutex(connection)
             let held = Mutex(false)
-            var configuration = RunConfiguration(policy: GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1, parameters: ["marker": marker])
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(30)), maxConcurrentJobs: 1, parameters: ["marker": marker])
             configuration.isolation = .plugin
             configuration.workerExecutable = Fixtures.curfewExecutable
             configuration.state = store

@@ -6,11 +6,12 @@ import _CurfewShims
 
 /// Runs one job in a worker process: the host side.
 ///
-/// The host owns the grant's clock. At the expiration point it tells the
-/// worker to expire the job (the cleanup hook runs there); at the hard
-/// deadline the worker's own runner gives the job up and says what was
-/// running, and the host kills the worker's process group (a shared one
-/// only if the job was not given up).
+/// The host owns the job's ``Grant``; the worker builds the same one from
+/// the policy and the start instant it is sent, on the monotonic clock both
+/// read. As the host's grant expires, it tells the worker to expire the job
+/// (the cleanup hook runs there); at the hard deadline the worker's own
+/// runner gives the job up and says what was running, and the host kills
+/// the worker's process group (a shared one only if the job was not given up).
 ///
 /// - Important: It never runs plugin code in the host, and never leaves a
 ///   job's worker running past its hard deadline by more than
@@ -28,16 +29,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var chunks: UInt64 = 0
         var progress: Progress?
         var startedAt = CurfewInstant(nanoseconds: 0)
-        var deadline: CurfewInstant?
+        /// The grant's deadline the kill was for.
+        var killedFor: CurfewInstant?
         var killedAt: CurfewInstant?
         var stderrTail: [String] = []
         /// Where the worker's crash handler said it was dying: the hook, and the chunks run.
         var crashedIn: (hook: String, chunks: UInt64)?
         var timers: [any CurfewTimer] = []
-        /// The expiration's and the deadline's timers: stopped in the foreground.
-        var grantTimers: [any CurfewTimer] = []
-        /// The host's app state; in the foreground the grant's clock waits.
-        var appState: AppState
         /// Set once the run message is sent; messages before wait in `unsent`.
         var channelReady = false
         var unsent: [String] = []
@@ -48,8 +46,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     let job: PluginJob
     private let configuration: RunConfiguration
     private let workers: WorkerSource
+    /// The clock the worker reads too: its grant is this one, seen from there.
     private let clock = MonotonicClock()
-    /// Where this run's timers' work goes, in the order they fire.
+    private let grant: Grant
+    /// The host's app state as the run was made; later moves follow the run message.
+    private let appState: AppState
+    /// Where this run's timers' and grant's work goes, in the order they fire:
+    /// it writes to the worker's socket, which a stopped worker can leave
+    /// full, and the timer thread must not wait behind that write.
     private let timerWork = DispatchQueue(label: "curfew.worker-run", target: SerialQueue.host)
     private let events: EventChannel
     private let onFinish: @Sendable (JobResult) -> Void
@@ -57,23 +61,29 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private let control: Mutex<Control>
     private var process: WorkerProcess?
 
+    /// - Parameter manager: Issues the grant: its task ids are the runner's,
+    ///   its clock is not (see ``clock``).
     /// - Throws: The refusal of a continuous job the policy does not allow.
     init(
-        job: PluginJob, configuration: RunConfiguration, workers: WorkerSource, events: EventChannel,
+        job: PluginJob, configuration: RunConfiguration, manager: GrantManager, workers: WorkerSource, events: EventChannel,
         appState: AppState = .background, onSlotFree: @escaping @Sendable () -> Void = {},
         onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
-        if let refusal = configuration.policy.refusal(job: job.name, continuous: job.isContinuous, modes: job.backgroundModes) { throw refusal }
+        let monotonic = manager.clock is MonotonicClock ? manager : GrantManager(clock: MonotonicClock(), policy: manager.policy)
+        grant = try monotonic.makeGrant(
+            name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: timerWork)
+        // In the foreground the grant's clock waits for the background.
+        if !appState.runsGrantClocks { grant.hold() }
+        self.appState = appState
         self.job = job
         self.configuration = configuration
         self.workers = workers
         self.events = events
         self.onFinish = onFinish
         self.onSlotFree = onSlotFree
-        self.control = Mutex(Control(appState: appState))
+        self.control = Mutex(Control())
     }
 
-    private var policy: GrantPolicy { configuration.policy }
     /// With one job per worker, the job ends when its worker does, so that
     /// every line it printed is in; a shared worker outlives its jobs.
     private var endsWithItsWorker: Bool { configuration.isolation == .job }
@@ -95,14 +105,10 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     func start() {
         let now = clock.now()
-        let (deadline, appState) = control.withLock { c -> (CurfewInstant?, AppState) in
-            // In the foreground the budget waits for the background.
-            let deadline = job.isContinuous || !c.appState.runsGrantClocks ? nil : now.advanced(by: policy.budget)
+        control.withLock { c in
             c.started = true
             c.startedAt = now
-            c.deadline = deadline
-            events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: job.isContinuous ? nil : policy.budget))
-            return (deadline, c.appState)
+            events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
         }
         let saved: [UInt8]?
         switch CheckpointCheck.read(job, configuration.checkpoints) {
@@ -116,10 +122,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
         self.process = process
-        guard process.host(self, message: runMessage(deadline: deadline, appState: appState, checkpoint: saved)) else {
+        guard process.host(self, message: runMessage(started: now, checkpoint: saved)) else {
             return conclude(.crashed, "its worker had already exited")
         }
-        if let deadline { armGrant(deadline) }
+        grant.start(
+            observer: GrantObserver(
+                expiring: { [self] reason in timerWork.async { self.tell(self.expireMessage(reason)) } },
+                deadline: { [self] _ in timerWork.async { self.killAtDeadline() } }),
+            at: now)
         // What was said while the worker was starting follows the run message, in order.
         while true {
             let unsent = control.withLock { c -> [String] in
@@ -132,84 +142,55 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         }
     }
 
-    /// Arms the expiration and the deadline of a grant that ends at `deadline`.
-    private func armGrant(_ deadline: CurfewInstant) {
-        // The deadline first: an expiration that fires at once must find it armed.
-        arm(at: deadline, grantEnding: deadline) { [self] in killAtDeadline() }
-        arm(at: deadline.advanced(by: .zero - policy.lead), grantEnding: deadline) { [self] in expireNow(.timeout) }
+    /// Sends a message to the worker, or keeps it until the run message is sent.
+    private func tell(_ message: String) {
+        let ready = control.withLock { c -> Bool in
+            guard !c.finished else { return false }
+            if !c.channelReady { c.unsent.append(message) }
+            return c.channelReady
+        }
+        if ready { process?.send(message) }
     }
 
     func appEvent(_ event: AppEvent, state: AppState, deadline _: CurfewInstant?) {
-        let now = clock.now()
-        let (rearm, stopped, ready) = control.withLock { c -> (CurfewInstant?, [any CurfewTimer], Bool) in
-            guard !c.finished else { return (nil, [], false) }
-            let wasRunning = c.appState.runsGrantClocks
-            c.appState = state
-            var rearm: CurfewInstant?
-            var stopped: [any CurfewTimer] = []
-            // An expiration under way is never undone, and keeps its deadline.
-            if event != .willTerminate && c.expiredBy == nil && !job.isContinuous && wasRunning != state.runsGrantClocks {
-                stopped = c.grantTimers
-                c.grantTimers.removeAll()
-                if state.runsGrantClocks {
-                    // The whole budget from now, on the clock both processes read.
-                    rearm = now.advanced(by: policy.budget)
-                    c.deadline = rearm
-                } else {
-                    c.deadline = nil
-                }
-            }
-            if !c.channelReady {
-                c.unsent.append(HostMessage.app(job: job.name, event: event.name, state: state.name, deadline: rearm?.nanoseconds).line)
-            }
-            return (rearm, stopped, c.channelReady)
+        // The grant's clock stops in the foreground and runs again in the
+        // background, the whole budget from then; the worker's grant ends then too.
+        if event != .willTerminate {
+            if state.runsGrantClocks { grant.release() } else { grant.hold() }
         }
-        stopped.forEach { $0.cancel() }
-        if ready { process?.send(HostMessage.app(job: job.name, event: event.name, state: state.name, deadline: rearm?.nanoseconds).line) }
-        if let rearm { armGrant(rearm) }
+        let deadline = state.runsGrantClocks ? grant.deadline : nil
+        tell(HostMessage.app(job: job.name, event: event.name, state: state.name, deadline: deadline?.nanoseconds).line)
     }
 
     func expireNow(_ reason: ExpirationReason) {
-        let (move, ready) = control.withLock { c -> (CurfewInstant?, Bool) in
-            guard !c.finished else { return (nil, false) }
-            if c.expiredBy == nil { c.expiredBy = reason }
-            // Before the run message, it waits and follows it.
-            if !c.channelReady { c.unsent.append(expireMessage(reason)) }
-            guard c.started, reason != .timeout else { return (nil, c.channelReady) }
-            // An early expiration gets at most one lead time from now.
-            let lead = job.isContinuous ? policy.shutdownLead : policy.lead
-            let early = clock.now().advanced(by: lead)
-            guard c.deadline.map({ early < $0 }) ?? true else { return (nil, c.channelReady) }
-            c.deadline = early
-            return (early, c.channelReady)
-        }
-        if ready { process?.send(expireMessage(reason)) }
-        if let move { arm(at: move) { [self] in killAtDeadline() } }
+        grant.expireNow(reason)
     }
 
     func status() -> JobStatus {
         control.withLock { c in
             JobStatus(
                 job: job.name, isChunked: job.isChunked,
-                timeRemaining: c.deadline.map { max(.zero, clock.now().duration(to: $0)) },
-                progress: c.progress, chunks: c.chunks, isExpiring: c.expiredBy != nil, isContinuous: job.isContinuous)
+                timeRemaining: grant.timeRemaining,
+                progress: c.progress, chunks: c.chunks, isExpiring: grant.isExpiring || c.expiredBy != nil,
+                isContinuous: job.isContinuous)
         }
     }
 
     // MARK: Messages
 
     /// The run message; `checkpoint` is the job's, as ``start()`` read it.
-    private func runMessage(deadline: CurfewInstant?, appState: AppState, checkpoint: [UInt8]?) -> String {
+    private func runMessage(started: CurfewInstant, checkpoint: [UInt8]?) -> String {
+        let policy = configuration.policy
         let limits = configuration.limits
         let estimate = configuration.estimates[job.name]
         return HostMessage.run(HostMessage.Run(
             plugin: job.loadPath, job: job.name,
             // Where the scan found it: the worker checks that entry, not the whole plugin again.
             index: job.index,
-            // The deadline itself, on the clock both processes read: the worker's
+            // The policy and the start on the clock both processes read: the worker's
             // grant ends when the host's does, whenever the worker gets to start it.
-            deadline: deadline?.nanoseconds,
-            leadNanoseconds: (job.isContinuous ? policy.shutdownLead : policy.lead).nanoseconds,
+            budgetNanoseconds: Int64(clamping: policy.budget.nanoseconds), graceNanoseconds: policy.grace.map { Int64(clamping: $0.nanoseconds) },
+            started: started.nanoseconds,
             // In the foreground the worker's grant waits for an `app` message with its deadline.
             app: appState.name,
             // The job's checkpoint and chunk-time estimate: the worker answers loads itself.
@@ -246,22 +227,12 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         HostMessage.expire(job: job.name, reason: reason.name).line
     }
 
-    /// Arms a timer, kept until the job finishes; with `grantEnding`, one of
-    /// the grant's, kept only while the grant still ends then (the host may
-    /// have entered the foreground, or the job begun to expire, meanwhile).
-    private func arm(at instant: CurfewInstant, grantEnding: CurfewInstant? = nil, _ work: @escaping @Sendable () -> Void) {
-        // Off the timer thread: the work writes to the worker's socket, which
-        // a stopped worker can leave full, and every timer of the process
-        // would wait behind that write.
+    /// Arms a timer, kept until the job finishes.
+    private func arm(at instant: CurfewInstant, _ work: @escaping @Sendable () -> Void) {
         let timer = clock.schedule(at: instant) { [timerWork] in timerWork.async(execute: work) }
         let keep = control.withLock { c -> Bool in
             guard !c.finished else { return false }
-            guard let grantEnding else {
-                c.timers.append(timer)
-                return true
-            }
-            guard c.deadline == grantEnding && c.expiredBy == nil else { return false }
-            c.grantTimers.append(timer)
+            c.timers.append(timer)
             return true
         }
         if !keep { timer.cancel() }
@@ -273,21 +244,18 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// a shared one's siblings with it.
     static let deadlineGrace: Duration = .milliseconds(100)
 
-    private func killAtDeadline(graceGiven: Bool = false) {
-        let (due, kill) = control.withLock { c -> (Bool, Bool) in
-            guard !c.finished, c.killedAt == nil, let deadline = c.deadline,
-                clock.now().advanced(by: .milliseconds(1)) >= deadline
-            else { return (false, false) }
-            guard graceGiven else { return (true, false) }
-            c.killedAt = clock.now()
-            return (true, true)
-        }
-        if kill {
-            process?.kill(.deadline(job: job.name))
-        } else if due {
-            // The worker's runner gives the job up at this deadline too, and says
-            // what was running: kill only if it has not said so shortly after.
-            arm(at: clock.now().advanced(by: Self.deadlineGrace)) { [self] in killAtDeadline(graceGiven: true) }
+    /// The grant's deadline passed: the worker gets ``deadlineGrace`` to say
+    /// the job was given up, then the host kills it.
+    private func killAtDeadline() {
+        guard let deadline = grant.deadline, clock.now().advanced(by: .milliseconds(1)) >= deadline else { return }
+        arm(at: clock.now().advanced(by: Self.deadlineGrace)) { [self] in
+            let kill = control.withLock { c -> Bool in
+                guard !c.finished, c.killedAt == nil else { return false }
+                c.killedAt = clock.now()
+                c.killedFor = deadline
+                return true
+            }
+            if kill { process?.kill(.deadline(job: job.name)) }
         }
     }
 
@@ -297,6 +265,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         let kill = control.withLock { c -> Bool in
             guard !c.finished, c.killedAt == nil else { return false }
             c.killedAt = clock.now()
+            c.killedFor = grant.deadline
             return true
         }
         if kill { process?.kill(.deadline(job: job.name)) }
@@ -382,7 +351,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 c.reportedAt = reportedTime(t, c)
                 // Given up at the deadline (both clocks are the system's monotonic
                 // one): a "terminated" said before it is only a claim, and waits.
-                if endsWithItsWorker && outcome == .terminated && c.deadline.map({ clock.now() >= $0 }) == true {
+                if endsWithItsWorker && outcome == .terminated && grant.deadline.map({ clock.now() >= $0 }) == true {
                     givenUp = true
                 } else if endsWithItsWorker {
                     // The job's work is over; its worker has a second to exit.
@@ -446,7 +415,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                     // The worker's runner said what was running, in the words of a run in process.
                     reason = reported.reason
                 } else {
-                    let late = c.killedAt.flatMap { at in c.deadline.map { $0.duration(to: at).seconds * 1000 } } ?? 0
+                    let late = c.killedAt.flatMap { at in c.killedFor.map { $0.duration(to: at).seconds * 1000 } } ?? 0
                     reason = "still running at the hard deadline; its worker was killed \(formatMilliseconds(late)) ms after it\(claim)"
                 }
             case .deadline(let name), .lingered(let name):
@@ -486,9 +455,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
 
     private func finishLocked(_ c: inout Control, outcome: Outcome, reason: String, at time: CurfewInstant? = nil) {
         c.finished = true
-        (c.timers + c.grantTimers).forEach { $0.cancel() }
+        grant.finish()
+        c.timers.forEach { $0.cancel() }
         c.timers.removeAll()
-        c.grantTimers.removeAll()
         let end = time ?? clock.now()
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,

@@ -62,12 +62,12 @@ public enum IsolationWorker {
     /// serves only while it has one (and the thread it forks from).
     static func warmUp() {
         let sample = HostMessage.run(HostMessage.Run(
-            plugin: "/p.so", job: "j", index: 0, deadline: 1, leadNanoseconds: 5, app: .background, keepsState: true,
+            plugin: "/p.so", job: "j", index: 0, budgetNanoseconds: 5, graceNanoseconds: 1, started: 1, app: .background, keepsState: true,
             checkpoint: [1], estimate: HostMessage.Estimate(mean: 1, deviation: 1, samples: 1), continuous: false, last: true,
             parameters: ["k": "v"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
         _ = try? HostMessage.decode(Array(sample.line.utf8))
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
-        let policy = GrantPolicy(budget: .seconds(1), grace: .milliseconds(100))
+        let policy = GrantPolicy()
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
         _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))
         _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))

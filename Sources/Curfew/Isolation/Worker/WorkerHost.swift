@@ -57,6 +57,17 @@ final class WorkerHost: Sendable {
         let parameters = run.parameters
         let jobName = run.job
         let last = run.last
+        // The host's policy and the instant it started the job's grant: this
+        // grant is the same one, on the clock both processes read.
+        let policy: GrantPolicy
+        do throws(CurfewError) {
+            policy = try GrantPolicy(
+                budget: .nanoseconds(run.budgetNanoseconds), grace: run.graceNanoseconds.map { .nanoseconds($0) },
+                allowsContinuous: run.continuous)
+        } catch {
+            refuse(jobName, "the host sent a grant the worker cannot keep: \(error.description)")
+            return ended(job: nil, last: last, counted: false)
+        }
         let job: PluginJob
         switch load(run.plugin, job: jobName, index: run.index.map(Int64.init), parameters: parameters) {
         case .job(let loaded): job = loaded
@@ -64,19 +75,9 @@ final class WorkerHost: Sendable {
             refuse(jobName, why)
             return ended(job: nil, last: last, counted: false)
         }
-        let continuous = run.continuous
-        let lead = Duration.nanoseconds(run.leadNanoseconds)
-        // What is left of the host's grant, now that the plugin has loaded.
-        let deadline = run.deadline.map { CurfewInstant(nanoseconds: $0) }
-        // A continuous job has no deadline; its policy's budget only has to
-        // be longer than its lead, which the host may set past the default.
-        let budget = deadline.map { max(MonotonicClock().now().duration(to: $0), .milliseconds(1)) }
-            ?? max(GrantPolicy.defaultBudget, lead * 2)
-        // The host owns the clock and tells this worker when the job expires; this grant is the same one, seen from here.
-        let policy = GrantPolicy(
-            budget: budget, grace: continuous ? lead : (lead < budget ? lead : budget / 2), allowsContinuous: continuous)
         checkpoints.seed(job: jobName, bytes: run.checkpoint)
         var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
+        configuration.grantStart = CurfewInstant(nanoseconds: run.started)
         // In the foreground, the job's grant waits for the host's word that the app is in the background.
         configuration.appState = AppState(run.app)
         // A host that keeps no state says so: the job hears it as in process.
