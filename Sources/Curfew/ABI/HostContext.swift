@@ -1,8 +1,8 @@
 import CCurfew
 
 /// What a `curfew_context *` points at: one job as the host services see it.
-/// The runner's ``JobRun`` and `curfew test`'s ``JobHarness`` both stand
-/// behind it, so a plugin cannot tell them apart.
+/// The runner's ``JobRun`` stands behind it, in `curfew run` and in
+/// `curfew test` alike (there watched by ``TracedRun``).
 ///
 /// A context is never freed: a plugin's own threads may still hold the
 /// pointer after the job ends, and a call through it must find an object

@@ -313,7 +313,7 @@ public final class Grant: Sendable {
             return false
         }
         guard started else { return }
-        Self.timerQueue.async { self.expire(reason) }
+        manager.expiryQueue.enqueue { self.expire(reason) }
     }
 
     /// Closes the grant if no task is open: no task can begin after, and the

@@ -6,11 +6,19 @@ import Synchronization
 public final class GrantManager: Sendable {
     public let clock: any CurfewClock
     public let policy: GrantPolicy
+    /// Where an expiration asked for from outside (`Grant.expireNow`)
+    /// happens: ``Grant/timerQueue``, or at once for `curfew test`.
+    let expiryQueue: any HookQueue
     private let lastTaskID = Atomic<UInt64>(0)
 
-    public init(clock: any CurfewClock = MonotonicClock(), policy: GrantPolicy = GrantPolicy()) {
+    public convenience init(clock: any CurfewClock = MonotonicClock(), policy: GrantPolicy = GrantPolicy()) {
+        self.init(clock: clock, policy: policy, expiryQueue: Grant.timerQueue)
+    }
+
+    init(clock: any CurfewClock, policy: GrantPolicy, expiryQueue: any HookQueue) {
         self.clock = clock
         self.policy = policy
+        self.expiryQueue = expiryQueue
     }
 
     /// Makes a grant that has not started: its budget runs from ``Grant/start(observer:)``.

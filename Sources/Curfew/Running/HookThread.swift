@@ -47,6 +47,17 @@ public enum HookThread {
     /// A hook, as a crash report names it.
     enum Hook: Int32 {
         case create = 0, chunk, expire, destroy, appEvent
+
+        /// As the header names it.
+        var name: String {
+            switch self {
+            case .create: "create"
+            case .chunk: "chunk"
+            case .expire: "expire"
+            case .destroy: "destroy"
+            case .appEvent: "app_event"
+            }
+        }
     }
 
     /// Where a crash happened: the job's name as a C string (kept for the

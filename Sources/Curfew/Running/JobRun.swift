@@ -14,7 +14,10 @@ import _CurfewShims
 ///   expiring, `expire` runs at most once, `destroy` runs last, and a job
 ///   past its hard deadline is never called again. The chunk loop takes no
 ///   lock, allocation or dispatch per call.
-final class JobRun: HostContext, JobExecution, @unchecked Sendable {
+///
+/// Not final: `curfew test` runs this same class, through ``TracedRun``,
+/// which only watches (the `hookStarting` family, the host services).
+class JobRun: HostContext, JobExecution, @unchecked Sendable {
     // Safe because its mutable state is the `control` Mutex, and `jobState`,
     // which only the job's serial queue touches.
     /// Where the job is in its life. Guarded by `control`.
@@ -86,6 +89,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     let grant: Grant
+    /// Called around each chunk, for `curfew test`; `nil` in a run.
+    private let chunkProbe: ChunkProbe?
     /// When the grant starts, if not as the job does (see ``RunConfiguration/grantStart``).
     private let grantStart: CurfewInstant?
     private let clock: any CurfewClock
@@ -119,9 +124,10 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
         appState: AppState = .background, grantStart: CurfewInstant? = nil, hooks: DispatchQueue = SerialQueue.hooks,
-        onFinish: @escaping @Sendable (JobResult) -> Void
+        chunkProbe: ChunkProbe? = nil, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.grantStart = grantStart
+        self.chunkProbe = chunkProbe
         self.clock = manager.clock
         queue = SerialQueue(label: "curfew.job", target: hooks)
         handlers = SerialQueue(label: "curfew.job.handlers", target: hooks)
@@ -188,7 +194,8 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 // At once: the tasks it began are ended here, their handlers not called.
                 c.createFailed = true
                 c.failure = c.lastError.map { "create failed: \($0)" } ?? "create returned an error"
-                grant.endAllTasks()
+                let ended = grant.endAllTasks()
+                if !ended.isEmpty { tasksEndedByHost(ended) }
                 c.stage = .waiting
                 return finishIfDrained(&c, onQueue: true)
             }
@@ -241,7 +248,9 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.inAppEvent = true
                 return true
             }) else { return }
+            hookStarting("app_event", "\(event.rawValue) (\(control.withLock { $0.appState }))")
             HookThread.running(self, at: place(.appEvent)) { hook(context, jobState, event.cValue) }
+            hookReturned("app_event", status: CURFEW_OK)
             control.withLock { $0.inAppEvent = false }
         }
     }
@@ -297,11 +306,15 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // so a chunk longer than a slice (the ones that matter) is a sample of its own.
         var longest: UInt64 = 0
         enum Stop { case expiring, overrun, sliceOver, result }
+        let probe = chunkProbe
         let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
             while true {
                 if now >= stopAt || grant.isExpiring { return now >= expirationPoint || grant.isExpiring ? .expiring : .overrun }
                 if count.pointee > 0 && now >= sliceEnd { return .sliceOver }
+                if let probe { probe.before(before &+ count.pointee &+ 1) }
                 result = chunk(context, state)
+                // Before the count: a deadline the probe's time reaches finds this chunk running.
+                if let probe { probe.after(before &+ count.pointee &+ 1, result) }
                 count.pointee &+= 1
                 let after = clock.now().nanoseconds
                 longest = max(longest, after &- now)
@@ -390,9 +403,26 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.waitingSince = nil
                 return true
             }
-            return started ? body() : nil
+            guard started else { return nil }
+            hookStarting(hook.name, "")
+            let result = body()
+            hookReturned(hook.name, status: (result as? curfew_status) ?? CURFEW_OK)
+            return result
         }
     }
+
+    // MARK: What `curfew test` watches: nothing here (see ``TracedRun``)
+
+    /// A hook of the job's is about to be called (`detail`: an app event).
+    func hookStarting(_ hook: String, _ detail: String) {}
+    /// It returned (`status`: create's).
+    func hookReturned(_ hook: String, status: curfew_status) {}
+    /// The host ended these tasks, their handlers not called (`create` failed).
+    func tasksEndedByHost(_ names: [String]) {}
+    /// Whether nothing of the job's is queued or running on its queues.
+    var isQuiet: Bool { !queue.isBusy && !handlers.isBusy }
+    /// Whether the run has reported its result (or is past its hard deadline).
+    var hasEnded: Bool { control.withLock { $0.isOver } }
 
     private func place(_ hook: HookThread.Hook, base: UInt64 = 0) -> HookThread.Place {
         HookThread.Place(job: cName, hook: hook, base: base, count: hook == .chunk ? UnsafePointer(sliceCount) : nil)
@@ -484,7 +514,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     /// The grant started to expire: call `expire` at once when no chunk is in
     /// flight, else right after it returns.
-    private func requestExpire(_ reason: ExpirationReason) {
+    func requestExpire(_ reason: ExpirationReason) {
         let next = control.withLock { c -> Next in
             if c.isOver || c.stage == .destroying { return .nothing }
             if c.expiredBy == nil { c.expiredBy = reason }
@@ -523,7 +553,7 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     /// The hard deadline passed and the job is not over: stop waiting for it.
-    private func reachDeadline(openTasks: [String]) {
+    func reachDeadline(openTasks: [String]) {
         control.withLock { c in
             var what: String
             switch c.stage {
@@ -634,7 +664,11 @@ final class JobRun: HostContext, JobExecution, @unchecked Sendable {
     ) -> BackgroundTaskIdentifier {
         let callback = handler.map { handler in
             let userData = UserData(pointer: userData)
-            return { @Sendable (reason: ExpirationReason) in handler(userData.pointer, reason.cValue) }
+            return { @Sendable [self] (reason: ExpirationReason) in
+                hookStarting("handler", "task '\(Reason.shortened(name))'")
+                handler(userData.pointer, reason.cValue)
+                hookReturned("handler", status: CURFEW_OK)
+            }
         }
         switch grant.tryBeginTask(name: name, expirationHandler: callback) {
         case .success(let id):
@@ -736,4 +770,12 @@ struct UserData: @unchecked Sendable {
     // Safe because the host never dereferences it; it only hands it back to
     // the plugin's own handler, which owns its thread safety.
     let pointer: UnsafeMutableRawPointer?
+}
+
+/// What `curfew test` is told around each chunk: its number in the run,
+/// from 1, and after it returns, its result. The chunk loop's only cost for
+/// it in a run is a test of `nil`.
+struct ChunkProbe: Sendable {
+    var before: @Sendable (UInt64) -> Void
+    var after: @Sendable (UInt64, curfew_chunk_result) -> Void
 }

@@ -56,6 +56,16 @@ public final class ManualClock: CurfewClock {
         advance(by: .zero)
     }
 
+    /// Moves time to the earliest armed timer and fires it (and any other
+    /// due then); false, and time stays, when no timer is armed.
+    @discardableResult
+    public func advanceToNextTimer() -> Bool {
+        let next = state.withLock { state in state.pending.min { $0.deadline < $1.deadline }?.deadline }
+        guard let next else { return false }
+        advance(by: max(.zero, now().duration(to: next)))
+        return true
+    }
+
     /// How many timers are armed and not yet fired or cancelled.
     public var armedTimerCount: Int {
         state.withLock { $0.pending.count }
