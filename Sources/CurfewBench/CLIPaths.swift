@@ -66,12 +66,25 @@ struct CLIBench {
         var overhead = Row(
             name: "--isolate job, \(count) no-op jobs", measure: "ms a job's worker adds, --jobs 1", unit: "ms",
             baselineName: "posix_spawn + waitpid of /bin/true", target: .atMost(2))
+        var used = Row(
+            name: "--isolate job, \(count) jobs of 1 ms, a used store", measure: "ms per job, --jobs 2", unit: "ms",
+            baselineName: "each as a program under timeout, xargs -P2", target: .atMost(1))
+        used.note = "the default state store after \(size(20, tiny: 1)) earlier runs of the same jobs (history, estimates), not a fresh one"
         let env = environment(cache: "cache-per-job")
+        let usedEnv = environment(cache: "cache-per-job-used")
         try Command([curfew, "list", plugin], environment: env).run()  // the scan is cached: measure the runs
+        try Command([curfew, "list", plugin], environment: usedEnv).run()
+        for _ in 0..<size(20, tiny: 1) {
+            _ = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
+        }
         try repeated {
             let run = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: env).run()
             versus.values.append(run / Double(count) * 1e3)
-            versus.baseline.append(try underTimeout(program, count: count) / Double(count) * 1e3)
+            let baseline = try underTimeout(program, count: count) / Double(count) * 1e3
+            versus.baseline.append(baseline)
+            let inUsed = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
+            used.values.append(inUsed / Double(count) * 1e3)
+            used.baseline.append(baseline)
             let isolated = try Command(
                 [curfew, "run", "--isolate", "job", "--jobs", "1", "--param", "spin-ns=0", plugin], environment: env
             ).run()
@@ -80,7 +93,7 @@ struct CLIBench {
             overhead.baseline.append(spawnLoop(["/bin/true"], count: count))
         }
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process costs a job"
-        return droppingWarmUp([versus, overhead])
+        return droppingWarmUp([versus, used, overhead])
     }
 
     /// One-job plugins, a worker per plugin, against each as a program under

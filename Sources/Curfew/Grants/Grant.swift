@@ -116,6 +116,8 @@ public final class Grant: Sendable {
     public func start(observer: GrantObserver, at instant: CurfewInstant? = nil) {
         let startedAt = instant ?? manager.clock.now()
         let early = state.withLock { state -> ExpirationReason? in
+            // Finished before it started (its run ended first): nothing to arm.
+            if state.phase == .finished { return nil }
             precondition(state.phase == .idle, "Grant.start called twice")
             state.phase = .active
             state.observer = observer
@@ -337,8 +339,8 @@ public final class Grant: Sendable {
     public func finish() {
         let timers = state.withLock { state -> TimersToCancel in
             state.phase = .finished
-            // Never called again: its closures hold whoever runs the job,
-            // which holds this grant.
+            // Never called again: its closures hold whoever runs the job (a
+            // WorkerRun, which is freed), and that holds this grant.
             state.observer = GrantObserver()
             expiringFlag.store(true, ordering: .relaxed)
             defer {

@@ -7,7 +7,10 @@ public final class GrantManager: Sendable {
     public let clock: any CurfewClock
     public let policy: GrantPolicy
     /// Where an expiration asked for from outside (`Grant.expireNow`)
-    /// happens: ``Grant/timerQueue``, or at once for `curfew test`.
+    /// happens: ``Grant/timerQueue``, off the caller's locks; or, for
+    /// `curfew test` (``InlineQueue``), at once on the caller's thread, so a
+    /// caller there must hold no lock the grant's observer takes (none does:
+    /// `JobRun` asks with its control lock released).
     let expiryQueue: any HookQueue
     private let lastTaskID = Atomic<UInt64>(0)
 
@@ -21,7 +24,7 @@ public final class GrantManager: Sendable {
         self.expiryQueue = expiryQueue
     }
 
-    /// Makes a grant that has not started: its budget runs from ``Grant/start(observer:)``.
+    /// Makes a grant that has not started: its budget runs from ``Grant/start(observer:at:)``.
     ///
     /// - Parameters:
     ///   - name: The job's name, for messages.

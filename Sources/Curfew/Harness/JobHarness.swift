@@ -116,10 +116,12 @@ public struct JobHarness: Sendable {
         var stillSince: ContinuousClock.Instant?
         while !run.hasEnded {
             executor.sync {}
-            guard run.isQuiet, !run.hasEnded else { continue }
+            // In this order: a task's end removes it, then queues the run's next step.
+            let open = run.grant.openTaskCount
+            guard !run.isEndingTask, run.isQuiet, !run.hasEnded else { continue }
             // Expiring, with tasks open: the job's own threads end them in real
             // time, and get the hook timeout to do it before the deadline comes.
-            if run.grant.isExpiring && run.grant.openTaskCount > 0 {
+            if run.grant.isExpiring && open > 0 {
                 let since = stillSince ?? .now
                 stillSince = since
                 if ContinuousClock.now - since < hookTimeout {

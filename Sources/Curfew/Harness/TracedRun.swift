@@ -29,7 +29,12 @@ final class TracedRun: JobRun, @unchecked Sendable {
     }
 
     override func hookStarting(_ hook: String, _ detail: String) {
-        if isTraced(hook) { trace.hookStarting(hook, detail) }
+        guard isTraced(hook) else { return }
+        switch hook {
+        case "handler": trace.hookStarting(hook, "task '\(Reason.shortened(detail))'")
+        case "app_event": trace.hookStarting(hook, "\(detail) (\(super.appState))")
+        default: trace.hookStarting(hook, detail)
+        }
     }
 
     override func hookReturned(_ hook: String, status: curfew_status) {
@@ -47,7 +52,12 @@ final class TracedRun: JobRun, @unchecked Sendable {
 
     override func tasksEndedByHost(_ names: [String]) {
         trace.allTasksEnded()
-        trace.record("end tasks", "\(Reason.quoted(names)): ended by the host, their handlers not called")
+        trace.record("end tasks", "\(Reason.quoted(names)): ended by the host, their handlers not called", byHost: true)
+    }
+
+    override func hostLog(_ level: LogLevel, _ message: String) {
+        if !hasEnded { trace.record("log", "\(level): \(message)", byHost: true) }
+        super.hostLog(level, message)
     }
 
     override func requestExpire(_ reason: ExpirationReason) {
@@ -93,9 +103,17 @@ final class TracedRun: JobRun, @unchecked Sendable {
 
     override func endTask(_ id: BackgroundTaskIdentifier) {
         let traced = called("end_background_task")
+        // From the task's removal to the run's next step being queued, the
+        // run looks quiet with no task open: the harness must not move time then.
+        endingTasks.add(1, ordering: .sequentiallyConsistent)
         super.endTask(id)
+        endingTasks.subtract(1, ordering: .sequentiallyConsistent)
         if traced { trace.taskEnded(id) }
     }
+
+    /// How many `end_background_task` calls are under way.
+    private let endingTasks = Atomic<Int>(0)
+    var isEndingTask: Bool { endingTasks.load(ordering: .sequentiallyConsistent) > 0 }
 
     override func log(_ level: LogLevel, _ message: String) {
         if called("log") { trace.record("log", "\(level): \(message)") }
@@ -169,12 +187,14 @@ final class HarnessTrace: Sendable {
     /// Virtual time since the grant began.
     var now: Duration { start.duration(to: clock.now()) }
 
-    func record(_ kind: String, _ detail: String, chunk: UInt64? = nil) {
+    /// Records a line; `byHost`: the host's own (not a call of the job's).
+    func record(_ kind: String, _ detail: String, chunk: UInt64? = nil, byHost: Bool = false) {
         let time = now
         state.withLock { state in
             // A call from a thread that is not in one of the job's hooks: the job's own.
             let own = state.hook.map { pthread_equal($0.thread, pthread_self()) == 0 } ?? true
-            var event = HarnessEvent(time: time, kind: kind, detail: detail, fromJobThread: own && chunk == nil && kind != "expiring" && kind != "deadline")
+            let fromJobThread = own && !byHost && chunk == nil && kind != "expiring" && kind != "deadline"
+            var event = HarnessEvent(time: time, kind: kind, detail: detail, fromJobThread: fromJobThread)
             event.chunk = chunk.map { Int(clamping: $0) }
             state.events.append(event)
         }

@@ -248,7 +248,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 c.inAppEvent = true
                 return true
             }) else { return }
-            hookStarting("app_event", "\(event.rawValue) (\(control.withLock { $0.appState }))")
+            hookStarting("app_event", event.rawValue)
             HookThread.running(self, at: place(.appEvent)) { hook(context, jobState, event.cValue) }
             hookReturned("app_event", status: CURFEW_OK)
             control.withLock { $0.inAppEvent = false }
@@ -373,7 +373,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         if stop == .overrun {
             if let declined {
                 let left = Int64(bitPattern: expirationPoint &- now)
-                log(.info, "the next chunk, about \(Self.milliseconds(declined)), would overrun the expiration point (\(Self.milliseconds(max(left, 0))) left): expiring now")
+                hostLog(.info, "the next chunk, about \(Self.milliseconds(declined)), would overrun the expiration point (\(Self.milliseconds(max(left, 0))) left): expiring now")
             }
             grant.expireNow(.timeout)
         }
@@ -413,7 +413,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     // MARK: What `curfew test` watches: nothing here (see ``TracedRun``)
 
-    /// A hook of the job's is about to be called (`detail`: an app event).
+    /// A hook of the job's is about to be called (`detail`: the app event, or the task's name).
     func hookStarting(_ hook: String, _ detail: String) {}
     /// It returned (`status`: create's).
     func hookReturned(_ hook: String, status: curfew_status) {}
@@ -665,7 +665,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let callback = handler.map { handler in
             let userData = UserData(pointer: userData)
             return { @Sendable [self] (reason: ExpirationReason) in
-                hookStarting("handler", "task '\(Reason.shortened(name))'")
+                hookStarting("handler", name)
                 handler(userData.pointer, reason.cValue)
                 hookReturned("handler", status: CURFEW_OK)
             }
@@ -675,11 +675,11 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             return id
         case .failure(.notActive):
             guard !warnedNotActive.exchange(true, ordering: .relaxed) else { return .invalid }
-            log(.debug, "begin_background_task('\(Reason.shortened(name))') refused: the grant is expiring or over")
+            hostLog(.debug, "begin_background_task('\(Reason.shortened(name))') refused: the grant is expiring or over")
         case .failure(.tooManyTasks):
             // Once: a job that keeps asking must not flood the log.
             guard !warnedTaskLimit.exchange(true, ordering: .relaxed) else { return .invalid }
-            log(.warning, "begin_background_task('\(Reason.shortened(name))') refused: the job has \(Grant.maximumOpenTasks) tasks open, the most a job may have")
+            hostLog(.warning, "begin_background_task('\(Reason.shortened(name))') refused: the job has \(Grant.maximumOpenTasks) tasks open, the most a job may have")
         }
         return .invalid
     }
@@ -689,11 +689,20 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // An unknown id is said once a job: in a worker each log line is a
         // channel message, and 90,000 of them outlasted a 5 s grant.
         if !grant.endTask(id), id != .invalid, !warnedUnknownEnd.exchange(true, ordering: .relaxed) {
-            log(.debug, "end_background_task(\(id.rawValue)): no such open task (harmless; said once)")
+            hostLog(.debug, "end_background_task(\(id.rawValue)): no such open task (harmless; said once)")
         }
     }
 
     override func log(_ level: LogLevel, _ message: String) {
+        post(level, message)
+    }
+
+    /// A line the host writes about the job, not the job's own.
+    func hostLog(_ level: LogLevel, _ message: String) {
+        post(level, message)
+    }
+
+    private func post(_ level: LogLevel, _ message: String) {
         control.withLock { c in
             guard !c.isOver else { return }
             if level == .error { c.lastError = message }
@@ -732,7 +741,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {
         guard let checkpoints else {
             if !warnedNoState.exchange(true, ordering: .relaxed) {
-                log(.warning, "checkpoint not saved: this host keeps no state (run it with a state folder)")
+                hostLog(.warning, "checkpoint not saved: this host keeps no state (run it with a state folder)")
             }
             return CURFEW_UNAVAILABLE
         }
@@ -742,7 +751,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             try checkpoints.saveCheckpoint(job.stateKey, bytes: Array(bytes))
             return CURFEW_OK
         } catch {
-            log(.error, "checkpoint not saved: \(error.description)")
+            hostLog(.error, "checkpoint not saved: \(error.description)")
             return error.checkpointStatus
         }
     }
@@ -751,7 +760,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         do throws(CurfewError) {
             return try checkpoints?.checkpoint(job.stateKey)
         } catch {
-            log(.error, "checkpoint not loaded: \(error.description)")
+            hostLog(.error, "checkpoint not loaded: \(error.description)")
             return nil
         }
     }

@@ -562,8 +562,8 @@ public final class Server: @unchecked Sendable {
         do throws(CurfewError) {
             grant = try GrantPolicy(budget: policy.budget ?? base.budget, grace: policy.grace ?? base.grace)
         } catch {
-            // The config's own budget and grace were checked together as it was read: this is
-            // the command line's grace against the config's budget.
+            // A job's budget and grace in the config were checked together as it was
+            // read; this is one merged with the other's default (the command line's or the config's).
             if warn { onNotice(.warning("'\(name)': \(error.description) Using the default lead.")) }
             grant = (try? GrantPolicy(budget: policy.budget ?? base.budget)) ?? GrantPolicy()
         }

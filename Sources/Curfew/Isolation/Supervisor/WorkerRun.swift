@@ -17,8 +17,8 @@ import _CurfewShims
 ///   job's worker running past its hard deadline by more than
 ///   ``deadlineGrace``, the time the worker gets to say what was running.
 final class WorkerRun: JobExecution, @unchecked Sendable {
-    // Safe because the mutable state is the `control` Mutex; `process` is
-    // written in start() before any message for this job can arrive.
+    // Safe because the mutable state is the `control` Mutex (the worker
+    // process too: the grant's timers may read it before it is set).
     struct Control {
         var started = false
         var finished = false
@@ -41,6 +41,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var unsent: [String] = []
         /// What the worker said the job's chunks took.
         var estimate: ChunkEstimate?
+        var process: WorkerProcess?
     }
 
     let job: PluginJob
@@ -59,7 +60,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private let onFinish: @Sendable (JobResult) -> Void
     private let onSlotFree: @Sendable () -> Void
     private let control: Mutex<Control>
-    private var process: WorkerProcess?
+    private var process: WorkerProcess? { control.withLock { $0.process } }
 
     /// - Parameter manager: Issues the grant: its task ids are the runner's,
     ///   its clock is not (see ``clock``).
@@ -110,6 +111,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             c.startedAt = now
             events.post(.started(job: job.name, pluginPath: job.pluginPath, budget: grant.budget))
         }
+        // First: whatever happens to the worker from here, the deadline holds,
+        // and what the grant says before the run message is sent follows it.
+        grant.start(
+            observer: GrantObserver(
+                expiring: { [self] reason in timerWork.async { self.tell(self.expireMessage(reason)) } },
+                deadline: { [self] _ in timerWork.async { self.killAtDeadline() } }),
+            at: now)
         let saved: [UInt8]?
         switch CheckpointCheck.read(job, configuration.checkpoints) {
         case .success(let bytes): saved = bytes
@@ -121,16 +129,12 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         } catch {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
-        self.process = process
+        control.withLock { $0.process = process }
         guard process.host(self, message: runMessage(started: now, checkpoint: saved)) else {
             return conclude(.crashed, "its worker had already exited")
         }
-        grant.start(
-            observer: GrantObserver(
-                expiring: { [self] reason in timerWork.async { self.tell(self.expireMessage(reason)) } },
-                deadline: { [self] _ in timerWork.async { self.killAtDeadline() } }),
-            at: now)
-        // What was said while the worker was starting follows the run message, in order.
+        // What was said while the worker was starting follows the run message, in
+        // order; an app message says the grant's deadline as it is now.
         while true {
             let unsent = control.withLock { c -> [String] in
                 defer { c.unsent.removeAll() }
@@ -249,13 +253,19 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     private func killAtDeadline() {
         guard let deadline = grant.deadline, clock.now().advanced(by: .milliseconds(1)) >= deadline else { return }
         arm(at: clock.now().advanced(by: Self.deadlineGrace)) { [self] in
-            let kill = control.withLock { c -> Bool in
-                guard !c.finished, c.killedAt == nil else { return false }
+            let kill = control.withLock { c -> WorkerProcess?? in
+                guard !c.finished, c.killedAt == nil else { return nil }
                 c.killedAt = clock.now()
                 c.killedFor = deadline
-                return true
+                return .some(c.process)
             }
-            if kill { process?.kill(.deadline(job: job.name)) }
+            guard let kill else { return }
+            if let process = kill {
+                process.kill(.deadline(job: job.name))
+            } else {
+                // Its worker never came: nothing of the job ran.
+                conclude(.terminated, "its worker had not started by the hard deadline")
+            }
         }
     }
 
@@ -338,6 +348,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             case .expiring(_, let t, let reason):
                 let reason = ExpirationReason(rawValue: reason) ?? .timeout
                 if c.expiredBy == nil { c.expiredBy = reason }
+                // The worker's grant began to expire first (its runner brought
+                // the expiration forward): so does this one, never to be held again.
+                grant.expireNow(reason)
                 events.post(.expiring(job: job.name, reason: reason), at: reportedTime(t, c))
             case .nextRun(_, let t, let milliseconds):
                 // Bounded by the decoder: ten years of milliseconds fits an Int64.
