@@ -76,6 +76,7 @@ enum BenchCase: String, CaseIterable {
     case checkpoint
     // The CLI's paths, each a fresh `curfew` process.
     case isolateJob = "isolate-job"
+    case workerStart = "worker-start"
     case isolatePlugin = "isolate-plugin"
     case list
     case output
@@ -607,10 +608,52 @@ struct Bench {
         if selected(.checkpoint) { rows += try await checkpoint() }
         let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
         if selected(.isolateJob) { rows += try cli.processPerJob() }
+        if selected(.workerStart) { rows.append(try await workerStart()) }
         if selected(.isolatePlugin) { rows += try cli.pluginMode() }
         if selected(.list) { rows += try cli.list() }
         if selected(.output) { rows += try cli.output() }
         return rows
+    }
+}
+
+extension Bench {
+    /// The zygote decision (issue 42): a job's worker forked by the fork
+    /// server, a process that has run Swift and forks without `exec`,
+    /// against a spare `posix_spawn`ed (an `exec`ed `curfew`) from the pool,
+    /// as `--isolate job` runs without the server. The host here is this
+    /// process; the workers are the release `curfew` beside it.
+    func workerStart() async throws -> Row {
+        let count = size(200, tiny: 4)
+        let folder = workFolder + "/worker-start"
+        mkdir(folder, 0o755)
+        try compileC(Programs.spinPlugin(names: (0..<count).map { "start-\($0)" }), to: folder + "/libstart.so", include: include, shared: true, work: workFolder)
+        let jobs = try PluginLoader().load(folder + "/libstart.so").jobs
+        var row = Row(
+            name: "--isolate job, worker start, \(count) no-op jobs", measure: "ms per job, --jobs 1, forked by the fork server",
+            unit: "ms", baselineName: "a spawned, exec'ed spare from the pool")
+        func perJob(forking: Bool) async throws -> Double {
+            var configuration = RunConfiguration(policy: GrantPolicy(), maxConcurrentJobs: 1, parameters: ["spin-ns": "0"])
+            configuration.isolation = .job
+            configuration.usesForkServer = forking
+            configuration.workerExecutable = buildFolder + "/curfew"
+            let start = now()
+            let results = await Runner(jobs: jobs, configuration: configuration).run()
+            let elapsed = Double(now() - start)
+            if let failed = results.first(where: { $0.outcome != .completed }) {
+                throw CurfewError(.loadFailed, "worker-start: \(failed.job) \(failed.outcome): \(failed.reason)")
+            }
+            return elapsed / Double(count) / 1e6
+        }
+        if !options.tiny {
+            _ = try await perJob(forking: true)
+            _ = try await perJob(forking: false)
+        }
+        for _ in 0..<options.repetitions {
+            row.values.append(try await perJob(forking: true))
+            row.baseline.append(try await perJob(forking: false))
+        }
+        row.note = "each run starts its own fork server or pool; a run's first worker waits for it"
+        return row
     }
 }
 

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Curfew
 
-/// The monotonic clock's timers (libdispatch timer sources): in deadline
+/// The monotonic clock's timers (the `TimerThread`): in deadline
 /// order, never inside the call that arms them, never after a cancel, and
 /// on time while every hook worker spins.
 @Suite(.timeLimit(.minutes(1))) struct MonotonicClockTests {
