@@ -48,8 +48,9 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         // Formats: the readers every outside text goes through (JSON, worker
         // messages, manifests, sizes and durations) and the line writer: pure,
-        // depending on nothing of the host's, so each can be fuzzed alone.
-        .target(name: "CurfewFormats"),
+        // depending on nothing of the host's but the ABI's constants (the
+        // header, no code), so each can be fuzzed alone.
+        .target(name: "CurfewFormats", dependencies: ["CCurfew"]),
         // The host: grants, loader, runner, isolation, foreign jobs, state. Holds no printing.
         .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
         // The Swift SDK for job authors: a protocol and an export helper.

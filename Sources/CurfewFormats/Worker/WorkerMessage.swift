@@ -1,3 +1,5 @@
+import CCurfew
+
 /// A message a worker sends the host, checked field by field.
 ///
 /// Plugin code runs in the worker and can write on its channel, so a line
@@ -50,8 +52,10 @@ package enum WorkerMessage: Equatable, Sendable {
     package static let maximumReasonBytes = 64 * 1024
     /// The longest delay a `next-run` message may ask for: ten years of 366 days.
     package static let maximumNextRunMilliseconds: UInt64 = 10 * 366 * 24 * 3600 * 1000
-    /// The largest checkpoint a message may carry, in bytes (decoded).
-    package static let maximumCheckpointBytes = 1 << 20
+    /// The largest checkpoint a message may carry, in bytes (decoded): the
+    /// header's, the one limit every hop checks (the host's services, both
+    /// messages, the store, the SDK).
+    package static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
 
     /// The message on one line of a worker's channel.
     package static func decode(_ line: [UInt8]) throws(Invalid) -> WorkerMessage {
