@@ -205,6 +205,22 @@ import Testing
         #expect(calls.entries.filter { $0.hasPrefix("expiring") }.count == 1, "a grant expires once")
     }
 
+    /// Before: a worker's run that ended (its worker refused, crashed or
+    /// finished) before the host started its grant trapped the whole host in
+    /// `start`. A grant finished first starts as nothing: no timer, no call.
+    @Test func aGrantFinishedBeforeItStartsStartsAsNothing() throws {
+        let manager = GrantManager(clock: clock, policy: try GrantPolicy(budget: .seconds(10)))
+        let calls = Calls()
+        let grant = try manager.makeGrant(name: "over", handlerQueue: queue)
+        grant.finish()
+        grant.start(observer: observer(calls))
+        #expect(clock.armedTimerCount == 0)
+        #expect(grant.deadline == nil)
+        clock.advance(by: .seconds(20))
+        queue.sync {}
+        #expect(calls.entries.isEmpty)
+    }
+
     @Test func expireNowGivesAContinuousJobADeadline() throws {
         let manager = GrantManager(clock: clock, policy: try GrantPolicy(budget: GrantPolicy.defaultBudget, grace: .seconds(3), allowsContinuous: true))
         let calls = Calls()
