@@ -96,6 +96,43 @@ struct CLIBench {
         return droppingWarmUp([versus, used, overhead])
     }
 
+    /// The race contract: `expire` never overlaps a chunk and no chunk
+    /// follows it, seen from inside the job, in process and in each
+    /// isolation mode: every job of a plugin expires mid-loop, `--jobs 2`.
+    func raceContract() throws -> Row {
+        // Four plugins (a plugin holds at most CURFEW_MAX_JOBS jobs).
+        let perPlugin = size(250, tiny: 1)
+        let count = 4 * perPlugin
+        let plugin = "\(work)/race"
+        mkdir(plugin, 0o755)
+        for file in 0..<4 {
+            let names = (0..<perPlugin).map { "race-\(file)-\($0)" }
+            _ = try compile(Programs.racePlugin(names: names), "race/librace\(file).so", shared: true)
+        }
+        var row = Row(
+            name: "race contract, \(count) runs in each of 3 modes", measure: "expire beside or before a chunk", unit: "runs",
+            baselineName: "-", target: .absoluteAtMost(0, "0"))
+        let env = environment(cache: "cache-race")
+        var broken = 0
+        for mode in [[], ["--isolate", "job"], ["--isolate", "plugin"]] {
+            let output = "\(work)/race-\(mode.last ?? "none").jsonl"
+            var command = Command(
+                [curfew, "run", "--json", "--jobs", "2", "--budget", "20ms", "--grace", "5ms"] + mode + [plugin], environment: env,
+                accepted: [0, 2])
+            command.stdout = output
+            try command.run()
+            let lines = String(decoding: try readAll(output), as: UTF8.self).split(separator: "\n")
+            let expired = lines.filter { $0.contains(#""event":"finished""#) && $0.contains(#""outcome":"expired""#) }.count
+            guard expired == count else {
+                throw CurfewError(.unreadable, "race contract \(mode): \(expired) of \(count) jobs expired")
+            }
+            broken += lines.filter { $0.contains("race: ") }.count
+        }
+        row.values = [Double(broken)]
+        row.note = "each job spins 200 µs chunks until its 20 ms grant expires (lead 5 ms); its own expire and chunk say when they meet"
+        return row
+    }
+
     /// One-job plugins, a worker per plugin, against each as a program under
     /// `timeout`; and whether one plugin's N jobs cost linear time.
     func pluginMode() throws -> [Row] {

@@ -49,6 +49,70 @@ enum Programs {
         return source
     }
 
+    /// Jobs that watch the race contract from inside: each chunk spins
+    /// `spin-ns` (default 200 µs) with a flag up; `expire` logs an error if
+    /// it finds the flag up, and a chunk logs one if it is called after
+    /// `expire` began. Both lines start with "race:".
+    static func racePlugin(names: [String]) -> String {
+        var source = """
+            #define _POSIX_C_SOURCE 200809L
+            #include <curfew.h>
+            #include <stdatomic.h>
+            #include <stdlib.h>
+            #include <time.h>
+            static const curfew_host *host;
+            typedef struct { atomic_int in_chunk; atomic_int expired; int64_t spin; } race_state;
+            static int64_t now_ns(void) {
+                struct timespec t;
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+            }
+            static curfew_status create(curfew_context *ctx, void **state) {
+                race_state *race = calloc(1, sizeof *race);
+                if (!race) return CURFEW_ERROR;
+                const char *text = host->param(ctx, "spin-ns");
+                race->spin = text ? strtoll(text, NULL, 10) : 200000;
+                *state = race;
+                return CURFEW_OK;
+            }
+            static curfew_chunk_result chunk(curfew_context *ctx, void *state) {
+                race_state *race = state;
+                if (atomic_load(&race->expired)) host->log(ctx, CURFEW_LOG_ERROR, "race: a chunk after expire");
+                atomic_store(&race->in_chunk, 1);
+                int64_t end = now_ns() + race->spin;
+                while (now_ns() < end) {}
+                atomic_store(&race->in_chunk, 0);
+                return CURFEW_CHUNK_CONTINUE;
+            }
+            static void expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+                (void)reason;
+                race_state *race = state;
+                atomic_store(&race->expired, 1);
+                if (atomic_load(&race->in_chunk)) host->log(ctx, CURFEW_LOG_ERROR, "race: expire while a chunk ran");
+            }
+            static void destroy(curfew_context *ctx, void *state) {
+                (void)ctx;
+                free(state);
+            }
+
+            """
+        for (index, name) in names.enumerated() {
+            source += "static const curfew_job job\(index) = {.struct_size = sizeof(curfew_job), .name = \"\(name)\", "
+                + ".summary = \"Races.\", .create = create, .chunk = chunk, .expire = expire, .destroy = destroy};\n"
+        }
+        source += "static const curfew_job *const jobs[] = {" + names.indices.map { "&job\($0)" }.joined(separator: ", ") + "};\n"
+        source += """
+            static const curfew_plugin plugin = {
+                .abi_version = CURFEW_ABI_VERSION, .struct_size = sizeof(curfew_plugin), .job_count = \(names.count), .jobs = jobs};
+            const curfew_plugin *curfew_plugin_entry(const curfew_host *services) {
+                host = services;
+                return &plugin;
+            }
+
+            """
+        return source
+    }
+
     /// The same work as a spin job, as a program: spins 1 ms, exits 0.
     static let spinProgram = """
         #define _POSIX_C_SOURCE 200809L

@@ -77,6 +77,7 @@ enum BenchCase: String, CaseIterable {
     // The CLI's paths, each a fresh `curfew` process.
     case isolateJob = "isolate-job"
     case workerStart = "worker-start"
+    case race
     case isolatePlugin = "isolate-plugin"
     case list
     case output
@@ -609,6 +610,7 @@ struct Bench {
         let cli = CLIBench(options: options, curfew: buildFolder + "/curfew", include: include, work: workFolder)
         if selected(.isolateJob) { rows += try cli.processPerJob() }
         if selected(.workerStart) { rows.append(try await workerStart()) }
+        if selected(.race) { rows.append(try cli.raceContract()) }
         if selected(.isolatePlugin) { rows += try cli.pluginMode() }
         if selected(.list) { rows += try cli.list() }
         if selected(.output) { rows += try cli.output() }
