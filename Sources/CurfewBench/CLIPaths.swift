@@ -69,12 +69,13 @@ struct CLIBench {
         var used = Row(
             name: "--isolate job, \(count) jobs of 1 ms, a used store", measure: "ms per job, --jobs 2", unit: "ms",
             baselineName: "each as a program under timeout, xargs -P2", target: .atMost(1))
-        used.note = "the default state store after \(size(20, tiny: 1)) earlier runs of the same jobs (history, estimates), not a fresh one"
+        let earlier = size(20, tiny: 1)
+        used.note = "the default state store after \(earlier) earlier run\(earlier == 1 ? "" : "s") of the same jobs (history, estimates), not a fresh one"
         let env = environment(cache: "cache-per-job")
         let usedEnv = environment(cache: "cache-per-job-used")
         try Command([curfew, "list", plugin], environment: env).run()  // the scan is cached: measure the runs
         try Command([curfew, "list", plugin], environment: usedEnv).run()
-        for _ in 0..<size(20, tiny: 1) {
+        for _ in 0..<earlier {
             _ = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
         }
         try repeated {

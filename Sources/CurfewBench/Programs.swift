@@ -5,7 +5,7 @@ enum Programs {
     /// A plugin whose jobs (one per name) each run one chunk that spins for
     /// the `spin-ns` parameter (default 1 ms) of CPU, then are done.
     static func spinPlugin(names: [String]) -> String {
-        var source = """
+        let source = """
             #define _POSIX_C_SOURCE 200809L
             #include <curfew.h>
             #include <stdlib.h>
@@ -32,9 +32,16 @@ enum Programs {
             }
 
             """
+        return source + jobTable(names: names, summary: "Spins.", hooks: ".create = create, .chunk = chunk, .expire = expire")
+    }
+
+    /// A plugin's job table: a job of each name with the same hooks, and
+    /// the entry that keeps the host's services in `host`.
+    private static func jobTable(names: [String], summary: String, hooks: String) -> String {
+        var source = ""
         for (index, name) in names.enumerated() {
             source += "static const curfew_job job\(index) = {.struct_size = sizeof(curfew_job), .name = \"\(name)\", "
-                + ".summary = \"Spins.\", .create = create, .chunk = chunk, .expire = expire};\n"
+                + ".summary = \"\(summary)\", \(hooks)};\n"
         }
         source += "static const curfew_job *const jobs[] = {" + names.indices.map { "&job\($0)" }.joined(separator: ", ") + "};\n"
         source += """
@@ -54,7 +61,7 @@ enum Programs {
     /// it finds the flag up, and a chunk logs one if it is called after
     /// `expire` began. Both lines start with "race:".
     static func racePlugin(names: [String]) -> String {
-        var source = """
+        let source = """
             #define _POSIX_C_SOURCE 200809L
             #include <curfew.h>
             #include <stdatomic.h>
@@ -96,21 +103,7 @@ enum Programs {
             }
 
             """
-        for (index, name) in names.enumerated() {
-            source += "static const curfew_job job\(index) = {.struct_size = sizeof(curfew_job), .name = \"\(name)\", "
-                + ".summary = \"Races.\", .create = create, .chunk = chunk, .expire = expire, .destroy = destroy};\n"
-        }
-        source += "static const curfew_job *const jobs[] = {" + names.indices.map { "&job\($0)" }.joined(separator: ", ") + "};\n"
-        source += """
-            static const curfew_plugin plugin = {
-                .abi_version = CURFEW_ABI_VERSION, .struct_size = sizeof(curfew_plugin), .job_count = \(names.count), .jobs = jobs};
-            const curfew_plugin *curfew_plugin_entry(const curfew_host *services) {
-                host = services;
-                return &plugin;
-            }
-
-            """
-        return source
+        return source + jobTable(names: names, summary: "Races.", hooks: ".create = create, .chunk = chunk, .expire = expire, .destroy = destroy")
     }
 
     /// The same work as a spin job, as a program: spins 1 ms, exits 0.
