@@ -84,8 +84,9 @@ enum Programs {
             }
             static curfew_chunk_result chunk(curfew_context *ctx, void *state) {
                 race_state *race = state;
-                if (atomic_load(&race->expired)) host->log(ctx, CURFEW_LOG_ERROR, "race: a chunk after expire");
+                /* Flag first, then look (both sequentially consistent, as in expire): one of the two sees the other. */
                 atomic_store(&race->in_chunk, 1);
+                if (atomic_load(&race->expired)) host->log(ctx, CURFEW_LOG_ERROR, "race: a chunk after expire");
                 int64_t end = now_ns() + race->spin;
                 while (now_ns() < end) {}
                 atomic_store(&race->in_chunk, 0);

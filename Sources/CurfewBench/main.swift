@@ -639,10 +639,16 @@ extension Bench {
             configuration.usesForkServer = forking
             configuration.workerExecutable = buildFolder + "/curfew"
             let start = now()
-            let results = await Runner(jobs: jobs, configuration: configuration).run()
+            let runner = Runner(jobs: jobs, configuration: configuration)
+            let results = await runner.run()
             let elapsed = Double(now() - start)
             if let failed = results.first(where: { $0.outcome != .completed }) {
                 throw CurfewError(.loadFailed, "worker-start: \(failed.job) \(failed.outcome): \(failed.reason)")
+            }
+            // The server falls back to spawning in silence: each side must be what it says.
+            let starts = runner.workerStarts
+            guard forking ? starts.forked == count : starts.spawned == count else {
+                throw CurfewError(.loadFailed, "worker-start: \(starts.forked) forked, \(starts.spawned) spawned, of \(count)")
             }
             return elapsed / Double(count) / 1e6
         }

@@ -184,7 +184,7 @@ public final class Runner: Sendable {
 
     /// How many isolated workers were forked by the fork server, and how many
     /// started with posix_spawn.
-    var workerStarts: (forked: Int, spawned: Int) {
+    package var workerStarts: (forked: Int, spawned: Int) {
         workers?.starts.withLock { $0 } ?? (0, 0)
     }
 

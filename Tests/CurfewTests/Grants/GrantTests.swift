@@ -217,6 +217,7 @@ import Testing
         #expect(clock.armedTimerCount == 0)
         #expect(grant.deadline == nil)
         clock.advance(by: .seconds(20))
+        Grant.timerQueue.sync {}
         queue.sync {}
         #expect(calls.entries.isEmpty)
     }

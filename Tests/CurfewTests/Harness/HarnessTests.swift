@@ -156,8 +156,8 @@ import Testing
 
 /// `curfew test` runs the runner's own `JobRun` and `Grant`: for every
 /// fixture job but one, it gives the outcome and reason `curfew run` gives.
-/// Serialized: a run in process shares the hooks' Dispatch workers with
-/// other suites, and the jobs that block hold one until they are released.
+/// One job at a time; the blocking ones hold a Dispatch worker each (the
+/// harness's and the run's) until both runs have met the block.
 @Suite(.serialized, .timeLimit(.minutes(2))) struct HarnessMatchesRunTests {
     /// Blocks in a hook until `fixture_release()`: its plugin is a copy of its
     /// own, whose gate opens once both runs have met the block.
@@ -166,31 +166,39 @@ import Testing
     /// in the harness no virtual time passes inside a hook, so its course differs.
     static let realTime = "expired-in-create"
 
+    static func release(_ plugin: String) {
+        let handle = dlopen(plugin, RTLD_NOW | RTLD_LOCAL)
+        unsafeBitCast(dlsym(handle, "fixture_release")!, to: (@convention(c) () -> Void).self)()
+    }
+
     @Test func everyFixtureJobEndsAsInARun() async throws {
-        let policy = try GrantPolicy(budget: .milliseconds(400), grace: .milliseconds(100), allowsContinuous: true)
+        // A lead long enough that a loaded machine still gives `expire` a thread in it.
+        let policy = try GrantPolicy(budget: .milliseconds(600), grace: .milliseconds(300), allowsContinuous: true)
         var compared: [String] = []
         for source in ["harness_jobs.c", "runner_jobs.c"] {
-            for name in try PluginLoader().load(try Fixtures.compile(source)).jobs.map(\.name) where name != Self.realTime {
-                let plugin = try Fixtures.compile(source)
+            let shared = try await Fixtures.offPool { try Fixtures.compile(source) }
+            for name in try PluginLoader().load(shared).jobs.map(\.name) where name != Self.realTime {
+                let blocks = Self.blocking.contains(name)
+                let plugin = blocks ? try await Fixtures.offPool { try Fixtures.compile(source) } : shared
+                defer { if blocks { Self.release(plugin) } }
                 let job = try #require(try PluginLoader().load(plugin).jobs.first { $0.name == name })
                 let parameters = ["count": "5"]
-                let report = JobHarness(
-                    job: job, policy: policy, mode: .chunkCost(.milliseconds(1)), parameters: parameters,
-                    hookTimeout: .milliseconds(300)
-                ).run()
+                let harness = JobHarness(
+                    job: job, policy: policy, mode: .chunkCost(.milliseconds(1)), parameters: parameters, hookTimeout: .milliseconds(300))
+                let report = try await Fixtures.offPool { harness.run() }
                 let configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
                 let runner = Runner(jobs: [job], configuration: configuration)
+                defer { runner.shutdown() }
                 let results = Task { await runner.run() }
                 if job.isContinuous {
                     // It has no budget: the harness shuts it down at the budget's end, the run here.
-                    while !runner.status().contains(where: { ($0.chunks ?? 0) > 0 }) { try await Task.sleep(for: .milliseconds(1)) }
+                    let give = ContinuousClock.now + .seconds(20)
+                    while !runner.status().contains(where: { ($0.chunks ?? 0) > 0 }) && ContinuousClock.now < give {
+                        try await Task.sleep(for: .milliseconds(1))
+                    }
                     runner.shutdown()
                 }
                 let run = try #require(await results.value.first)
-                if Self.blocking.contains(name) {
-                    let handle = dlopen(plugin, RTLD_NOW | RTLD_LOCAL)
-                    unsafeBitCast(dlsym(handle, "fixture_release")!, to: (@convention(c) () -> Void).self)()
-                }
                 #expect(report.outcome == run.outcome, "\(name): test said \(report.reason), run said \(run.reason)")
                 #expect(report.reason == run.reason, "\(name)")
                 compared.append(name)
