@@ -163,8 +163,7 @@ final class HarnessTrace: Sendable {
         var hook: (name: String, since: ContinuousClock.Instant, thread: pthread_t)?
         /// Where the running chunk's line goes (before what it did), and when it started.
         var chunkLine: (index: Int, number: UInt64, at: Duration)?
-        var tasks: [UInt64: OpenTask] = [:]
-        var taskOrder: [UInt64] = []
+        var tasks = OpenTasks<OpenTask>()
         var callsAfterEnd: [String: Int] = [:]
     }
 
@@ -249,22 +248,16 @@ final class HarnessTrace: Sendable {
     func taskBegan(_ id: BackgroundTaskIdentifier, _ name: String) {
         record("begin task", "'\(name)'")
         let time = now
-        state.withLock { state in
-            state.tasks[id.rawValue] = OpenTask(name: name, began: time)
-            state.taskOrder.append(id.rawValue)
-        }
+        state.withLock { $0.tasks.append(id.rawValue, OpenTask(name: name, began: time)) }
     }
 
     func taskEnded(_ id: BackgroundTaskIdentifier) {
-        guard let task = state.withLock({ $0.tasks.removeValue(forKey: id.rawValue) }) else { return }
+        guard let task = state.withLock({ $0.tasks.remove(id.rawValue) }) else { return }
         record("end task", "'\(task.name)'")
     }
 
     func allTasksEnded() {
-        state.withLock { state in
-            state.tasks.removeAll()
-            state.taskOrder.removeAll()
-        }
+        state.withLock { _ = $0.tasks.removeAll() }
     }
 
     func progress(_ progress: Progress) {
@@ -288,7 +281,7 @@ final class HarnessTrace: Sendable {
 
     /// The tasks still open, oldest first.
     var openTasks: [OpenTask] {
-        state.withLock { state in state.taskOrder.compactMap { state.tasks[$0] } }
+        state.withLock { $0.tasks.ordered.map(\.task) }
     }
 
     var events: [HarnessEvent] { state.withLock { $0.events } }
