@@ -75,6 +75,7 @@ extension SafeScanner {
 /// The host's side of one batch server.
 private struct ScanServer {
     let server: (pid: pid_t, control: Int32)
+    let process: HelperProcess
     /// Files sent to it and not yet reported, by id (their index in the batch's files).
     var inHand = Set<Int>()
     /// Bytes read and not yet a whole report.
@@ -96,6 +97,7 @@ private struct ScanServer {
 
     init(server: (pid: pid_t, control: Int32), width: Int, timeoutPerFile: Duration) {
         self.server = server
+        process = HelperProcess(pid: server.pid)
         let timeout = UInt32(clamping: max(1, timeoutPerFile.milliseconds))
         outbox = withUnsafeBytes(of: (timeout, UInt32(width))) { Array($0) }
         ahead = 2 * (width + Int(CURFEW_SCAN_REPORTS_AT_ONCE))
@@ -125,23 +127,29 @@ private struct ScanServer {
             outbox = withUnsafeBytes(of: (CURFEW_SCAN_STOP, UInt32(0))) { Array($0) }
             _ = flush()
         }
-        shutdown(server.control, Int32(SHUT_WR))
-        let clock = ContinuousClock()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while !gone && clock.now < end {
-            var entry = pollfd(fd: server.control, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
-            if ready < 0 && errno == EINTR { continue }
-            guard ready > 0 else { break }
-            let count = buffer.withUnsafeMutableBytes { recv(server.control, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
-        }
-        Glibc.close(server.control)
-        Glibc.kill(server.pid, SIGKILL)  // gone by now, unless stuck: not reaped yet, so still its pid
-        var status: Int32 = 0
-        while waitpid(server.pid, &status, 0) < 0 && errno == EINTR {}
-        return status
+        // Asked to leave by the end of its stream; what it still reports is
+        // read (and dropped) so that it is never stuck writing.
+        let (control, gone) = (server.control, gone)
+        let status = process.end(
+            Teardown([
+                .ask(
+                    {
+                        shutdown(control, Int32(SHUT_WR))
+                        let clock = ContinuousClock()
+                        var buffer = [UInt8](repeating: 0, count: 4096)
+                        while !gone && clock.now < end {
+                            var entry = pollfd(fd: control, events: Int16(POLLIN), revents: 0)
+                            let ready = poll(&entry, 1, Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
+                            if ready < 0 && errno == EINTR { continue }
+                            guard ready > 0 else { break }
+                            let count = buffer.withUnsafeMutableBytes { recv(control, $0.baseAddress, $0.count, 0) }
+                            if count < 0 && errno == EINTR { continue }
+                            if count <= 0 { break }
+                        }
+                    }, allowed: .milliseconds(100))
+            ]))
+        Glibc.close(control)
+        return status ?? -1
     }
 }
 

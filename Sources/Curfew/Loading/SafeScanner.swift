@@ -313,7 +313,9 @@ public struct SafeScanner: Sendable {
         }
         var closed = false
         defer { if !closed { close(channel[0]) } }
-        func end(killing: Bool) -> Int32? { worker.end(killing: killing) }
+        /// Kills the worker, or lets it exit (it said it is done) and then
+        /// kills what it left in its group: its wait status, or `nil` when unknown.
+        func end(killing: Bool) -> Int32? { worker.end(killing ? .kill : Teardown([.wait(allowed: .seconds(2))])) }
         WorkerProtocol.send(bytes: request, to: channel[0])
 
         var reply: any ScannerReply = native ? ScannerFrames(file: file) : ScannerLines(file: file)
@@ -395,94 +397,23 @@ public struct SafeScanner: Sendable {
         /// When a fork fails, `nil` and `forkFailed`: the server may have
         /// forked a child with `channel` before it died, so that socket must
         /// not go to another worker (two would read one message).
-        func start(channel: Int32, forkFailed: inout Bool) -> Worker? {
+        func start(channel: Int32, forkFailed: inout Bool) -> (any TeardownTarget)? {
             let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
             defer { if null >= 0 { Glibc.close(null) } }
             if forks.isOn {
-                if let forked = forks.fork(channel: channel, out: null, err: null) { return Worker(forked: forked.child, by: forked.server) }
+                if let forked = forks.fork(channel: channel, out: null, err: null) { return ForkedWorker(forked.child, of: forked.server) }
                 forkFailed = true
                 return nil
             }
             let spawned = Syscalls.spawnWorker(
                 executable, arguments: [executable, argument], environment: environment, channel: channel, out: null, err: null)
             guard case .success(let pid) = spawned else { return nil }
-            return Worker(spawned: pid)
+            return HelperProcess(pid: pid)
         }
 
         /// The scan is over: the fork server, if any, leaves.
         func close() {
             forks.close()
-        }
-    }
-
-    /// One scanner worker.
-    final class Worker: Sendable {
-        private enum End {
-            /// Its wait status, as its fork server reported it.
-            case status(Int32)
-            /// The server died first, and the worker came to this process
-            /// (a subreaper), which reaps it now.
-            case adopted
-            /// The server died first, and the worker did not come here: it ended
-            /// itself on its parent's death, and how it ended is unknown.
-            case unknown
-        }
-
-        private let pid: pid_t
-        private let forked: (server: ForkServer, child: ForkServer.Child)?
-        private let end = Mutex<End?>(nil)
-        private let ended = DispatchSemaphore(value: 0)
-
-        init(spawned pid: pid_t) {
-            self.pid = pid
-            forked = nil
-        }
-
-        init(forked child: ForkServer.Child, by server: ForkServer) {
-            pid = child.pid
-            forked = (server, child)
-            server.onExit(of: child.pid) { [self] code in
-                let end: End
-                if let code {
-                    end = .status(code)
-                } else if let pidfd = ForkServer.childPidfd(child.pid) {
-                    close(pidfd)
-                    end = .adopted
-                } else {
-                    end = .unknown
-                }
-                self.end.withLock { $0 = end }
-                ended.signal()
-            }
-        }
-
-        /// Kills the worker's group, or waits for the worker to exit and then
-        /// kills what it left in its group, and reaps it: its wait status,
-        /// or `nil` when it is unknown.
-        func end(killing: Bool) -> Int32? {
-            /// For a worker this process reaps: not reaped yet, so the pid
-            /// (and its group) is still its own.
-            func reap(killing: Bool) -> Int32 {
-                if !killing { curfew_shim_wait_exited(pid) }
-                kill(-pid, SIGKILL)
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-                return status
-            }
-            guard let forked else { return reap(killing: killing) }
-            // The server kills the group before it reaps, and reports the status.
-            if killing {
-                forked.server.kill(forked.child)
-                ended.wait()
-            } else if ended.wait(timeout: .now() + .seconds(2)) == .timedOut {
-                forked.server.kill(forked.child)  // said it was done, yet did not exit
-                ended.wait()
-            }
-            switch end.withLock({ $0 }) {
-            case .status(let status): return status
-            case .adopted: return reap(killing: killing)
-            case .unknown, nil: return nil
-            }
         }
     }
 

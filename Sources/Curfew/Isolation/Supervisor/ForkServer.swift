@@ -29,6 +29,7 @@ final class ForkServer: Sendable {
     }
 
     let pid: pid_t
+    private let process: HelperProcess
     private let control: Int32
     private let state = Mutex(State())
     /// Requests are sent one at a time and queued in the order sent, so
@@ -43,6 +44,7 @@ final class ForkServer: Sendable {
     init?(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String]) {
         guard let (pid, control) = Self.spawn(executable: executable, argument: argument, environment: environment) else { return nil }
         self.pid = pid
+        process = HelperProcess(pid: pid)
         self.control = control
         Thread.detach { self.read() }
     }
@@ -154,13 +156,19 @@ final class ForkServer: Sendable {
     }
 
     /// The run is over: the server leaves when it reads the end of its socket,
-    /// after it has killed and reaped what is left. Waits for that, two
-    /// seconds at most: the server dies with this process, and must not die
-    /// in the middle of it.
+    /// after it has killed and reaped what is left; it is killed if it has
+    /// not two seconds later. Returns once its end has been handled.
     func close() {
-        requests.withLock { _ in
-            if !state.withLock({ $0.gone }) { shutdown(control, Int32(SHUT_WR)) }
-        }
+        process.end(
+            Teardown([
+                .ask(
+                    { [self] in
+                        requests.withLock { _ in
+                            if !state.withLock({ $0.gone }) { shutdown(control, Int32(SHUT_WR)) }
+                        }
+                    }, allowed: .seconds(2))
+            ]))
+        // Its socket's end came with its exit: the reader is done soon.
         _ = ended.wait(timeout: .now() + .seconds(2))
     }
 
@@ -197,8 +205,7 @@ final class ForkServer: Sendable {
         waiting.forEach { $0.then(nil) }
         // Under the request lock: no fork or kill is sending on this number.
         _ = requests.withLock { _ in Glibc.close(control) }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = process.reap()
         // Reaped: the workers it left (a worker may have killed it) are this
         // process's children now, and whoever waits for one hears so.
         let listeners = state.withLock { state in
@@ -289,5 +296,94 @@ final class LazyForkServer: Sendable {
             state.works = false
             return state.server
         }?.close()
+    }
+}
+
+/// A worker the fork server forked, ended through the server: it kills the
+/// worker's group and reaps it, and reports how it ended. When the server
+/// dies first, a worker still alive is this process's child (a subreaper)
+/// and ends as a ``HelperProcess``.
+///
+/// The server takes only kills: a `signal` step other than SIGKILL reaches
+/// a forked worker only once it is adopted.
+final class ForkedWorker: TeardownTarget {
+    enum End: Sendable {
+        /// Its wait status, as the server reported it.
+        case status(Int32)
+        /// The server died first, and the worker came to this process.
+        case adopted(HelperProcess)
+        /// The server died first, and the worker did not come here: it ended
+        /// itself on its parent's death, and how it ended is unknown.
+        case unknown
+    }
+
+    let pid: pid_t
+    private let server: ForkServer
+    private let child: ForkServer.Child
+    private let end = Mutex<End?>(nil)
+    /// Left once `end` is set.
+    private let ending = DispatchGroup()
+
+    /// Takes `child` of `server`; `ended` is called once, on the server's
+    /// reader thread, when how it ended is known.
+    init(_ child: ForkServer.Child, of server: ForkServer, ended: @escaping @Sendable (End) -> Void = { _ in }) {
+        pid = child.pid
+        self.server = server
+        self.child = child
+        ending.enter()
+        server.onExit(of: child.pid) { [self] code in
+            let known: End =
+                if let code { .status(code) } else if let pidfd = ForkServer.childPidfd(child.pid) {
+                    .adopted(HelperProcess(pid: child.pid, pidfd: pidfd))
+                } else { .unknown }
+            end.withLock { $0 = known }
+            ending.leave()
+            ended(known)
+        }
+    }
+
+    /// How it ended, once known.
+    var ended: End? { end.withLock { $0 } }
+
+    var hasExited: Bool {
+        switch ended {
+        case nil: false
+        case .adopted(let helper): helper.hasExited
+        case .status, .unknown: true
+        }
+    }
+
+    func waitForExit(timeout: Duration?) -> Bool {
+        let clock = ContinuousClock()
+        let start = clock.now
+        if let timeout {
+            guard ending.wait(timeout: .now() + .nanoseconds(Int(clamping: timeout.nanoseconds))) == .success else { return false }
+        } else {
+            ending.wait()
+        }
+        guard case .adopted(let helper) = ended else { return true }
+        return helper.waitForExit(timeout: timeout.map { $0 - start.duration(to: clock.now) })
+    }
+
+    func send(_ signal: Int32) {
+        if signal == SIGKILL { return killGroup() }
+        if case .adopted(let helper) = ended { helper.send(signal) }
+    }
+
+    func killGroup() {
+        switch ended {
+        case nil: server.kill(child)  // the server kills it if it has not reaped it
+        case .adopted(let helper): helper.killGroup()
+        case .status, .unknown: break  // the server killed its group before it reaped it
+        }
+    }
+
+    func reap() -> Int32? {
+        ending.wait()
+        switch ended {
+        case .status(let status): return status
+        case .adopted(let helper): return helper.reap()
+        case .unknown, nil: return nil
+        }
     }
 }

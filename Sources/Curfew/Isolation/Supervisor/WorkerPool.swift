@@ -8,9 +8,9 @@ import Synchronization
 /// A worker runs one job and exits (a plugin's state never outlives its job);
 /// taking one starts its replacement in the background.
 final class WorkerPool: Sendable {
-    /// A started worker: its pid and the host's ends of its socket and pipes.
+    /// A started worker: its process and the host's ends of its socket and pipes.
     struct Worker: Sendable {
-        let pid: pid_t
+        let process: HelperProcess
         let channel: Int32
         let out: Int32
         let err: Int32
@@ -75,11 +75,13 @@ final class WorkerPool: Sendable {
         idle.forEach(Self.retire)
     }
 
+    /// Ends a worker that never got a job: it exits at the end of its
+    /// socket, and is killed if it has not a second later.
     private static func retire(_ worker: Worker) {
-        [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) }
-        Thread.detach {
-            var status: Int32 = 0
-            while waitpid(worker.pid, &status, 0) < 0 && errno == EINTR {}
+        let close: @Sendable () -> Void = { [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) } }
+        // No thread to wait on (the system refused one): killed at once.
+        if !Thread.detach({ worker.process.end(Teardown([.ask(close, allowed: .seconds(1))])) }) {
+            worker.process.end(Teardown([.ask(close, allowed: .zero)]))
         }
     }
 
@@ -91,7 +93,7 @@ final class WorkerPool: Sendable {
         [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
         switch spawned {
         case .success(let pid):
-            return Worker(pid: pid, channel: channel[0], out: out[0], err: err[0])
+            return Worker(process: HelperProcess(pid: pid), channel: channel[0], out: out[0], err: err[0])
         case .failure(let error):
             [channel[0], out[0], err[0]].forEach { Glibc.close($0) }
             throw error

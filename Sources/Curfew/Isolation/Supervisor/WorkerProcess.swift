@@ -20,9 +20,6 @@ final class WorkerProcess: @unchecked Sendable {
         /// descriptor numbers and, once reaped, its pid may belong to others).
         var exited = false
         var killedFor: Kill?
-        /// A pidfd for a forked worker whose fork server died: the worker is
-        /// this process's child since, which reaps and kills it itself.
-        var adopted: Int32?
     }
 
     /// Why the host killed a worker.
@@ -43,20 +40,17 @@ final class WorkerProcess: @unchecked Sendable {
     /// with a 1 MiB checkpoint, to a worker busy loading) must not keep a
     /// kill at the deadline, or the reader, waiting.
     private let channelLock = Mutex(false)
-    /// The fork server that forked this worker (and reaps it), with the fork's
-    /// number, or `nil` when this process started it and reaps it itself.
-    private let server: ForkServer?
-    private let forked: ForkServer.Child?
-    /// For a forked worker: one byte is written when the server reports its end.
+    /// How it is killed and reaped: by this process (``HelperProcess``), or
+    /// through the fork server that forked it (``ForkedWorker``).
+    private let process: any TeardownTarget
+    /// For a forked worker: one byte is written when how it ended is known.
     private let exitPipe: [Int32]
-    private let exitStatus = Mutex<Int32?>(nil)
 
     /// A worker this process started (and reaps).
     init(_ worker: WorkerPool.Worker) {
-        pid = worker.pid
+        pid = worker.process.pid
         channel = worker.channel
-        server = nil
-        forked = nil
+        process = worker.process
         exitPipe = []
         let (out, err) = (worker.out, worker.err)
         Thread.detach { self.supervise(out: out, err: err) }
@@ -66,19 +60,11 @@ final class WorkerProcess: @unchecked Sendable {
     init(forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32]) {
         pid = child.pid
         self.channel = channel
-        self.server = server
-        forked = child
         self.exitPipe = exitPipe
-        server.onExit(of: child.pid) { [self] code in
-            // 1: the server reaped it (its status is in `exitStatus`); 2: the
-            // server is gone and the worker, alive, is this process's now.
-            var byte: UInt8 = 1
-            if code == nil, let adopted = ForkServer.childPidfd(child.pid) {
-                state.withLock { $0.adopted = adopted }
-                byte = 2
-            } else {
-                exitStatus.withLock { $0 = code ?? -1 }
-            }
+        process = ForkedWorker(child, of: server) { end in
+            // 1: the server reaped it; 2: the server is gone and the worker,
+            // alive, is this process's now.
+            var byte: UInt8 = if case .adopted = end { 2 } else { 1 }
             _ = Glibc.write(exitPipe[1], &byte, 1)
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
@@ -117,24 +103,18 @@ final class WorkerProcess: @unchecked Sendable {
     /// Whether the worker has ended, though this process may not have
     /// handled its end yet.
     func hasExited() -> Bool {
-        let (exited, adopted) = state.withLock { ($0.exited, $0.adopted) }
-        if exited { return true }
-        if server != nil && adopted == nil { return exitStatus.withLock { $0 } != nil }
-        return curfew_shim_has_exited(pid) == 1
+        state.withLock { $0.exited } || process.hasExited
     }
 
     /// Kills the whole process group, for the reason given.
     func kill(_ reason: Kill) {
-        let ask = state.withLock { state -> Bool in
+        let first = state.withLock { state -> Bool in
             guard !state.exited && state.killedFor == nil else { return false }
             state.killedFor = reason
-            // This process's own child: its pid cannot be reused before we reap it.
-            let own = server == nil || state.adopted != nil
-            if own { Glibc.kill(-pid, SIGKILL) }
-            return !own
+            return true
         }
-        // A forked worker is the server's child: the server kills it if it has not reaped it.
-        if ask, let server, let forked { server.kill(forked) }
+        // Sent only while the group is still the worker's (see TeardownTarget).
+        if first { process.killGroup() }
     }
 
     /// No more jobs will come: the worker exits once its jobs have ended.
@@ -146,7 +126,8 @@ final class WorkerProcess: @unchecked Sendable {
         // A pidfd (or, for a forked worker, the server's word) tells when the
         // worker exits even if a process it started still holds its pipes
         // (then end-of-file would never come).
-        var exit = server == nil ? curfew_shim_pidfd_open(pid) : exitPipe[0]
+        let forked = process as? ForkedWorker
+        var exit = forked == nil ? (process as? HelperProcess)?.pidfd ?? -1 : exitPipe[0]
         /// For a forked worker: whether the server's one byte was read.
         var exitByteTaken = false
         /// Reads the server's byte: false when it says the worker is this process's now.
@@ -154,8 +135,8 @@ final class WorkerProcess: @unchecked Sendable {
             var byte: UInt8 = 0
             while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
             exitByteTaken = true
-            guard byte == 2, let adopted = state.withLock({ $0.adopted }) else { return true }
-            exit = adopted
+            guard byte == 2, case .adopted(let helper) = forked?.ended else { return true }
+            exit = helper.pidfd
             return false
         }
         // Messages arrive whole or not at all; a line of output longer than
@@ -243,7 +224,7 @@ final class WorkerProcess: @unchecked Sendable {
             for entry in polls where entry.revents != 0 {
                 if entry.fd == exit {
                     // The fork server died and the worker lives on, this process's child now.
-                    if server != nil && !exitByteTaken && !takeExitByte() { continue }
+                    if forked != nil && !exitByteTaken && !takeExitByte() { continue }
                     workerExited()
                     exitedAt = clock.now()
                     drainUntil = clock.now().advanced(by: Self.drainQuiet)
@@ -255,16 +236,10 @@ final class WorkerProcess: @unchecked Sendable {
         }
         // The server's report writes one byte, exactly once: always take it
         // before closing, so the write never meets a closed (or reused) number.
-        if server != nil && !exitByteTaken { _ = takeExitByte() }
+        if forked != nil && !exitByteTaken { _ = takeExitByte() }
         closeAttached()
         workerExited()
-        var status: Int32 = 0
-        let adopted = state.withLock { $0.adopted }
-        if server == nil || adopted != nil {
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        } else {
-            status = exitStatus.withLock { $0 } ?? -1
-        }
+        let status = process.reap() ?? -1
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
         // handed to the next worker.
@@ -272,7 +247,7 @@ final class WorkerProcess: @unchecked Sendable {
             closed = true
             _ = Glibc.close(channel)
         }
-        ([out, err] + (server == nil && exit >= 0 ? [exit] : []) + (adopted.map { [$0] } ?? []) + exitPipe).forEach { Glibc.close($0) }
+        ([out, err] + exitPipe).forEach { Glibc.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
             return Array(state.jobs.values)
@@ -284,15 +259,14 @@ final class WorkerProcess: @unchecked Sendable {
     /// Once the worker has exited (not yet reaped, so its pid is still its
     /// own): no more messages or kills, and whatever it left in its group goes.
     private func workerExited() {
-        // This process's own child is not reaped yet here: its pid is still its
-        // own while its group is killed. (The server does the same for its children.)
-        let own = server == nil || state.withLock { $0.adopted != nil }
-        if own { curfew_shim_wait_exited(pid) }
-        state.withLock { state in
-            guard !state.exited else { return }
-            state.exited = true
-            if own { Glibc.kill(-pid, SIGKILL) }
+        // Not reaped yet here: its group is still its own while it is killed.
+        // (A fork server does the same for its children before it reports.)
+        _ = process.waitForExit(timeout: nil)
+        let first = state.withLock { state -> Bool in
+            defer { state.exited = true }
+            return !state.exited
         }
+        if first { process.killGroup() }
     }
 
     /// Whether a channel line reports the end of a job (a cheap look, before parsing).

@@ -1,0 +1,153 @@
+import Glibc
+import Synchronization
+import _CurfewShims
+
+/// How a helper process (a worker, a scanner, a fork server) is ended: steps
+/// taken in turn, each allowing the helper a time to exit before the next,
+/// and after the last its process group is killed and it is reaped. Every
+/// helper ends through one, so none is left running or unreaped by a path
+/// that forgot a step.
+struct Teardown: Sendable {
+    enum Step: Sendable {
+        /// Asks it to leave by its own protocol (a message, the end of its socket).
+        case ask(@Sendable () -> Void, allowed: Duration)
+        /// Sends it a signal.
+        case signal(Int32, allowed: Duration)
+        /// Lets it exit by itself (it said it is done).
+        case wait(allowed: Duration)
+
+        var allowed: Duration {
+            switch self {
+            case .ask(_, let allowed), .signal(_, let allowed), .wait(let allowed): allowed
+            }
+        }
+    }
+
+    let steps: [Step]
+
+    init(_ steps: [Step]) {
+        self.steps = steps
+    }
+
+    /// Straight to the kill.
+    static let kill = Teardown([])
+}
+
+/// A helper process as the one who ends it sees it.
+protocol TeardownTarget: Sendable {
+    /// Whether it has exited (it may not be reaped yet).
+    var hasExited: Bool { get }
+    /// Waits until it has exited, `timeout` at most (`nil`: as long as it
+    /// takes): whether it has.
+    func waitForExit(timeout: Duration?) -> Bool
+    /// Sends it `signal`, unless it is gone.
+    func send(_ signal: Int32)
+    /// SIGKILLs its process group (what it left in it too), unless it is
+    /// no longer this process's to kill.
+    func killGroup()
+    /// Waits for it to end and reaps it: its wait status, or `nil` when
+    /// how it ended is unknown.
+    func reap() -> Int32?
+}
+
+extension TeardownTarget {
+    /// Ends it through `teardown`: its wait status, or `nil` when unknown.
+    @discardableResult
+    func end(_ teardown: Teardown) -> Int32? {
+        for step in teardown.steps {
+            switch step {
+            case .ask(let request, _): request()
+            case .signal(let signal, _): send(signal)
+            case .wait: break
+            }
+            if waitForExit(timeout: step.allowed) { break }
+        }
+        killGroup()
+        return reap()
+    }
+}
+
+/// A helper this process started and reaps: spawned (the leader of its own
+/// process group), or a forked worker adopted when its fork server died.
+///
+/// Its pid stays its own until it is reaped, so signals to it and its group
+/// are sent only before then, under the lock that the reap also takes.
+final class HelperProcess: TeardownTarget {
+    let pid: pid_t
+    /// Becomes readable when the process exits (for a poll); -1 when the
+    /// kernel has no pidfds.
+    let pidfd: Int32
+    /// Reaped, with its wait status (`nil`: it was not this process's child to reap).
+    private let reaped = Mutex<Int32??>(nil)
+
+    /// Takes `pid`, a child of this process; with `pidfd` when one is open
+    /// already (this object closes it).
+    init(pid: pid_t, pidfd: Int32? = nil) {
+        self.pid = pid
+        self.pidfd = pidfd ?? curfew_shim_pidfd_open(pid)
+    }
+
+    deinit {
+        if pidfd >= 0 { Glibc.close(pidfd) }
+    }
+
+    /// Whether it has exited (it may not be reaped yet).
+    var hasExited: Bool {
+        reaped.withLock { $0 != nil } || curfew_shim_has_exited(pid) == 1
+    }
+
+    func waitForExit(timeout: Duration?) -> Bool {
+        if reaped.withLock({ $0 != nil }) { return true }
+        guard pidfd >= 0 else {
+            guard let timeout else { return curfew_shim_wait_exited(pid) == 0 || hasExited }
+            // No pidfd: look every 10 ms.
+            let clock = ContinuousClock()
+            let end = clock.now.advanced(by: timeout)
+            while !hasExited {
+                if clock.now >= end { return false }
+                usleep(10_000)
+            }
+            return true
+        }
+        // The pidfd is readable once the process has exited, reaped or not:
+        // unlike a wait on its pid, never confused by the pid's next owner.
+        let clock = ContinuousClock()
+        let end = timeout.map { clock.now.advanced(by: $0) }
+        while true {
+            var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
+            let wait = end.map { Int32(clamping: max(0, clock.now.duration(to: $0).nanoseconds) / 1_000_000 + 1) } ?? -1
+            let ready = poll(&entry, 1, wait)
+            if ready > 0 { return true }
+            if ready < 0 && errno != EINTR { return hasExited }
+            if ready == 0, let end, clock.now >= end { return false }
+        }
+    }
+
+    func send(_ signal: Int32) {
+        reaped.withLock { reaped in
+            guard reaped == nil else { return }
+            if pidfd >= 0 { _ = curfew_shim_pidfd_send_signal(pidfd, signal) } else { _ = Glibc.kill(pid, signal) }
+        }
+    }
+
+    func killGroup() {
+        reaped.withLock { reaped in
+            if reaped == nil { _ = Glibc.kill(-pid, SIGKILL) }
+        }
+    }
+
+    /// Reaps it once it has exited; callable from any thread, any number of
+    /// times: each gets the one wait status.
+    func reap() -> Int32? {
+        // Waits without reaping, so that a kill under the lock never meets a reaped pid.
+        _ = waitForExit(timeout: nil)
+        return reaped.withLock { reaped -> Int32? in
+            if let reaped { return reaped }
+            var code: Int32 = 0
+            var result: pid_t
+            repeat { result = waitpid(pid, &code, WNOHANG) } while result < 0 && errno == EINTR
+            reaped = .some(result == pid ? code : nil)
+            return result == pid ? code : nil
+        }
+    }
+}
