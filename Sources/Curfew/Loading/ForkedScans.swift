@@ -128,7 +128,8 @@ private struct ScanServer {
             _ = flush()
         }
         // Asked to leave by the end of its stream; what it still reports is
-        // read (and dropped) so that it is never stuck writing.
+        // read (and dropped) so that it is never stuck writing. Its stream's
+        // end is its exit: no time beyond `end` to wait for it.
         let (control, gone) = (server.control, gone)
         let status = process.end(
             Teardown([
@@ -146,7 +147,7 @@ private struct ScanServer {
                             if count < 0 && errno == EINTR { continue }
                             if count <= 0 { break }
                         }
-                    }, allowed: .milliseconds(100))
+                    }, allowed: .zero)
             ]))
         Glibc.close(control)
         return status ?? -1

@@ -54,6 +54,13 @@ extension TeardownTarget {
     /// Ends it through `teardown`: its wait status, or `nil` when unknown.
     @discardableResult
     func end(_ teardown: Teardown) -> Int32? {
+        stop(teardown)
+        return reap()
+    }
+
+    /// Takes `teardown`'s steps and kills it, but leaves the reap to
+    /// whoever reaps it (a thread that waits for it already).
+    func stop(_ teardown: Teardown) {
         for step in teardown.steps {
             switch step {
             case .ask(let request, _): request()
@@ -63,7 +70,6 @@ extension TeardownTarget {
             if waitForExit(timeout: step.allowed) { break }
         }
         killGroup()
-        return reap()
     }
 }
 
@@ -117,9 +123,14 @@ final class HelperProcess: TeardownTarget {
             var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
             let wait = end.map { Int32(clamping: max(0, clock.now.duration(to: $0).nanoseconds) / 1_000_000 + 1) } ?? -1
             let ready = poll(&entry, 1, wait)
-            if ready > 0 { return true }
-            if ready < 0 && errno != EINTR { return hasExited }
-            if ready == 0, let end, clock.now >= end { return false }
+            if ready > 0 && entry.revents & Int16(POLLIN) != 0 { return true }
+            if ready < 0 && errno == EINTR { continue }
+            if ready != 0 {
+                // The poll failed (or the pidfd did): wait on the pid, as without one.
+                guard timeout != nil else { return curfew_shim_wait_exited(pid) == 0 || hasExited }
+                return hasExited
+            }
+            if let end, clock.now >= end { return false }
         }
     }
 
@@ -139,15 +150,24 @@ final class HelperProcess: TeardownTarget {
     /// Reaps it once it has exited; callable from any thread, any number of
     /// times: each gets the one wait status.
     func reap() -> Int32? {
-        // Waits without reaping, so that a kill under the lock never meets a reaped pid.
-        _ = waitForExit(timeout: nil)
-        return reaped.withLock { reaped -> Int32? in
-            if let reaped { return reaped }
-            var code: Int32 = 0
-            var result: pid_t
-            repeat { result = waitpid(pid, &code, WNOHANG) } while result < 0 && errno == EINTR
-            reaped = .some(result == pid ? code : nil)
-            return result == pid ? code : nil
+        var waits = 0
+        while true {
+            // Waits without reaping, so that a kill under the lock never meets
+            // a reaped pid; after a wait that said "exited" when it had not,
+            // on the pid itself.
+            if waits == 0 { _ = waitForExit(timeout: nil) } else { curfew_shim_wait_exited(pid) }
+            waits += 1
+            let status = reaped.withLock { reaped -> Int32?? in
+                if let reaped { return .some(reaped) }
+                var code: Int32 = 0
+                var result: pid_t
+                repeat { result = waitpid(pid, &code, WNOHANG) } while result < 0 && errno == EINTR
+                if result == 0 { return nil }  // still running: wait again
+                // Not this process's child (ECHILD): how it ended is unknown.
+                reaped = .some(result == pid ? code : nil)
+                return reaped
+            }
+            if let status { return status }
         }
     }
 }

@@ -157,9 +157,11 @@ final class ForkServer: Sendable {
 
     /// The run is over: the server leaves when it reads the end of its socket,
     /// after it has killed and reaped what is left; it is killed if it has
-    /// not two seconds later. Returns once its end has been handled.
+    /// not two seconds later (a worker whose kill it then never sent gets
+    /// it once adopted: ``ForkedWorker``). Returns once the reader has
+    /// reaped it, or two seconds after the kill.
     func close() {
-        process.end(
+        process.stop(
             Teardown([
                 .ask(
                     { [self] in
@@ -168,7 +170,7 @@ final class ForkServer: Sendable {
                         }
                     }, allowed: .seconds(2))
             ]))
-        // Its socket's end came with its exit: the reader is done soon.
+        // Its socket's end comes with its exit: the reader reaps it.
         _ = ended.wait(timeout: .now() + .seconds(2))
     }
 
@@ -320,7 +322,10 @@ final class ForkedWorker: TeardownTarget {
     let pid: pid_t
     private let server: ForkServer
     private let child: ForkServer.Child
-    private let end = Mutex<End?>(nil)
+    /// How it ended, once known, and whether a kill was asked for before:
+    /// a kill the server could no longer take (it died) reaches the worker
+    /// once it is adopted.
+    private let end = Mutex<(end: End?, killAsked: Bool)>((nil, false))
     /// Left once `end` is set.
     private let ending = DispatchGroup()
 
@@ -336,14 +341,18 @@ final class ForkedWorker: TeardownTarget {
                 if let code { .status(code) } else if let pidfd = ForkServer.childPidfd(child.pid) {
                     .adopted(HelperProcess(pid: child.pid, pidfd: pidfd))
                 } else { .unknown }
-            end.withLock { $0 = known }
+            let killAsked = end.withLock { state -> Bool in
+                state.end = known
+                return state.killAsked
+            }
+            if killAsked, case .adopted(let helper) = known { helper.killGroup() }
             ending.leave()
             ended(known)
         }
     }
 
     /// How it ended, once known.
-    var ended: End? { end.withLock { $0 } }
+    var ended: End? { end.withLock { $0.end } }
 
     var hasExited: Bool {
         switch ended {
@@ -371,6 +380,10 @@ final class ForkedWorker: TeardownTarget {
     }
 
     func killGroup() {
+        let ended = end.withLock { state -> End? in
+            if state.end == nil { state.killAsked = true }
+            return state.end
+        }
         switch ended {
         case nil: server.kill(child)  // the server kills it if it has not reaped it
         case .adopted(let helper): helper.killGroup()

@@ -78,11 +78,9 @@ final class WorkerPool: Sendable {
     /// Ends a worker that never got a job: it exits at the end of its
     /// socket, and is killed if it has not a second later.
     private static func retire(_ worker: Worker) {
-        let close: @Sendable () -> Void = { [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) } }
+        [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) }
         // No thread to wait on (the system refused one): killed at once.
-        if !Thread.detach({ worker.process.end(Teardown([.ask(close, allowed: .seconds(1))])) }) {
-            worker.process.end(Teardown([.ask(close, allowed: .zero)]))
-        }
+        if !Thread.detach({ worker.process.end(Teardown([.wait(allowed: .seconds(1))])) }) { worker.process.end(.kill) }
     }
 
     private func start() throws(SystemError) -> Worker {
