@@ -60,7 +60,7 @@ public enum Help {
                 help: "job: each run in a fresh worker process of its own. plugin is accepted and does the same here; none is refused. (default: job)"),
             OptionSpec(
                 names: ["--config"], value: "file",
-                help: "A JSON file of per-job policy: every, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled (see the README). Read again on SIGHUP."),
+                help: "A JSON file of per-job policy: every, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled (see docs/serve.md). Read again on SIGHUP."),
             socketOption,
         ]
 

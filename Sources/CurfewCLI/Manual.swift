@@ -29,7 +29,7 @@ enum Manual {
             ".I libexec/curfew/curfew-scanner",
             "The plugin scanner, a C program that forks a scanner per plugin file. curfew looks for it beside its own real path, then in ../libexec/curfew/ from there; without it, curfew scans from its own image, more slowly.",
             ".SH SEE ALSO",
-            "The README and docs/writing-jobs.md of the Curfew package; systemd.service(5), systemd.timer(5).",
+            "The README and docs/ of the Curfew package (docs/writing-jobs.md, docs/serve.md, docs/cli.md); systemd.service(5), systemd.timer(5).",
         ]
         return lines.joined(separator: "\n") + "\n"
     }

@@ -105,8 +105,8 @@ extension ProcessTests {
             #expect(none.stderr == "Error: No plugin (a .so file or a .curfew.json manifest) in \(empty)\n")
         }
 
-        @Test func theReadmeCExampleBuildsWithItsOneLineCommandAndRunsFromItsFolder() async throws {
-            let readme = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        @Test func theGuidesCExampleBuildsWithItsOneLineCommandAndRunsFromItsFolder() async throws {
+            let readme = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("docs/writing-jobs.md"), encoding: .utf8)
             let start = try #require(readme.range(of: "```c file=hello.c\n"))
             let end = try #require(readme.range(of: "```\n", range: start.upperBound..<readme.endIndex))
             let folder = Fixtures.temporaryFolder("readme")
