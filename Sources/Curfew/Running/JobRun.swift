@@ -397,6 +397,15 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// said "still running" of a hook that had not said a word. `nil`: the
     /// stage moved on (terminated) and the hook was not called.
     private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, _ body: () -> T) -> T? {
+        callHook(hook, of: stage, status: { _ in CURFEW_OK }, body)
+    }
+
+    /// As above, for a hook that returns a status (`create`), which the probe sees.
+    private func callHook(_ hook: HookThread.Hook, of stage: Stage, _ body: () -> curfew_status) -> curfew_status? {
+        callHook(hook, of: stage, status: { $0 }, body)
+    }
+
+    private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, status: (T) -> curfew_status, _ body: () -> T) -> T? {
         HookThread.running(self, at: place(hook)) { () -> T? in
             let started = control.withLock { c -> Bool in
                 guard c.stage == stage else { return false }
@@ -406,7 +415,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             guard started else { return nil }
             hookStarting(hook.name, "")
             let result = body()
-            hookReturned(hook.name, status: (result as? curfew_status) ?? CURFEW_OK)
+            hookReturned(hook.name, status: status(result))
             return result
         }
     }

@@ -57,6 +57,15 @@ import Testing
         ])
     }
 
+    /// The trace says how `create` returned: an error, not "ok".
+    @Test func aCreateThatFailsSaysSoInTheTrace() throws {
+        let failing = try #require(try PluginLoader().load(Fixtures.compile("runner_jobs.c")).jobs.first { $0.name == "create-fails" })
+        let report = JobHarness(job: failing).run()
+        #expect(report.outcome == .failed)
+        #expect(report.trace.first?.description == "    0.000s  create  error")
+        #expect(!report.trace.contains { $0.kind == "chunk" || $0.kind == "destroy" })
+    }
+
     @Test func aJobThatKeepsTheContractHasNoViolations() throws {
         let report = JobHarness(job: jobs["steady"]!, mode: .chunkCost(.seconds(10))).run()
         #expect(report.outcome == .completed)
