@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 /* Jobs for `curfew serve` and `request_next_run`. Build with
- * -DVERSION=N to make a second build of the same plugin that says so. */
+ * -DVERSION=N to make a second build of the same plugin that says so, and
+ * with -DSUFFIX='"-N"' for a copy whose job names end in -N (several
+ * copies in one folder). */
 #include <curfew.h>
 
 #include <math.h>
@@ -11,6 +13,9 @@
 
 #ifndef VERSION
 #define VERSION 1
+#endif
+#ifndef SUFFIX
+#define SUFFIX ""
 #endif
 
 static const curfew_host *host;
@@ -90,9 +95,9 @@ static void no_cleanup(curfew_context *ctx, void *state, curfew_expire_reason re
     (void)ctx; (void)state; (void)reason;
 }
 
-CURFEW_JOB(asks_job, "asks", "Asks for its next run.", .chunk = asks_chunk, .expire = no_cleanup);
-CURFEW_JOB(tally_job, "tally", "Counts its runs across grants.", .create = tally_create, .chunk = tally_chunk,
+CURFEW_JOB(asks_job, "asks" SUFFIX, "Asks for its next run.", .chunk = asks_chunk, .expire = no_cleanup);
+CURFEW_JOB(tally_job, "tally" SUFFIX, "Counts its runs across grants.", .create = tally_create, .chunk = tally_chunk,
            .expire = tally_expire, .destroy = tally_destroy);
-CURFEW_JOB(flaky_job, "flaky", "Always fails.", .chunk = flaky_chunk, .expire = no_cleanup);
+CURFEW_JOB(flaky_job, "flaky" SUFFIX, "Always fails.", .chunk = flaky_chunk, .expire = no_cleanup);
 
 CURFEW_PLUGIN(host, &asks_job, &tally_job, &flaky_job)
