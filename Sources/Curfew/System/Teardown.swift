@@ -104,34 +104,26 @@ final class HelperProcess: TeardownTarget {
 
     func waitForExit(timeout: Duration?) -> Bool {
         if reaped.withLock({ $0 != nil }) { return true }
-        guard pidfd >= 0 else {
-            guard let timeout else { return curfew_shim_wait_exited(pid) == 0 || hasExited }
-            // No pidfd: look every 10 ms.
-            let clock = ContinuousClock()
-            let end = clock.now.advanced(by: timeout)
-            while !hasExited {
-                if clock.now >= end { return false }
-                usleep(10_000)
-            }
-            return true
-        }
-        // The pidfd is readable once the process has exited, reaped or not:
-        // unlike a wait on its pid, never confused by the pid's next owner.
         let clock = ContinuousClock()
         let end = timeout.map { clock.now.advanced(by: $0) }
-        while true {
+        // The pidfd is readable once the process has exited, reaped or not:
+        // unlike a wait on its pid, never confused by the pid's next owner.
+        while pidfd >= 0 {
             var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
             let wait = end.map { Int32(clamping: max(0, clock.now.duration(to: $0).nanoseconds) / 1_000_000 + 1) } ?? -1
             let ready = poll(&entry, 1, wait)
             if ready > 0 && entry.revents & Int16(POLLIN) != 0 { return true }
             if ready < 0 && errno == EINTR { continue }
-            if ready != 0 {
-                // The poll failed (or the pidfd did): wait on the pid, as without one.
-                guard timeout != nil else { return curfew_shim_wait_exited(pid) == 0 || hasExited }
-                return hasExited
-            }
+            if ready != 0 { break }  // the poll (or the pidfd) failed: wait as without one
             if let end, clock.now >= end { return false }
         }
+        // No pidfd: a wait on the pid, or a look every 10 ms until `end`.
+        guard let end else { return curfew_shim_wait_exited(pid) == 0 || hasExited }
+        while !hasExited {
+            if clock.now >= end { return false }
+            usleep(10_000)
+        }
+        return true
     }
 
     func send(_ signal: Int32) {
