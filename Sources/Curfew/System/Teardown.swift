@@ -99,7 +99,15 @@ final class HelperProcess: TeardownTarget {
 
     /// Whether it has exited (it may not be reaped yet).
     var hasExited: Bool {
-        reaped.withLock { $0 != nil } || curfew_shim_has_exited(pid) == 1
+        if reaped.withLock({ $0 != nil }) { return true }
+        // The pidfd, not the pid: another thread may reap it meanwhile, and
+        // the pid then names whatever child gets it next.
+        if pidfd >= 0 {
+            var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&entry, 1, 0)
+            if ready >= 0 { return ready > 0 && entry.revents & Int16(POLLIN) != 0 }
+        }
+        return curfew_shim_has_exited(pid) == 1
     }
 
     func waitForExit(timeout: Duration?) -> Bool {

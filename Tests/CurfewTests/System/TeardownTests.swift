@@ -84,3 +84,51 @@ extension ProcessTests {
         }
     }
 }
+
+extension ProcessTests {
+    /// A spare that never got a job is asked to leave by the end of its
+    /// socket; one that does not is killed a second later, not left running.
+    @Suite(.timeLimit(.minutes(1))) struct SpareRetireTests {
+        /// The pids of this process's children whose command is `name`.
+        func children(named name: String) -> [pid_t] {
+            let me = getpid()
+            let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+            return entries.compactMap { entry -> pid_t? in
+                guard let pid = pid_t(entry),
+                    let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                    let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")")
+                else { return nil }
+                let comm = stat[stat.index(after: open)..<close]
+                let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+                // After the name: the state, then the parent's pid.
+                guard comm == name, fields.count > 2, fields[0] != "Z", pid_t(fields[1]) == me else { return nil }
+                return pid
+            }
+        }
+
+        @Test func aSpareThatIgnoresTheEndOfItsSocketIsKilled() throws {
+            // A "worker" that ignores its socket's end: it sleeps on (its
+            // command is the script's name, cut to 15 bytes as the kernel does).
+            let folder = Fixtures.temporaryFolder("stubborn")
+            let name = "stubborn-\(getpid())"
+            let script = folder + "/" + name
+            try "#!/bin/sh\nsleep 60\n".write(toFile: script, atomically: true, encoding: .utf8)
+            #expect(chmod(script, 0o755) == 0)
+            let pool = WorkerPool(executable: script, environment: ["PATH=/usr/bin:/bin"], capacity: 1)
+            pool.refill()
+            var spares: [pid_t] = []
+            for _ in 0..<500 where spares.isEmpty {
+                usleep(10_000)
+                spares = children(named: String(name.prefix(15)))
+            }
+            try #require(spares.count == 1, "the spare started")
+            pool.close()
+            var gone = false
+            for _ in 0..<500 where !gone {
+                usleep(10_000)
+                gone = children(named: String(name.prefix(15))).isEmpty
+            }
+            #expect(gone, "the spare still runs 5 s after the pool closed")
+        }
+    }
+}
