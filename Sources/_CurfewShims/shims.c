@@ -1085,3 +1085,7 @@ int curfew_shim_mounted_noexec(const char *path) {
     if (statvfs(path, &info) != 0) return -1;
     return (info.f_flag & ST_NOEXEC) != 0;
 }
+
+int curfew_shim_set_thread_nice(int nice) {
+    return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) == 0 ? 0 : errno;
+}

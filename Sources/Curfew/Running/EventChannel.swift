@@ -28,7 +28,7 @@ final class EventChannel: Sendable {
     private let handler: @Sendable (RunEvent, CurfewInstant) -> Void
     /// Events posted and not yet taken by the lane's work, oldest first, and
     /// whether that work is enqueued or running (it is, while any wait).
-    private let waiting = Mutex(Waiting())
+    private let waiting = ThreadLocked(Waiting())
 
     private struct Waiting {
         /// From `head` on (the slots before it are handed over already).

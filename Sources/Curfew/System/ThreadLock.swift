@@ -57,3 +57,34 @@ struct ThreadCondition: @unchecked Sendable {
         pthread_cond_signal(condition)
     }
 }
+
+/// A value guarded by a pthread mutex: for state that several threads
+/// touch at a high rate (a run's events), where Swift's `Mutex`, a
+/// priority-inheriting futex on Linux, takes every contended acquire
+/// through the kernel's rt-mutex code.
+final class ThreadLocked<Value>: @unchecked Sendable {
+    // Safe because `value` is read and written only with `mutex` held.
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+    private var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+        mutex = .allocate(capacity: 1)
+        var attributes = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attributes)
+        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
+        pthread_mutex_init(mutex, &attributes)
+        pthread_mutexattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}

@@ -14,8 +14,9 @@ import _CurfewShims
 /// cancelling one per chunk delay cost 4 times the CPU; this thread is one
 /// wake, and an armed timer is a heap entry of a few dozen bytes.
 ///
-/// The thread runs at the default priority, above the hooks' workers, and
-/// blocks every signal. It starts with the first timer armed.
+/// The thread runs above the hooks' workers and the host's (nice -5, where
+/// the process may raise a thread's priority) and blocks every signal. It
+/// starts with the first timer armed.
 ///
 /// - Important: Arm no timer in a process that will `fork` without `exec`
 ///   (the fork server): a child has none of its threads.
@@ -67,8 +68,13 @@ final class TimerThread: @unchecked Sendable {
         sigfillset(&all)
         pthread_sigmask(SIG_BLOCK, &all, nil)
         _ = curfew_shim_name_thread("curfew-timers")
-        // Woken within a microsecond of a deadline, not the default 50.
-        _ = curfew_shim_set_timer_slack(1)
+        // Woken within 50 µs of a deadline, as a POSIX timer's signal is:
+        // expirations that close together are taken in one wake.
+        _ = curfew_shim_set_timer_slack(50_000)
+        // Above the host's own workers, which libdispatch runs at nice -2
+        // where it may, so the work this thread hands out does not take
+        // its core from under it; ignored, as theirs is, where not allowed.
+        _ = curfew_shim_set_thread_nice(-5)
         var due: [@Sendable () -> Void] = []
         lock.lock()
         while true {

@@ -108,6 +108,10 @@ int curfew_shim_die_with_parent(int parent);
  * waits (50 µs by default). 0, or errno. */
 int curfew_shim_set_timer_slack(unsigned long nanoseconds);
 
+/* Sets the calling thread's nice value (setpriority on its thread id; a
+ * value below 0 needs CAP_SYS_NICE or RLIMIT_NICE). 0, or errno. */
+int curfew_shim_set_thread_nice(int nice);
+
 /* Names the calling thread (PR_SET_NAME; 15 bytes are kept), as `ps -L`,
  * `top -H` and `perf` show it. 0, or errno. */
 int curfew_shim_name_thread(const char *name);
