@@ -11,12 +11,18 @@ final class ThreadLock: @unchecked Sendable {
     fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     init() {
-        mutex = .allocate(capacity: 1)
+        mutex = Self.makeMutex()
+    }
+
+    /// An adaptive mutex, for the caller to destroy and free (or keep).
+    static func makeMutex() -> UnsafeMutablePointer<pthread_mutex_t> {
+        let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
         pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
         pthread_mutex_init(mutex, &attributes)
         pthread_mutexattr_destroy(&attributes)
+        return mutex
     }
 
     /// A condition to wait on with this lock held.
@@ -69,12 +75,7 @@ final class ThreadLocked<Value>: @unchecked Sendable {
 
     init(_ value: Value) {
         self.value = value
-        mutex = .allocate(capacity: 1)
-        var attributes = pthread_mutexattr_t()
-        pthread_mutexattr_init(&attributes)
-        pthread_mutexattr_settype(&attributes, Int32(PTHREAD_MUTEX_ADAPTIVE_NP))
-        pthread_mutex_init(mutex, &attributes)
-        pthread_mutexattr_destroy(&attributes)
+        mutex = ThreadLock.makeMutex()
     }
 
     deinit {
