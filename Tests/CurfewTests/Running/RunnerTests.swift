@@ -174,11 +174,13 @@ import Testing
 
     @Test func aChunkThatOverrunsTheDeadlineIsTerminatedAndTheHostCarriesOn() async throws {
         defer { fixture.release() }
-        let results = await run(try fixture.jobs("stuck", "count"), budget: .milliseconds(300), concurrency: 1)
+        // 1.5 s: `count` may find every hook worker of this process held by
+        // other suites' blocked hooks, until libdispatch adds one (about 1 s).
+        let results = await run(try fixture.jobs("stuck", "count"), budget: .milliseconds(1500), concurrency: 1)
         #expect(results.map(\.job) == ["stuck", "count"])
         #expect(results[0].outcome == .terminated)
         #expect(results[0].reason == "chunk 1 was still running at the hard deadline")
-        #expect(results[1].outcome == .completed, "the next job runs once the terminated one frees its slot")
+        #expect(results[1].outcome == .completed, "the next job runs once the terminated one frees its slot: \(results[1].reason)")
         #expect(fixture.count("stuck", "destroys") == 0, "the host never calls into a terminated job")
         #expect(fixture.count("stuck", "expires") == 0, "expire waits for the in-flight chunk")
     }
