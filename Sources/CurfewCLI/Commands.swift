@@ -46,7 +46,7 @@ public enum CurfewMain {
     /// runs. A listing then costs no thread start and no hand-off to the
     /// cooperative pool and back.
     public static func mainAtOnce(_ arguments: [String]) -> Int32? {
-        guard let invocation = try? ArgumentParser.parse(arguments) else { return nil }
+        guard let invocation = try? Invocation(parsing: arguments) else { return nil }
         curfew_shim_catch_sigpipe()  // as command(_:) does first
         guard let status = atOnce(invocation) else { return nil }
         return Console.outputWasClosed && status == ExitCode.success ? ExitCode.outputClosed : status
@@ -63,6 +63,9 @@ public enum CurfewMain {
             return ExitCode.success
         case .manual:
             Console(json: false).machine(String(Manual.roff().dropLast()))
+            return ExitCode.success
+        case .markdown:
+            Console(json: false).machine(String(Reference.markdown().dropLast()))
             return ExitCode.success
         case .completions(let shell):
             Console(json: false).machine(String(Completions.script(for: shell).dropLast()))
@@ -83,14 +86,14 @@ public enum CurfewMain {
         curfew_shim_catch_sigpipe()
         let invocation: Invocation
         do throws(UsageError) {
-            invocation = try ArgumentParser.parse(arguments)
+            invocation = try Invocation(parsing: arguments)
         } catch {
             Console(json: false).error(String(Help.errorText(error).dropLast()))
             return ExitCode.usage
         }
         if let status = atOnce(invocation) { return status }
         switch invocation {
-        case .help, .version, .manual, .completions, .list:
+        case .help, .version, .manual, .markdown, .completions, .list:
             return ExitCode.success  // answered above
         case .run(let options):
             return await run(options)

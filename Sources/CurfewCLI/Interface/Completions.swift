@@ -5,8 +5,8 @@ public enum Shell: String, CaseIterable, Sendable {
     case bash, zsh, fish
 }
 
-/// Completion scripts, made from the help tables (``Help/summaries``,
-/// ``Help/options(for:)``): a new option completes as soon as it is in `--help`.
+/// Completion scripts, made from each subcommand's ``SubcommandSpec``: a new
+/// option completes as soon as it is in `--help`.
 enum Completions {
     static func script(for shell: Shell) -> String {
         switch shell {
@@ -16,30 +16,9 @@ enum Completions {
         }
     }
 
-    /// The words a subcommand takes besides options and paths.
-    static func words(for command: Command) -> [String] {
-        switch command {
-        case .ctl: Server.Command.jobVerbs + Server.Command.hostVerbs
-        case .state: ["list", "show", "clear", "backup"]
-        case .new: ["c", "swift"]
-        case .completions: Shell.allCases.map(\.rawValue)
-        case .help: Help.summaries.map(\.command.rawValue).filter { $0 != "help" } + ["--man"]
-        case .run, .serve, .status, .list, .test, .history: []
-        }
-    }
-
-    /// Whether a subcommand's other arguments are paths.
-    static func takesPaths(_ command: Command) -> Bool {
-        [.run, .serve, .list, .test, .new].contains(command)
-    }
-
-    /// The values an option takes from a fixed set.
-    static func values(of option: OptionSpec) -> [String] {
-        switch option.names.last {
-        case "--isolate": ["none", "plugin", "job"]
-        case "--allow-mode": BackgroundMode.known
-        default: []
-        }
+    /// Every option of every subcommand.
+    private static var allOptions: [OptionInfo] {
+        Subcommand.allCases.flatMap(\.spec.options)
     }
 
     /// A description on one line, without the characters the shells' syntax uses.
@@ -54,15 +33,15 @@ enum Completions {
             "_curfew() {",
             "    local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"",
             "    if [ \"$COMP_CWORD\" -eq 1 ]; then",
-            "        COMPREPLY=($(compgen -W \"\(Help.summaries.map(\.command.rawValue).joined(separator: " ")) --help --version\" -- \"$cur\"))",
+            "        COMPREPLY=($(compgen -W \"\(Subcommand.allCases.map(\.rawValue).joined(separator: " ")) --help --version\" -- \"$cur\"))",
             "        return",
             "    fi",
             "    local options=\"\" words=\"\" paths=0",
             "    case \"${COMP_WORDS[1]}\" in",
         ]
-        for command in Command.allCases {
-            let options = Help.options(for: command).flatMap(\.names) + ["--help"]
-            lines.append("        \(command.rawValue)) options=\"\(options.joined(separator: " "))\" words=\"\(words(for: command).joined(separator: " "))\" paths=\(takesPaths(command) ? 1 : 0) ;;")
+        for command in Subcommand.allCases {
+            let options = command.spec.options.flatMap(\.names) + ["--help"]
+            lines.append("        \(command.rawValue)) options=\"\(options.joined(separator: " "))\" words=\"\(command.spec.words.joined(separator: " "))\" paths=\(command.spec.takesPaths ? 1 : 0) ;;")
         }
         lines += [
             "    esac",
@@ -78,10 +57,10 @@ enum Completions {
             "    fi",
             "    case \"$prev\" in",
         ]
-        for option in Command.allCases.flatMap({ Help.options(for: $0) }) where !values(of: option).isEmpty {
-            lines.append("        \(option.names.last!)) COMPREPLY=($(compgen -W \"\(values(of: option).joined(separator: " "))\" -- \"$cur\")); return ;;")
+        for option in allOptions where !option.choices.isEmpty {
+            lines.append("        \(option.names.last!)) COMPREPLY=($(compgen -W \"\(option.choices.joined(separator: " "))\" -- \"$cur\")); return ;;")
         }
-        let valued = Set(Command.allCases.flatMap { Help.options(for: $0) }.filter { $0.value != nil && values(of: $0).isEmpty }.flatMap(\.names))
+        let valued = Set(allOptions.filter { $0.value != nil && $0.choices.isEmpty }.flatMap(\.names))
         lines += [
             "        \(valued.sorted().joined(separator: "|"))) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;",
             "    esac",
@@ -105,7 +84,7 @@ enum Completions {
             "    local -a subcommands",
             "    subcommands=(",
         ]
-        lines += Help.summaries.map { "        '\($0.command.rawValue):\(plain($0.summary))'" }
+        lines += Subcommand.allCases.map { "        '\($0.rawValue):\(plain($0.spec.summary))'" }
         lines += [
             "    )",
             "    if (( CURRENT == 2 )); then",
@@ -114,21 +93,21 @@ enum Completions {
             "    fi",
             "    case $words[2] in",
         ]
-        for command in Command.allCases {
-            var specs = Help.options(for: command).map { option -> String in
+        for command in Subcommand.allCases {
+            var specs = command.spec.options.map { option -> String in
                 let names = option.names.count > 1 ? "(\(option.names.joined(separator: " ")))'{\(option.names.joined(separator: ","))}'" : option.names[0]
                 let repeats = option.repeatable ? "*" : ""
                 let value = option.value.map { name in
-                    let fixed = values(of: option)
+                    let fixed = option.choices
                     return ":\(name):" + (fixed.isEmpty ? (name.contains("file") || name.contains("folder") || name.contains("path") ? "_files" : "") : "(\(fixed.joined(separator: " ")))")
                 } ?? ""
                 return "'\(repeats)\(names)[\(plain(option.help))]\(value)'"
             }
             specs.append("'(-h --help)'{-h,--help}'[Show help information]'")
-            let rest = words(for: command)
+            let rest = command.spec.words
             if !rest.isEmpty {
                 specs.append("'*:argument:(\(rest.joined(separator: " ")))'")
-            } else if takesPaths(command) {
+            } else if command.spec.takesPaths {
                 specs.append("'*:path:_files'")
             }
             lines.append("        \(command.rawValue)) _arguments \(specs.joined(separator: " ")) ;;")
@@ -142,20 +121,20 @@ enum Completions {
             "# fish completion for curfew (curfew completions fish)",
             "complete -c curfew -f",
         ]
-        for (command, summary) in Help.summaries {
-            lines.append("complete -c curfew -n __fish_use_subcommand -a \(command.rawValue) -d '\(plain(summary))'")
+        for command in Subcommand.allCases {
+            lines.append("complete -c curfew -n __fish_use_subcommand -a \(command.rawValue) -d '\(plain(command.spec.summary))'")
         }
-        for command in Command.allCases {
+        for command in Subcommand.allCases {
             let when = "-n '__fish_seen_subcommand_from \(command.rawValue)'"
-            for option in Help.options(for: command) {
+            for option in command.spec.options {
                 let names = option.names.map { $0.hasPrefix("--") ? "-l \($0.dropFirst(2))" : "-s \($0.dropFirst())" }.joined(separator: " ")
-                let fixed = values(of: option)
+                let fixed = option.choices
                 let value = option.value == nil ? "" : fixed.isEmpty ? " -r -F" : " -x -a '\(fixed.joined(separator: " "))'"
                 lines.append("complete -c curfew \(when) \(names)\(value) -d '\(plain(option.help))'")
             }
-            let rest = words(for: command)
+            let rest = command.spec.words
             if !rest.isEmpty { lines.append("complete -c curfew \(when) -a '\(rest.joined(separator: " "))'") }
-            if takesPaths(command) { lines.append("complete -c curfew \(when) -F") }
+            if command.spec.takesPaths { lines.append("complete -c curfew \(when) -F") }
         }
         return lines.joined(separator: "\n") + "\n"
     }

@@ -9,10 +9,10 @@ enum Manual {
             ".SH SYNOPSIS",
             ".nf",
         ]
-        lines += Command.allCases.flatMap { wrap(Help.usage($0)).map(escape) }
+        lines += Subcommand.allCases.flatMap { wrap(Help.usage($0)).map(escape) }
         lines += [".fi", ".SH DESCRIPTION"]
         lines += verbatim(Help.text(nil))
-        for command in Command.allCases where command != .help {
+        for command in Subcommand.allCases where command != .help {
             lines.append(".SH \"CURFEW \(command.rawValue.uppercased())\"")
             lines += verbatim(Help.text(command))
         }
@@ -29,7 +29,7 @@ enum Manual {
             ".I libexec/curfew/curfew-scanner",
             "The plugin scanner, a C program that forks a scanner per plugin file. curfew looks for it beside its own real path, then in ../libexec/curfew/ from there; without it, curfew scans from its own image, more slowly.",
             ".SH SEE ALSO",
-            "The README and docs/ of the Curfew package (docs/writing-jobs.md, docs/serve.md, docs/cli.md); systemd.service(5), systemd.timer(5).",
+            "The README and docs/ of the Curfew package (docs/writing-jobs.md, docs/serve.md, docs/cli.md, docs/running.md); systemd.service(5), systemd.timer(5).",
         ]
         return lines.joined(separator: "\n") + "\n"
     }

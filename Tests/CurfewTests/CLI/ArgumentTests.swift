@@ -35,8 +35,8 @@ import Testing
                                       back up the store.
               history                 Show how recent job runs ended, newest first.
               completions             Print a completion script for bash, zsh or fish.
-              help                    Show subcommand help information, or the manual page
-                                      (--man).
+              help                    Show subcommand help information, the manual page
+                                      (--man) or the reference (--markdown).
 
               See 'curfew help <subcommand>' for detailed help.
 
@@ -147,16 +147,16 @@ import Testing
     }
 
     @Test func helpRequests() throws {
-        #expect(try ArgumentParser.parse([]) == .help(nil))
-        #expect(try ArgumentParser.parse(["--help"]) == .help(nil))
-        #expect(try ArgumentParser.parse(["help", "run"]) == .help(.run))
-        #expect(try ArgumentParser.parse(["run", "plugins", "-h"]) == .help(.run))
-        #expect(try ArgumentParser.parse(["list", "--help"]) == .help(.list))
-        #expect(try ArgumentParser.parse(["--version"]) == .version)
+        #expect(try Invocation(parsing: []) == .help(nil))
+        #expect(try Invocation(parsing: ["--help"]) == .help(nil))
+        #expect(try Invocation(parsing: ["help", "run"]) == .help(.run))
+        #expect(try Invocation(parsing: ["run", "plugins", "-h"]) == .help(.run))
+        #expect(try Invocation(parsing: ["list", "--help"]) == .help(.list))
+        #expect(try Invocation(parsing: ["--version"]) == .version)
     }
 
     @Test func runOptions() throws {
-        let invocation = try ArgumentParser.parse([
+        let invocation = try Invocation(parsing: [
             "run", "plugins", "--budget", "8s", "--grace=500ms", "--jobs", "3", "--only", "a", "--only", "b",
             "--param", "k=v=w", "--param", "empty=", "--allow-continuous", "--json", "--", "--odd-name.so",
         ])
@@ -172,7 +172,7 @@ import Testing
     }
 
     @Test func defaults() throws {
-        guard case .run(let options) = try ArgumentParser.parse(["run"]) else {
+        guard case .run(let options) = try Invocation(parsing: ["run"]) else {
             Issue.record("not a run")
             return
         }
@@ -189,26 +189,26 @@ import Testing
         ("1m30s", .seconds(90)), ("1h30m", .seconds(5400)), ("2s500ms", .milliseconds(2500)), ("1h2m3s4ms", .milliseconds(3_723_004)),
     ])
     func durations(text: String, expected: Duration) {
-        #expect(ArgumentParser.parseDuration(text) == expected)
+        #expect(Quantities.duration(text) == expected)
     }
 
     @Test(arguments: ["", "s", "-1s", "1.2.3s", "abc", "1 s", "5d", "1e3s", "nan", "30s1m", "1m1m", "1mm", "1m30", "m30s", "999999999s1s"])
     func badDurations(text: String) {
-        #expect(ArgumentParser.parseDuration(text) == nil)
+        #expect(Quantities.duration(text) == nil)
     }
 
     static let runUsage =
         "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
 
     @Test func serveAndControlArguments() throws {
-        guard case .serve(let serve) = try ArgumentParser.parse(["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])
+        guard case .serve(let serve) = try Invocation(parsing: ["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])
         else { Issue.record("not serve"); return }
         #expect(serve.run.paths == ["plugins"] && serve.config == "c.json" && serve.socket == "/run/s")
         #expect(serve.run.isolation == .job, "a worker per job by default")
         #expect(serve.run.policy.budget == .seconds(2))
-        #expect(try ArgumentParser.parse(["ctl", "cancel", "tally"]) == .control({ var o = ControlOptions(); o.action = .cancel("tally"); return o }()))
-        #expect(try ArgumentParser.parse(["ctl", "reload"]) == .control({ var o = ControlOptions(); o.action = .reload; return o }()))
-        #expect(try ArgumentParser.parse(["status", "--json"]) == .control({ var o = ControlOptions(); o.json = true; return o }()))
+        #expect(try Invocation(parsing: ["ctl", "cancel", "tally"]) == .control({ var o = ControlOptions(); o.action = .cancel("tally"); return o }()))
+        #expect(try Invocation(parsing: ["ctl", "reload"]) == .control({ var o = ControlOptions(); o.action = .reload; return o }()))
+        #expect(try Invocation(parsing: ["status", "--json"]) == .control({ var o = ControlOptions(); o.json = true; return o }()))
         #expect(usageErrorText(["serve"])?.hasPrefix("Error: Missing expected argument '<folders>'\nUsage: curfew serve <folders> ...") == true)
         #expect(usageErrorText(["serve", "p", "--isolate", "none"])?.hasPrefix("Error: serve runs every job in a worker") == true)
         #expect(usageErrorText(["serve", "p", "--only", "x"])?.hasPrefix("Error: Unknown option '--only'") == true)
@@ -218,7 +218,7 @@ import Testing
         #expect(usageErrorText(["ctl", "run", "a", "b"])?.hasPrefix("Error: Unexpected argument 'b'") == true)
         #expect(usageErrorText(["run", "--allow-mode", "radio"])?.hasPrefix("Error: The value 'radio' is invalid for '--allow-mode <mode>': use one of audio, voip") == true)
         #expect(usageErrorText(["status", "x"])?.hasPrefix("Error: Unexpected argument 'x'") == true)
-        #expect(try ArgumentParser.parse(["state", "backup", "b.db"]) == .state({ var o = StateOptions(); o.action = .backup; o.destination = "b.db"; return o }()))
+        #expect(try Invocation(parsing: ["state", "backup", "b.db"]) == .state({ var o = StateOptions(); o.action = .backup; o.destination = "b.db"; return o }()))
         #expect(usageErrorText(["state", "backup"])?.hasPrefix("Error: backup needs the file to write") == true)
         #expect(usageErrorText(["state", "backup", "b.db", "--all"])?.hasPrefix("Error: --all goes with clear") == true)
     }
@@ -281,15 +281,15 @@ import Testing
             usageErrorText(["run", "--isolate", "job", "--open-files", "\(ceiling + 1)"])
                 == "Error: The value '\(ceiling + 1)' is invalid for '--open-files <n>': use a whole number from 16 to \(ceiling) (the most this user may open here)\n"
                 + Self.runUsage)
-        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--open-files", "\(ceiling)"])) != nil)
-        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--open-files", "+64"])) == nil)
-        #expect((try? ArgumentParser.parse(["run", "--isolate", "job", "--memory", "\(floor)MiB"])) != nil)
+        #expect((try? Invocation(parsing: ["run", "--isolate", "job", "--open-files", "\(ceiling)"])) != nil)
+        #expect((try? Invocation(parsing: ["run", "--isolate", "job", "--open-files", "+64"])) == nil)
+        #expect((try? Invocation(parsing: ["run", "--isolate", "job", "--memory", "\(floor)MiB"])) != nil)
     }
 
     /// Sizes and durations from outside: never a trap, never a sign or a stray character.
     @Test(arguments: ["+5", "-5", "5 MiB", "18446744073709551616", "17179869184GiB", "", "MiB", String(repeating: "9", count: 100_000)])
     func sizesThatAreNotSizes(_ text: String) {
-        #expect(ArgumentParser.parseSize(text) == nil)
+        #expect(Quantities.size(text) == nil)
     }
 
     @Test func jsonStringsAreEscaped() {

@@ -3,13 +3,46 @@ import Testing
 
 @testable import CurfewCLI
 
-/// The manual page and the completion scripts are made from the help
-/// tables: every subcommand and option is in them.
+/// Help, the manual page, the completion scripts and docs/cli.md are made
+/// from one description per subcommand: every subcommand, option and word
+/// is in each.
 @Suite struct ManualAndCompletionTests {
+    @Test func everyOutputShowsEveryOptionOfTheDescription() {
+        let page = Manual.roff()
+        let reference = Reference.markdown()
+        let scripts = Shell.allCases.map { Completions.script(for: $0) }
+        for command in Subcommand.allCases {
+            let spec = command.spec
+            let help = Help.text(command)
+            #expect(Help.text(nil).contains(command.rawValue))
+            #expect(reference.contains("## curfew \(command.rawValue)\n"))
+            for option in spec.options {
+                #expect(help.contains(option.label), "\(command) \(option.label)")
+                #expect(page.contains(Manual.escape(option.label)), "\(command) \(option.label)")
+                #expect(reference.contains("`\(option.label)`"), "\(command) \(option.label)")
+                for choice in option.choices {
+                    #expect(scripts.allSatisfy { $0.contains(choice) }, "\(command) \(option.label) \(choice)")
+                }
+            }
+            for word in spec.words {
+                #expect(scripts.allSatisfy { $0.contains(word) }, "\(command) \(word)")
+            }
+        }
+    }
+
+    /// docs/cli.md is `curfew help --markdown`: one changed without the
+    /// other fails here.
+    @Test func docsCliMdIsTheReferenceAsMade() throws {
+        let file = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("docs/cli.md"), encoding: .utf8)
+        #expect(file == Reference.markdown(), "run: swift run curfew help --markdown > docs/cli.md")
+    }
+
     @Test func helpManAndCompletionsParse() throws {
-        #expect(try ArgumentParser.parse(["help", "--man"]) == .manual)
-        #expect(try ArgumentParser.parse(["completions", "zsh"]) == .completions(.zsh))
-        #expect(try ArgumentParser.parse(["completions", "--help"]) == .help(.completions))
+        #expect(try Invocation(parsing: ["help", "--man"]) == .manual)
+        #expect(try Invocation(parsing: ["help", "--markdown"]) == .markdown)
+        #expect(usageErrorText(["help", "run", "--man"])?.contains("Give one subcommand, --man or --markdown") == true)
+        #expect(try Invocation(parsing: ["completions", "zsh"]) == .completions(.zsh))
+        #expect(try Invocation(parsing: ["completions", "--help"]) == .help(.completions))
         #expect(usageErrorText(["completions"])?.contains("Missing the shell: bash, zsh or fish") == true)
         #expect(usageErrorText(["completions", "tcsh"])?.contains("Unknown shell 'tcsh'") == true)
         #expect(usageErrorText(["completions", "bash", "zsh"])?.contains("Unexpected argument 'zsh'") == true)
@@ -18,9 +51,9 @@ import Testing
     @Test func theManualPageHasEverySubcommandsHelpAsRoff() {
         let page = Manual.roff()
         #expect(page.hasPrefix(".TH CURFEW 1 "))
-        for command in Command.allCases where command != .help {
+        for command in Subcommand.allCases where command != .help {
             #expect(page.contains(".SH \"CURFEW \(command.rawValue.uppercased())\""))
-            for option in Help.options(for: command) {
+            for option in command.spec.options {
                 #expect(page.contains(Manual.escape(option.label)), "\(command) \(option.label)")
             }
         }
@@ -52,9 +85,9 @@ import Testing
     @Test func everyScriptNamesEverySubcommandAndOption() {
         for shell in Shell.allCases {
             let script = Completions.script(for: shell)
-            for (command, _) in Help.summaries {
+            for command in Subcommand.allCases {
                 #expect(script.contains(command.rawValue), "\(shell) \(command)")
-                for option in Help.options(for: command) {
+                for option in command.spec.options {
                     let name = shell == .fish ? "-l \(option.names.last!.dropFirst(2))" : option.names.last!
                     #expect(script.contains(name), "\(shell) \(command) \(name)")
                 }

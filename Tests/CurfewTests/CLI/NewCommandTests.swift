@@ -10,9 +10,9 @@ extension ProcessTests {
         static let usage = "Usage: curfew new <language> <name> [<directory>] [--curfew-root <path>]\n  See 'curfew new --help' for more information.\n"
 
         @Test func parsing() throws {
-            #expect(try ArgumentParser.parse(["new", "c", "hello"]) == .new(NewOptions(language: .c, name: "hello")))
+            #expect(try Invocation(parsing: ["new", "c", "hello"]) == .new(NewOptions(language: .c, name: "hello")))
             #expect(
-                try ArgumentParser.parse(["new", "swift", "up.load_2", "jobs/up", "--curfew-root", "/src/curfew"])
+                try Invocation(parsing: ["new", "swift", "up.load_2", "jobs/up", "--curfew-root", "/src/curfew"])
                     == .new(NewOptions(language: .swift, name: "up.load_2", directory: "jobs/up", curfewRoot: "/src/curfew")))
             #expect(usageErrorText(["new"]) == "Error: Missing expected argument '<language>'\n" + Self.usage)
             #expect(usageErrorText(["new", "rust", "x"]) == "Error: The value 'rust' is invalid for '<language>': use c or swift\n" + Self.usage)

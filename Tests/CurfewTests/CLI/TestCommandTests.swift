@@ -104,7 +104,7 @@ extension ProcessTests {
             #expect(usageErrorText(["test"]) == "Error: Missing expected argument '<plugin>'\n" + usage)
             #expect(usageErrorText(["test", "a.so", "--chunk-cost", "1s", "--expire-at-chunk", "2"]) == "Error: --chunk-cost and --expire-at-chunk cannot be used together\n" + usage)
             #expect(usageErrorText(["test", "a.so", "--expire-at-chunk", "0"]) == "Error: The value '0' is invalid for '--expire-at-chunk <n>': use a chunk number from 1\n" + usage)
-            #expect(throws: Never.self) { try ArgumentParser.parse(["test", "a.so", "--expire-at-chunk", "4", "--budget", "10s"]) }
+            #expect(throws: Never.self) { try Invocation(parsing: ["test", "a.so", "--expire-at-chunk", "4", "--budget", "10s"]) }
         }
     }
 }

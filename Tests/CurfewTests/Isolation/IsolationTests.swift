@@ -1,3 +1,4 @@
+import CurfewFormats
 import Foundation
 import Testing
 
@@ -115,12 +116,12 @@ extension ProcessTests {
 
         @Test func limitsNeedIsolation() {
             #expect(throws: UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: .run)) {
-                try ArgumentParser.parse(["run", "--memory", "1GiB"])
+                try Invocation(parsing: ["run", "--memory", "1GiB"])
             }
-            #expect(ArgumentParser.parseSize("256MiB") == 256 << 20)
-            #expect(ArgumentParser.parseSize("2G") == 2 << 30)
-            #expect(ArgumentParser.parseSize("4096") == 4096)
-            #expect(ArgumentParser.parseSize("lots") == nil)
+            #expect(Quantities.size("256MiB") == 256 << 20)
+            #expect(Quantities.size("2G") == 2 << 30)
+            #expect(Quantities.size("4096") == 4096)
+            #expect(Quantities.size("lots") == nil)
         }
     }
 

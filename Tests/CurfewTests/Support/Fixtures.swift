@@ -332,7 +332,7 @@ final class EventLog: Sendable {
 /// The text `curfew` prints for a usage error in `arguments`, or `nil` when they parse.
 func usageErrorText(_ arguments: [String]) -> String? {
     do {
-        _ = try CurfewCLI.ArgumentParser.parse(arguments)
+        _ = try CurfewCLI.Invocation(parsing: arguments)
         return nil
     } catch {
         return CurfewCLI.Help.errorText(error)
