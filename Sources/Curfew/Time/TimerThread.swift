@@ -68,12 +68,16 @@ final class TimerThread: @unchecked Sendable {
         sigfillset(&all)
         pthread_sigmask(SIG_BLOCK, &all, nil)
         _ = curfew_shim_name_thread("curfew-timers")
-        // Woken within 50 µs of a deadline, as a POSIX timer's signal is:
-        // expirations that close together are taken in one wake.
+        // Woken up to 50 µs after a deadline (the kernel's default slack),
+        // not at once: expirations that come close together are taken in
+        // one wake, which costs the host less CPU in a burst of them.
         _ = curfew_shim_set_timer_slack(50_000)
         // Above the host's own workers, which libdispatch runs at nice -2
         // where it may, so the work this thread hands out does not take
         // its core from under it; ignored, as theirs is, where not allowed.
+        // libdispatch starts workers from the thread that enqueues (this
+        // one, often) and sets each to its QoS's nice (utility: 2), so
+        // plugin code never inherits -5.
         _ = curfew_shim_set_thread_nice(-5)
         var due: [@Sendable () -> Void] = []
         lock.lock()

@@ -10,6 +10,7 @@ public enum Help {
     public static func usage(_ command: Subcommand?) -> String {
         guard let command else { return "curfew <subcommand>" }
         let spec = command.spec
+        guard spec.usageListsOptions else { return spec.usage }
         return ([spec.usage] + spec.options.map { "[\($0.usage)\($0.repeatable ? " ..." : "")]" }).joined(separator: " ")
     }
 

@@ -53,15 +53,16 @@ extension String {
         split(separator: "|", omittingEmptySubsequences: false).joined(separator: "\\|")
     }
 
-    /// Help text as Markdown text: `*` and `|` escaped, `<` an entity (a
-    /// `<name>` is not an HTML tag).
+    /// Help text as Markdown text: every character Markdown gives a
+    /// meaning inside a line escaped, `<` an entity (a `<name>` is not an
+    /// HTML tag), `&` one too (`&lt;` in help stays as written).
     fileprivate func escapedForMarkdown() -> String {
         var text = ""
         for character in self {
             switch character {
-            case "*": text += "\\*"
-            case "|": text += "\\|"
+            case "\\", "`", "*", "_", "[", "]", "|", "#": text += "\\" + String(character)
             case "<": text += "&lt;"
+            case "&": text += "&amp;"
             default: text.append(character)
             }
         }

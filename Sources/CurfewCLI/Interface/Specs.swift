@@ -444,7 +444,7 @@ enum Specs {
         ],
         options: [
             .text("--job", value: "name", help: "Only this job's runs.", \HistoryOptions.job),
-            OptionSpec(["--since"], value: "duration", help: "Only runs that ended within this long, e.g. 1h, 2d.") { options, given throws(UsageError) in
+            OptionSpec(["--since"], value: "duration", help: "Only runs that ended within this long, e.g. 90m, 48h.") { options, given throws(UsageError) in
                 let since = try duration(given)
                 guard since > .zero else { throw given.invalid("the duration must be positive") }
                 options.since = since
@@ -465,7 +465,7 @@ enum Specs {
 
     static let completions = SubcommandSpec.make(
         .completions, summary: "Print a completion script for bash, zsh or fish.", usage: "curfew completions (bash | zsh | fish)",
-        discussion: ["Made from the same descriptions as this help."],
+        discussion: ["Made from the descriptions curfew help shows."],
         arguments: [("<shell>", "bash, zsh or fish.")], options: [OptionSpec<[String]>](),
         exitStatus: [("0", "printed"), ("64", "usage error")],
         notes: [
@@ -491,13 +491,13 @@ enum Specs {
 
     static let help = SubcommandSpec.make(
         .help, summary: "Show subcommand help information, the manual page (--man) or the reference (--markdown).",
-        usage: "curfew help [<subcommand>]",
+        usage: "curfew help [<subcommand> | --man | --markdown]",
         arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state, history or completions.")],
         options: [
             .flag("--man", help: "Print curfew(1), the manual page: every subcommand's help, in roff.", \HelpDraft.manual),
             .flag("--markdown", help: "Print the command-line reference, docs/cli.md: every subcommand's help, in Markdown.", \HelpDraft.markdown),
         ],
-        words: Subcommand.allCases.filter { $0 != .help }.map(\.rawValue), start: { HelpDraft() },
+        words: Subcommand.allCases.filter { $0 != .help }.map(\.rawValue), usageListsOptions: false, start: { HelpDraft() },
         positional: { draft, word in draft.words.append(word) },
         finish: { draft throws(UsageError) in
             if draft.words.count + (draft.manual ? 1 : 0) + (draft.markdown ? 1 : 0) > 1 {

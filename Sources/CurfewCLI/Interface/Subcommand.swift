@@ -109,11 +109,13 @@ struct OptionSpec<Draft>: Sendable {
 /// A subcommand, described once. Made by ``make(_:summary:usage:discussion:arguments:options:exitStatus:notes:words:takesPaths:start:positional:finish:)``,
 /// which hides the type its arguments are gathered into.
 struct SubcommandSpec: Sendable {
-    let command: Subcommand
     /// One line: the top-level help's list, and OVERVIEW.
     let summary: String
     /// What comes before the options in the usage line.
     let usage: String
+    /// The usage line lists the options after `usage` (not for `help`,
+    /// whose `usage` says they go one at a time).
+    let usageListsOptions: Bool
     /// Lines of prose after the overview.
     let discussion: [String]
     let arguments: [(String, String)]
@@ -131,12 +133,12 @@ struct SubcommandSpec: Sendable {
     static func make<Draft>(
         _ command: Subcommand, summary: String, usage: String, discussion: [String] = [], arguments: [(String, String)] = [],
         options: [OptionSpec<Draft>], exitStatus: [(String, String)] = [], notes: [String] = [], words: [String] = [],
-        takesPaths: Bool = false, start: @escaping @Sendable () -> Draft,
+        takesPaths: Bool = false, usageListsOptions: Bool = true, start: @escaping @Sendable () -> Draft,
         positional: @escaping @Sendable (inout Draft, String) throws(UsageError) -> Void,
         finish: @escaping @Sendable (Draft) throws(UsageError) -> Invocation
     ) -> SubcommandSpec {
         SubcommandSpec(
-            command: command, summary: summary, usage: usage, discussion: discussion, arguments: arguments,
+            summary: summary, usage: usage, usageListsOptions: usageListsOptions, discussion: discussion, arguments: arguments,
             options: options.map(\.info), exitStatus: exitStatus, notes: notes, words: words, takesPaths: takesPaths,
             parse: { (arguments: [String]) throws(UsageError) -> Invocation in
                 var draft = start()
@@ -226,7 +228,7 @@ public enum Invocation: Equatable, Sendable {
                 throw UsageError("Unknown subcommand '\(first)'", command: nil)
             }
             let rest = Array(arguments.dropFirst())
-            if command != .help && rest.contains(where: { $0 == "-h" || $0 == "--help" }) {
+            if rest.contains(where: { $0 == "-h" || $0 == "--help" }) {
                 self = .help(command)
             } else {
                 self = try command.spec.parse(rest)

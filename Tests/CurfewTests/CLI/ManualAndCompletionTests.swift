@@ -40,6 +40,7 @@ import Testing
     @Test func helpManAndCompletionsParse() throws {
         #expect(try Invocation(parsing: ["help", "--man"]) == .manual)
         #expect(try Invocation(parsing: ["help", "--markdown"]) == .markdown)
+        #expect(try Invocation(parsing: ["help", "--help"]) == .help(.help))
         #expect(usageErrorText(["help", "run", "--man"])?.contains("Give one subcommand, --man or --markdown") == true)
         #expect(try Invocation(parsing: ["completions", "zsh"]) == .completions(.zsh))
         #expect(try Invocation(parsing: ["completions", "--help"]) == .help(.completions))
