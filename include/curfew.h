@@ -10,8 +10,11 @@
  *
  * Rules of this header
  * - Versioned and append-only. Every struct that may grow starts with (or
- *   carries) `struct_size`; new fields are only ever appended, and each names
- *   the ABI version that added it. The host never reads past `struct_size`.
+ *   carries) `struct_size`. ABI 1 is every field below; a field added later
+ *   is only ever appended and names the ABI version that added it, and a
+ *   plugin that uses one checks the host's `struct_size` first. The host
+ *   never reads past a plugin's `struct_size`: a field a shorter struct
+ *   lacks counts as NULL.
  * - Strings are UTF-8 and NUL-terminated. Nothing crosses the boundary that
  *   needs the other side's allocator, and no C++ exception or Swift error may
  *   cross it.
@@ -245,9 +248,7 @@ typedef struct curfew_host {
 
     /* The `user_data` of the job `ctx` runs, as its descriptor declares it
      * (NULL when the descriptor predates the field). Lets one set of hooks
-     * serve several jobs. Appended in ABI 1: check
-     * `host->struct_size > offsetof(curfew_host, job_user_data)` first when
-     * a host built from an older header may load you. */
+     * serve several jobs. */
     void *(*job_user_data)(curfew_context *ctx);
 
     /* Saves the job's checkpoint: `length` bytes from `bytes`, copied, kept
@@ -264,8 +265,7 @@ typedef struct curfew_host {
      * starts afresh; one that expires, fails, crashes or is terminated keeps
      * its last one, and its next run's `create` can load it: save what lets
      * the work resume, as iOS asks an app to save its state before it
-     * leaves the foreground. Appended in ABI 1: check
-     * `host->struct_size > offsetof(curfew_host, checkpoint_save)` first. */
+     * leaves the foreground. */
     curfew_status (*checkpoint_save)(curfew_context *ctx, const void *bytes,
                                      size_t length);
 
@@ -285,8 +285,7 @@ typedef struct curfew_host {
      * follows the job's `every` in the config, or runs no more. Returns
      * CURFEW_OK, or CURFEW_ERROR for a negative, NaN or infinite value, or
      * one over ten years (the request is logged and dropped), and
-     * CURFEW_UNAVAILABLE once the job is over. Appended in ABI 1: check
-     * `host->struct_size > offsetof(curfew_host, request_next_run)` first. */
+     * CURFEW_UNAVAILABLE once the job is over. */
     curfew_status (*request_next_run)(curfew_context *ctx,
                                       double earliest_seconds);
 } curfew_host;
@@ -412,8 +411,7 @@ typedef struct curfew_job {
     curfew_expire_fn expire;
     curfew_destroy_fn destroy;
     /* Any pointer for the plugin's own use; the host never reads through it
-     * and hands it back through `host->job_user_data(ctx)`. Appended in
-     * ABI 1: a descriptor whose struct_size ends before it has none. */
+     * and hands it back through `host->job_user_data(ctx)`. */
     void *user_data;
     /* The background modes a continuous job runs in, as an iOS app lists
      * UIBackgroundModes: comma-separated names, such as "audio,location".
@@ -424,12 +422,9 @@ typedef struct curfew_job {
      * a continuous job may have them. The operator allows a mode by name
      * (`--allow-mode audio`); the job runs when every mode it declares is
      * allowed, or with `--allow-continuous`, which allows every mode (and is
-     * the only way to run a continuous job that declares none). NULL: none.
-     * Appended in ABI 1: a descriptor whose struct_size ends before it has
-     * none. */
+     * the only way to run a continuous job that declares none). NULL: none. */
     const char *background_modes;
-    /* The app events hook; see curfew_app_event_fn. NULL: none. Appended in
-     * ABI 1: a descriptor whose struct_size ends before it has none. */
+    /* The app events hook; see curfew_app_event_fn. NULL: none. */
     curfew_app_event_fn app_event;
 } curfew_job;
 

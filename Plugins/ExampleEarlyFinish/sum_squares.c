@@ -26,11 +26,6 @@ typedef struct {
 /* The checkpoint is the state itself: plain numbers, no pointers. */
 _Static_assert(sizeof(sum_state) == 24, "the checkpoint's layout");
 
-/* Whether this host has the checkpoint functions (appended in ABI 1). */
-static int has_checkpoints(void) {
-    return host->struct_size >= offsetof(curfew_host, checkpoint_load) + sizeof host->checkpoint_load;
-}
-
 enum { STEP = 100000 };
 
 static curfew_status sum_create(curfew_context *ctx, void **state) {
@@ -44,7 +39,7 @@ static curfew_status sum_create(curfew_context *ctx, void **state) {
     sum->next = 1;
     /* Go on from the last run's checkpoint, if it was counting to the same N. */
     sum_state saved;
-    if (has_checkpoints() && host->checkpoint_load(ctx, &saved, sizeof saved) == sizeof saved &&
+    if (host->checkpoint_load(ctx, &saved, sizeof saved) == sizeof saved &&
         saved.count == sum->count && saved.next >= 1 && saved.next <= saved.count + 1) {
         *sum = saved;
         char line[96];
@@ -72,7 +67,7 @@ static curfew_chunk_result sum_chunk(curfew_context *ctx, void *state) {
 static void sum_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
     (void)reason;
     sum_state *sum = state;
-    int saved = has_checkpoints() && host->checkpoint_save(ctx, sum, sizeof *sum) == CURFEW_OK;
+    int saved = host->checkpoint_save(ctx, sum, sizeof *sum) == CURFEW_OK;
     char line[128];
     snprintf(line, sizeof line, "stopped at %" PRIu64 " of %" PRIu64 "%s", sum->next - 1, sum->count,
              saved ? "; checkpoint saved, the next run goes on from here" : "");

@@ -109,7 +109,6 @@ public struct JobContext: @unchecked Sendable {
     ///   ``CheckpointError/unavailable`` when the host keeps no state or the
     ///   job is over. The last saved checkpoint stays either way.
     public func saveCheckpoint(_ bytes: some Collection<UInt8>) throws(CheckpointError) {
-        guard hasCheckpoints else { throw .unavailable }
         let bytes = Array(bytes)
         let status = bytes.withUnsafeBytes { host.pointee.checkpoint_save(raw, $0.baseAddress, $0.count) }
         switch status {
@@ -122,7 +121,6 @@ public struct JobContext: @unchecked Sendable {
     /// The job's last saved checkpoint, from this run or an earlier one, or
     /// `nil` when it has none.
     public func loadCheckpoint() -> [UInt8]? {
-        guard hasCheckpoints else { return nil }
         // Asked twice at most: the size, then the bytes (only this job saves them).
         var bytes: [UInt8] = []
         while true {
@@ -141,7 +139,6 @@ public struct JobContext: @unchecked Sendable {
     ///   hold (a NaN, an object of more than 10,000 keys, more than 64 levels
     ///   deep), and what ``saveCheckpoint(_:)`` throws.
     public func saveCheckpoint(encoding value: some Encodable) throws(CheckpointError) {
-        guard hasCheckpoints else { throw .unavailable }
         try saveCheckpoint(try CheckpointEncoding.encode(value))
     }
 
@@ -162,19 +159,11 @@ public struct JobContext: @unchecked Sendable {
     /// nothing. The last request of a run counts.
     ///
     /// - Returns: Whether the host took it: not for a negative delay or one
-    ///   over ten years, nor once the job is over, nor from a host that
-    ///   predates the call.
+    ///   over ten years, nor once the job is over.
     @discardableResult
     public func requestNextRun(after delay: Duration) -> Bool {
-        let offset = MemoryLayout<curfew_host>.offset(of: \.request_next_run)!
-        guard host.pointee.struct_size >= offset + MemoryLayout<UnsafeRawPointer>.size else { return false }
         let (seconds, attoseconds) = delay.components
         return host.pointee.request_next_run(raw, Double(seconds) + Double(attoseconds) * 1e-18) == CURFEW_OK
-    }
-
-    /// Whether the host's table has the checkpoint functions (appended in ABI 1).
-    private var hasCheckpoints: Bool {
-        host.pointee.struct_size >= MemoryLayout<curfew_host>.offset(of: \.checkpoint_load)! + MemoryLayout<UnsafeRawPointer>.size
     }
 }
 
