@@ -300,7 +300,7 @@ final class Reporter: Sendable {
 
     /// The numbers come from the job: any pair of Int64 is shown, none traps
     /// (a percentage past 100 is shown as over 100).
-    static func describe(_ progress: Progress) -> String {
+    static func describe(_ progress: JobProgress) -> String {
         guard progress.total > 0 else { return "\(progress.completed)" }
         let percent = Double(progress.completed) * 100 / Double(progress.total)
         let shown = percent > 100 ? ">100" : percent < 0 ? "<0" : String(Int(percent.rounded(.down)))

@@ -41,7 +41,7 @@ class HostContext: @unchecked Sendable {
 
     func endTask(_ id: BackgroundTaskIdentifier) {}
     func log(_ level: LogLevel, _ message: String) {}
-    func reportProgress(_ progress: Progress) {}
+    func reportProgress(_ progress: JobProgress) {}
 
     func parameter(_ key: String) -> UnsafePointer<CChar>? {
         parameters.value(for: key)

@@ -45,7 +45,7 @@ enum HostServices {
                 }
             },
             report_progress: { context, completed, total in
-                HostContext.from(context)?.reportProgress(Progress(completed: completed, total: total))
+                HostContext.from(context)?.reportProgress(JobProgress(completed: completed, total: total))
             },
             param: { context, key in
                 guard let key, let run = HostContext.from(context) else { return nil }

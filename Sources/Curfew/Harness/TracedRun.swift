@@ -120,7 +120,7 @@ final class TracedRun: JobRun, @unchecked Sendable {
         super.log(level, message)
     }
 
-    override func reportProgress(_ progress: Progress) {
+    override func reportProgress(_ progress: JobProgress) {
         if called("report_progress") { trace.progress(progress) }
         super.reportProgress(progress)
     }
@@ -260,7 +260,7 @@ final class HarnessTrace: Sendable {
         state.withLock { _ = $0.tasks.removeAll() }
     }
 
-    func progress(_ progress: Progress) {
+    func progress(_ progress: JobProgress) {
         let chunk = state.withLock { $0.chunkLine?.number }
         let place = chunk.map { " in chunk \($0)" } ?? ""
         if progress.completed < 0 || progress.total < 0 {

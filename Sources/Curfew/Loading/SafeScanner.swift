@@ -233,7 +233,7 @@ public struct SafeScanner: Sendable {
         var started = 0
         for _ in 0..<width {
             scans.enter()
-            if Thread.detach({ scanNext(); scans.leave() }) { started += 1 } else { scans.leave() }
+            if OSThread.detach({ scanNext(); scans.leave() }) { started += 1 } else { scans.leave() }
         }
         if started == 0 && !queue.isEmpty { scanNext() }  // no thread could start: scan here
         scans.wait()

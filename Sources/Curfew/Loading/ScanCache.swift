@@ -125,7 +125,7 @@ struct ScanCache: Sendable {
         guard !paths.isEmpty else { return { before } }
         let done = DispatchSemaphore(value: 0)
         let loaded = Mutex<ScanCache?>(nil)
-        guard Thread.detach({
+        guard OSThread.detach({
             let cache = read()
             loaded.withLock { $0 = cache }
             done.signal()

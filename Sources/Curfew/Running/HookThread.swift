@@ -120,7 +120,7 @@ extension HookThread {
     ) -> Bool {
         guard let ends = try? Syscalls.pipe() else { return false }
         let reader = ends[0]
-        let started = Thread.detach {
+        let started = OSThread.detach {
             var byte: UInt8 = 0
             while read(reader, &byte, 1) < 0 && errno == EINTR {}
             var job: UnsafePointer<CChar>?

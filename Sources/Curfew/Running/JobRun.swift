@@ -46,7 +46,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var refusal: String?
         var delayTimer: (any CurfewTimer)?
         var chunks: UInt64 = 0
-        var progress: Progress?
+        var progress: JobProgress?
         var lastProgressEvent: CurfewInstant?
         var lastError: String?
         var startedAt: CurfewInstant?
@@ -722,7 +722,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// The least time between two progress events of one job.
     static let progressInterval: Duration = .milliseconds(100)
 
-    override func reportProgress(_ progress: Progress) {
+    override func reportProgress(_ progress: JobProgress) {
         let now = clock.now()
         control.withLock { c in
             guard !c.isOver else { return }

@@ -48,7 +48,7 @@ public enum LogLevel: Int, Sendable, Comparable, CustomStringConvertible {
 }
 
 /// A job's progress as it last reported it.
-public struct Progress: Sendable, Equatable {
+public struct JobProgress: Sendable, Equatable {
     public var completed: Int64
     /// Zero when the job does not know the total.
     public var total: Int64
@@ -74,7 +74,7 @@ public struct JobResult: Sendable {
     public let elapsed: Duration
     /// Why it ended, in a few words: "work done", "time ran out; cleanup ran", …
     public let reason: String
-    public let progress: Progress?
+    public let progress: JobProgress?
     /// What the job's chunks were seen to take, this run and before
     /// (`nil` for a job that ran no chunk).
     public internal(set) var estimate: ChunkEstimate? = nil
@@ -87,7 +87,7 @@ public enum RunEvent: Sendable {
     /// The job logged a message.
     case log(job: String, level: LogLevel, message: String)
     /// The job reported progress (rate-limited per job).
-    case progress(job: String, Progress)
+    case progress(job: String, JobProgress)
     /// The job's grant started to expire.
     case expiring(job: String, reason: ExpirationReason)
     /// The job asked for its next run no sooner than `after` from when it asked
@@ -108,7 +108,7 @@ public struct JobStatus: Sendable {
     public let isChunked: Bool
     /// `nil` for a job without a budget.
     public let timeRemaining: Duration?
-    public let progress: Progress?
+    public let progress: JobProgress?
     /// Chunks called so far (updated once per time slice; from a worker,
     /// every 100 ms); `nil` when the host cannot know.
     public let chunks: UInt64?
@@ -117,7 +117,7 @@ public struct JobStatus: Sendable {
     public var isContinuous = false
 
     public init(
-        job: String, isChunked: Bool, timeRemaining: Duration?, progress: Progress?, chunks: UInt64?, isExpiring: Bool,
+        job: String, isChunked: Bool, timeRemaining: Duration?, progress: JobProgress?, chunks: UInt64?, isExpiring: Bool,
         isContinuous: Bool = false
     ) {
         self.job = job

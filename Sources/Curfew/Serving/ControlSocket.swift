@@ -188,7 +188,7 @@ public final class ControlSocket: Sendable {
         let closed = self.closed
         let owner = geteuid()
         let answering = Answers()
-        let started = Thread.detach({ answering.run(handle) }) && Thread.detach {
+        let started = OSThread.detach({ answering.run(handle) }) && OSThread.detach {
             Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, answering: answering)
         }
         guard started else {

@@ -400,7 +400,7 @@ public final class Server: @unchecked Sendable {
         }
         scanning = true
         scansStarted += 1
-        let scanned = Thread.detach { [self] in
+        let scanned = OSThread.detach { [self] in
             let report = scan(full: full)
             queue.async { [self] in
                 scanning = false

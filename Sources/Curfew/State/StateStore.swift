@@ -700,14 +700,14 @@ public struct JobRecord: Sendable, Equatable {
     public var outcome: Outcome
     public var reason: String
     public var chunks: UInt64
-    public var progress: Progress?
+    public var progress: JobProgress?
     /// The size of the job's checkpoint when it ended (before a completed job's is cleared).
     public var checkpointBytes: Int = 0
     public var hostVersion: String = HostInfo.version
 
     public init(
         runID: Int64, job: String, pluginPath: String, pluginHash: String, isolation: Isolation, startedAt: WallTime,
-        endedAt: WallTime, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?
+        endedAt: WallTime, outcome: Outcome, reason: String, chunks: UInt64, progress: JobProgress?
     ) {
         self.runID = runID
         self.job = job
@@ -732,7 +732,7 @@ public struct JobRecord: Sendable, Equatable {
             startedAt: WallTime(milliseconds: row[6].integer ?? 0), endedAt: WallTime(milliseconds: row[7].integer ?? 0),
             outcome: row[8].text.flatMap(Outcome.init(rawValue:)) ?? .failed, reason: row[9].text ?? "",
             chunks: UInt64(clamping: row[10].integer ?? 0),
-            progress: completed.flatMap { completed in total.map { Progress(completed: completed, total: $0) } })
+            progress: completed.flatMap { completed in total.map { JobProgress(completed: completed, total: $0) } })
         id = row[0].integer ?? 0
         checkpointBytes = Int(row[13].integer ?? 0)
         hostVersion = row[14].text ?? ""

@@ -74,7 +74,7 @@ public final class OutputCapture: Sendable {
         hostOutput = output
         hostError = error
         pipes = readEnds
-        guard Thread.detach({ [self] in readUntilFinished() }) else {
+        guard OSThread.detach({ [self] in readUntilFinished() }) else {
             dup2(output, STDOUT_FILENO)
             dup2(error, STDERR_FILENO)
             throw fail("reader thread")

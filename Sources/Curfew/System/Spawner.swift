@@ -11,7 +11,7 @@ import Synchronization
 enum Spawner {
     private static let requests = Mutex<[@Sendable () -> Void]>([])
     private static let wake = DispatchSemaphore(value: 0)
-    private static let started: Bool = Thread.detach {
+    private static let started: Bool = OSThread.detach {
         while true {
             wake.wait()
             let work = requests.withLock { requests in

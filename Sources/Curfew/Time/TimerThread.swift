@@ -50,7 +50,7 @@ final class TimerThread: @unchecked Sendable {
         if !started {
             started = true
             // Without a thread no timer fires: the process cannot keep a deadline.
-            guard Thread.detach({ self.run() }) else { fatalError("cannot start the timer thread: \(errno)") }
+            guard OSThread.detach({ self.run() }) else { fatalError("cannot start the timer thread: \(errno)") }
         } else if deadline < sleepingUntil {
             wake.signal()
         }

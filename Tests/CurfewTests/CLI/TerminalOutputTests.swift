@@ -11,7 +11,7 @@ import Testing
     static let results = [
         JobResult(
             job: "sum-squares", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .completed, chunks: 1, elapsed: .milliseconds(20),
-            reason: "work done", progress: Progress(completed: 1, total: 1)),
+            reason: "work done", progress: JobProgress(completed: 1, total: 1)),
         JobResult(
             job: "a-job-with-a-rather-long-name", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .terminated, chunks: 30,
             elapsed: .seconds(2), reason: "chunk 31 was still running at the hard deadline", progress: nil),
@@ -82,7 +82,7 @@ import Testing
     func liveLinesFitTheTerminal(width: Int) {
         let reporter = Reporter(console: Console(json: false, output: -1), json: false, verbose: false)
         let statuses = [
-            JobStatus(job: "uploads-to-the-server", isChunked: true, timeRemaining: .seconds(12), progress: Progress(completed: 512, total: 1024), chunks: 1, isExpiring: true),
+            JobStatus(job: "uploads-to-the-server", isChunked: true, timeRemaining: .seconds(12), progress: JobProgress(completed: 512, total: 1024), chunks: 1, isExpiring: true),
             JobStatus(job: "waits", isChunked: true, timeRemaining: nil, progress: nil, chunks: 0, isExpiring: false),
             JobStatus(job: "plays", isChunked: false, timeRemaining: nil, progress: nil, chunks: nil, isExpiring: false, isContinuous: true),
         ]

@@ -18,10 +18,10 @@ extension ProcessTests {
         }
 
         @Test func anyProgressAJobReportsIsShownWithoutATrap() {
-            #expect(Reporter.describe(Progress(completed: 3, total: 4)) == "3/4 (75%)")
-            #expect(Reporter.describe(Progress(completed: .max, total: 1)) == "9223372036854775807/1 (>100%)")
-            #expect(Reporter.describe(Progress(completed: .min, total: 1)) == "-9223372036854775808/1 (<0%)")
-            #expect(Reporter.describe(Progress(completed: 5, total: 0)) == "5")
+            #expect(Reporter.describe(JobProgress(completed: 3, total: 4)) == "3/4 (75%)")
+            #expect(Reporter.describe(JobProgress(completed: .max, total: 1)) == "9223372036854775807/1 (>100%)")
+            #expect(Reporter.describe(JobProgress(completed: .min, total: 1)) == "-9223372036854775808/1 (<0%)")
+            #expect(Reporter.describe(JobProgress(completed: 5, total: 0)) == "5")
         }
 
         @Test func linesSplitAtLineBreaksAndEscapeTheRest() {

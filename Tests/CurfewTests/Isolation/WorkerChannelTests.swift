@@ -123,7 +123,7 @@ import Testing
         let tid = Mutex<pid_t>(0)
         let got = Mutex<Result<HostMessage, MessageInvalid>?>(nil)
         let done = DispatchSemaphore(value: 0)
-        try #require(Curfew.Thread.detach {
+        try #require(OSThread.detach {
             tid.withLock { $0 = threadID() }
             let message = reader.next()
             got.withLock { $0 = message }

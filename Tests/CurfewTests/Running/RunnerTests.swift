@@ -40,7 +40,7 @@ import Testing
         #expect(result.outcome == .completed)
         #expect(result.reason == "work done")
         #expect(result.chunks == 25)
-        #expect(result.progress == Progress(completed: 25, total: 25))
+        #expect(result.progress == JobProgress(completed: 25, total: 25))
         #expect(fixture.count("count", "expires") == 0)
         #expect(fixture.count("count", "destroys") == 1)
         #expect(fixture.count("count", "remaining-ok") == 1, "time_remaining inside create is within the budget")

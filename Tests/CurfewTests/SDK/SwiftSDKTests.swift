@@ -25,7 +25,7 @@ import Testing
         #expect(jobs.map(\.isChunked) == [true, false])
         let results = await run(jobs, parameters: ["limit": "50000", "files": "3", "file-ms": "5"])
         #expect(results.map(\.outcome) == [.completed, .completed])
-        #expect(results[0].progress == Progress(completed: 50000, total: 50000))
+        #expect(results[0].progress == JobProgress(completed: 50000, total: 50000))
         #expect(results[1].reason == "all tasks ended")
     }
 

@@ -93,7 +93,7 @@ extension ProcessTests {
             // Lets go once the second job has started, or after 5 s.
             let released = DispatchSemaphore(value: 0)
             let sawSecond = Mutex(false)
-            Thread.detach {
+            OSThread.detach {
                 let start = ContinuousClock.now
                 while ContinuousClock.now - start < .seconds(5) {
                     if access(marker, F_OK) == 0 {

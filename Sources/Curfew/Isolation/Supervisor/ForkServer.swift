@@ -46,7 +46,7 @@ final class ForkServer: Sendable {
         self.pid = pid
         process = HelperProcess(pid: pid)
         self.control = control
-        Thread.detach { self.read() }
+        OSThread.detach { self.read() }
     }
 
     /// Starts `executable argument` as a fork server: its pid and this
@@ -270,7 +270,7 @@ final class LazyForkServer: Sendable {
     /// Starts the server now, on a thread of its own, not on first need: a
     /// fork asked for meanwhile waits for the start.
     func startSoon() {
-        if !Thread.detach({ [self] in _ = startedServer() }) { _ = startedServer() }
+        if !OSThread.detach({ [self] in _ = startedServer() }) { _ = startedServer() }
     }
 
     /// The server, started on first call; `nil` when forking is off.

@@ -51,7 +51,7 @@ final class WorkerPool: Sendable {
             return missing
         }
         for _ in 0..<count {
-            let started = Thread.detach { [self] in
+            let started = OSThread.detach { [self] in
                 let worker = try? start()
                 let retire = state.withLock { state -> Bool in
                     state.starting -= 1
@@ -80,7 +80,7 @@ final class WorkerPool: Sendable {
     private static func retire(_ worker: Worker) {
         [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) }
         // No thread to wait on (the system refused one): killed at once.
-        if !Thread.detach({ worker.process.end(Teardown([.wait(allowed: .seconds(1))])) }) { worker.process.end(.kill) }
+        if !OSThread.detach({ worker.process.end(Teardown([.wait(allowed: .seconds(1))])) }) { worker.process.end(.kill) }
     }
 
     private func start() throws(SystemError) -> Worker {

@@ -53,7 +53,7 @@ final class WorkerProcess: @unchecked Sendable {
         process = worker.process
         exitPipe = []
         let (out, err) = (worker.out, worker.err)
-        Thread.detach { self.supervise(out: out, err: err) }
+        OSThread.detach { self.supervise(out: out, err: err) }
     }
 
     /// A worker the fork server forked (and reaps); `exitPipe` is this one's own.
@@ -69,7 +69,7 @@ final class WorkerProcess: @unchecked Sendable {
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
-        Thread.detach { self.supervise(out: out, err: err) }
+        OSThread.detach { self.supervise(out: out, err: err) }
     }
 
     /// After the worker exits, how long its streams may stay silent before

@@ -27,7 +27,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var reportedAt: CurfewInstant?
         var expiredBy: ExpirationReason?
         var chunks: UInt64 = 0
-        var progress: Progress?
+        var progress: JobProgress?
         var startedAt = CurfewInstant(nanoseconds: 0)
         /// The grant's deadline the kill was for.
         var killedFor: CurfewInstant?
@@ -342,7 +342,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 let level = [LogLevel.debug, .info, .warning, .error].first { $0.description == level } ?? .info
                 events.post(.log(job: job.name, level: level, message: text), at: reportedTime(t, c))
             case .progress(_, let t, let completed, let total):
-                let progress = Progress(completed: completed, total: total)
+                let progress = JobProgress(completed: completed, total: total)
                 c.progress = progress
                 events.post(.progress(job: job.name, progress), at: reportedTime(t, c))
             case .expiring(_, let t, let reason):
@@ -358,7 +358,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             case .finished(_, let t, let outcome, let reason, let chunks, let progress):
                 guard c.reported == nil else { return }
                 c.chunks = chunks
-                if let progress { c.progress = Progress(completed: progress.completed, total: progress.total) }
+                if let progress { c.progress = JobProgress(completed: progress.completed, total: progress.total) }
                 let outcome = Outcome(rawValue: outcome) ?? .failed
                 c.reported = (outcome, reason)
                 c.reportedAt = reportedTime(t, c)

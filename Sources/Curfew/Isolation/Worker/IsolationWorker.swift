@@ -70,7 +70,7 @@ public enum IsolationWorker {
         let policy = GrantPolicy()
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
         _ = message(for: .log(job: "j", level: .info, message: "m"), at: CurfewInstant(nanoseconds: 1))
-        _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: Progress(completed: 1, total: 1))
+        _ = finished(job: "j", outcome: .completed, reason: "r", chunks: 1, progress: JobProgress(completed: 1, total: 1))
         // The scanner's path, on a file dlopen refuses before any code of it
         // could run (an empty one), and both kinds of verdict it sends.
         let scan = PluginLoader(parameters: [:], allowsInsecurePlugins: true).scan(["/proc/self/cmdline"])
@@ -209,11 +209,11 @@ public enum IsolationWorker {
         return line.text
     }
 
-    static func finished(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> String {
+    static func finished(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: JobProgress?) -> String {
         finishedLine(job: job, outcome: outcome, reason: reason, chunks: chunks, progress: progress).text
     }
 
-    private static func finishedLine(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: Progress?) -> JSONLine {
+    private static func finishedLine(job: String, outcome: Outcome, reason: String, chunks: UInt64, progress: JobProgress?) -> JSONLine {
         var line = JSONLine("type", "finished")
         line.add("job", job)
         line.add("outcome", outcome.rawValue)

@@ -4,7 +4,7 @@ import Synchronization
 import _CurfewShims
 
 /// A detached thread, for a blocking loop that must not hold a Dispatch worker.
-enum Thread {
+enum OSThread {
     /// Runs `body` on a new detached thread; false when none could be made.
     @discardableResult
     static func detach(_ body: @escaping @Sendable () -> Void) -> Bool {
