@@ -43,7 +43,7 @@ struct PrimeCounter: Job {
         context.reportProgress(completed: Int64(next), total: Int64(limit))
         guard next >= limit else { return .continue }
         context.log("\(primes) primes below \(limit)")
-        if let again = context.parameter("again").flatMap({ Int64($0) }) { context.requestNextRun(after: .seconds(again)) }
+        if let again = context.parameter("again").flatMap({ Int64($0) }) { try? context.requestNextRun(after: .seconds(again)) }
         return .done
     }
 

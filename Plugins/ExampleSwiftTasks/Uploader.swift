@@ -24,11 +24,10 @@ struct Uploader: TaskDrivenJob {
         let files = context.parameter("files").flatMap { Int($0) } ?? 6
         let pause = context.parameter("file-ms").flatMap { Int($0) } ?? 150
         let upload = Upload()
-        let id = context.beginBackgroundTask(name: "upload") { _ in
+        let id = try context.beginBackgroundTask(name: "upload") { _ in
             context.log("expiring: stopping the upload early", level: .warning)
             upload.stop.store(true, ordering: .releasing)
         }
-        guard id != .invalid else { throw UploaderError.noBackgroundTime }
         DispatchQueue(label: "swift-uploader").async {
             var sent = 0
             while sent < files && !upload.isStopping && context.timeRemaining > .zero {
@@ -42,11 +41,6 @@ struct Uploader: TaskDrivenJob {
             context.endBackgroundTask(id)  // last: the context may be gone after it
         }
     }
-}
-
-enum UploaderError: Error, CustomStringConvertible {
-    case noBackgroundTime
-    var description: String { "no background time: the grant is already expiring" }
 }
 
 @_cdecl("curfew_plugin_entry")

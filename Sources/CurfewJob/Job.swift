@@ -52,7 +52,7 @@ public struct BackgroundTaskIdentifier: RawRepresentable, Hashable, Sendable {
     public let rawValue: UInt64
     public init(rawValue: UInt64) { self.rawValue = rawValue }
 
-    /// No task: what `beginBackgroundTask` returns once the grant is expiring or over.
+    /// No task (`CURFEW_TASK_INVALID`): ending it is harmless.
     public static let invalid = BackgroundTaskIdentifier(rawValue: 0)
 }
 

@@ -66,12 +66,13 @@ public struct JobContext: @unchecked Sendable {
     ///   - expirationHandler: Called once, on the job's expiration queue, if
     ///     the grant starts to expire while the task is open, with the reason
     ///     (UIKit's handler gets none). End the task there.
-    /// - Returns: The task's identifier, or ``BackgroundTaskIdentifier/invalid``
-    ///   once the grant is expiring or over, or while the job has 10,000
-    ///   tasks open (`CURFEW_MAX_OPEN_TASKS`).
+    /// - Returns: The task's identifier.
+    /// - Throws: ``TaskError/refused`` once the grant is expiring or over,
+    ///   or while the job has 10,000 tasks open (`CURFEW_MAX_OPEN_TASKS`);
+    ///   where UIKit returns `.invalid`.
     public func beginBackgroundTask(
         name: String? = nil, expirationHandler: (@Sendable (ExpirationReason) -> Void)? = nil
-    ) -> BackgroundTaskIdentifier {
+    ) throws(TaskError) -> BackgroundTaskIdentifier {
         var userData: UnsafeMutableRawPointer?
         var handler: curfew_expiration_handler?
         if let expirationHandler {
@@ -88,6 +89,11 @@ public struct JobContext: @unchecked Sendable {
             } else {
                 host.pointee.begin_background_task(raw, nil, handler, userData)
             }
+        guard id != CURFEW_TASK_INVALID else {
+            // The host keeps no pointer to a refused task's handler: let its closure go now.
+            if let userData { Unmanaged<HandlerSlot>.fromOpaque(userData).takeUnretainedValue().release() }
+            throw .refused
+        }
         return BackgroundTaskIdentifier(rawValue: id)
     }
 
@@ -120,14 +126,17 @@ public struct JobContext: @unchecked Sendable {
 
     /// The job's last saved checkpoint, from this run or an earlier one, or
     /// `nil` when it has none.
-    public func loadCheckpoint() -> [UInt8]? {
+    ///
+    /// - Throws: ``CheckpointError/unreadable`` when the host answers with
+    ///   a size above ``maximumCheckpointBytes``.
+    public func loadCheckpoint() throws(CheckpointError) -> [UInt8]? {
         // Asked twice at most: the size, then the bytes (only this job saves them).
         var bytes: [UInt8] = []
         while true {
             let size = bytes.withUnsafeMutableBytes { host.pointee.checkpoint_load(raw, $0.baseAddress, $0.count) }
             if size == 0 { return nil }
             if size <= bytes.count { return Array(bytes.prefix(size)) }
-            guard size <= Self.maximumCheckpointBytes else { return nil }
+            guard size <= Self.maximumCheckpointBytes else { throw .unreadable }
             bytes = [UInt8](repeating: 0, count: size)
         }
     }
@@ -148,7 +157,7 @@ public struct JobContext: @unchecked Sendable {
     ///   not JSON of that shape (one an older version of the job saved, say):
     ///   the job decides whether to start afresh.
     public func loadCheckpoint<Value: Decodable>(as type: Value.Type) throws(CheckpointError) -> Value? {
-        guard let bytes = loadCheckpoint() else { return nil }
+        guard let bytes = try loadCheckpoint() else { return nil }
         return try CheckpointDecoding.decode(type, from: bytes)
     }
 
@@ -158,12 +167,16 @@ public struct JobContext: @unchecked Sendable {
     /// when the operator's `every` says so); a batch `curfew run` records
     /// nothing. The last request of a run counts.
     ///
-    /// - Returns: Whether the host took it: not for a negative delay or one
-    ///   over ten years, nor once the job is over.
-    @discardableResult
-    public func requestNextRun(after delay: Duration) -> Bool {
+    /// - Throws: ``NextRunError/invalidDelay`` for a negative delay or one
+    ///   over ten years (the host logs it); ``NextRunError/unavailable`` once
+    ///   the job is over.
+    public func requestNextRun(after delay: Duration) throws(NextRunError) {
         let (seconds, attoseconds) = delay.components
-        return host.pointee.request_next_run(raw, Double(seconds) + Double(attoseconds) * 1e-18) == CURFEW_OK
+        switch host.pointee.request_next_run(raw, Double(seconds) + Double(attoseconds) * 1e-18) {
+        case CURFEW_OK: return
+        case CURFEW_UNAVAILABLE: throw .unavailable
+        default: throw .invalidDelay
+        }
     }
 }
 
@@ -177,6 +190,25 @@ public enum CheckpointError: Error, Equatable, Sendable {
     case notEncodable(String)
     /// The saved checkpoint is not JSON of the type asked for; the text says where and why.
     case notDecodable(String)
+    /// The host answered with a checkpoint larger than any it keeps.
+    case unreadable
+}
+
+/// Why `beginBackgroundTask` began no task.
+public enum TaskError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The grant is expiring or over, or the job has the most tasks open
+    /// a job may have (the host logged which).
+    case refused
+
+    public var description: String { "no background task: the grant is expiring or over, or too many tasks are open" }
+}
+
+/// Why `requestNextRun(after:)` was not taken.
+public enum NextRunError: Error, Equatable, Sendable {
+    /// Negative, or over ten years.
+    case invalidDelay
+    /// The job is over.
+    case unavailable
 }
 
 extension AppEvent {

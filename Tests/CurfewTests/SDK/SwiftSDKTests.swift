@@ -108,4 +108,23 @@ import Testing
         #expect(result.outcome == .failed)
         #expect(result.reason == "create failed: limit must be at least 2, not 1")
     }
+
+    /// Every refusal of the host reaches a Swift job as a typed error: a
+    /// task not begun, a next run not taken, a checkpoint larger than any the
+    /// host keeps (a host that lies: before, `nil`, as for no checkpoint).
+    @Test func theHostsRefusalsAreTypedErrors() {
+        var table = curfew_host()
+        table.abi_version = CURFEW_ABI_VERSION
+        table.struct_size = UInt32(MemoryLayout<curfew_host>.size)
+        table.begin_background_task = { _, _, _, _ in CURFEW_TASK_INVALID }
+        table.request_next_run = { _, seconds in seconds < 0 ? CURFEW_ERROR : CURFEW_UNAVAILABLE }
+        table.checkpoint_load = { _, _, _ in Int(CURFEW_MAX_CHECKPOINT) + 1 }
+        withUnsafePointer(to: &table) { host in
+            let context = JobContext(host: host, raw: OpaquePointer(bitPattern: 1)!, tasks: TaskHandlers())
+            #expect(throws: TaskError.refused) { try context.beginBackgroundTask(name: "t") { _ in } }
+            #expect(throws: NextRunError.invalidDelay) { try context.requestNextRun(after: .seconds(-1)) }
+            #expect(throws: NextRunError.unavailable) { try context.requestNextRun(after: .seconds(1)) }
+            #expect(throws: CheckpointError.unreadable) { try context.loadCheckpoint() }
+        }
+    }
 }
