@@ -5,32 +5,6 @@ import Glibc
 import Synchronization
 import _CurfewShims
 
-/// Exit codes, as `curfew run --help` documents them.
-public enum ExitCode {
-    public static let success: Int32 = 0
-    public static let failure: Int32 = 1
-    public static let jobNotClean: Int32 = 2
-    public static let pluginRejected: Int32 = 3
-    public static let usage: Int32 = 64
-    /// Stdout or stderr was closed by its reader (`| head`): the jobs were
-    /// expired and cleaned up. 128 + SIGPIPE, as the shell expects.
-    public static let outputClosed: Int32 = 141
-    /// In process, plugin code called `exit()`: the run was cut short.
-    public static let jobEndedHost: Int32 = 4
-    /// In process, plugin code crashed (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
-    /// SIGABRT): the run was cut short, and the host said which job.
-    public static let jobCrashedHost: Int32 = 5
-
-    /// The code for a finished run: a stop (a signal's 128 + N, or
-    /// ``outputClosed``) outranks a job's failure, which outranks a rejected file.
-    public static func forRun(_ results: [JobResult], rejected: Int, stop: Int32?) -> Int32 {
-        if let stop { return stop }
-        if results.contains(where: { !$0.outcome.isClean }) { return jobNotClean }
-        if rejected > 0 { return pluginRejected }
-        return success
-    }
-}
-
 /// The `curfew` tool: parses the arguments and runs the subcommand.
 public enum CurfewMain {
     /// Runs the tool and returns its exit code.
@@ -308,173 +282,31 @@ public enum CurfewMain {
         return scan.rejected.isEmpty ? ExitCode.success : ExitCode.pluginRejected
     }
 
-    /// How long a fault's report waits at most for the events posted before
-    /// it (the job's last log line) to be delivered: the faulting thread is
-    /// held, and events go out on the host's own queue, apart from the
-    /// hooks' workers; within the second the signal handler gives the report.
-    static let faultDeliveryLimit: Duration = .milliseconds(500)
-
     static func run(_ options: RunOptions) async -> Int32 {
         if let missing = missingPath(options.effectivePaths) {
             Console(json: options.json).error(missing)
             return ExitCode.failure
         }
-        // In process, plugin code shares this process's stdout and stderr:
-        // take them over before any plugin is loaded, so what it prints
-        // becomes its jobs' log lines and the host's own output stays whole.
-        let router = OutputRouter()
-        var capture: OutputCapture?
-        if options.isolation == .none {
-            // `run` reads nothing from stdin, and plugin code in process gets
-            // none of it either (workers start with /dev/null there).
-            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
-            if null >= 0 {
-                dup2(null, STDIN_FILENO)
-                close(null)
-            }
-            do throws(CurfewError) {
-                capture = try OutputCapture { stream, line in router.route(stream, line) }
-            } catch {
-                Console(json: false).error("Error: \(error.description)")
-                return ExitCode.failure
-            }
-        }
-        let console = Console(
-            json: options.json, output: capture?.hostOutput ?? STDOUT_FILENO, error: capture?.hostError ?? STDERR_FILENO)
-        let reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
-        router.start(reporting: reporter)
-        // The run whose events a fault's report waits for, once it exists.
-        let faultRunner = Mutex<Runner?>(nil)
-        if let capture {
-            ProcessExitWatch.arm { status, job in
-                capture.finish()
-                reporter.hostExit(status: status, job: job ?? router.soleRunningJob())
-                ChildProcesses.endAll()
-            }
-            _ = HookThread.reportFaults(
-                human: capture.hostError, machine: options.json ? capture.hostOutput : -1, status: ExitCode.jobCrashedHost
-            ) { fault in
-                // What the job printed and logged before the fault comes first:
-                // its output is read, and the events already posted get a
-                // moment for the threads that deliver them.
-                capture.finish()
-                _ = faultRunner.withLock { $0 }?.waitForEvents(upTo: Self.faultDeliveryLimit)
-                reporter.hostCrash(fault)
-                ChildProcesses.endAll()
-            }
-        }
-        defer { ProcessExitWatch.disarm() }
-        // Stop requests are caught before anything else happens, the scan
-        // included: a signal never finds the host without its handler.
-        let stop = StopRequest()
-        let signals: SignalMonitor
-        do throws(CurfewError) {
-            let signalled = Atomic<Bool>(false)
-            signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { number in
-                // A second signal stops waiting for cleanups (a closed output before it does not count).
-                if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
-                stop.request(status: 128 + number, reason: signalName(number))
-            }
-        } catch {
-            console.error("Error: \(error.description)")
-            return ExitCode.failure
-        }
-        defer { signals.cancel() }
-        console.onOutputClosed { _ in stop.request(status: ExitCode.outputClosed, reason: "Output closed") }
-
-        // Processes jobs start come back here if their parent dies, so none
-        // outlives its job by calling setsid() or forking twice; nor does a
-        // scanner worker whose fork server died.
-        ChildProcesses.adoptOrphans()
-        // Isolated, the workers' fork server starts while the plugins are scanned.
-        Runner.startWorkersEarly(for: options.configuration)
-        defer { Runner.discardEarlyWorkers() }
-        let scan = loadPlugins(options, stop: stop, console: console)
-        if let status = stop.status { return status }
-        reporter.scanned(scan)
-
-        var jobs = scan.jobs
-        if !options.only.isEmpty {
-            let known = Set(jobs.map(\.name))
-            if let unknown = options.only.first(where: { !known.contains($0) }) {
-                let list = jobs.map(\.name).joined(separator: ", ")
-                console.error("Error: No loaded job is named '\(unknown)' (loaded: \(list.isEmpty ? "none" : list)).")
-                return ExitCode.failure
-            }
-            jobs = jobs.filter { options.only.contains($0.name) }
-        }
-        if jobs.isEmpty {
-            if scan.rejected.isEmpty {
-                console.error("Error: No plugin (a .so file or a .curfew.json manifest) in \(Self.pathList(options.effectivePaths))")
-                return ExitCode.failure
-            }
-            console.error("Error: Nothing to run: every plugin file was rejected.")
-            return ExitCode.pluginRejected
-        }
-
-        var configuration = options.configuration
-        if !options.noState {
-            switch openStore(options.stateFolder, writer: .current()) {
-            case .success(let store):
-                configuration.state = store
-                for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
-                if let interrupted = interruptedNote(store) { console.error("Warning: \(interrupted)") }
-            case .failure(let error):
-                console.error("Error: \(Untrusted.line(error.message)). (--no-state runs without checkpoints or history.)")
-                return ExitCode.failure
-            }
-        }
-        let lead = configuration.policy.lead
-        let inProcess = options.isolation == .none
-        let runner = Runner(jobs: jobs, configuration: configuration) { [capture] event, time in
-            if case .finished(let result) = event {
-                // A job's last lines of output come before the line that says it ended.
-                if let capture { router.jobFinishing(result.job, capture: capture) }
-                // In process, the processes a job left are this process's children:
-                // with no other job running, they can only be the ended job's.
-                if inProcess && router.noJobRuns(besides: result.job) { ChildProcesses.endAll() }
-            }
-            reporter.event(event, at: time)
-        }
-        router.attach(runner)
-        faultRunner.withLock { $0 = runner }
-
-        stop.onRequest { reason in
-            let again = reason.hasPrefix("SIG") ? " Send it again to stop at once." : ""
-            console.error("\(reason): expiring every job now; they have up to \(format(lead)) to clean up.\(again)")
-            runner.shutdown()
-        }
-
-        let live = startLiveDisplay(runner: runner, reporter: reporter, console: console, enabled: !options.json)
-        let results = await runner.run()
-        // A job whose hook faulted is over at its hard deadline: the fault's
-        // report, not the summary, ends the process.
-        HookThread.waitIfFaulting()
-        ProcessExitWatch.disarm()
-        // In process, every job has ended: so does every process they started.
-        // (A worker ends its own jobs' processes, the fork server a dead
-        // worker's; here supervising threads may still reap workers.)
-        if inProcess { ChildProcesses.endAll() }
-        capture?.finish()
-        live?.cancel()
-        console.setLive([])
-
-        reporter.summary(results, rejected: scan.rejected.count, width: console.columns)
-        for problem in runner.stateProblems { console.error("Warning: \(Untrusted.line(problem))") }
-        closeLog(of: configuration.state, console: console)
-        let code = ExitCode.forRun(results, rejected: scan.rejected.count, stop: stop.status)
-        if results.contains(where: { $0.outcome == .terminated }) {
-            // A terminated job may still be running on a worker thread: do not
-            // run exit handlers (the plugin's among them) under its feet.
-            _exit(code)
-        }
-        return code
+        guard let output = RunOutput(options) else { return ExitCode.failure }
+        var host = Host.Options(paths: options.effectivePaths)
+        host.configuration = options.configuration
+        host.only = options.only
+        host.allowsInsecurePlugins = options.allowInsecurePlugins
+        host.rescan = options.rescan
+        host.keepsState = !options.noState
+        host.stateFolder = options.stateFolder.map(absolute)
+        let run = Host(host) { output.handle($0) }
+        output.console.onOutputClosed { _ in run.stop(status: ExitCode.outputClosed, reason: "Output closed") }
+        let outcome = await run.run()
+        output.finish(outcome)
+        // A terminated job may still be running on a worker thread: do not
+        // run exit handlers (the plugin's among them) under its feet.
+        if outcome.jobStillRunning { _exit(outcome.status) }
+        return outcome.status
     }
 
-    /// What opening `store` as its writer found a host before had left running.
-    static func interruptedNote(_ store: StateStore) -> String? {
-        let count = store.interrupted
-        guard count > 0 else { return nil }
+    /// What opening a store as its writer found `count` runs a host before had left running.
+    static func interruptedNote(_ count: Int) -> String {
         return "\(count) job run\(count == 1 ? "" : "s") a host before left running (it was killed, or its machine went down) "
             + "\(count == 1 ? "is" : "are") marked interrupted in the history."
     }
@@ -487,50 +319,5 @@ public enum CurfewMain {
         } catch {
             console.error("Warning: \(Untrusted.line(error.description))")
         }
-    }
-
-    private static func signalName(_ number: Int32) -> String {
-        switch number {
-        case SIGINT: "SIGINT"
-        case SIGTERM: "SIGTERM"
-        case SIGHUP: "SIGHUP"
-        default: "Signal \(number)"
-        }
-    }
-
-    /// Scans in a scanner worker first, so a plugin that crashes or hangs
-    /// while loading is rejected, not fatal. In process (`--isolate none`),
-    /// then loads what the scanner vouched for.
-    static func loadPlugins(_ options: RunOptions, stop: StopRequest, console: Console) -> PluginScan {
-        let loader = PluginLoader(parameters: options.parameters, allowsInsecurePlugins: options.allowInsecurePlugins)
-        var scanner = SafeScanner()
-        scanner.rescan = options.rescan
-        scanner.takesSnapshots = true
-        // A stop during the scan kills the scanner: a plugin hanging in its
-        // constructor does not hold the host for the scan's whole timeout.
-        let report = scanner.scan(options.effectivePaths, loader: loader) { stop.status != nil }
-        if let problem = report.snapshotProblem {
-            console.error("Warning: plugins load from their own files, not snapshots (\(Untrusted.line(problem))): one overwritten in place crashes its job.")
-        }
-        for note in report.snapshotNotes { console.error("Warning: \(Untrusted.line(note)).") }
-        let safe = report.scan
-        if stop.status != nil { return safe }
-        guard options.isolation == .none else { return safe }
-        var scan = safe.plugins.isEmpty ? PluginScan() : loader.load(vouched: safe.plugins)
-        scan.rejected = safe.rejected + scan.rejected
-        return scan
-    }
-
-    private static func startLiveDisplay(
-        runner: Runner, reporter: Reporter, console: Console, enabled: Bool
-    ) -> (any DispatchSourceTimer)? {
-        guard enabled && console.humanIsTerminal else { return nil }
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now(), repeating: .milliseconds(250))
-        timer.setEventHandler {
-            console.setLive(reporter.liveLines(runner.status(), width: console.columns))
-        }
-        timer.activate()
-        return timer
     }
 }

@@ -58,7 +58,7 @@ extension CurfewMain {
             case .success(let store):
                 run.state = store
                 for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
-                if let interrupted = interruptedNote(store) { console.error("Warning: \(interrupted)") }
+                if store.interrupted > 0 { console.error("Warning: \(interruptedNote(store.interrupted))") }
             case .failure(let error):
                 console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
                 return ExitCode.failure

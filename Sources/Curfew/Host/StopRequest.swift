@@ -3,7 +3,7 @@ import Synchronization
 /// A request to stop a run before its jobs are done — a signal, or the
 /// output's reader gone — made at most once, whenever it comes: before
 /// the jobs exist (during the scan) or while they run.
-final class StopRequest: Sendable {
+public final class StopRequest: Sendable {
     private struct State {
         var status: Int32?
         var reason: String?
@@ -12,14 +12,16 @@ final class StopRequest: Sendable {
 
     private let state = Mutex(State())
 
+    public init() {}
+
     /// The exit status the first request asked for, or `nil`.
-    var status: Int32? { state.withLock { $0.status } }
+    public var status: Int32? { state.withLock { $0.status } }
 
     /// Records a request and runs the action for it (see ``onRequest(_:)``).
     ///
     /// - Returns: `false` when a request was made before; this one changes nothing.
     @discardableResult
-    func request(status: Int32, reason: String) -> Bool {
+    public func request(status: Int32, reason: String) -> Bool {
         let (first, action) = state.withLock { state -> (Bool, (@Sendable (String) -> Void)?) in
             guard state.status == nil else { return (false, nil) }
             state.status = status
@@ -32,7 +34,7 @@ final class StopRequest: Sendable {
 
     /// Sets what a request does, given its reason; runs it now for a request
     /// already made. Either way it runs once.
-    func onRequest(_ action: @escaping @Sendable (String) -> Void) {
+    public func onRequest(_ action: @escaping @Sendable (String) -> Void) {
         let pending = state.withLock { state -> String? in
             state.action = action
             return state.reason
