@@ -310,14 +310,4 @@ public enum CurfewMain {
         return "\(count) job run\(count == 1 ? "" : "s") a host before left running (it was killed, or its machine went down) "
             + "\(count == 1 ? "is" : "are") marked interrupted in the history."
     }
-
-    /// Folds the store's log into `state.db` as the host leaves, so the
-    /// file alone holds the store.
-    static func closeLog(of store: StateStore?, console: Console) {
-        do throws(CurfewError) {
-            try store?.checkpointLog()
-        } catch {
-            console.error("Warning: \(Untrusted.line(error.description))")
-        }
-    }
 }

@@ -149,7 +149,7 @@ final class RunOutput: Sendable {
         }
     }
 
-    private static func text(_ warning: Host.Warning) -> String {
+    static func text(_ warning: Host.Warning) -> String {
         switch warning {
         case .noSnapshots(let problem):
             "plugins load from their own files, not snapshots (\(Untrusted.line(problem))): one overwritten in place crashes its job."
@@ -157,6 +157,8 @@ final class RunOutput: Sendable {
             "\(Untrusted.line(note))."
         case .interrupted(let count):
             CurfewMain.interruptedNote(count)
+        case .strays(let count):
+            "ended \(count) process\(count == 1 ? "" : "es") a host before this one left running (it was killed)."
         }
     }
 }

@@ -7,119 +7,41 @@ extension CurfewMain {
     static func serve(_ options: ServeOptions) async -> Int32 {
         let environment = ServiceNotifier.processEnvironment()
         let console = Console(json: options.run.json, environment: environment)
-        if let missing = missingPath(options.run.paths) {
-            console.error(missing)
+        if let problem = missingPath(options.run.paths) ?? notAFolder(options.run.paths) {
+            console.error(problem)
             return ExitCode.failure
         }
-        for path in options.run.paths {
-            var info = stat()
-            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
-                console.error("Error: \(Untrusted.line(path)) is not a folder; serve watches folders.")
-                return ExitCode.failure
-            }
-        }
-        let reporter = Reporter(console: console, json: options.run.json, verbose: options.run.verbose)
-        // Stop requests are caught before anything else happens.
-        let stop = StopRequest()
-        let reloads = Mutex<(@Sendable () -> Void)?>(nil)
-        let signals: SignalMonitor
-        do throws(CurfewError) {
-            let signalled = Atomic<Bool>(false)
-            signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { number in
-                if number == SIGHUP {
-                    reloads.withLock { $0 }?()
-                    return
-                }
-                // A second signal stops waiting for cleanups.
-                if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
-                stop.request(status: ExitCode.success, reason: number == SIGINT ? "SIGINT" : "SIGTERM")
-            }
-        } catch {
-            console.error("Error: \(error.description)")
-            return ExitCode.failure
-        }
-        defer { signals.cancel() }
-        ChildProcesses.adoptOrphans()
-
-        var serverOptions = Server.Options(folders: options.run.paths.map(absolute))
+        var server = Server.Options(folders: options.run.paths.map(absolute))
+        server.run = options.run.configuration
+        server.allowsInsecurePlugins = options.run.allowInsecurePlugins
         if let path = options.config {
             do throws(CurfewError) {
-                serverOptions.config = try ServeConfig.load(path: path)
-                serverOptions.configPath = absolute(path)
+                server.config = try ServeConfig.load(path: path)
+                server.configPath = absolute(path)
             } catch {
                 console.error("Error: \(Untrusted.line(error.description))")
                 return ExitCode.failure
             }
         }
-        let socketPath = options.socket.map(absolute) ?? ControlSocket.defaultPath()
-        var run = options.run.configuration
-        if !options.run.noState {
-            switch openStore(options.run.stateFolder, writer: .current(socket: socketPath)) {
-            case .success(let store):
-                run.state = store
-                for change in store.madePrivate { console.error("Warning: \(Untrusted.line(change)).") }
-                if store.interrupted > 0 { console.error("Warning: \(interruptedNote(store.interrupted))") }
-            case .failure(let error):
-                console.error("Error: \(Untrusted.line(error.message)). (--no-state serves without checkpoints, history or kept schedules.)")
-                return ExitCode.failure
+        var host = ServeHost.Options(server: server, socketPath: options.socket.map(absolute) ?? ControlSocket.defaultPath())
+        host.keepsState = !options.run.noState
+        host.stateFolder = options.run.stateFolder.map(absolute)
+        let output = ServeOutput(console: console, options: options, service: ServiceLink(environment: environment), socketPath: host.socketPath)
+        defer { output.service.cancel() }
+        let outcome = await ServeHost(host) { output.handle($0) }.run()
+        output.finish(outcome)
+        return outcome.status
+    }
+
+    /// "Error: … is not a folder" for the first path that is not one.
+    private static func notAFolder(_ paths: [String]) -> String? {
+        for path in paths {
+            var info = stat()
+            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+                return "Error: \(Untrusted.line(path)) is not a folder; serve watches folders."
             }
         }
-        serverOptions.run = run
-        if let store = run.state {
-            // What a host before this one on the store (held by this one
-            // alone now) left running when it was killed: ended before this
-            // one starts anything, which it marks in turn.
-            let mark = ChildProcesses.mark(of: store.path)
-            let strays = ChildProcesses.endMarked(mark)
-            if strays > 0 {
-                console.error("Warning: ended \(strays) process\(strays == 1 ? "" : "es") a host before this one left running (it was killed).")
-            }
-            ChildProcesses.mark = mark
-        }
-        serverOptions.allowsInsecurePlugins = options.run.allowInsecurePlugins
-        let server: Server
-        do throws(CurfewError) {
-            server = try Server(options: serverOptions, onEvent: { event, time in reporter.event(event, at: time) }) { notice in
-                reporter.notice(notice)
-            }
-        } catch {
-            console.error("Error: \(Untrusted.line(error.description))")
-            return ExitCode.failure
-        }
-        let socket: ControlSocket
-        do throws(CurfewError) {
-            socket = try ControlSocket(path: socketPath, refused: { reporter.notice(.warning($0)) }) { request in server.answer(request) }
-        } catch {
-            console.error("Error: \(Untrusted.line(error.description))")
-            return ExitCode.failure
-        }
-        defer { socket.close() }
-        reloads.withLock { $0 = { server.reload() } }
-        do throws(CurfewError) {
-            try server.start()
-        } catch {
-            console.error("Error: \(Untrusted.line(error.description))")
-            return ExitCode.failure
-        }
-        reporter.notice(.info("serving \(pathList(serverOptions.folders)); control socket \(socketPath)"))
-        let service = ServiceLink(environment: environment)
-        service.ready(server)
-        defer { service.cancel() }
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            stop.onRequest { reason in
-                service.stopping(reason)
-                console.error("\(reason): expiring every running job now; they have up to their lead time to clean up.")
-                server.stop { done.resume() }
-            }
-        }
-        closeLog(of: run.state, console: console)
-        let unclean = server.jobsUncleanAtStop()
-        if !unclean.isEmpty {
-            // A service manager sees the stop as failed: some work did not save.
-            console.error("Error: the cleanup of \(unclean.map { "'\(Untrusted.line($0))'" }.joined(separator: ", ")) did not end in time at the stop.")
-        }
-        let status = stop.status ?? ExitCode.success
-        return unclean.isEmpty || status != ExitCode.success ? status : ExitCode.jobNotClean
+        return nil
     }
 
     static func control(_ options: ControlOptions) -> Int32 {
@@ -194,5 +116,57 @@ extension CurfewMain {
             console.human("\(name)  " + parts.joined(separator: ", "))
         }
         return ExitCode.success
+    }
+}
+
+/// What `curfew serve` shows of a ``ServeHost``, and what it tells the
+/// service manager.
+struct ServeOutput: Sendable {
+    let console: Console
+    let reporter: Reporter
+    let service: ServiceLink
+    let folders: [String]
+    let socketPath: String
+
+    init(console: Console, options: ServeOptions, service: ServiceLink, socketPath: String) {
+        self.console = console
+        reporter = Reporter(console: console, json: options.run.json, verbose: options.run.verbose)
+        self.service = service
+        folders = options.run.paths.map(CurfewMain.absolute)
+        self.socketPath = socketPath
+    }
+
+    func handle(_ event: ServeHost.Event) {
+        switch event {
+        case .warning(let warning):
+            console.error("Warning: " + RunOutput.text(warning))
+        case .notice(let notice):
+            reporter.notice(notice)
+        case .run(let event, let time):
+            reporter.event(event, at: time)
+        case .serving(let server):
+            reporter.notice(.info("serving \(CurfewMain.pathList(folders)); control socket \(socketPath)"))
+            service.ready(server)
+        case .stopping(let reason):
+            service.stopping(reason)
+            console.error("\(reason): expiring every running job now; they have up to their lead time to clean up.")
+        }
+    }
+
+    func finish(_ outcome: ServeHost.Outcome) {
+        switch outcome.failure {
+        case .store(let message)?:
+            console.error("Error: \(Untrusted.line(message)). (--no-state serves without checkpoints, history or kept schedules.)")
+        case .signals(let message)?:
+            console.error("Error: \(message)")
+        case .server(let message)?:
+            console.error("Error: \(Untrusted.line(message))")
+        case nil:
+            break
+        }
+        for problem in outcome.stateProblems { console.error("Warning: \(Untrusted.line(problem))") }
+        if !outcome.unclean.isEmpty {
+            console.error("Error: the cleanup of \(outcome.unclean.map { "'\(Untrusted.line($0))'" }.joined(separator: ", ")) did not end in time at the stop.")
+        }
     }
 }

@@ -62,6 +62,8 @@ public final class Host: Sendable {
         case madePrivate(String)
         /// Runs a host before left running, now marked interrupted.
         case interrupted(Int)
+        /// Processes a killed host before left running, ended now.
+        case strays(Int)
     }
 
     /// Why nothing ran.
@@ -150,10 +152,10 @@ public final class Host: Sendable {
         }
         var configuration = options.configuration
         if options.keepsState {
-            switch openStore() {
+            switch Self.openStore(options.stateFolder, writer: .current(), warn: { events(.warning($0)) }) {
             case .success(let store): configuration.state = store
-            case .failure(let failure):
-                outcome.failure = failure
+            case .failure(let unusable):
+                outcome.failure = .store(unusable.message)
                 outcome.status = ExitCode.failure
                 return outcome
             }
@@ -216,17 +218,26 @@ public final class Host: Sendable {
         return .success(jobs)
     }
 
-    private func openStore() -> Result<StateStore, Failure> {
-        guard let folder = options.stateFolder ?? StateStore.defaultFolder() else {
-            return .failure(.store("No state folder: give one with --state, or set STATE_DIRECTORY, XDG_STATE_HOME or HOME to an absolute path"))
+    /// Why the state store cannot be used.
+    struct StoreUnusable: Error {
+        let message: String
+    }
+
+    /// The store in `folder` (absolute; `nil`: the default one), opened as its writer.
+    static func openStore(
+        _ folder: String?, writer: StoreLock.Holder, warn: (Warning) -> Void
+    ) -> Result<StateStore, StoreUnusable> {
+        guard let folder = folder ?? StateStore.defaultFolder() else {
+            return .failure(StoreUnusable(
+                message: "No state folder: give one with --state, or set STATE_DIRECTORY, XDG_STATE_HOME or HOME to an absolute path"))
         }
         do throws(CurfewError) {
-            let store = try StateStore(folder: folder, writer: .current())
-            for change in store.madePrivate { events(.warning(.madePrivate(change))) }
-            if store.interrupted > 0 { events(.warning(.interrupted(store.interrupted))) }
+            let store = try StateStore(folder: folder, writer: writer)
+            for change in store.madePrivate { warn(.madePrivate(change)) }
+            if store.interrupted > 0 { warn(.interrupted(store.interrupted)) }
             return .success(store)
         } catch {
-            return .failure(.store(error.description))
+            return .failure(StoreUnusable(message: error.description))
         }
     }
 

@@ -61,4 +61,31 @@ import Testing
         #expect(outcome.status == ExitCode.failure)
         #expect(outcome.results.isEmpty)
     }
+
+    /// `ServeHost`, embedded: it serves, answers on its socket, and a stop
+    /// ends it with status 0, said in order.
+    @Test func anEmbeddedServeHostServesUntilStopped() async throws {
+        let folder = Fixtures.temporaryFolder("served")
+        var options = ServeHost.Options(server: Server.Options(folders: [folder]), socketPath: folder + "/serve.sock")
+        options.keepsState = false
+        options.ownsProcess = false
+        let said = Mutex<[String]>([])
+        let host = Mutex<ServeHost?>(nil)
+        let served = ServeHost(options) { event in
+            switch event {
+            case .serving:
+                said.withLock { $0.append("serving") }
+                let answer = (try? ControlSocket.ask(path: folder + "/serve.sock", request: #"{"command":"status"}"#)) ?? []
+                said.withLock { $0.append(answer.isEmpty ? "no answer" : "answered") }
+                host.withLock { $0 }?.stop(reason: "test")
+            case .stopping(let reason): said.withLock { $0.append("stopping: \(reason)") }
+            default: break
+            }
+        }
+        host.withLock { $0 = served }
+        let outcome = await served.run()
+        #expect(outcome.failure == nil)
+        #expect(outcome.status == ExitCode.success)
+        #expect(said.withLock { $0 } == ["serving", "answered", "stopping: test"])
+    }
 }

@@ -341,7 +341,7 @@ extension ProcessTests {
             let root = try root()
             let moved = try lay(manifest, under: root)
             let environment = manifest.environment.mapValues(moved)
-            let (run, output) = try start(manifest.arguments.map(moved).map { ["30s": "100ms", "5s": "50ms"][$0] ?? $0 } + ["--json"], environment: environment)
+            let (run, output) = try start(manifest.arguments.map(moved).map { ["30s": "400ms", "5s": "100ms"][$0] ?? $0 } + ["--json"], environment: environment)
             let said = await Fixtures.read(output.fileHandleForReading) { _ in false }
             await Fixtures.wait(for: run)
             #expect(run.terminationStatus == 0, "\(said)")
