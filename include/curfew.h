@@ -11,10 +11,11 @@
  * Rules of this header
  * - Versioned and append-only. Every struct that may grow starts with (or
  *   carries) `struct_size`. ABI 1 is every field below; a field added later
- *   is only ever appended and names the ABI version that added it, and a
- *   plugin that uses one checks the host's `struct_size` first. The host
- *   never reads past a plugin's `struct_size`: a field a shorter struct
- *   lacks counts as NULL.
+ *   is only ever appended and names the ABI version that added it. A host
+ *   refuses a plugin built for a newer ABI than its own, so a plugin never
+ *   meets a host table shorter than its header's; it reads an older
+ *   plugin's structs only up to their `struct_size`, a field a shorter
+ *   struct lacks counting as NULL.
  * - Strings are UTF-8 and NUL-terminated. Nothing crosses the boundary that
  *   needs the other side's allocator, and no C++ exception or Swift error may
  *   cross it.
@@ -217,7 +218,8 @@ typedef struct curfew_host {
      * job's deadline. `name` is copied; it may be NULL. `handler` may be
      * NULL; `user_data` is passed to it untouched. Returns
      * CURFEW_TASK_INVALID once the grant is expiring or over, and while the
-     * job has CURFEW_MAX_OPEN_TASKS tasks open (the refusal is logged). */
+     * job has CURFEW_MAX_OPEN_TASKS tasks open (the refusal is logged); the
+     * host then keeps neither `handler` nor `user_data`. */
     curfew_task_id (*begin_background_task)(curfew_context *ctx,
                                             const char *name,
                                             curfew_expiration_handler handler,
@@ -247,7 +249,7 @@ typedef struct curfew_host {
     const char *(*param)(curfew_context *ctx, const char *key);
 
     /* The `user_data` of the job `ctx` runs, as its descriptor declares it
-     * (NULL when the descriptor predates the field). Lets one set of hooks
+     * (NULL when the descriptor's struct_size ends before `user_data`). Lets one set of hooks
      * serve several jobs. */
     void *(*job_user_data)(curfew_context *ctx);
 

@@ -288,21 +288,24 @@ public enum CurfewMain {
             return ExitCode.failure
         }
         guard let output = RunOutput(options) else { return ExitCode.failure }
-        var host = Host.Options(paths: options.effectivePaths)
+        var host = RunHost.Options(paths: options.effectivePaths)
         host.configuration = options.configuration
         host.only = options.only
         host.allowsInsecurePlugins = options.allowInsecurePlugins
         host.rescan = options.rescan
         host.keepsState = !options.noState
         host.stateFolder = options.stateFolder.map(absolute)
-        let run = Host(host) { output.handle($0) }
+        host.ownsProcess = true
+        let run = RunHost(host) { output.handle($0) }
         output.console.onOutputClosed { _ in run.stop(status: ExitCode.outputClosed, reason: "Output closed") }
         let outcome = await run.run()
         output.finish(outcome)
+        // A stop while the summary was written (its reader gone) counts.
+        let status = outcome.failure == nil ? run.stopStatus ?? outcome.status : outcome.status
         // A terminated job may still be running on a worker thread: do not
         // run exit handlers (the plugin's among them) under its feet.
-        if outcome.jobStillRunning { _exit(outcome.status) }
-        return outcome.status
+        if outcome.jobStillRunning { _exit(status) }
+        return status
     }
 
     /// What opening a store as its writer found `count` runs a host before had left running.

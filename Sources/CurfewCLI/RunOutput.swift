@@ -3,7 +3,7 @@ import Dispatch
 import Glibc
 import Synchronization
 
-/// What `curfew run` shows of a ``Host``'s run: the console and its
+/// What `curfew run` shows of a ``RunHost``'s run: the console and its
 /// reporter, and in process the capture of plugin code's stdout and
 /// stderr, the watches that name a job which ends the process, and the
 /// live lines on a terminal.
@@ -81,7 +81,7 @@ final class RunOutput: Sendable {
         }
     }
 
-    func handle(_ event: Host.Event) {
+    func handle(_ event: RunHost.Event) {
         switch event {
         case .warning(let warning):
             console.error("Warning: " + Self.text(warning))
@@ -107,9 +107,11 @@ final class RunOutput: Sendable {
     }
 
     /// Says how the run ended: the summary, or why nothing ran.
-    func finish(_ outcome: Host.Outcome) {
+    func finish(_ outcome: RunHost.Outcome) {
         ProcessExitWatch.disarm()
         capture?.finish()
+        // The runner's events hold this output: the cycle ends with the run.
+        defer { runner.withLock { $0 = nil } }
         live.withLock { $0 }?.timer.cancel()
         console.setLive([])
         if let failure = outcome.failure {
@@ -133,7 +135,7 @@ final class RunOutput: Sendable {
         live.withLock { $0 = LiveLines(timer: timer) }
     }
 
-    private func text(_ failure: Host.Failure) -> String {
+    private func text(_ failure: RunHost.Failure) -> String {
         switch failure {
         case .unknownJob(let name, let loaded):
             let list = loaded.joined(separator: ", ")
@@ -149,7 +151,7 @@ final class RunOutput: Sendable {
         }
     }
 
-    static func text(_ warning: Host.Warning) -> String {
+    static func text(_ warning: RunHost.Warning) -> String {
         switch warning {
         case .noSnapshots(let problem):
             "plugins load from their own files, not snapshots (\(Untrusted.line(problem))): one overwritten in place crashes its job."

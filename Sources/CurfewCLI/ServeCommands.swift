@@ -26,6 +26,7 @@ extension CurfewMain {
         var host = ServeHost.Options(server: server, socketPath: options.socket.map(absolute) ?? ControlSocket.defaultPath())
         host.keepsState = !options.run.noState
         host.stateFolder = options.run.stateFolder.map(absolute)
+        host.ownsProcess = true
         let output = ServeOutput(console: console, options: options, service: ServiceLink(environment: environment), socketPath: host.socketPath)
         defer { output.service.cancel() }
         let outcome = await ServeHost(host) { output.handle($0) }.run()

@@ -19,17 +19,9 @@ public typealias CurfewPluginDescriptor = UnsafePointer<curfew_plugin>
 /// jobs: each job's descriptor carries its type in `user_data`, so two
 /// plugins that each link their own copy of this SDK run side by side.
 public enum CurfewPlugin {
-    /// Builds the plugin descriptor for `jobs`; `nil` (the plugin declines to
-    /// load, with the reason logged) when the host is too old for the SDK.
+    /// Builds the plugin descriptor for `jobs` (`nil` without a host table).
     public static func export(host: CurfewHostTable?, jobs: [any BackgroundJob.Type]) -> CurfewPluginDescriptor? {
         guard let host else { return nil }
-        let needed = MemoryLayout<curfew_host>.offset(of: \curfew_host.job_user_data)! + MemoryLayout<UnsafeRawPointer>.size
-        guard Int(host.pointee.struct_size) >= needed else {
-            "this plugin's Swift SDK needs a host with job_user_data (ABI \(CURFEW_ABI_VERSION))".withCString {
-                host.pointee.log(nil, CURFEW_LOG_ERROR, $0)
-            }
-            return nil
-        }
         hostTable = host
         let table = UnsafeMutablePointer<UnsafePointer<curfew_job>?>.allocate(capacity: jobs.count)
         for (index, type) in jobs.enumerated() {

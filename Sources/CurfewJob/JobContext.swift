@@ -180,7 +180,7 @@ public struct JobContext: @unchecked Sendable {
     }
 }
 
-/// Why a checkpoint was not saved.
+/// Why a checkpoint was not saved, or not loaded.
 public enum CheckpointError: Error, Equatable, Sendable {
     /// More than ``JobContext/maximumCheckpointBytes``.
     case tooLarge
@@ -204,11 +204,18 @@ public enum TaskError: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 /// Why `requestNextRun(after:)` was not taken.
-public enum NextRunError: Error, Equatable, Sendable {
+public enum NextRunError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Negative, or over ten years.
     case invalidDelay
     /// The job is over.
     case unavailable
+
+    public var description: String {
+        switch self {
+        case .invalidDelay: "the next run's delay is negative or over ten years"
+        case .unavailable: "the job is over: no next run can be asked for"
+        }
+    }
 }
 
 extension AppEvent {

@@ -1,5 +1,5 @@
 /// The exit statuses of `curfew`, as `curfew run --help` documents them,
-/// and of a process that is one ``Host`` run.
+/// and of a process that is one ``RunHost`` run.
 public enum ExitCode {
     public static let success: Int32 = 0
     public static let failure: Int32 = 1

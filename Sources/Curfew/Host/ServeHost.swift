@@ -20,9 +20,9 @@ public final class ServeHost: Sendable {
         public var stateFolder: String?
         /// The process is this host's alone, as `curfew serve`'s is: it
         /// handles SIGINT, SIGTERM and SIGHUP, adopts orphaned descendants,
-        /// and ends what a killed host before it left running. Off, the
-        /// caller handles its signals and calls ``stop(reason:)``.
-        public var ownsProcess = true
+        /// and adopts orphaned descendants. Off (the default), the caller
+        /// handles its signals and calls ``stop(reason:)``.
+        public var ownsProcess = false
 
         public init(server: Server.Options, socketPath: String) {
             self.server = server
@@ -31,7 +31,7 @@ public final class ServeHost: Sendable {
     }
 
     public enum Event: Sendable {
-        case warning(Host.Warning)
+        case warning(RunHost.Warning)
         case notice(Server.Notice)
         case run(RunEvent, at: CurfewInstant)
         /// The server runs and the socket answers.
@@ -88,7 +88,7 @@ public final class ServeHost: Sendable {
                     }
                     // A second signal stops waiting for cleanups.
                     if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
-                    stop.request(status: ExitCode.success, reason: Host.signalName(number))
+                    stop.request(status: ExitCode.success, reason: RunHost.signalName(number))
                 }
             } catch {
                 return Outcome(failure: .signals(error.description), status: ExitCode.failure)
@@ -99,12 +99,12 @@ public final class ServeHost: Sendable {
 
         var serverOptions = options.server
         if options.keepsState {
-            switch Host.openStore(options.stateFolder, writer: .current(socket: options.socketPath), warn: { events(.warning($0)) }) {
+            switch RunHost.openStore(options.stateFolder, writer: .current(socket: options.socketPath), warn: { events(.warning($0)) }) {
             case .success(let store): serverOptions.run.state = store
             case .failure(let unusable): return Outcome(failure: .store(unusable.message), status: ExitCode.failure)
             }
         }
-        if let store = serverOptions.run.state, options.ownsProcess {
+        if let store = serverOptions.run.state {
             // What a host before this one on the store (held by this one
             // alone now) left running when it was killed: ended before this
             // one starts anything, which it marks in turn.
@@ -139,6 +139,7 @@ public final class ServeHost: Sendable {
                 server.stop { done.resume() }
             }
         }
+        stop.dropAction()
         var outcome = Outcome(unclean: server.jobsUncleanAtStop(), status: stop.status ?? ExitCode.success)
         if let store = serverOptions.run.state {
             do throws(CurfewError) { try store.checkpointLog() } catch { outcome.stateProblems.append(error.description) }

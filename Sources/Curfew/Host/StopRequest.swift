@@ -41,4 +41,10 @@ public final class StopRequest: Sendable {
         }
         if let pending { action(pending) }
     }
+
+    /// Lets the action go (and what it holds: a run's runner, its store):
+    /// a request after the work it stops has ended only records its status.
+    public func dropAction() {
+        state.withLock { $0.action = nil }
+    }
 }

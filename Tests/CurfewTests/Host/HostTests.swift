@@ -3,25 +3,26 @@ import Testing
 
 @testable import Curfew
 
-/// `Host`, embedded without the command line: the run `curfew run` makes,
+/// `RunHost` and `ServeHost`, embedded without the command line: the run `curfew run` makes,
 /// stopped the way a signal stops it. Not owning this process: it must not
 /// end the other tests' children.
 @Suite(.timeLimit(.minutes(1))) struct HostTests {
     final class Recorder: Sendable {
-        let events = Mutex<[Host.Event]>([])
-        let host = Mutex<Host?>(nil)
+        let events = Mutex<[RunHost.Event]>([])
+        let host = Mutex<RunHost?>(nil)
     }
 
     @Test func aStopExpiresEveryJobWithTheShutdownReasonAndSetsTheStatus() async throws {
         let fixture = try RunnerFixture()
-        var options = Host.Options(paths: [fixture.path])
+        var options = RunHost.Options(paths: [fixture.path])
         options.only = ["tick", "spin"]
+        options.scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
         options.keepsState = false
         options.ownsProcess = false
         options.configuration = RunConfiguration(
             policy: try GrantPolicy(budget: .seconds(20), grace: .seconds(5)), parameters: ["tick-ms": "10", "chunk-us": "50"])
         let recorder = Recorder()
-        let host = Host(options) { event in
+        let host = RunHost(options) { event in
             recorder.events.withLock { $0.append(event) }
             // Once both jobs run, stop as SIGINT would.
             if case .run(.started, _) = event,
@@ -37,7 +38,7 @@ import Testing
         #expect(outcome.status == 130)
         #expect(outcome.results.map(\.outcome) == [.expired, .expired])
         let events = recorder.events.withLock { $0 }
-        func index(_ matches: (Host.Event) -> Bool) -> Int? { events.firstIndex(where: matches) }
+        func index(_ matches: (RunHost.Event) -> Bool) -> Int? { events.firstIndex(where: matches) }
         let scanned = try #require(index { if case .scanned = $0 { true } else { false } })
         let running = try #require(index { if case .running = $0 { true } else { false } })
         let stopping = try #require(index { if case .stopping(reason: "SIGINT", lead: .seconds(5)) = $0 { true } else { false } })
@@ -48,11 +49,12 @@ import Testing
 
     @Test func anUnknownJobRunsNothingAndSaysWhichWereLoaded() async throws {
         let fixture = try RunnerFixture()
-        var options = Host.Options(paths: [fixture.path])
+        var options = RunHost.Options(paths: [fixture.path])
         options.only = ["no-such-job"]
+        options.scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
         options.keepsState = false
         options.ownsProcess = false
-        let outcome = await Host(options).run()
+        let outcome = await RunHost(options).run()
         guard case .unknownJob("no-such-job", let loaded) = outcome.failure else {
             Issue.record("\(String(describing: outcome.failure))")
             return

@@ -8,13 +8,17 @@ import Synchronization
 /// jobs leave behind, the state store, and the exit status.
 ///
 /// ```swift
-/// let host = Host(Host.Options(paths: ["plugins"])) { event in print(event) }
-/// let outcome = await host.run()
-/// exit(outcome.status)
+/// var options = RunHost.Options(paths: ["plugins"])
+/// options.ownsProcess = true   // a program that is only this run
+/// let outcome = await RunHost(options) { event in print(event) }.run()
+/// outcome.jobStillRunning ? _exit(outcome.status) : exit(outcome.status)
 /// ```
 ///
 /// What it prints is the caller's: every line it would say is an ``Event``.
-public final class Host: Sendable {
+/// Events come on the runner's queue, and `.stopping` on the thread that
+/// asked for the stop: the closure may be called from two threads at once.
+/// Run it once.
+public final class RunHost: Sendable {
     public struct Options: Sendable {
         /// Plugin folders, `.so` files and manifests.
         public var paths: [String]
@@ -24,6 +28,10 @@ public final class Host: Sendable {
         public var allowsInsecurePlugins = false
         /// Scan every file again, whatever the scan cache remembers.
         public var rescan = false
+        /// How the plugins are scanned: by default, scanners of this
+        /// process's own executable (or `curfew-scanner` beside it), with the
+        /// per-user scan cache. It takes snapshots, and `rescan` above.
+        public var scanner = SafeScanner()
         /// Keep checkpoints and history.
         public var keepsState = true
         /// The state store's folder, absolute; `nil` for the default one.
@@ -33,9 +41,10 @@ public final class Host: Sendable {
         /// once); the process adopts orphaned descendants, and in process
         /// ends every child it has when the jobs are over (the processes
         /// jobs start are its children, and nothing tells them apart from
-        /// an embedder's own). Off, the caller handles its signals (and
-        /// calls ``stop(status:reason:)``) and its children.
-        public var ownsProcess = true
+        /// an embedder's own). Off (the default), the caller handles its
+        /// signals (and calls ``stop(status:reason:)``) and its children.
+        /// The signals stay caught, and ignored, after the run.
+        public var ownsProcess = false
 
         public init(paths: [String]) {
             self.paths = paths
@@ -94,6 +103,9 @@ public final class Host: Sendable {
     }
 
     public let options: Options
+
+    /// The status the first stop request asked for, whenever it came.
+    public var stopStatus: Int32? { stop.status }
     private let events: @Sendable (Event) -> Void
     private let stop = StopRequest()
 
@@ -105,6 +117,9 @@ public final class Host: Sendable {
     /// Stops the run: the first request expires every job with the shutdown
     /// reason (or before the jobs start, starts none); later ones change
     /// nothing. `status` is the run's exit status.
+    ///
+    /// A request after the run (while its caller sums it up, say) changes no
+    /// job: ``stopStatus`` keeps it for the caller.
     public func stop(status: Int32, reason: String) {
         stop.request(status: status, reason: reason)
     }
@@ -169,6 +184,7 @@ public final class Host: Sendable {
             runner.shutdown()
         }
         outcome.results = await runner.run()
+        stop.dropAction()
         // A job whose hook faulted is over at its hard deadline: the fault's
         // report, not this outcome, ends the process.
         HookThread.waitIfFaulting()
@@ -190,7 +206,7 @@ public final class Host: Sendable {
     /// scanners vouched for.
     private func scan() -> PluginScan {
         let loader = PluginLoader(parameters: options.configuration.parameters, allowsInsecurePlugins: options.allowsInsecurePlugins)
-        var scanner = SafeScanner()
+        var scanner = options.scanner
         scanner.rescan = options.rescan
         scanner.takesSnapshots = true
         // A stop during the scan kills the scanner: a plugin hanging in its
