@@ -292,7 +292,7 @@ public enum CurfewMain {
         host.configuration = options.configuration
         host.only = options.only
         host.allowsInsecurePlugins = options.allowInsecurePlugins
-        host.rescan = options.rescan
+        host.scanner.rescan = options.rescan
         host.keepsState = !options.noState
         host.stateFolder = options.stateFolder.map(absolute)
         host.ownsProcess = true

@@ -26,11 +26,10 @@ public final class RunHost: Sendable {
         /// Run only these jobs (all, when empty).
         public var only: [String] = []
         public var allowsInsecurePlugins = false
-        /// Scan every file again, whatever the scan cache remembers.
-        public var rescan = false
         /// How the plugins are scanned: by default, scanners of this
         /// process's own executable (or `curfew-scanner` beside it), with the
-        /// per-user scan cache. It takes snapshots, and `rescan` above.
+        /// per-user scan cache (`scanner.rescan`: every file again, whatever the
+        /// cache remembers). It takes snapshots.
         public var scanner = SafeScanner()
         /// Keep checkpoints and history.
         public var keepsState = true
@@ -207,7 +206,6 @@ public final class RunHost: Sendable {
     private func scan() -> PluginScan {
         let loader = PluginLoader(parameters: options.configuration.parameters, allowsInsecurePlugins: options.allowsInsecurePlugins)
         var scanner = options.scanner
-        scanner.rescan = options.rescan
         scanner.takesSnapshots = true
         // A stop during the scan kills the scanner: a plugin hanging in its
         // constructor does not hold the host for the scan's whole timeout.
