@@ -51,11 +51,15 @@ let package = Package(
         // depending on nothing of the host's but the ABI's constants (the
         // header, no code), so each can be fuzzed alone.
         .target(name: "CurfewFormats", dependencies: ["CCurfew"]),
+        // The vocabulary a job and its host share (expiration reasons, app
+        // states and events, log levels, task identifiers) with their C
+        // spellings: one definition for the SDK and the host.
+        .target(name: "CurfewVocabulary", dependencies: ["CCurfew"]),
         // The host: grants, loader, runner, isolation, foreign jobs, state. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
+        .target(name: "Curfew", dependencies: ["CCurfew", "CurfewVocabulary", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
         // The Swift SDK for job authors: a protocol and an export helper.
         // It reads and writes Codable checkpoints as JSON with the formats' reader.
-        .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewFormats"]),
+        .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewVocabulary", "CurfewFormats"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "_CurfewShims"]),

@@ -1,4 +1,8 @@
 import CCurfew
+// The words a job shares with its host (ExpirationReason, AppState,
+// AppEvent, LogLevel, BackgroundTaskIdentifier), for every plugin that
+// imports the SDK.
+@_exported import CurfewVocabulary
 
 /// What a chunk asks for next.
 public enum ChunkResult: Sendable, Equatable {
@@ -11,49 +15,6 @@ public enum ChunkResult: Sendable, Equatable {
     case failed
     /// Call me again after this long, without holding a worker thread meanwhile.
     case continueAfter(Duration)
-}
-
-/// Why the grant is expiring.
-public enum ExpirationReason: Sendable, Equatable {
-    /// The budget is about to run out.
-    case timeout
-    /// The host is shutting down.
-    case shutdown
-    /// The job was cancelled.
-    case cancelled
-}
-
-/// The app state a job sees, after `UIApplication.State`.
-public enum AppState: Sendable, Equatable {
-    case active, inactive, background
-}
-
-/// An app event, after `UIApplicationDelegate` (see `curfew_app_event` in
-/// curfew.h): `launch` first, right after `init(context:)`, then each change
-/// of the host's state while the job is alive.
-public enum AppEvent: Sendable, Equatable {
-    case launch
-    case willResignActive
-    case didEnterBackground
-    /// The grant's clock stops: a good time to end tasks early.
-    case willEnterForeground
-    case didBecomeActive
-    /// The host is shutting down; the grant expires right after.
-    case willTerminate
-}
-
-/// How much a log message matters.
-public enum LogLevel: Sendable, Equatable {
-    case debug, info, warning, error
-}
-
-/// Identifies a background task, like `UIBackgroundTaskIdentifier`.
-public struct BackgroundTaskIdentifier: RawRepresentable, Hashable, Sendable {
-    public let rawValue: UInt64
-    public init(rawValue: UInt64) { self.rawValue = rawValue }
-
-    /// No task (`CURFEW_TASK_INVALID`): ending it is harmless.
-    public static let invalid = BackgroundTaskIdentifier(rawValue: 0)
 }
 
 /// A background job: a name, a summary, and a life from `init(context:)`

@@ -29,23 +29,12 @@ public struct JobContext: @unchecked Sendable {
     /// The host's app state now: ``AppState/background`` unless the host
     /// was moved to the foreground, where the grant's clock does not run.
     public var appState: AppState {
-        switch host.pointee.app_state(raw) {
-        case CURFEW_APP_STATE_ACTIVE: .active
-        case CURFEW_APP_STATE_INACTIVE: .inactive
-        default: .background
-        }
+        AppState(host.pointee.app_state(raw))
     }
 
     /// Logs a message for the job.
     public func log(_ message: String, level: LogLevel = .info) {
-        let cLevel: curfew_log_level =
-            switch level {
-            case .debug: CURFEW_LOG_DEBUG
-            case .info: CURFEW_LOG_INFO
-            case .warning: CURFEW_LOG_WARNING
-            case .error: CURFEW_LOG_ERROR
-            }
-        message.withCString { host.pointee.log(raw, cLevel, $0) }
+        message.withCString { host.pointee.log(raw, level.cValue, $0) }
     }
 
     /// Reports progress: `completed` of `total` units (`total` 0 when unknown).
@@ -214,32 +203,6 @@ public enum NextRunError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .invalidDelay: "the next run's delay is negative or over ten years"
         case .unavailable: "the job is over: no next run can be asked for"
-        }
-    }
-}
-
-extension AppEvent {
-    /// `nil` for an event this SDK does not know (from a newer host): the
-    /// job is not told of it, as curfew.h asks of a job.
-    init?(_ event: curfew_app_event) {
-        switch event {
-        case CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE: self = .willResignActive
-        case CURFEW_APP_EVENT_DID_ENTER_BACKGROUND: self = .didEnterBackground
-        case CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND: self = .willEnterForeground
-        case CURFEW_APP_EVENT_DID_BECOME_ACTIVE: self = .didBecomeActive
-        case CURFEW_APP_EVENT_LAUNCH: self = .launch
-        case CURFEW_APP_EVENT_WILL_TERMINATE: self = .willTerminate
-        default: return nil
-        }
-    }
-}
-
-extension ExpirationReason {
-    init(_ reason: curfew_expire_reason) {
-        switch reason {
-        case CURFEW_EXPIRE_SHUTDOWN: self = .shutdown
-        case CURFEW_EXPIRE_CANCELLED: self = .cancelled
-        default: self = .timeout
         }
     }
 }

@@ -37,7 +37,7 @@ enum HostServices {
             log: { context, level, message in
                 guard let message else { return }
                 let text = String(cString: message)
-                let level = LogLevel(rawValue: Int(level.rawValue)) ?? .info
+                let level = LogLevel(level)
                 if let run = HostContext.from(context) {
                     run.log(level, text)
                 } else {
@@ -107,14 +107,3 @@ enum HostServices {
 }
 
 private let CURFEW_TASK_INVALID_VALUE: curfew_task_id = 0
-
-extension ExpirationReason {
-    /// The reason as the C ABI spells it.
-    var cValue: curfew_expire_reason {
-        switch self {
-        case .timeout: CURFEW_EXPIRE_TIMEOUT
-        case .shutdown: CURFEW_EXPIRE_SHUTDOWN
-        case .cancelled: CURFEW_EXPIRE_CANCELLED
-        }
-    }
-}

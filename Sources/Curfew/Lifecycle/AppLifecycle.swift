@@ -1,11 +1,7 @@
 import CCurfew
 import Synchronization
 
-/// The host's app state, after `UIApplication.State`. Active and inactive
-/// are the foreground, where grants do not run down.
-public enum AppState: String, Sendable, CaseIterable {
-    case active, inactive, background
-
+extension AppState {
     /// Whether grants' clocks run in this state: only in the background.
     public var runsGrantClocks: Bool { self == .background }
 
@@ -21,35 +17,6 @@ public enum AppState: String, Sendable, CaseIterable {
         case (.active, .inactive): [(.willResignActive, .inactive)]
         case (.active, .background): [(.willResignActive, .inactive), (.didEnterBackground, .background)]
         default: []
-        }
-    }
-
-    var cValue: curfew_app_state {
-        switch self {
-        case .active: CURFEW_APP_STATE_ACTIVE
-        case .inactive: CURFEW_APP_STATE_INACTIVE
-        case .background: CURFEW_APP_STATE_BACKGROUND
-        }
-    }
-}
-
-/// An app event a job's `app_event` hook receives, after `UIApplicationDelegate`.
-public enum AppEvent: String, Sendable, CaseIterable {
-    case launch = "launch"
-    case willResignActive = "will-resign-active"
-    case didEnterBackground = "did-enter-background"
-    case willEnterForeground = "will-enter-foreground"
-    case didBecomeActive = "did-become-active"
-    case willTerminate = "will-terminate"
-
-    var cValue: curfew_app_event {
-        switch self {
-        case .launch: CURFEW_APP_EVENT_LAUNCH
-        case .willResignActive: CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE
-        case .didEnterBackground: CURFEW_APP_EVENT_DID_ENTER_BACKGROUND
-        case .willEnterForeground: CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND
-        case .didBecomeActive: CURFEW_APP_EVENT_DID_BECOME_ACTIVE
-        case .willTerminate: CURFEW_APP_EVENT_WILL_TERMINATE
         }
     }
 }

@@ -31,22 +31,6 @@ public enum Outcome: String, Sendable, CaseIterable, CustomStringConvertible {
     public var isClean: Bool { self == .completed || self == .expired }
 }
 
-/// A log level, as in `curfew_log_level`.
-public enum LogLevel: Int, Sendable, Comparable, CustomStringConvertible {
-    case debug = 0, info, warning, error
-
-    public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
-
-    public var description: String {
-        switch self {
-        case .debug: "debug"
-        case .info: "info"
-        case .warning: "warning"
-        case .error: "error"
-        }
-    }
-}
-
 /// A job's progress as it last reported it.
 public struct JobProgress: Sendable, Equatable {
     public var completed: Int64

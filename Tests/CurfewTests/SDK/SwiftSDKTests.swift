@@ -94,6 +94,27 @@ import Testing
         }
     }
 
+    /// The words a job and its host share are one set of types, spelt in C
+    /// as curfew.h spells them; a value from a newer side reads as the
+    /// documented default (a reason as a timeout, a state as the
+    /// background, a level as info).
+    @Test func theSDKAndTheHostShareOneVocabulary() {
+        #expect(CurfewJob.ExpirationReason.self == Curfew.ExpirationReason.self)
+        #expect(CurfewJob.AppState.self == Curfew.AppState.self)
+        #expect(CurfewJob.LogLevel.self == Curfew.LogLevel.self)
+        #expect(CurfewJob.BackgroundTaskIdentifier.self == Curfew.BackgroundTaskIdentifier.self)
+        #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED])
+        #expect(AppState.allCases.map(\.cValue) == [CURFEW_APP_STATE_ACTIVE, CURFEW_APP_STATE_INACTIVE, CURFEW_APP_STATE_BACKGROUND])
+        #expect(LogLevel.allCases.map(\.cValue) == [CURFEW_LOG_DEBUG, CURFEW_LOG_INFO, CURFEW_LOG_WARNING, CURFEW_LOG_ERROR])
+        for reason in ExpirationReason.allCases { #expect(ExpirationReason(reason.cValue) == reason) }
+        for state in AppState.allCases { #expect(AppState(state.cValue) == state) }
+        for level in LogLevel.allCases { #expect(LogLevel(level.cValue) == level) }
+        #expect(ExpirationReason(curfew_expire_reason(rawValue: 77)) == .timeout)
+        #expect(AppState(curfew_app_state(rawValue: 77)) == .background)
+        #expect(LogLevel(curfew_log_level(rawValue: 77)) == .info)
+        #expect(BackgroundTaskIdentifier.invalid.rawValue == 0)  // CURFEW_TASK_INVALID
+    }
+
     @Test func delaysBecomePositiveNanoseconds() {
         #expect(delayNanoseconds(.milliseconds(200)) == 200_000_000)
         #expect(delayNanoseconds(.zero) == 1)

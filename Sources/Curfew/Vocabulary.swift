@@ -1,0 +1,3 @@
+// The words the host shares with its jobs' SDK, defined once in
+// CurfewVocabulary, for every client of the host library.
+@_exported import CurfewVocabulary
