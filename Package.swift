@@ -55,8 +55,11 @@ let package = Package(
         // states and events, log levels, task identifiers) with their C
         // spellings: one definition for the SDK and the host.
         .target(name: "CurfewVocabulary", dependencies: ["CCurfew"]),
+        // The seam to the system: libc and libdl calls, typed errors, clocks
+        // and timers, locks and threads, helper processes and their ends.
+        .target(name: "CurfewSystem", dependencies: ["_CurfewShims", "CurfewFormats"]),
         // The host: grants, loader, runner, isolation, foreign jobs, state. Holds no printing.
-        .target(name: "Curfew", dependencies: ["CCurfew", "CurfewVocabulary", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
+        .target(name: "Curfew", dependencies: ["CCurfew", "CurfewVocabulary", "CurfewSystem", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CurfewFormats", "CSQLite"]),
         // The Swift SDK for job authors: a protocol and an export helper.
         // It reads and writes Codable checkpoints as JSON with the formats' reader.
         .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewVocabulary", "CurfewFormats"]),

@@ -1,3 +1,4 @@
+import CurfewFormats
 import Glibc
 import Synchronization
 import _CurfewShims

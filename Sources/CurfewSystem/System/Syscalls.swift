@@ -4,40 +4,42 @@ import Glibc
 import _CurfewShims
 
 /// An errno value with its text.
-struct SystemError: Error {
-    let errno: Int32
-    var message: String { String(cString: strerror(errno)) }
+package struct SystemError: Error {
+    package let errno: Int32
+    package var message: String { String(cString: strerror(errno)) }
+
+    package init(errno: Int32) { self.errno = errno }
 }
 
 /// The seam between the host and libc/libdl: thin wrappers that retry
 /// `EINTR` and turn `errno` into ``SystemError``.
 ///
 /// - Important: Nothing here traps on a failed call; callers decide.
-enum Syscalls {
+package enum Syscalls {
     /// Where a `dirent`'s name begins.
     private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
     /// What `stat` says of a file, following symlinks.
-    struct FileStatus {
-        var isDirectory: Bool
-        var isRegular: Bool
-        var size: Int64
+    package struct FileStatus {
+        package var isDirectory: Bool
+        package var isRegular: Bool
+        package var size: Int64
         /// Permission bits.
-        var mode: UInt32
-        var owner: UInt32
+        package var mode: UInt32
+        package var owner: UInt32
         /// Modification and change times, in nanoseconds.
-        var modified: Int64
-        var changed: Int64
-        var device: UInt64
-        var inode: UInt64
+        package var modified: Int64
+        package var changed: Int64
+        package var device: UInt64
+        package var inode: UInt64
     }
 
-    static func fileStatus(_ path: String) throws(SystemError) -> FileStatus {
+    package static func fileStatus(_ path: String) throws(SystemError) -> FileStatus {
         try fileStatus(path, in: AT_FDCWD)
     }
 
     /// As ``fileStatus(_:)`` for the entry `name` of the folder open as
     /// `folder`: the kernel walks one name, not the whole path again.
-    static func fileStatus(_ name: String, in folder: Int32) throws(SystemError) -> FileStatus {
+    package static func fileStatus(_ name: String, in folder: Int32) throws(SystemError) -> FileStatus {
         var info = Glibc.stat()
         guard fstatat(folder, name, &info, 0) == 0 else { throw SystemError(errno: errno) }
         let type = info.st_mode & S_IFMT
@@ -50,7 +52,7 @@ enum Syscalls {
 
     /// A file time in nanoseconds since 1970, saturated: a file may be dated
     /// before 1678 or after 2262, beyond what 64 bits of nanoseconds hold.
-    static func nanoseconds(_ time: timespec) -> Int64 {
+    package static func nanoseconds(_ time: timespec) -> Int64 {
         let (scaled, overflow) = Int64(time.tv_sec).multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return time.tv_sec < 0 ? .min : .max }
         return scaled.addingReportingOverflow(Int64(time.tv_nsec)).overflow ? .max : scaled + Int64(time.tv_nsec)
@@ -60,7 +62,7 @@ enum Syscalls {
     /// buffer starts at 16 KiB at most and grows as it fills, so a generous
     /// `count` (a `/proc` file says it is empty: its size is no bound) costs
     /// only what the file holds.
-    static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
+    package static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
         let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         defer { close(fd) }
@@ -82,7 +84,7 @@ enum Syscalls {
     }
 
     /// A whole file, up to `limit` bytes.
-    static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
+    package static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
         let info = try fileStatus(path)
         guard info.isRegular else { throw SystemError(errno: EISDIR) }
         guard info.size <= limit else { throw SystemError(errno: EFBIG) }
@@ -92,7 +94,7 @@ enum Syscalls {
     /// `path`, opened (created 0600 when missing) to be locked and
     /// rewritten: never through a symlink, never inherited by a program the
     /// host starts. The caller closes it.
-    static func openLockFile(_ path: String) throws(SystemError) -> Int32 {
+    package static func openLockFile(_ path: String) throws(SystemError) -> Int32 {
         let fd = retryingEINTR { open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         return fd
@@ -101,14 +103,14 @@ enum Syscalls {
     /// Takes `flock`'s exclusive lock on `fd` without waiting: `false`
     /// when another open file holds it. The kernel drops it when the last
     /// descriptor of that open file closes, the holder's death included.
-    static func tryExclusiveLock(_ fd: Int32) throws(SystemError) -> Bool {
+    package static func tryExclusiveLock(_ fd: Int32) throws(SystemError) -> Bool {
         if retryingEINTR({ flock(fd, LOCK_EX | LOCK_NB) }) == 0 { return true }
         if errno == EWOULDBLOCK { return false }
         throw SystemError(errno: errno)
     }
 
     /// Replaces the contents of the open file `fd` with `bytes`.
-    static func rewrite(_ fd: Int32, with bytes: [UInt8]) throws(SystemError) {
+    package static func rewrite(_ fd: Int32, with bytes: [UInt8]) throws(SystemError) {
         guard retryingEINTR({ ftruncate(fd, 0) }) == 0 else { throw SystemError(errno: errno) }
         var written = 0
         while written < bytes.count {
@@ -121,7 +123,7 @@ enum Syscalls {
     }
 
     /// Up to `count` bytes from the start of the open file `fd`.
-    static func readPrefix(of fd: Int32, count: Int) throws(SystemError) -> [UInt8] {
+    package static func readPrefix(of fd: Int32, count: Int) throws(SystemError) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: max(count, 0))
         var filled = 0
         while filled < buffer.count {
@@ -137,7 +139,7 @@ enum Syscalls {
 
     /// The folder at `path`, open to list it (``directoryEntries(in:)``) and
     /// read its entries' status (``fileStatus(_:in:)``). The caller closes it.
-    static func openFolder(_ path: String) throws(SystemError) -> Int32 {
+    package static func openFolder(_ path: String) throws(SystemError) -> Int32 {
         let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         return fd
@@ -148,7 +150,7 @@ enum Syscalls {
     /// entry does not say, as for a symlink; ask `fileStatus`). A name that
     /// is not UTF-8 is listed with U+FFFD in place of each bad sequence and
     /// `isUTF8` false: that text names no file.
-    static func directoryEntries(in folder: Int32) throws(SystemError) -> [(name: String, isRegular: Bool?, isUTF8: Bool)] {
+    package static func directoryEntries(in folder: Int32) throws(SystemError) -> [(name: String, isRegular: Bool?, isUTF8: Bool)] {
         // The listing reads a copy of the descriptor, which it closes.
         let copy = fcntl(folder, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else { throw SystemError(errno: errno) }
@@ -173,7 +175,7 @@ enum Syscalls {
 
     /// Whether `a`'s UTF-8 bytes sort before `b`'s: compared with `memcmp`,
     /// not byte by byte through the generic sequence comparison.
-    static func bytesPrecede(_ a: String, _ b: String) -> Bool {
+    package static func bytesPrecede(_ a: String, _ b: String) -> Bool {
         let compared = a.utf8.withContiguousStorageIfAvailable { a in
             b.utf8.withContiguousStorageIfAvailable { b in
                 let common = memcmp(a.baseAddress!, b.baseAddress!, min(a.count, b.count))
@@ -184,13 +186,13 @@ enum Syscalls {
     }
 
     /// Whether `path` is a symbolic link itself (`lstat`).
-    static func isSymlink(_ path: String) -> Bool {
+    package static func isSymlink(_ path: String) -> Bool {
         var info = Glibc.stat()
         return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK
     }
 
     /// The working directory, or `nil` when it cannot be read.
-    static func currentDirectory() -> String? {
+    package static func currentDirectory() -> String? {
         guard let path = getcwd(nil, 0) else { return nil }
         defer { free(path) }
         return String(cString: path)
@@ -199,19 +201,19 @@ enum Syscalls {
     /// The canonical absolute path, or `nil` when it cannot be resolved.
     /// The folder holding `path`: what comes before its last slash (`/`
     /// for a path right under the root, `.` for a bare name).
-    static func folder(of path: String) -> String {
+    package static func folder(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }
 
-    static func realPath(_ path: String) -> String? {
+    package static func realPath(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)
     }
 
     /// A connected pair of stream sockets, close-on-exec.
-    static func socketPair() throws(SystemError) -> [Int32] {
+    package static func socketPair() throws(SystemError) -> [Int32] {
         var pair: [Int32] = [-1, -1]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
             throw SystemError(errno: errno)
@@ -222,7 +224,7 @@ enum Syscalls {
     /// A pipe, both ends close-on-exec from the start (`pipe2` through the
     /// shim: it is not visible through Glibc, and pipe + fcntl leaves a window
     /// in which a worker spawned by another thread inherits the ends).
-    static func pipe() throws(SystemError) -> [Int32] {
+    package static func pipe() throws(SystemError) -> [Int32] {
         var ends: [Int32] = [-1, -1]
         guard curfew_shim_pipe_cloexec(&ends) == 0 else { throw SystemError(errno: errno) }
         return ends
@@ -230,7 +232,7 @@ enum Syscalls {
 
     /// A worker's descriptors: a socket pair and two pipes (stdout, stderr),
     /// all close-on-exec; on failure, none is left open.
-    static func workerDescriptors() throws(SystemError) -> (channel: [Int32], out: [Int32], err: [Int32]) {
+    package static func workerDescriptors() throws(SystemError) -> (channel: [Int32], out: [Int32], err: [Int32]) {
         let channel = try socketPair()
         do throws(SystemError) {
             let out = try pipe()
@@ -247,7 +249,7 @@ enum Syscalls {
     }
 
     /// This process's environment, as `NAME=value` strings.
-    static func environment() -> [String] {
+    package static func environment() -> [String] {
         var entries: [String] = []
         var cursor = environ
         while let entry = cursor.pointee {
@@ -259,11 +261,11 @@ enum Syscalls {
 
     /// The environment variable that tells a helper which process started
     /// it, so it can ask to die with that process and check it still lives.
-    static let parentVariable = CURFEW_PARENT_VARIABLE
+    package static let parentVariable = CURFEW_PARENT_VARIABLE
 
     /// Starts a worker process (see `curfew_shim_spawn_worker`), from the
     /// ``Spawner`` thread, with ``parentVariable`` set to this process.
-    static func spawnWorker(
+    package static func spawnWorker(
         _ path: String, arguments: [String], environment: [String], channel: Int32, out: Int32, err: Int32
     ) -> Result<pid_t, SystemError> {
         let environment = environment.filter { !$0.hasPrefix(parentVariable + "=") } + ["\(parentVariable)=\(getpid())"]
@@ -279,14 +281,14 @@ enum Syscalls {
     }
 
     /// `dlopen` with the plugin flags (`RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE`).
-    static func dlopenPlugin(_ path: String) -> Result<UnsafeMutableRawPointer, DynamicLoaderError> {
+    package static func dlopenPlugin(_ path: String) -> Result<UnsafeMutableRawPointer, DynamicLoaderError> {
         _ = dlerror()
         if let handle = curfew_shim_dlopen_plugin(path) { return .success(handle) }
         return .failure(DynamicLoaderError(message: lastDynamicLoaderError()))
     }
 
     /// `dlsym`, or `nil` when the symbol is absent.
-    static func dlsym(_ handle: UnsafeMutableRawPointer, _ symbol: String) -> UnsafeMutableRawPointer? {
+    package static func dlsym(_ handle: UnsafeMutableRawPointer, _ symbol: String) -> UnsafeMutableRawPointer? {
         Glibc.dlsym(handle, symbol)
     }
 
@@ -303,6 +305,8 @@ enum Syscalls {
     }
 }
 
-struct DynamicLoaderError: Error {
-    let message: String
+package struct DynamicLoaderError: Error {
+    package let message: String
+
+    package init(message: String) { self.message = message }
 }

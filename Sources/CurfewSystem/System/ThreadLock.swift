@@ -7,15 +7,15 @@ import Glibc
 /// these locks are held briefly), and timed waits read `CLOCK_MONOTONIC`,
 /// the clock of ``MonotonicClock``. Its memory is never freed: the threads
 /// that use it keep their owner alive for the process's life.
-final class ThreadLock: @unchecked Sendable {
+package final class ThreadLock: @unchecked Sendable {
     fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
-    init() {
+    package init() {
         mutex = Self.makeMutex()
     }
 
     /// An adaptive mutex, for the caller to destroy and free (or keep).
-    static func makeMutex() -> UnsafeMutablePointer<pthread_mutex_t> {
+    package static func makeMutex() -> UnsafeMutablePointer<pthread_mutex_t> {
         let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
@@ -26,7 +26,7 @@ final class ThreadLock: @unchecked Sendable {
     }
 
     /// A condition to wait on with this lock held.
-    func makeCondition() -> ThreadCondition {
+    package func makeCondition() -> ThreadCondition {
         let condition = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
@@ -36,30 +36,30 @@ final class ThreadLock: @unchecked Sendable {
         return ThreadCondition(condition: condition, mutex: mutex)
     }
 
-    func lock() { pthread_mutex_lock(mutex) }
-    func unlock() { pthread_mutex_unlock(mutex) }
+    package func lock() { pthread_mutex_lock(mutex) }
+    package func unlock() { pthread_mutex_unlock(mutex) }
 }
 
 /// A condition of a ``ThreadLock``: every call but ``signal()`` with the lock held.
-struct ThreadCondition: @unchecked Sendable {
+package struct ThreadCondition: @unchecked Sendable {
     fileprivate let condition: UnsafeMutablePointer<pthread_cond_t>
     fileprivate let mutex: UnsafeMutablePointer<pthread_mutex_t>
 
     /// Waits until signalled (or woken spuriously).
-    func wait() {
+    package func wait() {
         pthread_cond_wait(condition, mutex)
     }
 
     /// Waits until signalled or until `deadline` (monotonic nanoseconds);
     /// true when the time ran out.
     @discardableResult
-    func wait(until deadline: UInt64) -> Bool {
+    package func wait(until deadline: UInt64) -> Bool {
         var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
         return pthread_cond_timedwait(condition, mutex, &time) == ETIMEDOUT
     }
 
     /// Wakes one waiter.
-    func signal() {
+    package func signal() {
         pthread_cond_signal(condition)
     }
 }
@@ -68,12 +68,12 @@ struct ThreadCondition: @unchecked Sendable {
 /// touch at a high rate (a run's events), where Swift's `Mutex`, a
 /// priority-inheriting futex on Linux, takes every contended acquire
 /// through the kernel's rt-mutex code.
-final class ThreadLocked<Value>: @unchecked Sendable {
+package final class ThreadLocked<Value>: @unchecked Sendable {
     // Safe because `value` is read and written only with `mutex` held.
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private var value: Value
 
-    init(_ value: Value) {
+    package init(_ value: Value) {
         self.value = value
         mutex = ThreadLock.makeMutex()
     }
@@ -83,7 +83,7 @@ final class ThreadLocked<Value>: @unchecked Sendable {
         mutex.deallocate()
     }
 
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+    package func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body(&value)

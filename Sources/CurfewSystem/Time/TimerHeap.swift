@@ -6,7 +6,7 @@ import Synchronization
 /// cancel takes no lock: a job that ends cancels its timers from the work
 /// of other timers (a burst of expirations), which must not wait for the
 /// lock the timer thread holds while it takes the next.
-final class TimerEntry: CurfewTimer, @unchecked Sendable {
+package final class TimerEntry: CurfewTimer, @unchecked Sendable {
     private static let armed: UInt8 = 0
     private static let fired: UInt8 = 1
     private static let cancelled: UInt8 = 2
@@ -17,7 +17,7 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
     private var work: (@Sendable () -> Void)?
     private unowned let owner: TimerThread
 
-    init(work: @escaping @Sendable () -> Void, owner: TimerThread) {
+    package init(work: @escaping @Sendable () -> Void, owner: TimerThread) {
         self.work = work
         self.owner = owner
     }
@@ -25,7 +25,7 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
     /// After it returns, the work does not start (it may be running now, if
     /// it fired first). Its captures are released here, at once, not at
     /// the deadline.
-    func cancel() {
+    package func cancel() {
         guard state.compareExchange(expected: Self.armed, desired: Self.cancelled, ordering: .acquiringAndReleasing).exchanged else {
             return
         }
@@ -36,7 +36,7 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
     }
 
     /// For the heap, as the deadline comes: the work, unless it was cancelled.
-    func takeForFiring() -> (@Sendable () -> Void)? {
+    package func takeForFiring() -> (@Sendable () -> Void)? {
         guard state.compareExchange(expected: Self.armed, desired: Self.fired, ordering: .acquiringAndReleasing).exchanged else {
             return nil
         }
@@ -44,7 +44,7 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
         return work
     }
 
-    var isCancelled: Bool {
+    package var isCancelled: Bool {
         state.load(ordering: .acquiring) == Self.cancelled
     }
 }
@@ -59,7 +59,7 @@ final class TimerEntry: CurfewTimer, @unchecked Sendable {
 ///
 /// The heap holds one reference to each entry, unmanaged, so moving an item
 /// while the owner holds its lock costs no reference counting.
-struct TimerHeap {
+package struct TimerHeap {
     private struct Item {
         let deadline: UInt64
         /// Ties on the deadline fire in the order armed.
@@ -80,13 +80,13 @@ struct TimerHeap {
     private var armed: UInt64 = 0
 
     /// Timers in the heap, cancelled ones included.
-    var count: Int { items.count }
+    package var count: Int { items.count }
 
     /// The earliest deadline in the heap (a cancelled timer's included), or
     /// `nil` when it is empty.
-    var nextDeadline: UInt64? { items.first?.deadline }
+    package var nextDeadline: UInt64? { items.first?.deadline }
 
-    mutating func insert(_ entry: TimerEntry, at deadline: UInt64) {
+    package mutating func insert(_ entry: TimerEntry, at deadline: UInt64) {
         armed &+= 1
         items.append(Item(deadline: deadline, order: armed, reference: .passRetained(entry)))
         siftUp(items.count - 1)
@@ -95,12 +95,12 @@ struct TimerHeap {
     /// Whether cancelled timers, `cancelled` of them by the owner's count,
     /// are enough to be worth a ``removeCancelled()``: half the heap, and at
     /// least 64.
-    func wantsCompaction(cancelled: Int) -> Bool {
+    package func wantsCompaction(cancelled: Int) -> Bool {
         cancelled >= 64 && cancelled * 2 >= items.count
     }
 
     /// Drops every cancelled timer; returns how many went.
-    mutating func removeCancelled() -> Int {
+    package mutating func removeCancelled() -> Int {
         let before = items.count
         items.removeAll {
             guard $0.isCancelled else { return false }
@@ -115,7 +115,7 @@ struct TimerHeap {
     /// the very same instant (ties, in the order armed), at most `limit`,
     /// into `due`; drops cancelled ones it meets at the top and returns how
     /// many.
-    mutating func takeDue(at now: UInt64, limit: Int, into due: inout [@Sendable () -> Void]) -> Int {
+    package mutating func takeDue(at now: UInt64, limit: Int, into due: inout [@Sendable () -> Void]) -> Int {
         var taken = 0
         var dropped = 0
         var instant: UInt64?

@@ -20,9 +20,9 @@ import _CurfewShims
 ///
 /// - Important: Arm no timer in a process that will `fork` without `exec`
 ///   (the fork server): a child has none of its threads.
-final class TimerThread: @unchecked Sendable {
+package final class TimerThread: @unchecked Sendable {
     // Safe because every field but `cancelledTimers` is used under `lock`.
-    static let shared = TimerThread()
+    package static let shared = TimerThread()
 
     private let lock = ThreadLock()
     private let wake: ThreadCondition
@@ -40,7 +40,7 @@ final class TimerThread: @unchecked Sendable {
 
     /// Arms a timer that runs `work` at `deadline` (monotonic nanoseconds),
     /// never inside this call.
-    func schedule(at deadline: UInt64, _ work: @escaping @Sendable () -> Void) -> TimerEntry {
+    package func schedule(at deadline: UInt64, _ work: @escaping @Sendable () -> Void) -> TimerEntry {
         let entry = TimerEntry(work: work, owner: self)
         lock.lock()
         if heap.wantsCompaction(cancelled: cancelledTimers.load(ordering: .relaxed)) {
@@ -59,7 +59,7 @@ final class TimerThread: @unchecked Sendable {
     }
 
     /// One of its timers was cancelled (``TimerEntry/cancel()``, which takes no lock).
-    func timerCancelled() {
+    package func timerCancelled() {
         cancelledTimers.add(1, ordering: .relaxed)
     }
 

@@ -4,10 +4,10 @@ import Synchronization
 import _CurfewShims
 
 /// A detached thread, for a blocking loop that must not hold a Dispatch worker.
-enum OSThread {
+package enum OSThread {
     /// Runs `body` on a new detached thread; false when none could be made.
     @discardableResult
-    static func detach(_ body: @escaping @Sendable () -> Void) -> Bool {
+    package static func detach(_ body: @escaping @Sendable () -> Void) -> Bool {
         final class Box { let body: @Sendable () -> Void; init(_ body: @escaping @Sendable () -> Void) { self.body = body } }
         var thread = pthread_t()
         let box = Unmanaged.passRetained(Box(body)).toOpaque()

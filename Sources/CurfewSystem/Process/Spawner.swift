@@ -8,7 +8,7 @@ import Synchronization
 /// the kernel sends it when the *thread* that started the helper ends, not
 /// the process: a helper started from a pool thread that later retires
 /// would be killed in mid-job. From this thread, it dies with the host only.
-enum Spawner {
+package enum Spawner {
     private static let requests = Mutex<[@Sendable () -> Void]>([])
     private static let wake = DispatchSemaphore(value: 0)
     private static let started: Bool = OSThread.detach {
@@ -23,7 +23,7 @@ enum Spawner {
     }
 
     /// Runs `body` on the spawner thread and returns what it returned.
-    static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) -> T {
+    package static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) -> T {
         // No thread (the system refused one): start from here, as before.
         guard started else { return body() }
         let done = DispatchSemaphore(value: 0)

@@ -12,10 +12,10 @@ import Glibc
 /// The smallest limit wins, rounded up to whole processors. Everything read
 /// is the kernel's, but it is parsed as untrusted text: a value that does
 /// not parse is no limit.
-enum CPUQuota {
+package enum CPUQuota {
     /// The whole processors the process's groups allow, or `nil` when no
     /// group sets a limit (or none can be read).
-    static func processors(
+    package static func processors(
         cgroupFile: String = "/proc/self/cgroup", mountInfoFile: String = "/proc/self/mountinfo"
     ) -> Int? {
         guard let cgroups = readText(cgroupFile, limit: 64 << 10),
@@ -32,7 +32,7 @@ enum CPUQuota {
     }
 
     /// Whole processors for `quota` of every `period`: rounded up, at least one.
-    static func processors(quota: UInt64, period: UInt64) -> Int {
+    package static func processors(quota: UInt64, period: UInt64) -> Int {
         precondition(period > 0)
         let whole = quota / period + (quota % period == 0 ? 0 : 1)
         return Int(clamping: max(whole, 1))
@@ -40,20 +40,26 @@ enum CPUQuota {
 
     /// A hierarchy the process's group is found in: where it is mounted and
     /// the path of the group under that mount.
-    struct GroupFolder: Equatable {
-        enum Version: Equatable { case v1, v2 }
-        let version: Version
+    package struct GroupFolder: Equatable {
+        package enum Version: Equatable { case v1, v2 }
+        package let version: Version
         /// The mount point of the hierarchy.
-        let mountPoint: String
+        package let mountPoint: String
         /// The process's group's folder: the mount point, or a folder under it.
-        let folder: String
+        package let folder: String
+
+        package init(version: Version, mountPoint: String, folder: String) {
+            self.version = version
+            self.mountPoint = mountPoint
+            self.folder = folder
+        }
     }
 
     /// The folders of the process's groups that can hold a CPU limit: the
     /// unified (v2) hierarchy's, and the v1 hierarchy with the `cpu`
     /// controller's. `cgroups` is `/proc/self/cgroup`, `mountInfo`
     /// `/proc/self/mountinfo`.
-    static func groupFolders(cgroups: String, mountInfo: String) -> [GroupFolder] {
+    package static func groupFolders(cgroups: String, mountInfo: String) -> [GroupFolder] {
         var unifiedPath: String?
         var cpuPath: String?
         for line in cgroups.split(separator: "\n") {
@@ -84,7 +90,7 @@ enum CPUQuota {
 
     /// The limits set in `group.folder` and each folder above it, up to and
     /// including the mount point: (quota, period) in the same unit.
-    static func limits(along group: GroupFolder) -> [(quota: UInt64, period: UInt64)] {
+    package static func limits(along group: GroupFolder) -> [(quota: UInt64, period: UInt64)] {
         var found: [(UInt64, UInt64)] = []
         var folder = group.folder
         while true {
@@ -110,14 +116,14 @@ enum CPUQuota {
 
     /// cgroup v2's `cpu.max`: "QUOTA PERIOD" in microseconds, or "max PERIOD"
     /// (no limit: `nil`).
-    static func parseCPUMax(_ text: String) -> (quota: UInt64, period: UInt64)? {
+    package static func parseCPUMax(_ text: String) -> (quota: UInt64, period: UInt64)? {
         let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
         guard fields.count == 2, let quota = number(fields[0]), let period = number(fields[1]), period > 0 else { return nil }
         return (quota, period)
     }
 
     /// cgroup v1's `cpu.cfs_quota_us` (-1: no limit) and `cpu.cfs_period_us`.
-    static func parseCFS(quota: String, period: String) -> (quota: UInt64, period: UInt64)? {
+    package static func parseCFS(quota: String, period: String) -> (quota: UInt64, period: UInt64)? {
         let quotaText = quota.split(separator: "\n")
         let periodText = period.split(separator: "\n")
         guard quotaText.count == 1, periodText.count == 1, let quota = number(quotaText[0]),
@@ -145,13 +151,13 @@ enum CPUQuota {
     /// One line of `/proc/self/mountinfo`: "ID PARENT MAJOR:MINOR ROOT
     /// MOUNT-POINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER-OPTIONS", with
     /// spaces and the like in paths written as octal escapes.
-    struct Mount {
-        let root: String
-        let point: String
-        let fileSystem: String
-        let superOptions: [Substring]
+    package struct Mount {
+        package let root: String
+        package let point: String
+        package let fileSystem: String
+        package let superOptions: [Substring]
 
-        init?(_ line: Substring) {
+        package init?(_ line: Substring) {
             // Single spaces: an empty field (a mount with no source) still counts.
             let fields = line.split(separator: " ", omittingEmptySubsequences: false)
             guard fields.count >= 10, let dash = fields.firstIndex(of: "-"), dash >= 6, dash + 3 < fields.count else {
@@ -166,7 +172,7 @@ enum CPUQuota {
         /// The folder, under this mount, of the group at `path` (a path from
         /// the hierarchy's root); `nil` when the group is not under the
         /// mount's root.
-        func folder(of path: String) -> String? {
+        package func folder(of path: String) -> String? {
             // Longer than a path the kernel opens: no file of it can be read,
             // and the walk up it costs its length at each level.
             guard path.utf8.count <= Int(PATH_MAX) else { return nil }
@@ -188,7 +194,7 @@ enum CPUQuota {
         }
 
         /// Undoes the kernel's `\ooo` escapes (space, tab, newline, backslash).
-        static func unescaped(_ field: Substring) -> String {
+        package static func unescaped(_ field: Substring) -> String {
             guard field.contains("\\") else { return String(field) }
             var bytes: [UInt8] = []
             let utf8 = Array(field.utf8)

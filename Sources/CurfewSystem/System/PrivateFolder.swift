@@ -3,11 +3,11 @@ import Glibc
 /// A folder only this user can change: the state store's, the scan cache's
 /// and the control socket's. Whoever else could write one could swap what
 /// the host trusts in it.
-enum PrivateFolder {
+package enum PrivateFolder {
     /// Makes `folder` and any missing folder above it (mode 700), then checks
     /// it is a real folder (not a symlink) of this user's that nobody else
     /// can write. `what` names it in errors ("the state folder"); they carry `code`.
-    static func prepare(_ folder: String, what: String, code: CurfewError.Code) throws(CurfewError) {
+    package static func prepare(_ folder: String, what: String, code: CurfewError.Code) throws(CurfewError) {
         var current = ""
         for component in folder.split(separator: "/") {
             current += "/" + component

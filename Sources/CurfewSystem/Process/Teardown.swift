@@ -7,8 +7,8 @@ import _CurfewShims
 /// and after the last its process group is killed and it is reaped. Every
 /// helper ends through one, so none is left running or unreaped by a path
 /// that forgot a step.
-struct Teardown: Sendable {
-    enum Step: Sendable {
+package struct Teardown: Sendable {
+    package enum Step: Sendable {
         /// Asks it to leave by its own protocol (a message, the end of its socket).
         case ask(@Sendable () -> Void, allowed: Duration)
         /// Sends it a signal.
@@ -16,25 +16,25 @@ struct Teardown: Sendable {
         /// Lets it exit by itself (it said it is done).
         case wait(allowed: Duration)
 
-        var allowed: Duration {
+        package var allowed: Duration {
             switch self {
             case .ask(_, let allowed), .signal(_, let allowed), .wait(let allowed): allowed
             }
         }
     }
 
-    let steps: [Step]
+    package let steps: [Step]
 
-    init(_ steps: [Step]) {
+    package init(_ steps: [Step]) {
         self.steps = steps
     }
 
     /// Straight to the kill.
-    static let kill = Teardown([])
+    package static let kill = Teardown([])
 }
 
 /// A helper process as the one who ends it sees it.
-protocol TeardownTarget: Sendable {
+package protocol TeardownTarget: Sendable {
     /// Whether it has exited (it may not be reaped yet).
     var hasExited: Bool { get }
     /// Waits until it has exited, `timeout` at most (`nil`: as long as it
@@ -53,14 +53,14 @@ protocol TeardownTarget: Sendable {
 extension TeardownTarget {
     /// Ends it through `teardown`: its wait status, or `nil` when unknown.
     @discardableResult
-    func end(_ teardown: Teardown) -> Int32? {
+    package func end(_ teardown: Teardown) -> Int32? {
         stop(teardown)
         return reap()
     }
 
     /// Takes `teardown`'s steps and kills it, but leaves the reap to
     /// whoever reaps it (a thread that waits for it already).
-    func stop(_ teardown: Teardown) {
+    package func stop(_ teardown: Teardown) {
         for step in teardown.steps {
             switch step {
             case .ask(let request, _): request()
@@ -78,17 +78,17 @@ extension TeardownTarget {
 ///
 /// Its pid stays its own until it is reaped, so signals to it and its group
 /// are sent only before then, under the lock that the reap also takes.
-final class HelperProcess: TeardownTarget {
-    let pid: pid_t
+package final class HelperProcess: TeardownTarget {
+    package let pid: pid_t
     /// Becomes readable when the process exits (for a poll); -1 when the
     /// kernel has no pidfds.
-    let pidfd: Int32
+    package let pidfd: Int32
     /// Reaped, with its wait status (`nil`: it was not this process's child to reap).
     private let reaped = Mutex<Int32??>(nil)
 
     /// Takes `pid`, a child of this process; with `pidfd` when one is open
     /// already (this object closes it).
-    init(pid: pid_t, pidfd: Int32? = nil) {
+    package init(pid: pid_t, pidfd: Int32? = nil) {
         self.pid = pid
         self.pidfd = pidfd ?? curfew_shim_pidfd_open(pid)
     }
@@ -98,7 +98,7 @@ final class HelperProcess: TeardownTarget {
     }
 
     /// Whether it has exited (it may not be reaped yet).
-    var hasExited: Bool {
+    package var hasExited: Bool {
         if reaped.withLock({ $0 != nil }) { return true }
         // The pidfd, not the pid: another thread may reap it meanwhile, and
         // the pid then names whatever child gets it next.
@@ -110,7 +110,7 @@ final class HelperProcess: TeardownTarget {
         return curfew_shim_has_exited(pid) == 1
     }
 
-    func waitForExit(timeout: Duration?) -> Bool {
+    package func waitForExit(timeout: Duration?) -> Bool {
         if reaped.withLock({ $0 != nil }) { return true }
         let clock = ContinuousClock()
         let end = timeout.map { clock.now.advanced(by: $0) }
@@ -134,14 +134,14 @@ final class HelperProcess: TeardownTarget {
         return true
     }
 
-    func send(_ signal: Int32) {
+    package func send(_ signal: Int32) {
         reaped.withLock { reaped in
             guard reaped == nil else { return }
             if pidfd >= 0 { _ = curfew_shim_pidfd_send_signal(pidfd, signal) } else { _ = Glibc.kill(pid, signal) }
         }
     }
 
-    func killGroup() {
+    package func killGroup() {
         reaped.withLock { reaped in
             if reaped == nil { _ = Glibc.kill(-pid, SIGKILL) }
         }
@@ -149,7 +149,7 @@ final class HelperProcess: TeardownTarget {
 
     /// Reaps it once it has exited; callable from any thread, any number of
     /// times: each gets the one wait status.
-    func reap() -> Int32? {
+    package func reap() -> Int32? {
         var waits = 0
         while true {
             // Waits without reaping, so that a kill under the lock never meets
