@@ -28,7 +28,7 @@ let package = Package(
         .executable(name: "curfew-bench", targets: ["CurfewBench"]),
         // Fuzz targets: built for libFuzzer by .ci/fuzz, a corpus replayer otherwise.
         .executable(name: "curfew-fuzz", targets: ["CurfewFuzz"]),
-        .library(name: "Curfew", targets: ["Curfew"]),
+        .library(name: "Curfew", targets: ["Curfew", "CurfewHost"]),
         // The Swift SDK for job authors; link it statically into each plugin.
         .library(name: "CurfewJob", targets: ["CurfewJob"]),
     ] + examplePlugins.map { .library(name: $0.product, type: .dynamic, targets: [$0.target]) } + [
@@ -63,13 +63,17 @@ let package = Package(
         // The Swift SDK for job authors: a protocol and an export helper.
         // It reads and writes Codable checkpoints as JSON with the formats' reader.
         .target(name: "CurfewJob", dependencies: ["CCurfew", "CurfewVocabulary", "CurfewFormats"]),
+        // The hosts an app embeds: a batch run (RunHost) and a resident
+        // server (ServeHost: schedules, the config, inotify, the control
+        // socket), each with the process's end.
+        .target(name: "CurfewHost", dependencies: ["Curfew", "CurfewFormats", "CurfewSystem", "_CurfewShims"]),
         // The command line, as a library so its parsing and texts are testable.
-        .target(name: "CurfewCLI", dependencies: ["Curfew", "CurfewFormats"]),
-        .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "_CurfewShims"]),
+        .target(name: "CurfewCLI", dependencies: ["CurfewHost", "Curfew", "CurfewFormats"]),
+        .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "CurfewHost", "Curfew", "_CurfewShims"]),
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
         cExample("BenchmarkJobs"),
-        .executableTarget(name: "CurfewFuzz", dependencies: ["Curfew", "CurfewFormats"]),
+        .executableTarget(name: "CurfewFuzz", dependencies: ["Curfew", "CurfewHost", "CurfewFormats"]),
 
         cExample("ExampleTimerCounter"),
         cExample("ExampleEarlyFinish"),
@@ -79,7 +83,7 @@ let package = Package(
 
         .target(name: "FixtureFoundationJob", dependencies: ["CurfewJob"], path: "Tests/Fixtures/FoundationJob"),
 
-        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewCLI", "CurfewFormats", "CCurfew", "CurfewJob"]),
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewHost", "CurfewCLI", "CurfewFormats", "CCurfew", "CurfewJob"]),
     ],
     swiftLanguageModes: [.v6]
 )

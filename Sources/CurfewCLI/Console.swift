@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import Dispatch
 import Glibc
 import Synchronization

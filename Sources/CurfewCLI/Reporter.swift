@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import CurfewFormats
 
 /// Turns scan results and run events into human lines or JSON Lines.

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import CurfewFormats
 import Glibc
 

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import CurfewFormats
 
 /// What each fuzz target feeds its input to. Every target must return for

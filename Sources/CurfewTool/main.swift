@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import CurfewCLI
 import Glibc
 import _CurfewShims

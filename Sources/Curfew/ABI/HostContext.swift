@@ -58,9 +58,9 @@ class HostContext: @unchecked Sendable {
 }
 
 /// `request_next_run`'s argument, checked: plugin code may pass anything.
-enum NextRunRequest {
+package enum NextRunRequest {
     /// The longest delay a job may ask for.
-    static let maximum: Duration = .seconds(10 * 366 * 24 * 3600)
+    package static let maximum: Duration = .seconds(10 * 366 * 24 * 3600)
 
     /// `seconds` as a delay, or `nil` when it is negative, NaN, infinite or over ``maximum``.
     static func delay(seconds: Double) -> Duration? {

@@ -8,9 +8,9 @@ import _CurfewShims
 /// JSON file per plugin folder: a lookup reads only the shard of the file's
 /// own folder, and a miss rewrites only that shard, so what a scan costs
 /// does not grow with the plugins other folders have cached.
-struct ScanCache: Sendable {
+package struct ScanCache: Sendable {
     /// A file as it is now: replaced, rewritten or touched, it is another key.
-    struct Key: Hashable {
+    package struct Key: Hashable {
         let path: String
         let size: Int64
         let mtime: Int64
@@ -80,7 +80,7 @@ struct ScanCache: Sendable {
     }
 
     /// The key of a file as it is now, or `nil` when it cannot be read.
-    static func key(for file: String) -> Key? {
+    package static func key(for file: String) -> Key? {
         guard let real = Syscalls.realPath(file), let status = try? Syscalls.fileStatus(real) else { return nil }
         return key(real: real, status: status)
     }

@@ -1,7 +1,7 @@
 /// The words of an outcome's reason, bounded: a reason goes into every
 /// event, table and log, and its parts (task names, logged errors) come
 /// from plugin code.
-enum Reason {
+package enum Reason {
     /// The most bytes of UTF-8 a reason has.
     static let maximumBytes = 1024
     /// The most bytes of one name quoted in a reason.
@@ -43,7 +43,7 @@ enum Reason {
     }
 
     /// At most `limit` bytes of UTF-8, cut at a character with "…" (3 bytes) when cut.
-    static func cut(_ text: String, to limit: Int) -> String {
+    package static func cut(_ text: String, to limit: Int) -> String {
         guard text.utf8.count > limit else { return text }
         var end = text.startIndex
         var bytes = 0

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 
 /// A shell `curfew completions` writes for.
 public enum Shell: String, CaseIterable, Sendable {

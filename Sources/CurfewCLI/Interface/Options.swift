@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 
 /// What `curfew run` was asked to do.
 public struct RunOptions: Equatable, Sendable {

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewHost
 import CurfewFormats
 
 /// Every subcommand's description: its words, its options and what each

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 @testable import CurfewCLI
 
 /// Parsing, help and error texts, compared whole.

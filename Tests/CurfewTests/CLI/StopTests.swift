@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 @testable import CurfewCLI
 
 extension ProcessTests {

@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 
 /// `RunHost` and `ServeHost`, embedded without the command line: the run `curfew run` makes,
 /// stopped the way a signal stops it. Not owning this process: it must not

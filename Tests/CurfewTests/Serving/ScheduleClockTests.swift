@@ -2,6 +2,7 @@ import Synchronization
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 
 /// The schedules' clock runs on the boot-time clock from the wall time at
 /// start: both clocks here are stepped by hand.

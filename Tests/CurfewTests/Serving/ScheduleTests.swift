@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 
 /// `curfew serve`'s schedules on a hand-stepped wall clock: no test waits.
 @Suite struct ScheduleTests {

@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 
 /// The operator's `--config` file: every key checked, every error naming
 /// the file, the job and the key.

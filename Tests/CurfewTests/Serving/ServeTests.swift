@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 import _CurfewShims
 
 /// A `curfew serve` the test talks to while it runs: its JSON Lines read as

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 @testable import CurfewCLI
 
 /// What systemd gives a service in its environment, checked as untrusted text.

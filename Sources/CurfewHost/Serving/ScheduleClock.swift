@@ -1,3 +1,4 @@
+import Curfew
 import Glibc
 
 /// The time `curfew serve`'s schedules run on: the wall time when the server

@@ -1,3 +1,4 @@
+import Curfew
 import CurfewFormats
 import Glibc
 

@@ -1,3 +1,4 @@
+import Curfew
 import Glibc
 import Synchronization
 

@@ -1,3 +1,4 @@
+import Curfew
 import Dispatch
 import Glibc
 import Synchronization

@@ -1,3 +1,5 @@
+import Curfew
+
 /// When each job of `curfew serve` runs next: the job's own requests, the
 /// operator's policy, retries with backoff, catch-up after a restart and
 /// one instance of a job at a time.

@@ -1,3 +1,4 @@
+import Curfew
 import Glibc
 
 /// What systemd tells a service through its environment, and the notify

@@ -1,3 +1,5 @@
+import Curfew
+
 /// The exit statuses of `curfew`, as `curfew run --help` documents them,
 /// and of a process that is one ``RunHost`` run.
 public enum ExitCode {

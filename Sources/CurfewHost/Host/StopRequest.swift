@@ -1,3 +1,4 @@
+import Curfew
 import Synchronization
 
 /// A request to stop a run before its jobs are done — a signal, or the

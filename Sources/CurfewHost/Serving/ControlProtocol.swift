@@ -1,3 +1,4 @@
+import Curfew
 import CurfewFormats
 
 /// The control socket's requests and answers: one JSON object each way.
