@@ -68,7 +68,7 @@ let package = Package(
         // socket), each with the process's end.
         .target(name: "CurfewHost", dependencies: ["Curfew", "CurfewFormats", "CurfewSystem", "_CurfewShims"]),
         // The command line, as a library so its parsing and texts are testable.
-        .target(name: "CurfewCLI", dependencies: ["CurfewHost", "Curfew", "CurfewFormats"]),
+        .target(name: "CurfewCLI", dependencies: ["CurfewHost", "Curfew", "CurfewFormats", "_CurfewShims"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "CurfewHost", "Curfew", "_CurfewShims"]),
         // Benchmarks: each case against its baseline in the same run.
         .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
@@ -83,7 +83,7 @@ let package = Package(
 
         .target(name: "FixtureFoundationJob", dependencies: ["CurfewJob"], path: "Tests/Fixtures/FoundationJob"),
 
-        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewHost", "CurfewCLI", "CurfewFormats", "CCurfew", "CurfewJob"]),
+        .testTarget(name: "CurfewTests", dependencies: ["Curfew", "CurfewHost", "CurfewCLI", "_CurfewShims", "CurfewFormats", "CCurfew", "CurfewJob"]),
     ],
     swiftLanguageModes: [.v6]
 )

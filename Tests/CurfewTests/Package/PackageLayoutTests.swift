@@ -14,13 +14,28 @@ import Testing
         try #require(dump.status == 0, "swift package dump-package: \(dump.stderr)")
         let package = try #require(try JSONSerialization.jsonObject(with: Data(dump.stdout.utf8)) as? [String: Any])
         var declared: [String: Set<String>] = [:]
+        var folders: [String: String] = [:]
         for target in try #require(package["targets"] as? [[String: Any]]) {
             let name = try #require(target["name"] as? String)
-            let path = target["path"] as? String ?? "Sources/\(name)"
-            // Examples, fixtures and tests are not layers of the host.
-            guard path.hasPrefix("Sources/") || path == "include", target["type"] as? String != "test" else { continue }
+            let isTest = target["type"] as? String == "test"
+            let path = target["path"] as? String ?? (isTest ? "Tests/" : "Sources/") + name
             let dependencies = try #require(target["dependencies"] as? [[String: Any]])
-            declared[name] = Set(dependencies.compactMap { ($0.values.first as? [Any])?.first as? String })
+            let names = Set(dependencies.compactMap { ($0.values.first as? [Any])?.first as? String })
+            folders[name] = path
+            // Examples, fixtures and tests are not layers of the host.
+            guard path.hasPrefix("Sources/") || path == "include", !isTest else { continue }
+            declared[name] = names
+        }
+        // Every target imports only targets it declares: a lower layer
+        // cannot reach a higher one through a module already built.
+        for (name, folder) in folders {
+            let allowed = Set(try #require(Self.dependencies(of: name, in: package)))
+            for file in Self.swiftFiles(under: Fixtures.packageRoot.appendingPathComponent(folder)) {
+                let text = try String(contentsOf: file, encoding: .utf8)
+                for imported in Self.imports(in: text) where folders[imported] != nil && imported != name {
+                    #expect(allowed.contains(imported), "\(file.lastPathComponent) imports \(imported), which \(name) does not declare")
+                }
+            }
         }
 
         let architecture = try String(contentsOf: Fixtures.packageRoot.appendingPathComponent("ARCHITECTURE.md"), encoding: .utf8)
@@ -36,6 +51,31 @@ import Testing
         #expect(Set(documented.keys) == Set(declared.keys), "ARCHITECTURE.md's targets against Package.swift's")
         for (name, dependencies) in declared {
             #expect(documented[name] == dependencies, "\(name): ARCHITECTURE.md says \(documented[name].map { $0.sorted() } ?? []), Package.swift \(dependencies.sorted())")
+        }
+    }
+
+    private static func dependencies(of name: String, in package: [String: Any]) -> [String]? {
+        let targets = package["targets"] as? [[String: Any]] ?? []
+        guard let target = targets.first(where: { $0["name"] as? String == name }),
+            let dependencies = target["dependencies"] as? [[String: Any]]
+        else { return nil }
+        return dependencies.compactMap { ($0.values.first as? [Any])?.first as? String }
+    }
+
+    private static func swiftFiles(under folder: URL) -> [URL] {
+        let walker = FileManager.default.enumerator(at: folder, includingPropertiesForKeys: nil)
+        return (walker?.allObjects as? [URL] ?? []).filter { $0.pathExtension == "swift" }
+    }
+
+    /// The modules a file imports (`import X`, `@testable import X`, …): at
+    /// the start of a line, as an import in a string literal (a template)
+    /// is indented with its literal.
+    private static func imports(in text: String) -> [String] {
+        text.split(separator: "\n").compactMap { line in
+            guard line.first == "i" || line.first == "@" else { return nil }
+            let words = line.split(separator: " ")
+            guard let at = words.firstIndex(of: "import"), words[..<at].allSatisfy({ $0.hasPrefix("@") }), at + 1 < words.count else { return nil }
+            return String(words[at + 1])
         }
     }
 
