@@ -340,7 +340,7 @@ func spawnLoop(_ command: [String], count: Int) -> Double {
         var pid: pid_t = 0
         precondition(posix_spawn(&pid, command[0], &actions, nil, argv, environ) == 0, "cannot spawn \(command[0])")
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = Syscalls.retryingEINTR { waitpid(pid, &status, 0) }
     }
     return Double(now() - start) / Double(count) / 1e6
 }

@@ -84,7 +84,7 @@ struct Command {
         let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, envp)
         guard spawned == 0 else { throw CurfewError(.notFound, "cannot start \(arguments[0]): \(String(cString: strerror(spawned)))") }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        _ = Syscalls.retryingEINTR { waitpid(pid, &status, 0) }
         let elapsed = Double(now() - start) / 1e9
         let code = status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         guard accepted.contains(code) else {
@@ -212,8 +212,7 @@ func sleepingLateness(deadlines: [UInt64]) -> [Double] {
     _ = curfew_shim_set_timer_slack(1)
     var index = 0
     while index < deadlines.count {
-        var until = timespec(tv_sec: Int(deadlines[index] / 1_000_000_000), tv_nsec: Int(deadlines[index] % 1_000_000_000))
-        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nil) == EINTR {}
+        Syscalls.sleep(untilMonotonic: deadlines[index])
         let woke = now()
         while index < deadlines.count && deadlines[index] <= woke {
             lateness[index] = Double(woke - deadlines[index]) / 1e6

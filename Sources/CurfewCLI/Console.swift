@@ -183,19 +183,11 @@ final class Console: Sendable {
         if first, let handler = closedHandler.withLock({ $0 }) { SerialQueue.host.async { handler(descriptor) } }
     }
 
-    /// Writes all of `bytes`, retrying interrupted writes; the errno of a
-    /// failed write, or 0.
+    /// Writes all of `bytes`; the errno of a failed write, or 0.
     static func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress! + offset, $0.count - offset) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return errno
-            }
-            offset += written
-        }
-        return 0
+        errno = 0
+        let written = bytes.withUnsafeBytes { Syscalls.writeAll(descriptor, $0) }
+        return written == bytes.count ? 0 : errno != 0 ? errno : EIO
     }
 }
 

@@ -78,11 +78,10 @@ enum WorkerProtocol {
     static func send(bytes: [UInt8], to descriptor: Int32) -> Bool {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return false
+            let written = bytes.withUnsafeBytes { buffer in
+                Syscalls.retryingEINTR { Glibc.send(descriptor, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL)) }
             }
+            if written < 0 { return false }
             offset += written
         }
         return true

@@ -106,12 +106,13 @@ private struct ScanServer {
     /// Sends what the socket takes now of the outbox; false once the server is gone.
     mutating func flush() -> Bool {
         while !outbox.isEmpty {
-            let sent = outbox.withUnsafeBytes { Glibc.send(server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            let sent = outbox.withUnsafeBytes { bytes in
+                Syscalls.retryingEINTR { Glibc.send(server.control, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            }
             if sent > 0 {
                 outbox.removeFirst(sent)
                 continue
             }
-            if sent < 0 && errno == EINTR { continue }
             return sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
         }
         return true
@@ -139,12 +140,10 @@ private struct ScanServer {
                         let clock = ContinuousClock()
                         var buffer = [UInt8](repeating: 0, count: 4096)
                         while !gone && clock.now < end {
-                            var entry = pollfd(fd: control, events: Int16(POLLIN), revents: 0)
-                            let ready = poll(&entry, 1, Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
-                            if ready < 0 && errno == EINTR { continue }
+                            var entry = [pollfd(fd: control, events: Int16(POLLIN), revents: 0)]
+                            let ready = Syscalls.poll(&entry, milliseconds: Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
                             guard ready > 0 else { break }
-                            let count = buffer.withUnsafeMutableBytes { recv(control, $0.baseAddress, $0.count, 0) }
-                            if count < 0 && errno == EINTR { continue }
+                            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(control, bytes.baseAddress, bytes.count, 0) } }
                             if count <= 0 { break }
                         }
                     }, allowed: .zero)
@@ -207,12 +206,11 @@ private struct ScanBatch {
             var entries = live.map { index in
                 pollfd(fd: servers[index].server.control, events: Int16(POLLIN) | (servers[index].outbox.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)
             }
-            let ready = poll(&entries, nfds_t(entries.count), 100)
-            if ready < 0 && errno == EINTR { continue }
-            guard ready > 0 else { continue }
+            guard Syscalls.poll(&entries, milliseconds: 100) > 0 else { continue }
             for (entry, index) in zip(entries, live) where !servers[index].gone && entry.revents & ~Int16(POLLOUT) != 0 {
-                let count = bytes.withUnsafeMutableBytes { recv(servers[index].server.control, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if count < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) { continue }
+                let control = servers[index].server.control
+                let count = bytes.withUnsafeMutableBytes { buffer in Syscalls.retryingEINTR { recv(control, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT)) } }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { continue }
                 guard count > 0 else {
                     lose(index, into: &scans)
                     continue

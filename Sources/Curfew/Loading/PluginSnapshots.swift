@@ -356,26 +356,21 @@ struct PluginSnapshots: Sendable {
         while true {
             var count: Int
             if inKernel {
-                count = curfew_shim_copy_file_range(source, &offset, target, 1 << 30)
+                count = Syscalls.retryingEINTR { curfew_shim_copy_file_range(source, &offset, target, 1 << 30) }
                 if count < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP) && copied == 0 {
                     inKernel = false
                     continue
                 }
             } else {
                 if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 16) }
-                count = buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress, $0.count, off_t(offset)) }
+                count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { pread(source, bytes.baseAddress, bytes.count, off_t(offset)) } }
                 if count > 0 {
-                    var written = 0
-                    while written < count {
-                        let step = buffer.withUnsafeBytes { write(target, $0.baseAddress! + written, count - written) }
-                        if step < 0 && errno == EINTR { continue }
-                        if step <= 0 { return .failed(step < 0 ? errno : ENOSPC) }
-                        written += step
-                    }
+                    errno = 0
+                    let written = buffer.withUnsafeBytes { Syscalls.writeAll(target, UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+                    if written < count { return .failed(errno != 0 ? errno : ENOSPC) }
                     offset += Int64(count)
                 }
             }
-            if count < 0 && errno == EINTR { continue }
             if count < 0 { return .failed(errno) }
             if count == 0 { break }
             copied += Int64(count)

@@ -328,17 +328,15 @@ public struct SafeScanner: Sendable {
                 _ = end(killing: true)
                 return nil
             }
-            var entry = pollfd(fd: channel[0], events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, 100)
-            if ready < 0 && errno == EINTR { continue }
+            var entry = [pollfd(fd: channel[0], events: Int16(POLLIN), revents: 0)]
+            let ready = Syscalls.poll(&entry, milliseconds: 100)
             if ready == 0 {
                 guard clock.now() >= deadline else { continue }
                 // No end within the timeout: loading the file hangs.
                 _ = end(killing: true)
                 return hungVerdict
             }
-            let count = bytes.withUnsafeMutableBytes { read(channel[0], $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
+            let count = bytes.withUnsafeMutableBytes { buffer in Syscalls.retryingEINTR { read(channel[0], buffer.baseAddress, buffer.count) } }
             if count <= 0 { break }
             let events = bytes.withUnsafeBytes { reply.read(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             guard said.hear(events) else { break }

@@ -244,15 +244,9 @@ package struct ScanCache: Sendable {
                 if errno == EEXIST { continue }
                 return
             }
-            var offset = 0
-            while offset < bytes.count {
-                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, bytes.count - offset) }
-                if written < 0 && errno == EINTR { continue }
-                if written <= 0 { break }
-                offset += written
-            }
+            let written = bytes.withUnsafeBytes { Syscalls.writeAll(fd, $0) }
             close(fd)
-            if offset == bytes.count && rename(temporary, path) == 0 { return }
+            if written == bytes.count && rename(temporary, path) == 0 { return }
             unlink(temporary)
             return
         }
@@ -269,13 +263,7 @@ package struct ScanCache: Sendable {
             info.st_size <= maximumBytes
         else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
-        var filled = 0
-        while filled < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + filled, $0.count - filled) }
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
-            filled += count
-        }
+        let filled = bytes.withUnsafeMutableBytes { Syscalls.readFully(fd, into: $0) }
         return Array(bytes.prefix(filled))
     }
 }

@@ -122,7 +122,7 @@ extension HookThread {
         let reader = ends[0]
         let started = OSThread.detach {
             var byte: UInt8 = 0
-            while read(reader, &byte, 1) < 0 && errno == EINTR {}
+            _ = Syscalls.retryingEINTR { read(reader, &byte, 1) }
             var job: UnsafePointer<CChar>?
             var hook: UnsafePointer<CChar>?
             var signal: UnsafePointer<CChar>?

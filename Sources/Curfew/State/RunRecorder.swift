@@ -128,8 +128,7 @@ enum PluginFingerprint {
         var hash = FNV1a()
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while left > 0 {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, Int(min(Int64($0.count), left))) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(fd, bytes.baseAddress, Int(min(Int64(bytes.count), left))) } }
             if count < 0 { return nil }
             if count == 0 { break }
             hash.add(buffer[..<count])

@@ -253,14 +253,15 @@ public final class ControlSocket: Sendable {
             if acceptAgain > now { deadlines.append(acceptAgain) }
             if !accepting && acceptAgain <= now { deadlines.append(now + .milliseconds(10)) }  // answers free slots
             let wait = deadlines.min().map { max(0, Int32(clamping: now.duration(to: $0).milliseconds) &+ 1) } ?? -1
-            let ready = poll(&entries, nfds_t(entries.count), wait)
-            if ready < 0 && errno != EINTR { return }
+            let ready = Syscalls.poll(&entries, milliseconds: wait)
+            if ready < 0 { return }
             guard ready > 0 else { continue }
             var done = Set<Int32>()
             for (index, entry) in entries.enumerated().dropFirst() where entry.revents != 0 {
                 let place = index - 1
-                let count = buffer.withUnsafeMutableBytes { recv(clients[place].fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
-                if count < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+                let fd = clients[place].fd
+                let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT)) } }
+                if count < 0 && errno == EAGAIN { continue }
                 guard count > 0 else {
                     done.insert(clients[place].fd)
                     Glibc.close(clients[place].fd)
@@ -283,9 +284,9 @@ public final class ControlSocket: Sendable {
             if !done.isEmpty { clients.removeAll { done.contains($0.fd) } }
             guard entries[0].revents != 0 else { continue }
             while clients.count + answering.count.load(ordering: .relaxed) < maximumClients {
-                let client = curfew_shim_accept(listening)
+                let client = Syscalls.retryingEINTR { curfew_shim_accept(listening) }
                 if client < 0 {
-                    if errno == EINTR || errno == ECONNABORTED { continue }
+                    if errno == ECONNABORTED { continue }
                     if errno == EMFILE || errno == ENFILE { acceptAgain = ContinuousClock.now + .milliseconds(100) }
                     if errno == EAGAIN || errno == EMFILE || errno == ENFILE { break }
                     return  // shut down
@@ -333,16 +334,16 @@ public final class ControlSocket: Sendable {
         let deadline = ContinuousClock.now + requestTimeout
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeBytes {
-                Glibc.send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            let written = bytes.withUnsafeBytes { buffer in
+                Syscalls.retryingEINTR { Glibc.send(client, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
             }
             if written > 0 {
                 offset += written
                 continue
             }
-            guard written < 0, errno == EINTR || errno == EAGAIN, let left = milliseconds(until: deadline) else { return }
-            var entry = pollfd(fd: client, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&entry, 1, left)
+            guard written < 0, errno == EAGAIN, let left = milliseconds(until: deadline) else { return }
+            var entry = [pollfd(fd: client, events: Int16(POLLOUT), revents: 0)]
+            _ = Syscalls.poll(&entry, milliseconds: left)
         }
     }
 
@@ -350,8 +351,9 @@ public final class ControlSocket: Sendable {
         var bytes = Array((line + "\n").utf8)
         var offset = 0
         while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { Glibc.send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if written < 0 && errno == EINTR { continue }
+            let written = bytes.withUnsafeMutableBytes { buffer in
+                Syscalls.retryingEINTR { Glibc.send(client, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL)) }
+            }
             guard written > 0 else { return }
             offset += written
         }
@@ -385,12 +387,9 @@ public final class ControlSocket: Sendable {
         var ended = false
         while !ended {
             guard let left = milliseconds(until: deadline) else { throw timedOut(path) }
-            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let ready = poll(&entry, 1, left)
-            if ready < 0 && errno == EINTR { continue }
-            guard ready > 0 else { continue }  // the deadline is checked above
-            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
+            var entry = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            guard Syscalls.poll(&entry, milliseconds: left) > 0 else { continue }  // the deadline is checked above
+            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(fd, bytes.baseAddress, bytes.count, 0) } }
             guard count > 0 else { break }
             ended = buffer[..<count].contains(UInt8(ascii: "\n"))
             answer += buffer[..<count]
@@ -428,11 +427,13 @@ public final class ControlSocket: Sendable {
         guard fd >= 0 else { throw CurfewError(.unreadable, "cannot make a socket: \(String(cString: strerror(errno)))") }
         var connected: Int32
         repeat {
-            connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            connected = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
+                    Syscalls.retryingEINTR { Glibc.connect(fd, socketAddress, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
             }
             // A Unix socket's connect fails at once with EAGAIN when the host's queue is full.
-            guard connected != 0, errno == EAGAIN || errno == EINTR, let deadline else { break }
+            guard connected != 0, errno == EAGAIN, let deadline else { break }
             guard milliseconds(until: deadline) != nil else {
                 Glibc.close(fd)
                 throw timedOut(path)

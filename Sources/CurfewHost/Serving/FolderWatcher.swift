@@ -76,8 +76,7 @@ package final class FolderWatcher: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var changes: [Change] = []
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(descriptor, bytes.baseAddress, bytes.count) } }
             guard count > 0 else { break }
             changes += Self.parse(buffer[..<count], folders: watches)
         }

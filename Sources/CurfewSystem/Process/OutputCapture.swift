@@ -131,8 +131,8 @@ public final class OutputCapture: Sendable {
             var polls = pipes.indices.filter { open[$0] }.map { pollfd(fd: pipes[$0], events: Int16(POLLIN), revents: 0) }
             if polls.isEmpty { break }
             // A timeout, so the thread notices finish() without a wake-up descriptor.
-            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), 100) }
-            if ready < 0 && errno != EINTR { break }
+            let ready = Syscalls.poll(&polls, milliseconds: 100)
+            if ready < 0 { break }
             if ready > 0 { reader.withLock { readAvailable(&$0) } }
         }
     }
@@ -142,8 +142,7 @@ public final class OutputCapture: Sendable {
         var chunk = [UInt8](repeating: 0, count: 65536)
         for index in pipes.indices where reader.open[index] {
             while true {
-                let count = chunk.withUnsafeMutableBytes { Glibc.read(pipes[index], $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
+                let count = chunk.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { Glibc.read(pipes[index], bytes.baseAddress, bytes.count) } }
                 if count == 0 {  // end of file: no writer is left
                     reader.open[index] = false
                     if let last = reader.buffers[index].flush() { deliver(last, from: index) }

@@ -117,11 +117,10 @@ package final class HelperProcess: TeardownTarget {
         // The pidfd is readable once the process has exited, reaped or not:
         // unlike a wait on its pid, never confused by the pid's next owner.
         while pidfd >= 0 {
-            var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
+            var entry = [pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)]
             let wait = end.map { Int32(clamping: max(0, clock.now.duration(to: $0).nanoseconds) / 1_000_000 + 1) } ?? -1
-            let ready = poll(&entry, 1, wait)
-            if ready > 0 && entry.revents & Int16(POLLIN) != 0 { return true }
-            if ready < 0 && errno == EINTR { continue }
+            let ready = Syscalls.poll(&entry, milliseconds: wait)
+            if ready > 0 && entry[0].revents & Int16(POLLIN) != 0 { return true }
             if ready != 0 { break }  // the poll (or the pidfd) failed: wait as without one
             if let end, clock.now >= end { return false }
         }
@@ -160,8 +159,7 @@ package final class HelperProcess: TeardownTarget {
             let status = reaped.withLock { reaped -> Int32?? in
                 if let reaped { return .some(reaped) }
                 var code: Int32 = 0
-                var result: pid_t
-                repeat { result = waitpid(pid, &code, WNOHANG) } while result < 0 && errno == EINTR
+                let result = Syscalls.retryingEINTR { waitpid(pid, &code, WNOHANG) }
                 if result == 0 { return nil }  // still running: wait again
                 // Not this process's child (ECHILD): how it ended is unknown.
                 reaped = .some(result == pid ? code : nil)

@@ -297,7 +297,61 @@ package enum Syscalls {
         return String(cString: text)
     }
 
-    private static func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
+    /// Writes all of `bytes` to `fd`, through short writes and `EINTR`: how
+    /// many were written, fewer only when a write failed (`errno` says why)
+    /// or wrote nothing.
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
+        var written = 0
+        while written < bytes.count {
+            let step = retryingEINTR { write(fd, bytes.baseAddress! + written, bytes.count - written) }
+            if step <= 0 { break }
+            written += step
+        }
+        return written
+    }
+
+    /// Reads into `buffer` until it is full or the file ends, through short
+    /// reads and `EINTR`: how many bytes were read, fewer than asked only at
+    /// the end of the file or when a read failed (`errno` says why).
+    package static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        var filled = 0
+        while filled < buffer.count {
+            let step = retryingEINTR { read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
+            if step <= 0 { break }
+            filled += step
+        }
+        return filled
+    }
+
+    /// poll(2) over `entries` for up to `milliseconds` (-1: no limit). A
+    /// signal handled while it waited is not an event: it waits again for
+    /// the time left. The count of ready entries, 0 once the time is up, or
+    /// -1 with `errno`.
+    package static func poll(_ entries: inout [pollfd], milliseconds: Int32) -> Int32 {
+        let clock = ContinuousClock()
+        let end = milliseconds < 0 ? nil : clock.now + .milliseconds(milliseconds)
+        var left = milliseconds
+        while true {
+            let ready = Glibc.poll(&entries, nfds_t(entries.count), left)
+            guard ready < 0 && errno == EINTR else { return ready }
+            if let end {
+                let remaining = clock.now.duration(to: end)
+                if remaining <= .zero { return 0 }
+                left = Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
+            }
+        }
+    }
+
+    /// Sleeps until `CLOCK_MONOTONIC` reads `nanoseconds`, through signals.
+    package static func sleep(untilMonotonic nanoseconds: UInt64) {
+        var until = timespec(tv_sec: Int(nanoseconds / 1_000_000_000), tv_nsec: Int(nanoseconds % 1_000_000_000))
+        while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nil) == EINTR {}
+    }
+
+    /// `call` again while it fails with `EINTR`: a signal handled while the
+    /// call waited is not a failure. For calls that return -1 and set
+    /// `errno`; the result, or -1 with `errno` of any other error.
+    package static func retryingEINTR<T: BinaryInteger>(_ call: () -> T) -> T {
         while true {
             let result = call()
             if result >= 0 || errno != EINTR { return result }

@@ -54,6 +54,19 @@ import Testing
         }
     }
 
+    /// `EINTR` is retried in one place, the seam (`Syscalls`): a loop of
+    /// its own elsewhere is a retry the seam's tests do not cover.
+    @Test func noFileButTheSeamHandlesEINTR() throws {
+        let sources = Fixtures.packageRoot.appendingPathComponent("Sources")
+        for file in Self.swiftFiles(under: sources) where file.lastPathComponent != "Syscalls.swift" {
+            let text = try String(contentsOf: file, encoding: .utf8)
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let code = line.split(separator: "//", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+                #expect(!code.replacing("retryingEINTR", with: "").contains("EINTR"), "\(file.lastPathComponent):\(number + 1): \(line)")
+            }
+        }
+    }
+
     private static func dependencies(of name: String, in package: [String: Any]) -> [String]? {
         let targets = package["targets"] as? [[String: Any]] ?? []
         guard let target = targets.first(where: { $0["name"] as? String == name }),

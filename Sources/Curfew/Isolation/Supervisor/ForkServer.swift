@@ -177,8 +177,7 @@ final class ForkServer: Sendable {
     private func read() {
         var buffer = [UInt8](repeating: 0, count: 128)
         while true {
-            let count = buffer.withUnsafeMutableBytes { recv(control, $0.baseAddress, $0.count, 0) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(control, bytes.baseAddress, bytes.count, 0) } }
             if count <= 0 { break }
             let words = String(decoding: buffer[..<count], as: UTF8.self).split(separator: " ")
             if words.first == "pid", words.count == 3 {

@@ -133,7 +133,7 @@ final class WorkerProcess: @unchecked Sendable {
         /// Reads the server's byte: false when it says the worker is this process's now.
         func takeExitByte() -> Bool {
             var byte: UInt8 = 0
-            while Glibc.read(exitPipe[0], &byte, 1) < 0 && errno == EINTR {}
+            _ = Syscalls.retryingEINTR { Glibc.read(exitPipe[0], &byte, 1) }
             exitByteTaken = true
             guard byte == 2, case .adopted(let helper) = forked?.ended else { return true }
             exit = helper.pidfd
@@ -159,8 +159,11 @@ final class WorkerProcess: @unchecked Sendable {
         func readOnce(_ index: Int) -> Bool {
             // A flood waits in the worker's pipe, not in this process's memory.
             state.withLock { $0.jobs.values.first }?.waitForRoom()
-            let count = index == 0 ? readChannel(into: &chunk) : chunk.withUnsafeMutableBytes { read(streams[index], $0.baseAddress, $0.count) }
-            if count < 0 && (errno == EINTR || errno == EAGAIN) { return true }
+            let count =
+                index == 0
+                ? readChannel(into: &chunk)
+                : chunk.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(streams[index], bytes.baseAddress, bytes.count) } }
+            if count < 0 && errno == EAGAIN { return true }
             if count <= 0 {
                 open[index] = false
                 if let last = buffers[index].flush() { route(last, from: index) }
@@ -212,11 +215,8 @@ final class WorkerProcess: @unchecked Sendable {
             var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
             if exit >= 0 && exitedAt == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
             let wait = drainUntil.map { Int32(max(0, clock.now().duration(to: $0).nanoseconds / 1_000_000)) } ?? -1
-            let ready = polls.withUnsafeMutableBufferPointer { poll($0.baseAddress, nfds_t($0.count), wait) }
-            if ready < 0 {
-                if errno == EINTR { continue }
-                break
-            }
+            let ready = Syscalls.poll(&polls, milliseconds: wait)
+            if ready < 0 { break }
             if ready == 0 && drainUntil != nil { break }
             if let exitedAt {
                 drainUntil = min(clock.now().advanced(by: Self.drainQuiet), exitedAt.advanced(by: Self.drainLimit))
@@ -296,7 +296,9 @@ final class WorkerProcess: @unchecked Sendable {
         var received: Int32 = 0
         var truncated: Int32 = 0
         let count = chunk.withUnsafeMutableBytes { bytes in
-            curfew_shim_receive_with_descriptors(channel, bytes.baseAddress, UInt(bytes.count), &fds, Int32(fds.count), &received, &truncated)
+            Syscalls.retryingEINTR {
+                curfew_shim_receive_with_descriptors(channel, bytes.baseAddress, UInt(bytes.count), &fds, Int32(fds.count), &received, &truncated)
+            }
         }
         attached += fds.prefix(Int(received))
         if truncated != 0 || attached.count > Self.maximumAttached {

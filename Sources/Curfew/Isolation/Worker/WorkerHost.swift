@@ -298,10 +298,9 @@ final class MessageReader: @unchecked Sendable {
                 // Waits in poll, not in read: a read blocked on a stream socket
                 // wakes each time the host reads a message this worker sent
                 // (the socket has room again), and poll wakes only for input.
-                var wait = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-                if poll(&wait, 1, -1) < 0 && errno == EINTR { continue }
-                let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
+                var wait = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+                _ = Syscalls.poll(&wait, milliseconds: -1)
+                let count = chunk.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(descriptor, bytes.baseAddress, bytes.count) } }
                 if count <= 0 { return nil }
                 ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             }

@@ -1,0 +1,81 @@
+import Glibc
+import Synchronization
+import Testing
+
+@testable import Curfew
+
+/// Signals the handler counts: how many reached the polling thread.
+private let signalsTaken = Atomic<Int>(0)
+
+/// The seam retries what a handled signal interrupts, for the time left:
+/// no caller sees `EINTR`, and a wait is not cut short by one.
+@Suite struct SyscallsTests {
+    @Test func aHandledSignalNeitherFailsNorShortensAPoll() async throws {
+        // SIGWINCH: ignored by default, so a stray one harms no other test.
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = { _ in signalsTaken.add(1, ordering: .relaxed) }
+        sigemptyset(&action.sa_mask)
+        action.sa_flags = 0  // no SA_RESTART: poll would return EINTR
+        var previous = sigaction()
+        try #require(sigaction(SIGWINCH, &action, &previous) == 0)
+        defer { sigaction(SIGWINCH, &previous, nil) }
+        let ends = try Syscalls.pipe()
+        defer { ends.forEach { close($0) } }
+
+        let (ready, failure, waited, taken) = try await Fixtures.offPool { () -> (Int32, Int32, Duration, Int) in
+            var only = sigset_t()
+            sigemptyset(&only)
+            sigaddset(&only, SIGWINCH)
+            pthread_sigmask(SIG_UNBLOCK, &only, nil)  // a thread may start with it blocked
+            let before = signalsTaken.load(ordering: .relaxed)
+            // Signals while the poll waits, from another thread, until it returns.
+            let signals = SignalSender(target: pthread_self())
+            var sender = pthread_t()
+            let context = Unmanaged.passRetained(signals).toOpaque()
+            pthread_create(&sender, nil, { context in
+                let sender = Unmanaged<SignalSender>.fromOpaque(context!).takeRetainedValue()
+                while !sender.done.load(ordering: .relaxed) {
+                    pthread_kill(sender.target, SIGWINCH)
+                    usleep(10_000)
+                }
+                return nil
+            }, context)
+            var entries = [pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)]
+            let clock = ContinuousClock()
+            let start = clock.now
+            let ready = Syscalls.poll(&entries, milliseconds: 300)
+            let failure = errno
+            let waited = clock.now - start
+            signals.done.store(true, ordering: .relaxed)
+            pthread_join(sender, nil)
+            return (ready, failure, waited, signalsTaken.load(ordering: .relaxed) - before)
+        }
+        #expect(ready == 0, "poll returned \(ready) (errno \(failure))")
+        #expect(waited >= .milliseconds(300))
+        #expect(taken > 0, "no signal reached the poll: the test proved nothing")
+    }
+
+    @Test func aReadIsRetriedNotFailedAfterASignal() throws {
+        var calls = 0
+        let result = Syscalls.retryingEINTR { () -> Int in
+            calls += 1
+            if calls < 3 {
+                errno = EINTR
+                return -1
+            }
+            return 7
+        }
+        #expect(result == 7 && calls == 3)
+        let failed = Syscalls.retryingEINTR { () -> Int in
+            errno = EBADF
+            return -1
+        }
+        #expect(failed == -1 && errno == EBADF)
+    }
+}
+
+private final class SignalSender: @unchecked Sendable {
+    let target: pthread_t
+    let done = Atomic<Bool>(false)
+    init(target: pthread_t) { self.target = target }
+}
