@@ -130,13 +130,8 @@ public final class RunHost: Sendable {
         // included: a signal never finds the host without its handler.
         var signals: SignalMonitor?
         if options.ownsProcess {
-            let signalled = Atomic<Bool>(false)
             do throws(CurfewError) {
-                signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { [stop] number in
-                    // A second signal stops waiting for cleanups.
-                    if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
-                    stop.request(status: 128 + number, reason: Self.signalName(number))
-                }
+                signals = try stop.catchSignals(status: { 128 + $0 })
             } catch {
                 return Outcome(failure: .signals(error.description), status: ExitCode.failure)
             }
@@ -253,15 +248,6 @@ public final class RunHost: Sendable {
             return .success(store)
         } catch {
             return .failure(StoreUnusable(message: error.description))
-        }
-    }
-
-    static func signalName(_ number: Int32) -> String {
-        switch number {
-        case SIGINT: "SIGINT"
-        case SIGTERM: "SIGTERM"
-        case SIGHUP: "SIGHUP"
-        default: "Signal \(number)"
         }
     }
 }

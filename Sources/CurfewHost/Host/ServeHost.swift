@@ -80,17 +80,8 @@ public final class ServeHost: Sendable {
         let reloads = Mutex<(@Sendable () -> Void)?>(nil)
         var signals: SignalMonitor?
         if options.ownsProcess {
-            let signalled = Atomic<Bool>(false)
             do throws(CurfewError) {
-                signals = try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { [stop] number in
-                    if number == SIGHUP {
-                        reloads.withLock { $0 }?()
-                        return
-                    }
-                    // A second signal stops waiting for cleanups.
-                    if signalled.exchange(true, ordering: .relaxed) { _exit(128 + number) }
-                    stop.request(status: ExitCode.success, reason: RunHost.signalName(number))
-                }
+                signals = try stop.catchSignals(status: { _ in ExitCode.success }, hangUp: { reloads.withLock { $0 }?() })
             } catch {
                 return Outcome(failure: .signals(error.description), status: ExitCode.failure)
             }

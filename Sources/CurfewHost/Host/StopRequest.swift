@@ -1,4 +1,5 @@
 import Curfew
+import Glibc
 import Synchronization
 
 /// A request to stop a run before its jobs are done — a signal, or the
@@ -9,6 +10,8 @@ public final class StopRequest: Sendable {
         var status: Int32?
         var reason: String?
         var action: (@Sendable (String) -> Void)?
+        /// A stop signal came (see ``catchSignals(status:hangUp:)``).
+        var signalled = false
     }
 
     private let state = Mutex(State())
@@ -41,6 +44,34 @@ public final class StopRequest: Sendable {
             return state.reason
         }
         if let pending { action(pending) }
+    }
+
+    /// Catches SIGINT, SIGTERM and SIGHUP for a host whose process is its
+    /// own: the first is a request, with the status `status(number)` and the
+    /// signal's name as its reason; a second ends the process at once with
+    /// 128 + its number, not waiting for cleanups. Given `hangUp`, SIGHUP
+    /// calls it instead (a reload) and is no stop.
+    public func catchSignals(
+        status: @escaping @Sendable (Int32) -> Int32, hangUp: (@Sendable () -> Void)? = nil
+    ) throws(CurfewError) -> SignalMonitor {
+        try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { [self] number in
+            if number == SIGHUP, let hangUp { return hangUp() }
+            let again = state.withLock { state in
+                defer { state.signalled = true }
+                return state.signalled
+            }
+            if again { _exit(128 + number) }
+            request(status: status(number), reason: Self.signalName(number))
+        }
+    }
+
+    static func signalName(_ number: Int32) -> String {
+        switch number {
+        case SIGINT: "SIGINT"
+        case SIGTERM: "SIGTERM"
+        case SIGHUP: "SIGHUP"
+        default: "Signal \(number)"
+        }
     }
 
     /// Lets the action go (and what it holds: a run's runner, its store):

@@ -36,6 +36,24 @@ extension ProcessTests {
             #expect(cleanup == "cleanup ran: shutdown\n")
         }
 
+        /// The first SIGTERM waits for cleanups; a second does not: a
+        /// cleanup that never ends cannot hold the host for its lead.
+        @Test func aSecondSignalEndsTheHostWithoutWaitingForCleanups() async throws {
+            let plugin = try Fixtures.compile("crashing_jobs.c")
+            let (process, output, startText) = try await start(
+                ["run", plugin, "--only", "loops-in-expire", "--isolate", "job", "--budget", "2m", "--grace", "30s", "--json"], lines: 2)
+            var text = await Fixtures.read(output.fileHandleForReading, startingWith: startText) { $0.contains("\"event\":\"started\"") }
+            kill(process.processIdentifier, SIGTERM)
+            text = await Fixtures.read(output.fileHandleForReading, startingWith: text) { $0.contains("\"event\":\"expiring\"") }
+            #expect(process.isRunning, "the first signal waits for the cleanup")
+            let again = ContinuousClock.now
+            kill(process.processIdentifier, SIGTERM)
+            await Fixtures.wait(for: process)
+            #expect(ContinuousClock.now - again < .seconds(20), "not the 30 s lead")
+            #expect(process.terminationReason == .exit)
+            #expect(process.terminationStatus == 128 + SIGTERM)
+        }
+
         @Test func sighupExpiresEveryJobLikeSigterm() async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
             let (process, output, startText) = try await start(
