@@ -170,7 +170,7 @@ public struct JobContext: @unchecked Sendable {
 }
 
 /// Why a checkpoint was not saved, or not loaded.
-public enum CheckpointError: Error, Equatable, Sendable {
+public enum CheckpointError: Error, Equatable, Sendable, CustomStringConvertible {
     /// More than ``JobContext/maximumCheckpointBytes``.
     case tooLarge
     /// The host keeps no state, or the job is over.
@@ -181,6 +181,16 @@ public enum CheckpointError: Error, Equatable, Sendable {
     case notDecodable(String)
     /// The host answered with a checkpoint larger than any it keeps.
     case unreadable
+
+    public var description: String {
+        switch self {
+        case .tooLarge: "the checkpoint is over \(JobContext.maximumCheckpointBytes) bytes"
+        case .unavailable: "no checkpoint can be kept: the host keeps no state, or the job is over"
+        case .notEncodable(let why): "the value cannot be saved as JSON: \(why)"
+        case .notDecodable(let why): "the checkpoint cannot be read: \(why)"
+        case .unreadable: "the host answered with a checkpoint larger than any it keeps"
+        }
+    }
 }
 
 /// Why `beginBackgroundTask` began no task.

@@ -97,6 +97,9 @@ public final class RunHost: Sendable {
         public var stateProblems: [String] = []
         /// The status a process that is only this run exits with (see ``ExitCode``).
         public var status: Int32
+        /// Why the run was stopped before its jobs were done (a signal's
+        /// name, or the caller's reason), or `nil` when it was not.
+        public var stopReason: String?
         /// A job was terminated and may still run on a thread of this
         /// process: exit without running exit handlers (`_exit`).
         public var jobStillRunning: Bool { results.contains { $0.outcome == .terminated } }
@@ -149,6 +152,7 @@ public final class RunHost: Sendable {
         outcome.scan = scan()
         if let status = stop.status {
             outcome.status = status
+            outcome.stopReason = stop.reason
             return outcome
         }
         events(.scanned(outcome.scan))
@@ -193,6 +197,7 @@ public final class RunHost: Sendable {
             do throws(CurfewError) { try store.checkpointLog() } catch { outcome.stateProblems.append(error.description) }
         }
         outcome.status = ExitCode.forRun(outcome.results, rejected: outcome.scan.rejected.count, stop: stop.status)
+        outcome.stopReason = stop.reason
         return outcome
     }
 

@@ -21,6 +21,9 @@ public final class StopRequest: Sendable {
     /// The exit status the first request asked for, or `nil`.
     public var status: Int32? { state.withLock { $0.status } }
 
+    /// Why the first request was made ("SIGTERM", "output closed"), or `nil`.
+    public var reason: String? { state.withLock { $0.reason } }
+
     /// Records a request and runs the action for it (see ``onRequest(_:)``).
     ///
     /// - Returns: `false` when a request was made before; this one changes nothing.

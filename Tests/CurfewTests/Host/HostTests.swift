@@ -36,7 +36,8 @@ import Testing
         let outcome = await host.run()
 
         #expect(outcome.failure == nil)
-        #expect(outcome.status == 130)
+        #expect(outcome.status == 130 && host.stopStatus == 130)
+        #expect(outcome.stopReason == "SIGINT")
         #expect(outcome.results.map(\.outcome) == [.expired, .expired])
         let events = recorder.events.withLock { $0 }
         func index(_ matches: (RunHost.Event) -> Bool) -> Int? { events.firstIndex(where: matches) }
@@ -55,13 +56,14 @@ import Testing
         options.scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
         options.keepsState = false
         options.ownsProcess = false
-        let outcome = await RunHost(options).run()
+        let host = RunHost(options)
+        let outcome = await host.run()
         guard case .unknownJob("no-such-job", let loaded) = outcome.failure else {
             Issue.record("\(String(describing: outcome.failure))")
             return
         }
         #expect(loaded.contains("tick"))
-        #expect(outcome.status == ExitCode.failure)
+        #expect(outcome.status == ExitCode.failure && outcome.stopReason == nil && host.stopStatus == nil)
         #expect(outcome.results.isEmpty)
     }
 

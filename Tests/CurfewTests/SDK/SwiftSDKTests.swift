@@ -147,5 +147,12 @@ import Testing
             #expect(throws: NextRunError.unavailable) { try context.requestNextRun(after: .seconds(1)) }
             #expect(throws: CheckpointError.unreadable) { try context.loadCheckpoint() }
         }
+        // Each says what went wrong in words a log line can carry.
+        let errors: [any Error & CustomStringConvertible] = [
+            TaskError.refused, NextRunError.invalidDelay, NextRunError.unavailable, CheckpointError.tooLarge,
+            CheckpointError.unavailable, CheckpointError.notEncodable("at a"), CheckpointError.notDecodable("at b"), CheckpointError.unreadable,
+        ]
+        for error in errors { #expect(!error.description.isEmpty && !error.description.contains("(")) }
+        #expect(CheckpointError.notDecodable("at b").description.hasSuffix("at b"))
     }
 }
