@@ -79,8 +79,10 @@ public struct JobContext: @unchecked Sendable {
                 host.pointee.begin_background_task(raw, nil, handler, userData)
             }
         guard id != CURFEW_TASK_INVALID else {
-            // The host keeps no pointer to a refused task's handler: let its closure go now.
-            if let userData { Unmanaged<HandlerSlot>.fromOpaque(userData).takeUnretainedValue().release() }
+            // The host keeps no pointer to a refused task's handler: its slot
+            // goes now, so a job that asks again and again (say, while its
+            // grant expires) holds no more memory for it.
+            if let userData { tasks.forget(userData) }
             throw .refused
         }
         return BackgroundTaskIdentifier(rawValue: id)
@@ -243,6 +245,22 @@ final class TaskHandlers: Sendable {
         slots.withLock { $0.append(slot) }
         return Unmanaged.passRetained(slot).toOpaque()  // never released: see HandlerSlot
     }
+
+    /// Lets go of the slot at `pointer`, which the host refused and so
+    /// never holds: its closure and the slot itself.
+    func forget(_ pointer: UnsafeMutableRawPointer) {
+        let slot = Unmanaged<HandlerSlot>.fromOpaque(pointer)
+        let kept = slot.takeUnretainedValue()
+        kept.release()
+        // The last kept, unless another thread began a task since: found from the end.
+        slots.withLock { slots in
+            if let index = slots.lastIndex(where: { $0 === kept }) { slots.remove(at: index) }
+        }
+        slot.release()
+    }
+
+    /// How many handlers are kept.
+    var count: Int { slots.withLock { $0.count } }
 
     /// Releases every handler: the job has ended.
     func releaseAll() {

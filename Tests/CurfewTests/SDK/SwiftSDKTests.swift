@@ -146,6 +146,11 @@ import Testing
             #expect(throws: NextRunError.invalidDelay) { try context.requestNextRun(after: .seconds(-1)) }
             #expect(throws: NextRunError.unavailable) { try context.requestNextRun(after: .seconds(1)) }
             #expect(throws: CheckpointError.unreadable) { try context.loadCheckpoint() }
+            // A job that asks again and again while refused keeps nothing for it.
+            let tasks = TaskHandlers()
+            let asking = JobContext(host: host, raw: OpaquePointer(bitPattern: 1)!, tasks: tasks)
+            for _ in 0..<1000 { _ = try? asking.beginBackgroundTask(name: "again") { _ in } }
+            #expect(tasks.count == 0)
         }
         // Each says what went wrong in words a log line can carry.
         let errors: [any Error & CustomStringConvertible] = [
