@@ -13,6 +13,7 @@ import _CurfewShims
 public final class SignalMonitor: Sendable {
     // Safe because DispatchSource's cancel is thread-safe; the type is just not annotated.
     private nonisolated(unsafe) let source: any DispatchSourceRead
+    private let signals: [Int32]
 
     /// - Throws: ``CurfewError`` when the pipe or a handler cannot be set up.
     public init(
@@ -25,6 +26,7 @@ public final class SignalMonitor: Sendable {
             let text = String(cString: strerror(errno))
             throw CurfewError(.unreadable, "Cannot watch for signals: \(text).", underlying: text)
         }
+        self.signals = signals
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         source.setEventHandler {
             var bytes = [UInt8](repeating: 0, count: 16)
@@ -37,8 +39,11 @@ public final class SignalMonitor: Sendable {
         source.activate()
     }
 
-    /// Stops calling the handler. The signals stay caught (and ignored).
+    /// Stops calling the handler and gives each signal its default action
+    /// back: once the work it stopped is over, a Ctrl-C (say, while a
+    /// summary prints) ends the process, as it would any other.
     public func cancel() {
         source.cancel()
+        for number in signals { signal(number, SIG_DFL) }
     }
 }

@@ -79,3 +79,19 @@ private final class SignalSender: @unchecked Sendable {
     let done = Atomic<Bool>(false)
     init(target: pthread_t) { self.target = target }
 }
+
+/// A monitor catches its signals while it runs, and gives them back after.
+@Suite struct SignalMonitorTests {
+    @Test func aCancelledMonitorLeavesItsSignalsToTheirDefaultAction() throws {
+        // SIGURG: ignored by default, and no other test's. SIG_DFL is the null handler.
+        func handler() -> sighandler_t? {
+            var current = sigaction()
+            sigaction(SIGURG, nil, &current)
+            return current.__sigaction_handler.sa_handler
+        }
+        let monitor = try SignalMonitor(signals: [SIGURG]) { _ in }
+        #expect(handler() != nil, "caught while the monitor runs")
+        monitor.cancel()
+        #expect(handler() == nil, "the default action after")
+    }
+}
