@@ -1,3 +1,0 @@
-import Dispatch
-import Synchronization
-
