@@ -97,8 +97,8 @@ public final class RunHost: Sendable {
         public var stateProblems: [String] = []
         /// The status a process that is only this run exits with (see ``ExitCode``).
         public var status: Int32
-        /// Why the run was stopped before its jobs were done (a signal's
-        /// name, or the caller's reason), or `nil` when it was not.
+        /// The reason of the stop request made while the host ran (a
+        /// signal's name, or the caller's reason), or `nil` when none was.
         public var stopReason: String?
         /// A job was terminated and may still run on a thread of this
         /// process: exit without running exit handlers (`_exit`).

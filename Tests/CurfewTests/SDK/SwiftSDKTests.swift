@@ -101,11 +101,18 @@ import Testing
     @Test func theSDKAndTheHostShareOneVocabulary() {
         #expect(CurfewJob.ExpirationReason.self == Curfew.ExpirationReason.self)
         #expect(CurfewJob.AppState.self == Curfew.AppState.self)
+        #expect(CurfewJob.AppEvent.self == Curfew.AppEvent.self)
         #expect(CurfewJob.LogLevel.self == Curfew.LogLevel.self)
         #expect(CurfewJob.BackgroundTaskIdentifier.self == Curfew.BackgroundTaskIdentifier.self)
         #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED])
         #expect(AppState.allCases.map(\.cValue) == [CURFEW_APP_STATE_ACTIVE, CURFEW_APP_STATE_INACTIVE, CURFEW_APP_STATE_BACKGROUND])
         #expect(LogLevel.allCases.map(\.cValue) == [CURFEW_LOG_DEBUG, CURFEW_LOG_INFO, CURFEW_LOG_WARNING, CURFEW_LOG_ERROR])
+        #expect(
+            AppEvent.allCases.map(\.cValue) == [
+                CURFEW_APP_EVENT_LAUNCH, CURFEW_APP_EVENT_WILL_RESIGN_ACTIVE, CURFEW_APP_EVENT_DID_ENTER_BACKGROUND,
+                CURFEW_APP_EVENT_WILL_ENTER_FOREGROUND, CURFEW_APP_EVENT_DID_BECOME_ACTIVE, CURFEW_APP_EVENT_WILL_TERMINATE,
+            ])
+        for event in AppEvent.allCases { #expect(AppEvent(event.cValue) == event) }
         for reason in ExpirationReason.allCases { #expect(ExpirationReason(reason.cValue) == reason) }
         for state in AppState.allCases { #expect(AppState(state.cValue) == state) }
         for level in LogLevel.allCases { #expect(LogLevel(level.cValue) == level) }

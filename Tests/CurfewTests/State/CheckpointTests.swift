@@ -74,6 +74,8 @@ extension ProcessTests {
 
         /// A manifest job's chunk index goes on across runs in every mode: the
         /// host saves it when the grant expires, and the worker's run starts there.
+        /// (800 ms grants: a 200 ms lead for the save, which 75 ms was not
+        /// under the sanitizer on a busy machine.)
         @Test(arguments: ["none", "plugin", "job"])
         func aForeignJobsChunkIndexGoesOnAcrossRuns(isolation: String) async throws {
             let folder = Fixtures.temporaryFolder("foreign-resume")
@@ -84,7 +86,7 @@ extension ProcessTests {
             var reached = 0
             for run in 1...2 {
                 let (_, events, output) = try await curfew(
-                    ["run", folder, "--isolate", isolation, "--budget", "300ms", "--state", state, "--json"])
+                    ["run", folder, "--isolate", isolation, "--budget", "800ms", "--state", state, "--json"])
                 let finished = try #require(events.first { $0.event == "finished" }, "\(output)")
                 #expect(finished.outcome == "expired", "run \(run)")
                 reached += finished.chunks ?? 0
@@ -94,7 +96,7 @@ extension ProcessTests {
                 #expect(resumed == (run == 1 ? [] : ["resumed at chunk \(reached - (finished.chunks ?? 0)) from its checkpoint"]), "\(resumed)")
             }
             // Without a state folder there is nothing to resume from, and nothing to warn about.
-            let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "300ms", "--no-state", "--json"])
+            let (_, events, _) = try await curfew(["run", folder, "--isolate", isolation, "--budget", "800ms", "--no-state", "--json"])
             #expect(events.first { $0.event == "finished" }?.outcome == "expired")
             #expect(logs(events, "steady").isEmpty)
         }
