@@ -1,5 +1,8 @@
-// Every call into libc and libdl the host makes goes through this file: one
-// place to read, to retry EINTR, and to turn errno into text.
+// The seam to libc and libdl, and the one place that retries EINTR: a call
+// elsewhere that a signal can interrupt goes through `retryingEINTR` or one
+// of the loops here (PackageLayoutTests fails on an EINTR outside this
+// file). Calls without a wrapper here yet are still made where they are
+// needed, with errno read at once.
 import Glibc
 import _CurfewShims
 
