@@ -58,15 +58,6 @@ enum WorkerProtocol {
             + ["SWIFT_BACKTRACE=enable=no"] + mark
     }
 
-    static func signalName(_ number: Int32) -> String {
-        let names: [Int32: String] = [
-            SIGSEGV: "SIGSEGV", SIGABRT: "SIGABRT", SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGILL: "SIGILL",
-            SIGKILL: "SIGKILL", SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGPIPE: "SIGPIPE", SIGTRAP: "SIGTRAP",
-            SIGINT: "SIGINT", SIGSYS: "SIGSYS", SIGXFSZ: "SIGXFSZ",
-        ]
-        return names[number] ?? "signal \(number)"
-    }
-
     /// Writes all of `line` and a newline; false when the other side is gone.
     @discardableResult
     static func send(_ line: String, to descriptor: Int32) -> Bool {

@@ -75,7 +75,7 @@ struct ScannerSaid {
             return (rejected("Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."), false)
         }
         let signaled = status & 0x7F != 0 && status & 0x7F != 0x7F
-        let how = signaled ? "died of \(WorkerProtocol.signalName(status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
+        let how = signaled ? "died of \(SignalMonitor.name(of: status & 0x7F))" : "exited with status \((status >> 8) & 0xFF)"
         guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
             // A crash is the file's own; a SIGKILL can come from outside (a
             // sibling plugin's scanner, the OOM killer): not remembered.

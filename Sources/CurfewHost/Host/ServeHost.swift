@@ -21,7 +21,7 @@ public final class ServeHost: Sendable {
         public var stateFolder: String?
         /// The process is this host's alone, as `curfew serve`'s is: it
         /// handles SIGINT, SIGTERM and SIGHUP, adopts orphaned descendants,
-        /// and adopts orphaned descendants. Off (the default), the caller
+        /// and ends what a killed host before it left running. Off (the default), the caller
         /// handles its signals and calls ``stop(reason:)``.
         public var ownsProcess = false
 

@@ -64,16 +64,7 @@ public final class StopRequest: Sendable {
                 return state.signalled
             }
             if again { _exit(128 + number) }
-            request(status: status(number), reason: Self.signalName(number))
-        }
-    }
-
-    static func signalName(_ number: Int32) -> String {
-        switch number {
-        case SIGINT: "SIGINT"
-        case SIGTERM: "SIGTERM"
-        case SIGHUP: "SIGHUP"
-        default: "Signal \(number)"
+            request(status: status(number), reason: SignalMonitor.name(of: number))
         }
     }
 

@@ -39,6 +39,17 @@ public final class SignalMonitor: Sendable {
         source.activate()
     }
 
+    /// A signal's name, as people read it in a reason: "SIGTERM", or
+    /// "signal 42" for one without a name here.
+    package static func name(of number: Int32) -> String {
+        let names: [Int32: String] = [
+            SIGSEGV: "SIGSEGV", SIGABRT: "SIGABRT", SIGBUS: "SIGBUS", SIGFPE: "SIGFPE", SIGILL: "SIGILL",
+            SIGKILL: "SIGKILL", SIGTERM: "SIGTERM", SIGXCPU: "SIGXCPU", SIGPIPE: "SIGPIPE", SIGTRAP: "SIGTRAP",
+            SIGINT: "SIGINT", SIGSYS: "SIGSYS", SIGXFSZ: "SIGXFSZ", SIGHUP: "SIGHUP",
+        ]
+        return names[number] ?? "signal \(number)"
+    }
+
     /// Stops calling the handler and gives each signal its default action
     /// back: once the work it stopped is over, a Ctrl-C (say, while a
     /// summary prints) ends the process, as it would any other.

@@ -442,7 +442,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 if signaled {
                     outcome = .crashed
                     let place = c.crashedIn.map { crash in crash.hook == "chunk" ? " in chunk \(crash.chunks &+ 1)" : " in \(crash.hook)" } ?? ""
-                    reason = "\(whose) died of \(WorkerProtocol.signalName(signal))\(place)\(claim)"
+                    reason = "\(whose) died of \(SignalMonitor.name(of: signal))\(place)\(claim)"
                     if let limit = configuration.limits.explain(signal: signal) { reason += "; \(limit)" }
                     reason += stderr
                 } else if let reported = c.reported, code == 0 {
