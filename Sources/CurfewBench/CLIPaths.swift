@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 
 /// The cases run the way a user runs Curfew: the `curfew` executable, started
 /// fresh, against baselines that are fresh processes too. Every pair is
@@ -57,7 +56,7 @@ struct CLIBench {
     func processPerJob() throws -> [Row] {
         let count = size(200, tiny: 4)
         let plugin = "\(work)/per-job"
-        mkdir(plugin, 0o755)
+        try? Syscalls.makeFolder(plugin, permissions: 0o755)
         _ = try compile(Programs.spinPlugin(names: (0..<count).map { "spin-\($0)" }), "per-job/libspin.so", shared: true)
         let program = try compile(Programs.spinProgram, "spin", shared: false)
         var versus = Row(
@@ -105,7 +104,7 @@ struct CLIBench {
         let perPlugin = size(250, tiny: 1)
         let count = 4 * perPlugin
         let plugin = "\(work)/race"
-        mkdir(plugin, 0o755)
+        try? Syscalls.makeFolder(plugin, permissions: 0o755)
         for file in 0..<4 {
             let names = (0..<perPlugin).map { "race-\(file)-\($0)" }
             _ = try compile(Programs.racePlugin(names: names), "race/librace\(file).so", shared: true)
@@ -148,7 +147,7 @@ struct CLIBench {
     func pluginMode() throws -> [Row] {
         let count = size(200, tiny: 4)
         let folder = "\(work)/one-job-plugins"
-        mkdir(folder, 0o755)
+        try? Syscalls.makeFolder(folder, permissions: 0o755)
         let template = try compile(Programs.spinPlugin(names: ["onejob-00000"]), "onejob.so", shared: true)
         let bytes = try readAll(template)
         for index in 0..<count {
@@ -175,7 +174,7 @@ struct CLIBench {
             baselineName: "the same at \(small)", target: .atMost(1.2))
         var plugins: [Int: String] = [:]
         for jobs in [1, small, large] {
-            mkdir("\(work)/jobs-\(jobs)", 0o755)
+            try? Syscalls.makeFolder("\(work)/jobs-\(jobs)", permissions: 0o755)
             plugins[jobs] = try compile(Programs.spinPlugin(names: (0..<jobs).map { "job-\($0)" }), "jobs-\(jobs)/libjobs.so", shared: true)
             try Command([curfew, "list", plugins[jobs]!], environment: env).run()
         }
@@ -200,7 +199,7 @@ struct CLIBench {
     func list() throws -> [Row] {
         let count = size(500, tiny: 5)
         let folder = "\(work)/list"
-        mkdir(folder, 0o755)
+        try? Syscalls.makeFolder(folder, permissions: 0o755)
         let template = try compile(Programs.spinPlugin(names: ["listed-00000"]), "listed.so", shared: true)
         let bytes = try readAll(template)
         for index in 0..<count {
@@ -252,15 +251,15 @@ struct CLIBench {
         var crowded = Row(
             name: "list, 1 plugin, cached", measure: "ms, the cache has seen \(others * count) other plugins", unit: "ms",
             baselineName: "the cache has seen only it", target: .atMost(1.2))
-        mkdir("\(work)/lone", 0o755)
+        try? Syscalls.makeFolder("\(work)/lone", permissions: 0o755)
         let lone = "\(work)/lone/liblone.so"
         try writePatched(bytes, lone, from: "listed-00000", to: "lone-000000x")
         let emptyEnv = environment(cache: "cache-lone")
         let crowdedEnv = environment(cache: "cache-crowded")
         for other in 0..<others {
             let copy = "\(work)/other-\(other)"
-            mkdir(copy, 0o755)
-            for index in 0..<count { link("\(folder)/lib\(listedName(index)).so", "\(copy)/lib\(listedName(index)).so") }
+            try? Syscalls.makeFolder(copy, permissions: 0o755)
+            for index in 0..<count { try? Syscalls.hardLink("\(folder)/lib\(listedName(index)).so", as: "\(copy)/lib\(listedName(index)).so") }
             try Command([curfew, "list", copy], environment: crowdedEnv).run()
         }
         try Command([curfew, "list", lone], environment: emptyEnv).run()
@@ -293,7 +292,7 @@ struct CLIBench {
     /// A job that prints: MiB/s forwarded from a worker, against in process.
     func output() throws -> [Row] {
         let chunks = size(64, tiny: 2)
-        mkdir("\(work)/print", 0o755)
+        try? Syscalls.makeFolder("\(work)/print", permissions: 0o755)
         let plugin = try compile(Programs.printPlugin, "print/libprint.so", shared: true)
         var row = Row(
             name: "output, a job printing \(chunks) MiB", measure: "MiB/s forwarded, --isolate job", unit: "MiB/s",
@@ -316,7 +315,7 @@ struct CLIBench {
     /// median and p99 of `count` timers in a fresh process.
     func timerLateness(count: Int) throws -> (median: Double, p99: Double) {
         let probe = "\(work)/timer-probe"
-        if access(probe, X_OK) != 0 { _ = try compile(Programs.timerProbe, "timer-probe", shared: false) }
+        if !Syscalls.isExecutable(probe) { _ = try compile(Programs.timerProbe, "timer-probe", shared: false) }
         var command = Command([probe, String(count)])
         command.stdout = "\(work)/timer-probe.out"
         try command.run()
@@ -329,18 +328,10 @@ struct CLIBench {
 /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row
 /// (its stdout to /dev/null).
 func spawnLoop(_ command: [String], count: Int) -> Double {
-    let argv = command.map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    defer { posix_spawn_file_actions_destroy(&actions) }
+    let program = Program(command, searchesPath: false)
     let start = now()
     for _ in 0..<count {
-        var pid: pid_t = 0
-        precondition(posix_spawn(&pid, command[0], &actions, nil, argv, environ) == 0, "cannot spawn \(command[0])")
-        var status: Int32 = 0
-        _ = Syscalls.retryingEINTR { waitpid(pid, &status, 0) }
+        precondition((try? program.run()) != nil, "cannot spawn \(command[0])")
     }
     return Double(now() - start) / Double(count) / 1e6
 }

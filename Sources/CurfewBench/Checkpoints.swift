@@ -1,6 +1,5 @@
 import CSQLite
 import Curfew
-import Glibc
 
 extension Bench {
     /// One checkpoint save, as a job calls `checkpoint_save` from its chunk

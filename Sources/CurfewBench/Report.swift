@@ -1,4 +1,3 @@
-import Glibc
 import _CurfewShims
 
 // MARK: Measuring

@@ -1,43 +1,36 @@
 import Curfew
 import Dispatch
 import Synchronization
-import Glibc
 import _CurfewShims
 
 func readAll(_ path: String) throws -> [UInt8] {
-    guard let file = fopen(path, "rb") else { throw CurfewError(.notFound, "cannot open \(path)") }
-    defer { fclose(file) }
-    var bytes: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let count = fread(&buffer, 1, buffer.count, file)
-        if count == 0 { break }
-        bytes += buffer.prefix(count)
+    do throws(SystemError) {
+        return try Syscalls.readFile(path, limit: 1 << 30)
+    } catch {
+        throw CurfewError(.notFound, "cannot read \(path): \(error.message)")
     }
-    return bytes
 }
 
 func writeAll(_ path: String, _ bytes: [UInt8]) throws {
-    guard let file = fopen(path, "wb") else { throw CurfewError(.unreadable, "cannot write \(path)") }
-    defer { fclose(file) }
-    guard fwrite(bytes, 1, bytes.count, file) == bytes.count else { throw CurfewError(.unreadable, "short write to \(path)") }
+    do throws(SystemError) {
+        let fd = try Syscalls.open(path, .write, [.create, .truncate], permissions: 0o644)
+        defer { Syscalls.close(fd) }
+        try Syscalls.writeAll(fd, bytes)
+    } catch {
+        throw CurfewError(.unreadable, "cannot write \(path): \(error.message)")
+    }
 }
 
 /// Removes `path` and everything under it (links are removed, not followed).
 func removeTree(_ path: String) {
-    var info = stat()
-    guard lstat(path, &info) == 0 else { return }
-    if info.st_mode & S_IFMT == S_IFDIR, let folder = opendir(path) {
-        var names: [String] = []
-        while let entry = readdir(folder) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        closedir(folder)
+    guard let info = try? Syscalls.linkStatus(path) else { return }
+    if info.isDirectory, let folder = try? Syscalls.openFolder(path) {
+        let names = (try? Syscalls.directoryEntries(in: folder))?.map(\.name) ?? []
+        Syscalls.close(folder)
         names.forEach { removeTree(path + "/" + $0) }
-        rmdir(path)
+        try? Syscalls.removeFolder(path)
     } else {
-        unlink(path)
+        try? Syscalls.unlink(path)
     }
 }
 
@@ -61,32 +54,20 @@ struct Command {
     /// cannot start or exits with a status not accepted.
     @discardableResult
     func run() throws -> Double {
-        let argv = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
         var merged: [String: String] = [:]
-        var index = 0
-        while let entry = environ[index] {
-            let text = String(cString: entry)
+        for text in Syscalls.environment() {
             if let equals = text.firstIndex(of: "=") { merged[String(text[..<equals])] = String(text[text.index(after: equals)...]) }
-            index += 1
         }
         for (key, value) in environment { merged[key] = value }
-        let envp = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { envp.forEach { free($0) } }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        let program = Program(arguments, environment: merged.map { "\($0.key)=\($0.value)" }, output: stdout)
         let start = now()
-        var pid: pid_t = 0
-        let spawned = posix_spawnp(&pid, arguments[0], &actions, nil, argv, envp)
-        guard spawned == 0 else { throw CurfewError(.notFound, "cannot start \(arguments[0]): \(String(cString: strerror(spawned)))") }
-        var status: Int32 = 0
-        _ = Syscalls.retryingEINTR { waitpid(pid, &status, 0) }
+        let code: Int32
+        do throws(SystemError) {
+            code = try program.run()
+        } catch {
+            throw CurfewError(.notFound, "cannot start \(arguments[0]): \(error.message)")
+        }
         let elapsed = Double(now() - start) / 1e9
-        let code = status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
         guard accepted.contains(code) else {
             throw CurfewError(.unreadable, "\(arguments.prefix(4).joined(separator: " ")) … exited with \(code)")
         }
@@ -108,7 +89,7 @@ func compileC(_ source: String, to output: String, include: String, shared: Bool
 func packageRoot(from start: String) -> String? {
     var folder = start
     while !folder.isEmpty {
-        if access(folder + "/include/curfew.h", R_OK) == 0 { return folder }
+        if Syscalls.isReadable(folder + "/include/curfew.h") { return folder }
         guard let slash = folder.lastIndex(of: "/") else { return nil }
         folder = String(folder[..<slash])
     }
@@ -139,41 +120,19 @@ func writePatched(_ bytes: [UInt8], _ path: String, from: String, to: String) th
 
 /// CPU time this process has used, all threads (`CLOCK_PROCESS_CPUTIME_ID`).
 func processCPUNanoseconds() -> UInt64 {
-    var time = timespec()
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
-    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    ProcessStatistics.cpuNanoseconds()
 }
 
 /// Resident bytes of this process (from /proc/self/statm).
 func residentBytes() -> Double {
-    guard let file = fopen("/proc/self/statm", "r") else { return .nan }
-    defer { fclose(file) }
-    var size = 0
-    var resident = 0
-    guard withUnsafeMutablePointer(to: &size, { s in withUnsafeMutablePointer(to: &resident) { r in
-        withVaList([s, r]) { vfscanf(file, "%ld %ld", $0) }
-    } }) == 2 else { return .nan }
-    return Double(resident) * Double(sysconf(Int32(_SC_PAGESIZE)))
+    ProcessStatistics.residentBytes().map(Double.init) ?? .nan
 }
 
 /// Threads of this process (from /proc/self/status).
 func threadCount() -> Int {
-    guard let file = fopen("/proc/self/status", "r") else { return -1 }
-    defer { fclose(file) }
-    var line = [CChar](repeating: 0, count: 256)
-    while fgets(&line, Int32(line.count), file) != nil {
-        let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if text.hasPrefix("Threads:") { return Int(text.dropFirst(8).trimmingCharacters(in: " \t\n")) ?? -1 }
-    }
-    return -1
+    ProcessStatistics.threadCount() ?? -1
 }
 
-extension StringProtocol {
-    func trimmingCharacters(in set: String) -> String {
-        let skip = Set(set)
-        return String(drop { skip.contains($0) }.reversed().drop { skip.contains($0) }.reversed())
-    }
-}
 
 /// The floor under an expiration's lateness on this machine: as many
 /// threads as cores that do nothing but spin through the given deadlines

@@ -12,7 +12,6 @@
 import CLibFFI
 import Curfew
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewFFI
 import _CurfewShims
@@ -42,7 +41,7 @@ func parseOptions() -> Options {
         case "-h", "--help":
             print("USAGE: curfew-bench [--tiny] [--json] [--repetitions <n>] [--only <case> ...]")
             print("CASES: " + BenchCase.allCases.map(\.rawValue).joined(separator: ", "))
-            exit(0)
+            Syscalls.exit(0)
         default: usage("unknown argument '\(argument)'")
         }
     }
@@ -52,12 +51,11 @@ func parseOptions() -> Options {
 
 func usage(_ message: String) -> Never {
     printError("Error: \(message)\nUsage: curfew-bench [--tiny] [--json] [--repetitions <n>] [--only <case> ...]")
-    exit(64)
+    Syscalls.exit(64)
 }
 
 func printError(_ text: String) {
-    let line = Array((text + "\n").utf8)
-    _ = line.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+    try? Syscalls.writeAll(Syscalls.standardError, Array((text + "\n").utf8))
 }
 
 // MARK: The cases
@@ -85,11 +83,7 @@ enum BenchCase: String, CaseIterable {
 
 /// The folder this executable was built into (beside `curfew` and the plugins).
 func buildFolder() -> String {
-    let executable = (try? String(unsafeUninitializedCapacity: 4096) { buffer in
-        let count = readlink("/proc/self/exe", buffer.baseAddress!, 4096)
-        guard count > 0 else { throw CurfewError(.notFound, "no /proc/self/exe") }
-        return count
-    }) ?? CommandLine.arguments[0]
+    let executable = (try? Syscalls.linkTarget("/proc/self/exe")) ?? CommandLine.arguments[0]
     return String(executable[..<(executable.lastIndex(of: "/") ?? executable.startIndex)])
 }
 
@@ -112,8 +106,8 @@ struct Bench {
         benchJobs = Dictionary(uniqueKeysWithValues: plugin.jobs.map { ($0.name, $0) })
         guard let root = packageRoot(from: buildFolder) else { throw CurfewError(.notFound, "no include/curfew.h above \(buildFolder)") }
         include = root + "/include"
-        workFolder = "/tmp/curfew-bench-\(getpid())"
-        mkdir(workFolder, 0o755)
+        workFolder = "/tmp/curfew-bench-\(Syscalls.processID)"
+        try? Syscalls.makeFolder(workFolder, permissions: 0o755)
     }
 
     func size(_ full: Int, tiny: Int) -> Int { options.tiny ? tiny : full }
@@ -132,11 +126,11 @@ struct Bench {
     func bareLoop(_ symbol: String, count: Int, spinNanoseconds: Int64) -> Double {
         typealias Chunk = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int64
         typealias Make = @convention(c) (Int64, Int64, Int64) -> UnsafeMutableRawPointer?
-        let handle = dlopen(benchPlugin, RTLD_NOW | RTLD_LOCAL)
-        let chunk = unsafeBitCast(dlsym(handle, symbol)!, to: Chunk.self)
-        let make = unsafeBitCast(dlsym(handle, "bench_make_state")!, to: Make.self)
+        let handle = try! Syscalls.dlopenPlugin(benchPlugin).get()
+        let chunk = unsafeBitCast(Syscalls.dlsym(handle, symbol)!, to: Chunk.self)
+        let make = unsafeBitCast(Syscalls.dlsym(handle, "bench_make_state")!, to: Make.self)
         let state = make(Int64(count), spinNanoseconds, 0)
-        defer { free(state) }
+        defer { CStrings.free(state) }
         let deadline = now() + 3_600_000_000_000
         let start = now()
         while curfew_shim_monotonic_nanoseconds() < deadline {
@@ -261,7 +255,7 @@ struct Bench {
             let bareFolder = "\(workFolder)/bare-\(repetition)"
             let scanFolder = "\(workFolder)/scan-\(repetition)"
             for folder in [bareFolder, scanFolder] {
-                mkdir(folder, 0o755)
+                try? Syscalls.makeFolder(folder, permissions: 0o755)
                 for index in 0..<count { try writeAll("\(folder)/plugin-\(index).so", bytes) }
             }
             // Interleaved batches: dlopen gets slower as more libraries are
@@ -274,15 +268,15 @@ struct Bench {
                 let indices = first..<min(first + batch, count)
                 // Both sides load from a fresh batch folder the files were just moved into.
                 for folder in [bareFolder, scanFolder] {
-                    mkdir("\(folder)/batch-\(first)", 0o755)
+                    try? Syscalls.makeFolder("\(folder)/batch-\(first)", permissions: 0o755)
                     for index in indices {
-                        rename("\(folder)/plugin-\(index).so", "\(folder)/batch-\(first)/plugin-\(index).so")
+                        try? Syscalls.rename("\(folder)/plugin-\(index).so", to: "\(folder)/batch-\(first)/plugin-\(index).so")
                     }
                 }
                 var start = now()
                 for index in indices {
-                    let handle = dlopen("\(bareFolder)/batch-\(first)/plugin-\(index).so", RTLD_NOW | RTLD_LOCAL | 0x01000)
-                    precondition(handle != nil && dlsym(handle, "curfew_plugin_entry") != nil)
+                    let handle = try? Syscalls.dlopenPlugin("\(bareFolder)/batch-\(first)/plugin-\(index).so").get()
+                    precondition(handle.flatMap { Syscalls.dlsym($0, "curfew_plugin_entry") } != nil)
                 }
                 bare += now() - start
                 start = now()
@@ -429,8 +423,8 @@ struct Bench {
     /// The floor for a foreign job called through libffi: read the clock,
     /// call the prepared cif of `int64_t f(double, int64_t)`, test the result.
     func bareFFILoop(count: Int) -> Double {
-        let handle = dlopen(benchPlugin, RTLD_NOW | RTLD_LOCAL)
-        let function = unsafeBitCast(dlsym(handle, "bench_foreign_step_double")!, to: (@convention(c) () -> Void).self)
+        let handle = try! Syscalls.dlopenPlugin(benchPlugin).get()
+        let function = unsafeBitCast(Syscalls.dlsym(handle, "bench_foreign_step_double")!, to: (@convention(c) () -> Void).self)
         let cif = UnsafeMutablePointer<ffi_cif>.allocate(capacity: 1)
         let types = UnsafeMutablePointer<UnsafeMutablePointer<ffi_type>?>.allocate(capacity: 2)
         let index = UnsafeMutablePointer<Double>.allocate(capacity: 1)
@@ -529,13 +523,13 @@ struct Bench {
     static func liveJobsChild(count: Int, tiny: Bool) async throws {
         let plugin = try PluginLoader().load(benchPluginPath())
         guard let job = plugin.jobs.first(where: { $0.name == "bench-sleep" }) else { throw CurfewError(.notFound, "no bench-sleep") }
-        let handle = dlopen(benchPluginPath(), RTLD_NOW | RTLD_LOCAL)
+        let handle = try! Syscalls.dlopenPlugin(benchPluginPath()).get()
         typealias Count = @convention(c) () -> Int64
         typealias Samples = @convention(c) (UnsafeMutablePointer<Double>?, Int64) -> Int64
-        let live = unsafeBitCast(dlsym(handle, "bench_sleepers_live")!, to: Count.self)
-        let samples = unsafeBitCast(dlsym(handle, "bench_lateness")!, to: Samples.self)
+        let live = unsafeBitCast(Syscalls.dlsym(handle, "bench_sleepers_live")!, to: Count.self)
+        let samples = unsafeBitCast(Syscalls.dlsym(handle, "bench_lateness")!, to: Samples.self)
         typealias Times = @convention(c) (UnsafeMutablePointer<Int64>?, Int64) -> Int64
-        let expiredAt = unsafeBitCast(dlsym(handle, "bench_expired_at")!, to: Times.self)
+        let expiredAt = unsafeBitCast(Syscalls.dlsym(handle, "bench_expired_at")!, to: Times.self)
         let leadMilliseconds = tiny ? 100 : 500
         let lead = Duration.milliseconds(leadMilliseconds)
         let budgetMilliseconds = tiny ? 400 : 2000
@@ -547,7 +541,7 @@ struct Bench {
         let before = residentBytes()
         let started = now()
         let task = Task { await runner.run() }
-        while live() < Int64(count) { usleep(1000) }
+        while live() < Int64(count) { Syscalls.nap(microseconds: 1000) }
         let after = residentBytes()
         let threads = threadCount()
         // The CPU the jobs' ends take: from a little before the first
@@ -556,7 +550,7 @@ struct Bench {
         let firstExpiration = started + UInt64(budgetMilliseconds - leadMilliseconds) * 1_000_000
         func sleep(until instant: UInt64) {
             let now = now()
-            if instant > now { usleep(UInt32((instant - now) / 1000)) }
+            if instant > now { Syscalls.nap(microseconds: UInt32(clamping: (instant - now) / 1000)) }
         }
         sleep(until: firstExpiration - 130_000_000)
         let (cpuBefore, timeBefore) = (processCPUNanoseconds(), now())
@@ -627,7 +621,7 @@ extension Bench {
     func workerStart() async throws -> Row {
         let count = size(200, tiny: 4)
         let folder = workFolder + "/worker-start"
-        mkdir(folder, 0o755)
+        try? Syscalls.makeFolder(folder, permissions: 0o755)
         try compileC(Programs.spinPlugin(names: (0..<count).map { "start-\($0)" }), to: folder + "/libstart.so", include: include, shared: true, work: workFolder)
         let jobs = try PluginLoader().load(folder + "/libstart.so").jobs
         var row = Row(
@@ -677,10 +671,10 @@ enum ForeignLoad {
 if CommandLine.arguments.count == 4, CommandLine.arguments[1] == Bench.liveJobsArgument, let count = Int(CommandLine.arguments[2]) {
     do {
         try await Bench.liveJobsChild(count: count, tiny: CommandLine.arguments[3] == "tiny")
-        exit(0)
+        Syscalls.exit(0)
     } catch {
         printError("Error: \(error)")
-        exit(1)
+        Syscalls.exit(1)
     }
 }
 let options = parseOptions()
@@ -700,7 +694,7 @@ do {
 }
 // Copies of plugins, caches and scratch files: hundreds of megabytes at full size.
 if let workFolder { removeTree(workFolder) }
-exit(status)
+Syscalls.exit(status)
 
 /// A value under a lock that closures can share.
 final class Locked<Value: Sendable>: Sendable {

@@ -2,7 +2,6 @@ import Curfew
 import CurfewHost
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -178,7 +177,7 @@ public enum CurfewMain {
         // A job that cannot complete or expire cleanly fails the test, as in a run.
         if report.violations.isEmpty && report.outcome.isClean { return ExitCode.success }
         // A hook that never returned is still running: leave without exit handlers.
-        if report.outcome == .terminated { _exit(ExitCode.jobNotClean) }
+        if report.outcome == .terminated { Syscalls.exitNow(ExitCode.jobNotClean) }
         return ExitCode.jobNotClean
     }
 
@@ -204,9 +203,10 @@ public enum CurfewMain {
     /// plugin rejected.
     static func missingPath(_ paths: [String]) -> String? {
         for path in paths {
-            var info = stat()
-            if stat(path, &info) != 0 {
-                let why = errno == ENOENT ? "no such file or folder" : String(cString: strerror(errno))
+            do throws(SystemError) {
+                _ = try Syscalls.fileStatus(path)
+            } catch {
+                let why = error == .noEntry ? "no such file or folder" : error.message
                 return "Error: \(Untrusted.line(path)): \(why)."
             }
         }
@@ -305,7 +305,7 @@ public enum CurfewMain {
         let status = outcome.failure == nil ? run.stopStatus ?? outcome.status : outcome.status
         // A terminated job may still be running on a worker thread: do not
         // run exit handlers (the plugin's among them) under its feet.
-        if outcome.jobStillRunning { _exit(status) }
+        if outcome.jobStillRunning { Syscalls.exitNow(status) }
         return status
     }
 

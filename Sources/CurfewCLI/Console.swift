@@ -1,7 +1,6 @@
 import Curfew
 import CurfewHost
 import Dispatch
-import Glibc
 import Synchronization
 
 /// Where the CLI writes: whole lines, never interleaved, plus the live
@@ -46,13 +45,13 @@ final class Console: Sendable {
         case error = 3, warning = 4, notice = 5, info = 6, debug = 7
     }
 
-    init(json: Bool, output: Int32 = STDOUT_FILENO, error: Int32 = STDERR_FILENO, environment: [String: String] = [:]) {
+    init(json: Bool, output: Int32 = Syscalls.standardOutput, error: Int32 = Syscalls.standardError, environment: [String: String] = [:]) {
         outputDescriptor = output
         errorDescriptor = error
         journal = Set([output, error].filter { ServiceNotifier.isJournal($0, environment: environment) })
         humanDescriptor = json ? error : output
-        humanIsTerminal = isatty(humanDescriptor) == 1
-        let noColor = getenv("NO_COLOR").map { String(cString: $0) } ?? ""
+        humanIsTerminal = Syscalls.isTerminal(humanDescriptor)
+        let noColor = Syscalls.environmentValue("NO_COLOR") ?? ""
         usesColor = humanIsTerminal && noColor.isEmpty
     }
 
@@ -114,9 +113,7 @@ final class Console: Sendable {
     /// The terminal's width in columns, when human output goes to one that says.
     var columns: Int? {
         guard humanIsTerminal else { return nil }
-        var size = winsize()
-        guard ioctl(humanDescriptor, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return nil }
-        return Int(size.ws_col)
+        return Syscalls.terminalColumns(humanDescriptor)
     }
 
     private func emit(_ line: String, to descriptor: Int32, priority: Priority) {
@@ -175,7 +172,12 @@ final class Console: Sendable {
 
     private func write(_ text: String, to descriptor: Int32) {
         guard !Self.closedDescriptors.withLock({ $0.contains(descriptor) }) else { return }
-        guard Self.writeAll(Array(text.utf8), to: descriptor) == EPIPE else { return }
+        do throws(SystemError) {
+            try Syscalls.writeAll(descriptor, Array(text.utf8))
+            return
+        } catch {
+            guard error == .brokenPipe else { return }
+        }
         // The reader is gone (`| head`, a closed terminal): stop writing there
         // and say so once; SIGPIPE is ignored, so the host lives to clean up.
         let first = Self.closedDescriptors.withLock { $0.insert(descriptor).inserted }
@@ -183,11 +185,5 @@ final class Console: Sendable {
         if first, let handler = closedHandler.withLock({ $0 }) { SerialQueue.host.async { handler(descriptor) } }
     }
 
-    /// Writes all of `bytes`; the errno of a failed write, or 0.
-    static func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
-        errno = 0
-        let written = bytes.withUnsafeBytes { Syscalls.writeAll(descriptor, $0) }
-        return written == bytes.count ? 0 : errno != 0 ? errno : EIO
-    }
 }
 

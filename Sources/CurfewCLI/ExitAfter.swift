@@ -1,5 +1,5 @@
+import Curfew
 import Dispatch
-import Glibc
 import Synchronization
 
 /// Runs `body` on the cooperative thread pool, blocks the calling (main)
@@ -15,9 +15,7 @@ import Synchronization
 ///
 /// - Parameter body: The program; its result is the exit status.
 public func exitAfter(_ body: @escaping @Sendable () async -> Int32) -> Never {
-    var none = sigset_t()
-    sigemptyset(&none)
-    pthread_sigmask(SIG_SETMASK, &none, nil)
+    _ = SignalMask.unblockAll()
     let done = DispatchSemaphore(value: 0)
     let status = Mutex<Int32>(0)
     Task.detached {
@@ -26,5 +24,5 @@ public func exitAfter(_ body: @escaping @Sendable () async -> Int32) -> Never {
         done.signal()
     }
     done.wait()
-    exit(status.withLock { $0 })
+    Syscalls.exit(status.withLock { $0 })
 }

@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 
 /// What `curfew new` was asked to write.
 public struct NewOptions: Equatable, Sendable {
@@ -37,7 +36,7 @@ enum Scaffold {
     struct File {
         let name: String
         let contents: String
-        var mode: mode_t = 0o644
+        var mode: UInt32 = 0o644
     }
 
     /// The files of the project, by name relative to its directory.
@@ -53,7 +52,7 @@ enum Scaffold {
                 File(name: "README.md", contents: cReadme(options.name)),
             ]
         case .swift:
-            guard access(root + "/Package.swift", R_OK) == 0 else {
+            guard Syscalls.isReadable(root + "/Package.swift") else {
                 throw ScaffoldError("No Curfew package at \(root) (no Package.swift); pass --curfew-root PATH.")
             }
             let type = swiftTypeName(options.name)
@@ -71,7 +70,7 @@ enum Scaffold {
         let root = options.curfewRoot ?? builtFromRoot
         let files = try files(options, root: root)
         let directory = options.effectiveDirectory
-        let existing = files.map { directory + "/" + $0.name }.filter { access($0, F_OK) == 0 }
+        let existing = files.map { directory + "/" + $0.name }.filter(Syscalls.exists)
         guard existing.isEmpty else {
             throw ScaffoldError("Refusing to overwrite \(existing.joined(separator: ", ")); choose another directory.")
         }
@@ -318,37 +317,39 @@ enum Scaffold {
     // MARK: Files
 
     static func readFile(_ path: String) throws(ScaffoldError) -> String {
-        guard let file = fopen(path, "rb") else {
-            throw ScaffoldError("Cannot read \(path): \(String(cString: strerror(errno))); pass --curfew-root PATH.")
+        do throws(SystemError) {
+            return String(decoding: try Syscalls.readFile(path, limit: 16 << 20), as: UTF8.self)
+        } catch {
+            throw ScaffoldError("Cannot read \(path): \(error.message); pass --curfew-root PATH.")
         }
-        defer { fclose(file) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let count = fread(&buffer, 1, buffer.count, file)
-            if count == 0 { break }
-            bytes += buffer.prefix(count)
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func makeDirectories(_ path: String) throws(ScaffoldError) {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
-            if mkdir(current, 0o755) != 0 && errno != EEXIST {
-                throw ScaffoldError("Cannot create \(current): \(String(cString: strerror(errno))).")
+            do throws(SystemError) {
+                try Syscalls.makeFolder(current, permissions: 0o755)
+            } catch {
+                guard error == .exists else { throw ScaffoldError("Cannot create \(current): \(error.message).") }
             }
         }
     }
 
-    static func create(_ path: String, _ contents: String, mode: mode_t) throws(ScaffoldError) {
-        // O_EXCL: never overwrite, even a file that appeared since the check.
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw ScaffoldError("Cannot create \(path): \(String(cString: strerror(errno))).") }
-        defer { close(fd) }
-        let failure = Console.writeAll(Array(contents.utf8), to: fd)
-        guard failure == 0 else { throw ScaffoldError("Cannot write \(path): \(String(cString: strerror(failure))).") }
+    static func create(_ path: String, _ contents: String, mode: UInt32) throws(ScaffoldError) {
+        // Exclusive: never overwrite, even a file that appeared since the check.
+        let fd: Int32
+        do throws(SystemError) {
+            fd = try Syscalls.open(path, .write, [.create, .exclusive], permissions: mode)
+        } catch {
+            throw ScaffoldError("Cannot create \(path): \(error.message).")
+        }
+        defer { Syscalls.close(fd) }
+        do throws(SystemError) {
+            try Syscalls.writeAll(fd, Array(contents.utf8))
+        } catch {
+            throw ScaffoldError("Cannot write \(path): \(error.message).")
+        }
     }
 }
 

@@ -1,6 +1,5 @@
 import Curfew
 import CurfewHost
-import Glibc
 import Synchronization
 
 /// In process, plugin code that calls `exit()` ends the host in the middle
@@ -16,7 +15,7 @@ enum ProcessExitWatch {
         var report: (@Sendable (_ status: Int32, _ job: String?) -> Void)?
         /// The process that armed it: a child a plugin forks inherits the
         /// handler, and its own exit() is none of the host's business.
-        var process: pid_t = 0
+        var process: Int32 = 0
     }
 
     private static let state = Mutex(State())
@@ -26,21 +25,21 @@ enum ProcessExitWatch {
     static func arm(_ report: @escaping @Sendable (_ status: Int32, _ job: String?) -> Void) {
         let install = state.withLock { state -> Bool in
             state.report = report
-            state.process = getpid()
+            state.process = Syscalls.processID
             defer { state.installed = true }
             return !state.installed
         }
         if install {
-            on_exit({ status, _ in
+            Syscalls.onExit { status, _ in
                 // Taken out under the lock, so it runs once even if two threads exit.
                 guard let report = ProcessExitWatch.state.withLock({ state -> (@Sendable (Int32, String?) -> Void)? in
-                    guard state.process == getpid() else { return nil }
+                    guard state.process == Syscalls.processID else { return nil }
                     defer { state.report = nil }
                     return state.report
                 }) else { return }
                 report(status, HookThread.currentJob)
-                _exit(ExitCode.jobEndedHost)
-            }, nil)
+                Syscalls.exitNow(ExitCode.jobEndedHost)
+            }
         }
     }
 

@@ -1,7 +1,6 @@
 import Curfew
 import CurfewHost
 import Dispatch
-import Glibc
 import Synchronization
 
 /// What `curfew run` shows of a ``RunHost``'s run: the console and its
@@ -44,10 +43,9 @@ final class RunOutput: Sendable {
             // prints becomes its jobs' log lines and the host's own output
             // stays whole. It reads nothing from stdin either (workers start
             // with /dev/null there).
-            let null = open("/dev/null", O_RDONLY | O_CLOEXEC)
-            if null >= 0 {
-                dup2(null, STDIN_FILENO)
-                close(null)
+            if let null = try? Syscalls.open("/dev/null", .read) {
+                try? Syscalls.duplicate(null, onto: Syscalls.standardInput)
+                Syscalls.close(null)
             }
             let router = self.router
             do throws(CurfewError) {
@@ -58,7 +56,7 @@ final class RunOutput: Sendable {
             }
         }
         self.capture = capture
-        console = Console(json: options.json, output: capture?.hostOutput ?? STDOUT_FILENO, error: capture?.hostError ?? STDERR_FILENO)
+        console = Console(json: options.json, output: capture?.hostOutput ?? Syscalls.standardOutput, error: capture?.hostError ?? Syscalls.standardError)
         reporter = Reporter(console: console, json: options.json, verbose: options.verbose)
         router.start(reporting: reporter)
         if let capture { watchTheProcessEnd(capture) }

@@ -1,7 +1,6 @@
 import Curfew
 import CurfewHost
 import CurfewFormats
-import Glibc
 import Synchronization
 
 extension CurfewMain {
@@ -38,8 +37,7 @@ extension CurfewMain {
     /// "Error: … is not a folder" for the first path that is not one.
     private static func notAFolder(_ paths: [String]) -> String? {
         for path in paths {
-            var info = stat()
-            guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else {
+            guard (try? Syscalls.fileStatus(path))?.isDirectory == true else {
                 return "Error: \(Untrusted.line(path)) is not a folder; serve watches folders."
             }
         }

@@ -1,7 +1,6 @@
 import Curfew
 import CurfewHost
 import Dispatch
-import Glibc
 import Synchronization
 
 /// What `curfew serve` tells the service manager that started it (systemd's

@@ -1,7 +1,6 @@
 import Curfew
 import CurfewHost
 import CurfewFormats
-import Glibc
 
 /// `curfew state` and `curfew history`: what the state store remembers.
 extension CurfewMain {
@@ -187,18 +186,13 @@ extension CurfewMain {
 
     /// Local time: "12-01 08:40:12"; or, with `iso`, UTC in ISO 8601 with milliseconds.
     static func formatTimestamp(_ time: WallTime, iso: Bool) -> String {
-        // Floored, so a time before 1970 (a file says what it likes) still
-        // reads right; divided before any subtraction, so no value traps.
-        let remainder = time.milliseconds % 1000
-        let millisecond = remainder < 0 ? remainder + 1000 : remainder
-        var seconds = time_t(time.milliseconds / 1000 - (remainder < 0 ? 1 : 0))
-        var parts = tm()
-        if iso { gmtime_r(&seconds, &parts) } else { localtime_r(&seconds, &parts) }
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        let clock = "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
-        guard iso else { return "\(two(parts.tm_mon + 1))-\(two(parts.tm_mday)) \(clock)" }
-        let millis = String(millisecond)
-        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T\(clock)."
+        // A time before 1970 (a file says what it likes) still reads right.
+        let parts = time.fields(utc: iso)
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let clock = "\(two(parts.hour)):\(two(parts.minute)):\(two(parts.second))"
+        guard iso else { return "\(two(parts.month))-\(two(parts.day)) \(clock)" }
+        let millis = String(parts.millisecond)
+        return "\(parts.year)-\(two(parts.month))-\(two(parts.day))T\(clock)."
             + String(repeating: "0", count: 3 - millis.count) + millis + "Z"
     }
 

@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 
 /// The host's services table, as `curfew_plugin_entry` receives it.
 public typealias CurfewHostTable = UnsafePointer<curfew_host>
@@ -57,14 +56,14 @@ final class JobEntry {
         job.initialize(to: curfew_job(
             struct_size: UInt32(MemoryLayout<curfew_job>.size),
             flags: type.isContinuous ? UInt32(CURFEW_JOB_CONTINUOUS) : 0,
-            name: UnsafePointer(strdup(type.name)),
-            summary: UnsafePointer(strdup(type.summary)),
+            name: permanentCString(type.name),
+            summary: permanentCString(type.summary),
             create: createHook,
             chunk: chunked ? chunkHook : nil,
             expire: expireHook,
             destroy: destroyHook,
             user_data: entry,
-            background_modes: type.backgroundModes.isEmpty ? nil : UnsafePointer(strdup(type.backgroundModes.joined(separator: ","))),
+            background_modes: type.backgroundModes.isEmpty ? nil : permanentCString(type.backgroundModes.joined(separator: ",")),
             app_event: appEventHook))
         return job
     }
@@ -179,4 +178,13 @@ private let destroyHook: curfew_destroy_fn = { _, state in
         instance.context.tasks.releaseAll()
     }
     job.release()
+}
+
+/// `text` as a C string that lives as long as the plugin: a descriptor's
+/// strings are never freed (the host never unloads a plugin).
+private func permanentCString(_ text: String) -> UnsafePointer<CChar> {
+    let bytes = text.utf8CString
+    let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+    bytes.withUnsafeBufferPointer { copy.initialize(from: $0.baseAddress!, count: $0.count) }
+    return UnsafePointer(copy)
 }

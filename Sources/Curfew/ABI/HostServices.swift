@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// The `curfew_host` table plugins call, and the bridge from a

@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// The `--param` values, as C strings that live as long as the table.
@@ -9,11 +8,11 @@ final class ParameterTable: @unchecked Sendable {
     private let values: [String: UnsafeMutablePointer<CChar>]
 
     init(_ parameters: [String: String]) {
-        values = parameters.mapValues { strdup($0)! }
+        values = parameters.mapValues { CStrings.copy($0) }
     }
 
     deinit {
-        values.values.forEach { free($0) }
+        values.values.forEach { CStrings.free($0) }
     }
 
     func value(for key: String) -> UnsafePointer<CChar>? {

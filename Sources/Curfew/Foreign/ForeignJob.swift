@@ -1,6 +1,5 @@
 import CCurfew
 import CLibFFI
-import Glibc
 import _CurfewFFI
 
 /// One function of a foreign job, with its call interface prepared once, at load.

@@ -1,5 +1,4 @@
 import CurfewFormats
-import Glibc
 import _CurfewShims
 
 /// Reads a foreign-job manifest (`NAME.curfew.json`) and prepares its jobs:
@@ -412,6 +411,6 @@ package struct ForeignManifestReader {
 
     /// A C copy of `text` that lives as long as the process (plugins never unload).
     private static func immortalCString(_ text: String) -> UInt {
-        UInt(bitPattern: strdup(text))
+        UInt(bitPattern: CStrings.copy(text))
     }
 }

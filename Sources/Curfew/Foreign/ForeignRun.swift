@@ -1,6 +1,5 @@
 import CCurfew
 import CLibFFI
-import Glibc
 import _CurfewFFI
 
 /// The argument storage for calls of one function in one job run: values

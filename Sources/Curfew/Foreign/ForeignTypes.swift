@@ -1,6 +1,5 @@
 import CCurfew
 import CLibFFI
-import Glibc
 import _CurfewFFI
 
 /// The C types a foreign function's arguments and result may have.

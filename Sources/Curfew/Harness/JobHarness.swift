@@ -1,6 +1,5 @@
 import CCurfew
 import Dispatch
-import Glibc
 import Synchronization
 
 /// Runs one job against virtual time and checks that it keeps the
@@ -102,7 +101,7 @@ public struct JobHarness: Sendable {
         }
         _ = ended.wait(timeout: .now() + .seconds(5))
         // Let threads the job left behind show themselves (calls after destroy).
-        usleep(100_000)
+        Syscalls.nap(microseconds: 100_000)
         return report(trace, result: result.withLock { $0 }, abandoning: nil)
     }
 
@@ -125,14 +124,14 @@ public struct JobHarness: Sendable {
                 let since = stillSince ?? .now
                 stillSince = since
                 if ContinuousClock.now - since < hookTimeout {
-                    usleep(1000)
+                    Syscalls.nap(microseconds: 1000)
                     continue
                 }
             }
             stillSince = nil
             if !clock.advanceToNextTimer() {
                 // Nothing armed and nothing queued: only the job's threads can move it.
-                usleep(1000)
+                Syscalls.nap(microseconds: 1000)
             }
         }
     }

@@ -1,6 +1,5 @@
 import CCurfew
 import Dispatch
-import Glibc
 import Synchronization
 
 /// A ``JobRun`` that `curfew test` watches: each hook called and returned,
@@ -160,7 +159,7 @@ final class HarnessTrace: Sendable {
         var events: [HarnessEvent] = []
         var violations: [String] = []
         /// The hook running, since when in real time, and on which thread.
-        var hook: (name: String, since: ContinuousClock.Instant, thread: pthread_t)?
+        var hook: (name: String, since: ContinuousClock.Instant, thread: OSThread.ID)?
         /// Where the running chunk's line goes (before what it did), and when it started.
         var chunkLine: (index: Int, number: UInt64, at: Duration)?
         var tasks = OpenTasks<OpenTask>()
@@ -191,7 +190,7 @@ final class HarnessTrace: Sendable {
         let time = now
         state.withLock { state in
             // A call from a thread that is not in one of the job's hooks: the job's own.
-            let own = state.hook.map { pthread_equal($0.thread, pthread_self()) == 0 } ?? true
+            let own = state.hook.map { $0.thread != .current } ?? true
             let fromJobThread = own && !byHost && chunk == nil && kind != "expiring" && kind != "deadline"
             var event = HarnessEvent(time: time, kind: kind, detail: detail, fromJobThread: fromJobThread)
             event.chunk = chunk.map { Int(clamping: $0) }
@@ -211,7 +210,7 @@ final class HarnessTrace: Sendable {
     }
 
     func hookStarting(_ hook: String, _ detail: String) {
-        state.withLock { $0.hook = (hook == "handler" ? "the expiration handler of \(detail)" : hook, .now, pthread_self()) }
+        state.withLock { $0.hook = (hook == "handler" ? "the expiration handler of \(detail)" : hook, .now, OSThread.ID.current) }
         if hook != "create" { record(hook, detail) }
     }
 
@@ -228,7 +227,7 @@ final class HarnessTrace: Sendable {
         let time = now
         state.withLock { state in
             state.chunkLine = (state.events.count, number, time)
-            state.hook = ("chunk \(number)", .now, pthread_self())
+            state.hook = ("chunk \(number)", .now, OSThread.ID.current)
         }
     }
 

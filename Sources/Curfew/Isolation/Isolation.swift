@@ -1,4 +1,3 @@
-import Glibc
 
 /// Where a job's code runs.
 public enum Isolation: String, Sendable, CaseIterable {
@@ -38,19 +37,18 @@ public struct ResourceLimits: Sendable, Equatable {
     /// on them, which an unprivileged worker cannot raise, and never more
     /// than the kernel's `fs.nr_open`.
     public static var maximumOpenFiles: UInt64 {
-        var limit = rlimit()
-        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        guard let limit = Syscalls.openFileHardLimit() else { return 1024 }
         let kernel = (try? Syscalls.readPrefix("/proc/sys/fs/nr_open", count: 64)).flatMap { bytes in
             UInt64(String(decoding: bytes.prefix { $0 != 0x0A }, as: UTF8.self))
         } ?? 1 << 20
-        return min(UInt64(limit.rlim_max), kernel)
+        return min(limit, kernel)
     }
 
     /// Which limit a worker killed by `signal` most likely hit, in words.
     func explain(signal: Int32) -> String? {
         // SIGXCPU at the soft CPU limit, SIGKILL at the hard one a second later.
-        if let cpuSeconds, signal == SIGXCPU || signal == SIGKILL { return "it used up its CPU time limit (--cpu-time \(cpuSeconds)s)" }
-        if let memoryBytes, [SIGSEGV, SIGABRT, SIGBUS, SIGKILL].contains(signal) {
+        if let cpuSeconds, signal == Signal.cpuLimit || signal == Signal.kill { return "it used up its CPU time limit (--cpu-time \(cpuSeconds)s)" }
+        if let memoryBytes, [Signal.segmentationFault, Signal.abort, Signal.busError, Signal.kill].contains(signal) {
             return "it may have hit its memory limit (--memory \(memoryBytes / (1024 * 1024))MiB)"
         }
         return nil

@@ -1,4 +1,3 @@
-import Glibc
 import CurfewFormats
 
 /// The messages between the host and a worker: JSON Lines over a socket,
@@ -67,15 +66,7 @@ enum WorkerProtocol {
     /// Writes all of `bytes` on a socket; false when the other side is gone.
     @discardableResult
     static func send(bytes: [UInt8], to descriptor: Int32) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { buffer in
-                Syscalls.retryingEINTR { Glibc.send(descriptor, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL)) }
-            }
-            if written < 0 { return false }
-            offset += written
-        }
-        return true
+        Syscalls.sendAll(descriptor, bytes) == bytes.count
     }
 }
 

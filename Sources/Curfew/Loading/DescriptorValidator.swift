@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// Reads a plugin descriptor field by field, checking each before the next.
@@ -210,7 +209,7 @@ struct ProcessMemory: DescriptorMemory {
 
     func text(_ address: UInt, limit: Int) -> [UInt8] {
         let pointer = UnsafePointer<CChar>(bitPattern: address)!
-        return Array(UnsafeRawBufferPointer(start: pointer, count: strnlen(pointer, limit)))
+        return Array(UnsafeRawBufferPointer(start: pointer, count: CStrings.length(pointer, limit: limit)))
     }
 }
 

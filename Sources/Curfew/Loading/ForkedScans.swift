@@ -1,4 +1,3 @@
-import Glibc
 import _CurfewShims
 
 extension SafeScanner {
@@ -51,7 +50,7 @@ extension SafeScanner {
             spawning: for _ in 0..<count {
                 for executable in executables {
                     if let server = ForkServer.spawn(
-                        executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: environment, type: SOCK_STREAM)
+                        executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: environment, kind: .stream)
                     {
                         servers.append(ScanServer(server: server, width: width, timeoutPerFile: timeoutPerFile))
                         continue spawning
@@ -74,7 +73,7 @@ extension SafeScanner {
 
 /// The host's side of one batch server.
 private struct ScanServer {
-    let server: (pid: pid_t, control: Int32)
+    let server: (pid: Int32, control: Int32)
     let process: HelperProcess
     /// Files sent to it and not yet reported, by id (their index in the batch's files).
     var inHand = Set<Int>()
@@ -95,7 +94,7 @@ private struct ScanServer {
     /// wait to be sent and while the host answers them.
     let ahead: Int
 
-    init(server: (pid: pid_t, control: Int32), width: Int, timeoutPerFile: Duration) {
+    init(server: (pid: Int32, control: Int32), width: Int, timeoutPerFile: Duration) {
         self.server = server
         process = HelperProcess(pid: server.pid)
         let timeout = UInt32(clamping: max(1, timeoutPerFile.milliseconds))
@@ -106,14 +105,14 @@ private struct ScanServer {
     /// Sends what the socket takes now of the outbox; false once the server is gone.
     mutating func flush() -> Bool {
         while !outbox.isEmpty {
-            let sent = outbox.withUnsafeBytes { bytes in
-                Syscalls.retryingEINTR { Glibc.send(server.control, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            let sent: Int
+            do throws(SystemError) {
+                sent = try Syscalls.send(server.control, outbox, nonBlocking: true)
+            } catch {
+                return error == .wouldBlock
             }
-            if sent > 0 {
-                outbox.removeFirst(sent)
-                continue
-            }
-            return sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+            guard sent > 0 else { return false }
+            outbox.removeFirst(sent)
         }
         return true
     }
@@ -136,19 +135,18 @@ private struct ScanServer {
             Teardown([
                 .ask(
                     {
-                        shutdown(control, Int32(SHUT_WR))
+                        Syscalls.shutdownSending(control)
                         let clock = ContinuousClock()
                         var buffer = [UInt8](repeating: 0, count: 4096)
                         while !gone && clock.now < end {
-                            var entry = [pollfd(fd: control, events: Int16(POLLIN), revents: 0)]
-                            let ready = Syscalls.poll(&entry, milliseconds: Int32(clamping: max(1, clock.now.duration(to: end).milliseconds)))
-                            guard ready > 0 else { break }
-                            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(control, bytes.baseAddress, bytes.count, 0) } }
+                            let milliseconds = Int32(clamping: max(1, clock.now.duration(to: end).milliseconds))
+                            guard Syscalls.waitForInput(control, milliseconds: milliseconds) else { break }
+                            let count = buffer.withUnsafeMutableBytes { bytes in (try? Syscalls.receive(control, into: bytes)) ?? -1 }
                             if count <= 0 { break }
                         }
                     }, allowed: .zero)
             ]))
-        Glibc.close(control)
+        Syscalls.close(control)
         return status ?? -1
     }
 }
@@ -203,14 +201,19 @@ private struct ScanBatch {
             for index in live where !servers[index].inHand.isEmpty && servers[index].heard.duration(to: clock.now) > patience {
                 lose(index, into: &scans)
             }
-            var entries = live.map { index in
-                pollfd(fd: servers[index].server.control, events: Int16(POLLIN) | (servers[index].outbox.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)
+            var entries = live.map { index -> Syscalls.PollEntry in
+                Syscalls.PollEntry(servers[index].server.control, output: !servers[index].outbox.isEmpty)
             }
             guard Syscalls.poll(&entries, milliseconds: 100) > 0 else { continue }
-            for (entry, index) in zip(entries, live) where !servers[index].gone && entry.revents & ~Int16(POLLOUT) != 0 {
+            for (entry, index) in zip(entries, live) where !servers[index].gone && entry.hasInputOrEnd {
                 let control = servers[index].server.control
-                let count = bytes.withUnsafeMutableBytes { buffer in Syscalls.retryingEINTR { recv(control, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT)) } }
-                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { continue }
+                let count: Int
+                do throws(SystemError) {
+                    count = try Syscalls.receive(control, into: &bytes, nonBlocking: true)
+                } catch {
+                    if error == .wouldBlock { continue }
+                    count = -1
+                }
                 guard count > 0 else {
                     lose(index, into: &scans)
                     continue

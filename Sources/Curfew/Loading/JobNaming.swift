@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// The rules for job names and summaries, for plugins and manifests alike.

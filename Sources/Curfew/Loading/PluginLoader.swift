@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// Finds plugin files, loads them with `dlopen`, and validates every field of
@@ -47,13 +46,13 @@ public struct PluginLoader: Sendable {
     /// another's entries, so it may be writable by all.
     func insecurity(_ path: String, status known: Syscalls.FileStatus? = nil) -> CurfewError? {
         var verdicts: [String: CurfewError?] = [:]
-        return insecurity(path, status: known, verdicts: &verdicts, user: geteuid())
+        return insecurity(path, status: known, verdicts: &verdicts, user: Syscalls.userID)
     }
 
     /// ``insecurity(_:status:)``, remembering each folder's verdict in
     /// `verdicts`, for `user` (this process's, asked once for a scan).
     func insecurity(
-        _ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?], user: uid_t
+        _ path: String, status known: Syscalls.FileStatus? = nil, verdicts: inout [String: CurfewError?], user: UInt32
     ) -> CurfewError? {
         guard !allowsInsecurePlugins, let status = known ?? (try? Syscalls.fileStatus(path)) else { return nil }
         if let problem = ownInsecurity(status, user: user) { return problem }
@@ -71,12 +70,12 @@ public struct PluginLoader: Sendable {
 
     /// Why a file's or folder's own `status` makes loading from it unsafe,
     /// the folders above it aside.
-    private func ownInsecurity(_ status: Syscalls.FileStatus, user: uid_t) -> CurfewError? {
+    private func ownInsecurity(_ status: Syscalls.FileStatus, user: UInt32) -> CurfewError? {
         guard !allowsInsecurePlugins else { return nil }
         return Self.unsafeOwnership(status, what: status.isDirectory ? "Folder" : "File", user: user)
     }
 
-    private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String, user: uid_t) -> CurfewError? {
+    private static func unsafeOwnership(_ status: Syscalls.FileStatus, what: String, user: UInt32) -> CurfewError? {
         let (mode, owner) = (status.mode, status.owner)
         let sticky = status.isDirectory && mode & 0o1000 != 0
         if mode & 0o022 != 0 && !sticky {
@@ -204,7 +203,7 @@ public struct PluginLoader: Sendable {
     func candidates(_ paths: [String], rejected: inout [RejectedPlugin]) -> [Candidate] {
         var files: [Candidate] = []
         // Asked once for the scan, not once for each file's owner.
-        let user = geteuid()
+        let user = Syscalls.userID
         for path in paths {
             do throws(SystemError) {
                 let info = try Syscalls.fileStatus(path)
@@ -224,7 +223,7 @@ public struct PluginLoader: Sendable {
                 let realFolder = Syscalls.realPath(path)
                 // Listed, and its entries' status read one name each, through one descriptor.
                 let folder = try Syscalls.openFolder(path)
-                defer { Glibc.close(folder) }
+                defer { Syscalls.close(folder) }
                 for entry in try Syscalls.directoryEntries(in: folder)
                 where (entry.name.hasSuffix(Self.pluginSuffix) || entry.name.hasSuffix(ForeignManifestReader.suffix))
                     && !entry.name.hasPrefix(".") && entry.isRegular != false
@@ -251,8 +250,8 @@ public struct PluginLoader: Sendable {
                     files.append(Candidate(path: file, isRegular: entry.isRegular))
                 }
             } catch {
-                let code: CurfewError.Code = error.errno == ENOENT ? .notFound : .unreadable
-                let what = error.errno == ENOENT ? "No such file or folder." : "Cannot be read: \(error.message)."
+                let code: CurfewError.Code = error == .noEntry ? .notFound : .unreadable
+                let what = error == .noEntry ? "No such file or folder." : "Cannot be read: \(error.message)."
                 rejected.append(RejectedPlugin(path: path, error: CurfewError(code, what, underlying: error.message)))
             }
         }
@@ -344,7 +343,7 @@ public struct PluginLoader: Sendable {
     // (this one, or a scanner that reported back).
 
     static func statError(_ error: SystemError) -> CurfewError {
-        if error.errno == ENOENT { return CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
+        if error == .noEntry { return CurfewError(.notFound, "No such file or folder.", underlying: error.message) }
         return CurfewError(.unreadable, "Cannot be read: \(error.message).", underlying: error.message)
     }
 

@@ -1,4 +1,3 @@
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -47,12 +46,13 @@ struct PluginSnapshots: Sendable {
     /// Snapshots in a new folder of the temporary folder, removed when this
     /// process exits: for a host with no cache folder to keep them in.
     static func temporary() throws(CurfewError) -> PluginSnapshots {
-        let base = getenv("TMPDIR").map { String(cString: $0) }.flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
-        var template = Array((base + "/curfew-snapshots-XXXXXX").utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw CurfewError(.unreadable, "cannot make a snapshot folder in \(base): \(String(cString: strerror(errno)))")
+        let base = Syscalls.environmentValue("TMPDIR").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+        let folder: String
+        do throws(SystemError) {
+            folder = try Syscalls.makeTemporaryFolder(base + "/curfew-snapshots-")
+        } catch {
+            throw CurfewError(.unreadable, "cannot make a snapshot folder in \(base): \(error.message)")
         }
-        let folder = String(cString: made)
         TemporaryFolders.removeAtExit(folder)
         return try PluginSnapshots(folder: folder)
     }
@@ -82,10 +82,14 @@ struct PluginSnapshots: Sendable {
             if Self.holds(stem + "-" + name, size: key.size) { return Taken(path: stem + "-" + name, key: key) }
             let neighbours = Self.holds(stem + "/" + name, size: key.size) ? neighboursAreCurrent(stem, name, of: key.path) : nil
             if neighbours == true { return Taken(path: stem + "/" + name, key: key) }
-            let source = open(key.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
-            guard source >= 0 else { throw Self.unreadable(errno) }
-            defer { close(source) }
-            guard let status = Self.status(source), status.st_mode & S_IFMT == S_IFREG else {
+            let source: Int32
+            do throws(SystemError) {
+                source = try Syscalls.open(key.path, .read, [.nonBlocking, .noTerminal])
+            } catch {
+                throw Self.unreadable(error)
+            }
+            defer { Syscalls.close(source) }
+            guard let status = try? Syscalls.status(of: source), status.isRegular else {
                 throw CurfewError(.notELF, "Not a regular file, so not a shared object.")
             }
             let current = Self.key(key.path, status)
@@ -101,21 +105,22 @@ struct PluginSnapshots: Sendable {
                 return inPlace(error.description)
             }
             let copied = Self.copy(source, as: status, to: temporary.fd)
-            close(temporary.fd)
+            Syscalls.close(temporary.fd)
             switch copied {
             case .copied:
-                chmod(temporary.path, 0o500)
+                try? Syscalls.changeMode(temporary.path, to: 0o500)
                 let origin = Self.origin(inFile: temporary.path)
                 if case .beyondFolder = origin {
-                    unlink(temporary.path)
+                    try? Syscalls.unlink(temporary.path)
                     return inPlace("it finds libraries through a path from $ORIGIN, which a copy elsewhere would not")
                 }
                 guard case .beside(let names) = origin else {
                     // Another host may have made this version meanwhile: the
                     // same bytes, and whoever maps the one replaced keeps it.
-                    guard rename(temporary.path, stem + "-" + name) == 0 else {
-                        let error = errno
-                        unlink(temporary.path)
+                    do throws(SystemError) {
+                        try Syscalls.rename(temporary.path, to: stem + "-" + name)
+                    } catch {
+                        try? Syscalls.unlink(temporary.path)
                         return inPlace(Self.unwritable(folder, error).description)
                     }
                     return Taken(path: stem + "-" + name, key: key)
@@ -126,12 +131,13 @@ struct PluginSnapshots: Sendable {
                 do throws(CurfewError) {
                     staging = try makeTemporaryFolder()
                 } catch {
-                    unlink(temporary.path)
+                    try? Syscalls.unlink(temporary.path)
                     return inPlace(error.description)
                 }
-                guard rename(temporary.path, staging + "/" + name) == 0 else {
-                    let error = errno
-                    unlink(temporary.path)
+                do throws(SystemError) {
+                    try Syscalls.rename(temporary.path, to: staging + "/" + name)
+                } catch {
+                    try? Syscalls.unlink(temporary.path)
                     Self.remove(staging)
                     return inPlace(Self.unwritable(folder, error).description)
                 }
@@ -144,11 +150,14 @@ struct PluginSnapshots: Sendable {
                     return inPlace(error.description)
                 }
             case .changed:
-                unlink(temporary.path)
-                guard let now = Self.status(source) else { throw Self.unreadable(errno) }
-                key = Self.key(key.path, now)
+                try? Syscalls.unlink(temporary.path)
+                do throws(SystemError) {
+                    key = Self.key(key.path, try Syscalls.status(of: source))
+                } catch {
+                    throw Self.unreadable(error)
+                }
             case .failed(let error):
-                unlink(temporary.path)
+                try? Syscalls.unlink(temporary.path)
                 return inPlace(Self.unwritable(folder, error).description)
             }
         }
@@ -163,18 +172,20 @@ struct PluginSnapshots: Sendable {
     private func publish(_ staging: String, as stem: String, replacing: Bool) throws(CurfewError) {
         if replacing {
             guard curfew_shim_exchange(staging, stem) == 0 else {
-                let error = errno
+                let error = SystemError.last
                 Self.remove(staging)
                 throw Self.unwritable(folder, error)
             }
             Self.markReplaced(staging, isFolder: true)
             return
         }
-        if rename(staging, stem) == 0 { return }
-        let error = errno
-        Self.remove(staging)
-        // Another host made this version meanwhile: the same copies.
-        guard error == ENOTEMPTY || error == EEXIST else { throw Self.unwritable(folder, error) }
+        do throws(SystemError) {
+            try Syscalls.rename(staging, to: stem)
+        } catch {
+            Self.remove(staging)
+            // Another host made this version meanwhile: the same copies.
+            guard error == .notEmpty || error == .exists else { throw Self.unwritable(folder, error) }
+        }
     }
 
     /// Whether each library copied beside `name` in the version folder
@@ -183,11 +194,8 @@ struct PluginSnapshots: Sendable {
     private func neighboursAreCurrent(_ stem: String, _ name: String, of path: String) -> Bool {
         let source = Syscalls.folder(of: path)
         for entry in Self.entries(of: stem) ?? [] where entry != name {
-            var copy = stat()
-            var original = stat()
-            guard lstat(stem + "/" + entry, &copy) == 0, stat(source + "/" + entry, &original) == 0,
-                original.st_mode & S_IFMT == S_IFREG, original.st_size == copy.st_size,
-                original.st_mtim.tv_sec == copy.st_mtim.tv_sec, original.st_mtim.tv_nsec == copy.st_mtim.tv_nsec
+            guard let copy = try? Syscalls.linkStatus(stem + "/" + entry), let original = try? Syscalls.fileStatus(source + "/" + entry),
+                original.isRegular, original.size == copy.size, original.modified == copy.modified
             else { return false }
         }
         return true
@@ -197,17 +205,17 @@ struct PluginSnapshots: Sendable {
     private func makeTemporaryFile() throws(CurfewError) -> (path: String, fd: Int32) {
         var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { curfew_shim_make_temporary($0.baseAddress!) }
-        guard fd >= 0 else { throw Self.unwritable(folder, errno) }
+        guard fd >= 0 else { throw Self.unwritable(folder, .last) }
         return (template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }, fd)
     }
 
     /// A new folder `.new-XXXXXX` in the folder.
     private func makeTemporaryFolder() throws(CurfewError) -> String {
-        var template = Array((folder + "/" + Self.stagingPrefix + "XXXXXX").utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
-            throw Self.unwritable(folder, errno)
+        do throws(SystemError) {
+            return try Syscalls.makeTemporaryFolder(folder + "/" + Self.stagingPrefix)
+        } catch {
+            throw Self.unwritable(folder, error)
         }
-        return String(cString: made)
     }
 
     /// What a copy in progress, or a version exchanged out, is called.
@@ -219,16 +227,15 @@ struct PluginSnapshots: Sendable {
     /// (made read-only to its owner too, which stamps its ctime) when first
     /// seen so, and removed ``keptAfterReplaced`` later; so is what a host
     /// that died left half copied.
-    func sweep(current: [ScanCache.Key], gone: [String], now: Int64 = Int64(time(nil))) {
+    func sweep(current: [ScanCache.Key], gone: [String], now: Int64 = WallTime.now().milliseconds / 1000) {
         let kept = Set(current.map(Self.stem))
         let swept = Set(current.map { Self.hash($0.path) }).union(gone.map(Self.hash))
         guard !swept.isEmpty, let entries = Self.entries(of: folder) else { return }
         for entry in entries {
             let path = folder + "/" + entry
-            var info = stat()
-            guard lstat(path, &info) == 0 else { continue }
-            let isFolder = info.st_mode & S_IFMT == S_IFDIR
-            let (age, overflow) = now.subtractingReportingOverflow(Int64(info.st_ctim.tv_sec))
+            guard let info = try? Syscalls.linkStatus(path) else { continue }
+            let isFolder = info.isDirectory
+            let (age, overflow) = now.subtractingReportingOverflow(info.changed / 1_000_000_000)
             let expired = !overflow && age > Self.keptAfterReplaced
             if entry.hasPrefix(Self.stagingPrefix) {
                 if expired { Self.remove(path) }
@@ -248,12 +255,12 @@ struct PluginSnapshots: Sendable {
 
     /// A version in use is mode 500 (a file) or 700 (a folder); one
     /// replaced, 400 or 500: its ctime says when it was replaced.
-    private static func isMarkedReplaced(_ info: stat) -> Bool {
-        info.st_mode & 0o777 == (info.st_mode & S_IFMT == S_IFDIR ? 0o500 : 0o400)
+    private static func isMarkedReplaced(_ info: Syscalls.FileStatus) -> Bool {
+        info.mode & 0o777 == (info.isDirectory ? 0o500 : 0o400)
     }
 
     private static func markReplaced(_ path: String, isFolder: Bool) {
-        chmod(path, isFolder ? 0o500 : 0o400)
+        try? Syscalls.changeMode(path, to: isFolder ? 0o500 : 0o400)
     }
 
     /// Copies into `staging` each library in `names` that lies as a regular
@@ -269,19 +276,33 @@ struct PluginSnapshots: Sendable {
         while let next = pending.popLast() {
             for library in next.sorted() where !copied.contains(library) && present.contains(library) {
                 copied.insert(library)
-                let fd = open(source + "/" + library, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
-                guard fd >= 0 else { throw Self.neighbourError(library, errno) }
-                defer { close(fd) }
-                guard let status = Self.status(fd), status.st_mode & S_IFMT == S_IFREG else { continue }
-                let target = open(staging + "/" + library, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o500)
-                guard target >= 0 else { throw Self.unwritable(folder, errno) }
-                var times = [status.st_atim, status.st_mtim]
+                let fd: Int32
+                do throws(SystemError) {
+                    fd = try Syscalls.open(source + "/" + library, .read, [.nonBlocking, .noTerminal])
+                } catch {
+                    throw Self.neighbourError(library, error)
+                }
+                defer { Syscalls.close(fd) }
+                guard let status = try? Syscalls.status(of: fd), status.isRegular else { continue }
+                let target: Int32
+                do throws(SystemError) {
+                    target = try Syscalls.open(staging + "/" + library, .write, [.create, .exclusive, .noFollow], permissions: 0o500)
+                } catch {
+                    throw Self.unwritable(folder, error)
+                }
                 let result = Self.copy(fd, as: status, to: target)
-                let stamped = futimens(target, &times) == 0
-                close(target)
+                let stamped: SystemError?
+                do throws(SystemError) {
+                    try Syscalls.setTimes(of: target, like: status)
+                    stamped = nil
+                } catch {
+                    stamped = error
+                }
+                Syscalls.close(target)
                 switch result {
-                case .copied where stamped: break
-                case .copied, .failed: throw Self.neighbourError(library, errno)
+                case .copied:
+                    if let stamped { throw Self.neighbourError(library, stamped) }
+                case .failed(let error): throw Self.neighbourError(library, error)
                 case .changed: throw CurfewError(.unreadable, "The library \(library) beside it changed while it was being copied.")
                 }
                 if case .beside(let more) = Self.origin(inFile: staging + "/" + library) { pending.append(more) }
@@ -289,8 +310,8 @@ struct PluginSnapshots: Sendable {
         }
     }
 
-    private static func neighbourError(_ library: String, _ error: Int32) -> CurfewError {
-        CurfewError(.unreadable, "The library \(library) beside it cannot be copied: \(String(cString: strerror(error))).")
+    private static func neighbourError(_ library: String, _ error: SystemError) -> CurfewError {
+        CurfewError(.unreadable, "The library \(library) beside it cannot be copied: \(error.message).")
     }
 
     /// How a library finds others through `$ORIGIN`.
@@ -309,14 +330,15 @@ struct PluginSnapshots: Sendable {
     /// dynamic section's names are among them, and a name that is not one
     /// only costs a copy if a file of that name lies beside the plugin.
     static func origin(inFile path: String) -> Origin {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return .none }
-        defer { close(fd) }
-        guard let status = status(fd), status.st_size > 0, let size = Int(exactly: status.st_size) else { return .none }
+        guard let fd = try? Syscalls.open(path, .read, [.noFollow]) else { return .none }
+        defer { Syscalls.close(fd) }
+        guard let status = try? Syscalls.status(of: fd), status.size > 0, let size = Int(exactly: status.size) else { return .none }
         // Our own copy, which nobody else can change: mapping it is safe.
-        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else { return .none }
-        defer { munmap(mapped, size) }
-        let bytes = UnsafeRawBufferPointer(start: mapped, count: size)
+        return Syscalls.withMappedFile(fd, size: size) { origin(in: $0) } ?? .none
+    }
+
+    private static func origin(in bytes: UnsafeRawBufferPointer) -> Origin {
+        let size = bytes.count
         guard contains(bytes, "$ORIGIN") || contains(bytes, "${ORIGIN}") else { return .none }
         if contains(bytes, "$ORIGIN/") || contains(bytes, "${ORIGIN}/") { return .beyondFolder }
         var names = Set<String>()
@@ -343,41 +365,20 @@ struct PluginSnapshots: Sendable {
         case copied
         /// The source changed while it was copied: the copy is of no version.
         case changed
-        case failed(Int32)
+        case failed(SystemError)
     }
 
     /// Copies the open file `source`, whose status was `before`, to the
     /// open, empty file `target`.
-    private static func copy(_ source: Int32, as before: stat, to target: Int32) -> Copy {
-        var copied: Int64 = 0
-        var offset: Int64 = 0
-        var inKernel = true
-        var buffer: [UInt8] = []
-        while true {
-            var count: Int
-            if inKernel {
-                count = Syscalls.retryingEINTR { curfew_shim_copy_file_range(source, &offset, target, 1 << 30) }
-                if count < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP) && copied == 0 {
-                    inKernel = false
-                    continue
-                }
-            } else {
-                if buffer.isEmpty { buffer = [UInt8](repeating: 0, count: 1 << 16) }
-                count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { pread(source, bytes.baseAddress, bytes.count, off_t(offset)) } }
-                if count > 0 {
-                    errno = 0
-                    let written = buffer.withUnsafeBytes { Syscalls.writeAll(target, UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-                    if written < count { return .failed(errno != 0 ? errno : ENOSPC) }
-                    offset += Int64(count)
-                }
-            }
-            if count < 0 { return .failed(errno) }
-            if count == 0 { break }
-            copied += Int64(count)
+    private static func copy(_ source: Int32, as before: Syscalls.FileStatus, to target: Int32) -> Copy {
+        let copied: Int64
+        do throws(SystemError) {
+            copied = try Syscalls.copyContents(of: source, to: target)
+        } catch {
+            return .failed(error)
         }
-        guard let after = status(source), copied == Int64(before.st_size), after.st_size == before.st_size,
-            after.st_mtim.tv_sec == before.st_mtim.tv_sec, after.st_mtim.tv_nsec == before.st_mtim.tv_nsec,
-            after.st_ctim.tv_sec == before.st_ctim.tv_sec, after.st_ctim.tv_nsec == before.st_ctim.tv_nsec
+        guard let after = try? Syscalls.status(of: source), copied == before.size, after.size == before.size,
+            after.modified == before.modified, after.changed == before.changed
         else { return .changed }
         return .copied
     }
@@ -385,19 +386,12 @@ struct PluginSnapshots: Sendable {
     /// Whether `path` is a regular file of `size` bytes (a version's copy,
     /// which no one but this user can have changed).
     private static func holds(_ path: String, size: Int64) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && Int64(info.st_size) == size
+        guard let info = try? Syscalls.linkStatus(path) else { return false }
+        return info.isRegular && info.size == size
     }
 
-    private static func status(_ fd: Int32) -> stat? {
-        var info = stat()
-        return fstat(fd, &info) == 0 ? info : nil
-    }
-
-    private static func key(_ path: String, _ info: stat) -> ScanCache.Key {
-        ScanCache.Key(
-            path: path, size: Int64(info.st_size), mtime: Syscalls.nanoseconds(info.st_mtim),
-            ctime: Syscalls.nanoseconds(info.st_ctim), device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    private static func key(_ path: String, _ info: Syscalls.FileStatus) -> ScanCache.Key {
+        ScanCache.Key(path: path, size: info.size, mtime: info.modified, ctime: info.changed, device: info.device, inode: info.inode)
     }
 
     private static func hash(_ path: String) -> String {
@@ -429,26 +423,31 @@ struct PluginSnapshots: Sendable {
     /// none of this folder's own), or `nil` when it cannot be listed.
     private static func entries(of folder: String) -> [String]? {
         guard let fd = try? Syscalls.openFolder(folder) else { return nil }
-        defer { close(fd) }
+        defer { Syscalls.close(fd) }
         return (try? Syscalls.directoryEntries(in: fd))?.filter(\.isUTF8).map(\.name)
     }
 
     /// Removes the file or folder at `path`, and what it holds down to
     /// `depth` levels (a temporary snapshot folder has two).
     static func remove(_ path: String, depth: Int = 3) {
-        if unlink(path) == 0 || errno == ENOENT { return }
+        do throws(SystemError) {
+            try Syscalls.unlink(path)
+            return
+        } catch {
+            if error == .noEntry { return }
+        }
         guard depth > 0 else { return }
-        chmod(path, 0o700)  // a folder marked replaced is read-only
+        try? Syscalls.changeMode(path, to: 0o700)  // a folder marked replaced is read-only
         for entry in entries(of: path) ?? [] { remove(path + "/" + entry, depth: depth - 1) }
-        rmdir(path)
+        try? Syscalls.removeFolder(path)
     }
 
-    private static func unreadable(_ error: Int32) -> CurfewError {
-        CurfewError(.unreadable, "Cannot be read to copy it: \(String(cString: strerror(error))).")
+    private static func unreadable(_ error: SystemError) -> CurfewError {
+        CurfewError(.unreadable, "Cannot be read to copy it: \(error.message).")
     }
 
-    private static func unwritable(_ folder: String, _ error: Int32) -> CurfewError {
-        CurfewError(.unreadable, "Cannot be copied into \(folder): \(String(cString: strerror(error))).")
+    private static func unwritable(_ folder: String, _ error: SystemError) -> CurfewError {
+        CurfewError(.unreadable, "Cannot be copied into \(folder): \(error.message).")
     }
 }
 
@@ -462,7 +461,7 @@ enum TemporaryFolders {
             return folders == nil
         }
         if first {
-            atexit {
+            Syscalls.atExit {
                 for folder in TemporaryFolders.folders.withLock({ $0 ?? [] }) { PluginSnapshots.remove(folder) }
             }
         }

@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -60,14 +59,11 @@ public struct SafeScanner: Sendable {
     /// (as `Scripts/install` installs it); the first that is an executable
     /// regular file, or `nil`.
     public static func scanner(beside executable: String) -> String? {
-        guard let real = realpath(executable, nil) else { return nil }
-        defer { free(real) }
-        let path = String(cString: real)
+        guard let path = Syscalls.realPath(executable) else { return nil }
         guard let slash = path.lastIndex(of: "/") else { return nil }
         let folder = String(path[...slash])
         for candidate in [folder + scannerName, folder + "../libexec/curfew/" + scannerName] {
-            var status = stat()
-            if stat(candidate, &status) == 0, status.st_mode & S_IFMT == S_IFREG, access(candidate, X_OK) == 0 { return candidate }
+            if (try? Syscalls.fileStatus(candidate))?.isRegular == true, Syscalls.isExecutable(candidate) { return candidate }
         }
         return nil
     }
@@ -77,7 +73,7 @@ public struct SafeScanner: Sendable {
     /// `nil` (no cache) when none names an absolute folder: a relative
     /// `HOME` would put the cache wherever the host happens to run.
     public static var defaultCacheFolder: String? {
-        defaultCacheFolder { getenv($0).map { String(cString: $0) } }
+        defaultCacheFolder(Syscalls.environmentValue)
     }
 
     static func defaultCacheFolder(_ variable: (String) -> String?, leaf: String = "scan-v2") -> String? {
@@ -93,7 +89,7 @@ public struct SafeScanner: Sendable {
 
     /// `snapshots` beside the default cache folder (``defaultCacheFolder``).
     public static var defaultSnapshotFolder: String? {
-        defaultCacheFolder({ getenv($0).map { String(cString: $0) } }, leaf: "snapshots")
+        defaultCacheFolder(Syscalls.environmentValue, leaf: "snapshots")
     }
 
     /// The snapshots of ``snapshotFolder``, or why there are none.
@@ -304,15 +300,15 @@ public struct SafeScanner: Sendable {
         guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
         var forkFailed = false
         let worker = launcher.start(channel: channel[1], forkFailed: &forkFailed)
-        close(channel[1])
+        Syscalls.close(channel[1])
         guard let worker else {
-            close(channel[0])
+            Syscalls.close(channel[0])
             // Forking is off from now on: a new socket, for a spawned worker.
             if forkFailed { return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt) }
             return (rejected("Cannot start a scanner worker (\(workerExecutable))."), false)
         }
         var closed = false
-        defer { if !closed { close(channel[0]) } }
+        defer { if !closed { Syscalls.close(channel[0]) } }
         /// Kills the worker, or lets it exit (it said it is done) and then
         /// kills what it left in its group: its wait status, or `nil` when unknown.
         func end(killing: Bool) -> Int32? { worker.end(killing ? .kill : Teardown([.wait(allowed: .seconds(2))])) }
@@ -328,15 +324,13 @@ public struct SafeScanner: Sendable {
                 _ = end(killing: true)
                 return nil
             }
-            var entry = [pollfd(fd: channel[0], events: Int16(POLLIN), revents: 0)]
-            let ready = Syscalls.poll(&entry, milliseconds: 100)
-            if ready == 0 {
+            if !Syscalls.waitForInput(channel[0], milliseconds: 100) {
                 guard clock.now() >= deadline else { continue }
                 // No end within the timeout: loading the file hangs.
                 _ = end(killing: true)
                 return hungVerdict
             }
-            let count = bytes.withUnsafeMutableBytes { buffer in Syscalls.retryingEINTR { read(channel[0], buffer.baseAddress, buffer.count) } }
+            let count = bytes.withUnsafeMutableBytes { buffer in (try? Syscalls.read(channel[0], into: buffer)) ?? -1 }
             if count <= 0 { break }
             let events = bytes.withUnsafeBytes { reply.read(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             guard said.hear(events) else { break }
@@ -346,7 +340,7 @@ public struct SafeScanner: Sendable {
             // It ended before it loaded anything (say, forked as its server
             // died, it left at once): no verdict on the file. Another worker,
             // on another socket.
-            close(channel[0])
+            Syscalls.close(channel[0])
             closed = true
             return scanAlone(file, launchers: launchers, shouldStop: shouldStop, attempt: attempt + 1)
         }
@@ -396,8 +390,8 @@ public struct SafeScanner: Sendable {
         /// forked a child with `channel` before it died, so that socket must
         /// not go to another worker (two would read one message).
         func start(channel: Int32, forkFailed: inout Bool) -> (any TeardownTarget)? {
-            let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
-            defer { if null >= 0 { Glibc.close(null) } }
+            let null = (try? Syscalls.open("/dev/null", .write)) ?? -1
+            defer { if null >= 0 { Syscalls.close(null) } }
             if forks.isOn {
                 if let forked = forks.fork(channel: channel, out: null, err: null) { return ForkedWorker(forked.child, of: forked.server) }
                 forkFailed = true

@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -145,7 +144,7 @@ package struct ScanCache: Sendable {
         for (name, shard) in shards where shard.changed {
             var entries: [(key: Key, result: FileResult)] = []
             for entry in shard.entries.values {
-                if shard.stored.contains(entry.key.path) || access(entry.key.path, F_OK) == 0 {
+                if shard.stored.contains(entry.key.path) || Syscalls.exists(entry.key.path) {
                     entries.append(entry)
                 } else {
                     forgotten.append(entry.key.path)
@@ -238,16 +237,18 @@ package struct ScanCache: Sendable {
     /// and renames it over `path`: readers never see half a shard.
     private static func replace(_ path: String, with bytes: [UInt8]) {
         for attempt in 0..<8 {
-            let temporary = path + ".\(getpid()).\(UInt32.random(in: .min ... .max)).\(attempt).tmp"
-            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-            if fd < 0 {
-                if errno == EEXIST { continue }
+            let temporary = path + ".\(Syscalls.processID).\(UInt32.random(in: .min ... .max)).\(attempt).tmp"
+            let fd: Int32
+            do throws(SystemError) {
+                fd = try Syscalls.open(temporary, .write, [.create, .exclusive, .noFollow], permissions: 0o600)
+            } catch {
+                if error == .exists { continue }
                 return
             }
             let written = bytes.withUnsafeBytes { Syscalls.writeAll(fd, $0) }
-            close(fd)
-            if written == bytes.count && rename(temporary, path) == 0 { return }
-            unlink(temporary)
+            Syscalls.close(fd)
+            if written == bytes.count && (try? Syscalls.rename(temporary, to: path)) != nil { return }
+            try? Syscalls.unlink(temporary)
             return
         }
     }
@@ -255,14 +256,12 @@ package struct ScanCache: Sendable {
     /// The shard file, if it is a regular file of this user's that nobody
     /// else can write, of at most ``maximumBytes``.
     private static func readOwnFile(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0,
-            info.st_size <= maximumBytes
+        guard let fd = try? Syscalls.open(path, .read, [.noFollow, .nonBlocking]) else { return nil }
+        defer { Syscalls.close(fd) }
+        guard let info = try? Syscalls.status(of: fd), info.isRegular, info.owner == Syscalls.userID, info.mode & 0o022 == 0,
+            info.size <= maximumBytes
         else { return nil }
-        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
+        var bytes = [UInt8](repeating: 0, count: Int(info.size))
         let filled = bytes.withUnsafeMutableBytes { Syscalls.readFully(fd, into: $0) }
         return Array(bytes.prefix(filled))
     }

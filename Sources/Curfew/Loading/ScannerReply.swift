@@ -1,6 +1,5 @@
 import CCurfew
 import CurfewFormats
-import Glibc
 import _CurfewShims
 
 /// What a scanner process has said about its file so far.
@@ -79,7 +78,7 @@ struct ScannerSaid {
         guard finished, let answer, !signaled, (status >> 8) & 0xFF == 0 else {
             // A crash is the file's own; a SIGKILL can come from outside (a
             // sibling plugin's scanner, the OOM killer): not remembered.
-            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != SIGKILL)
+            return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != Signal.kill)
         }
         return (answer, true)
     }

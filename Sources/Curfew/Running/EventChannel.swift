@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Synchronization
 
 /// Delivers a run's events to its handler, in the order they were posted,
@@ -131,7 +130,7 @@ final class EventChannel: Sendable {
     /// holding no lock, from a thread that reads outside text, before reading.
     func waitForRoom() {
         while backlog.load(ordering: .relaxed) > Self.maximumBacklog {
-            usleep(1000)
+            Syscalls.nap(microseconds: 1000)
         }
     }
 

@@ -1,4 +1,3 @@
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -9,15 +8,11 @@ import _CurfewShims
 /// store and a load, nothing more.
 public enum HookThread {
     // Made once and never deleted; each thread reads and writes only its own slot.
-    private static let key: pthread_key_t = {
-        var key = pthread_key_t()
-        precondition(pthread_key_create(&key, nil) == 0, "cannot make a thread-local key")
-        return key
-    }()
+    private static let slot = ThreadLocalPointer()
 
     /// The name of the job whose hook this thread is in, or `nil`.
     public static var currentJob: String? {
-        guard let pointer = pthread_getspecific(key) else { return nil }
+        guard let pointer = slot.value else { return nil }
         // Contexts are never freed (see HostContext), so the pointer stays valid.
         return Unmanaged<HostContext>.fromOpaque(pointer).takeUnretainedValue().job.name
     }
@@ -74,9 +69,9 @@ public enum HookThread {
     /// worker that reports crashes, `place` as where a crash would be.
     @inline(__always)
     static func running<T>(_ context: HostContext, at place: @autoclosure () -> Place? = nil, _ body: () -> T) -> T {
-        let previous = pthread_getspecific(key)
-        pthread_setspecific(key, Unmanaged.passUnretained(context).toOpaque())
-        defer { pthread_setspecific(key, previous) }
+        let previous = slot.value
+        slot.value = Unmanaged.passUnretained(context).toOpaque()
+        defer { slot.value = previous }
         let reporting = reportsCrashes.load(ordering: .relaxed)
         if reporting {
             // For a hook that overflows its stack: one per thread, kept.
@@ -85,11 +80,8 @@ public enum HookThread {
         }
         defer { if reporting { curfew_shim_crash_where(nil, 0, 0, nil) } }
         guard unblocksSignals.load(ordering: .relaxed) else { return body() }
-        var none = sigset_t()
-        var kept = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, &kept)
-        defer { pthread_sigmask(SIG_SETMASK, &kept, nil) }
+        let kept = SignalMask.unblockAll()
+        defer { kept.restore() }
         return body()
     }
 }
@@ -122,7 +114,7 @@ extension HookThread {
         let reader = ends[0]
         let started = OSThread.detach {
             var byte: UInt8 = 0
-            _ = Syscalls.retryingEINTR { read(reader, &byte, 1) }
+            _ = withUnsafeMutableBytes(of: &byte) { try? Syscalls.read(reader, into: $0) }
             var job: UnsafePointer<CChar>?
             var hook: UnsafePointer<CChar>?
             var signal: UnsafePointer<CChar>?
@@ -131,7 +123,7 @@ extension HookThread {
             report(Fault(
                 job: String(cString: job), hook: String(cString: hook), chunk: chunk > 0 ? chunk : nil,
                 signal: String(cString: signal)))
-            _exit(status)
+            Syscalls.exitNow(status)
         }
         guard started, curfew_shim_install_fault_reporter(human, machine, status, ends[1]) == 0 else { return false }
         reportsCrashes.store(true, ordering: .relaxed)
@@ -148,6 +140,6 @@ extension HookThread {
         var signal: UnsafePointer<CChar>?
         var chunk: UInt64 = 0
         guard curfew_shim_fault(&job, &hook, &chunk, &signal) == 1 else { return }
-        while true { pause() }
+        Syscalls.waitForever()
     }
 }

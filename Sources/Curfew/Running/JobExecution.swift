@@ -1,5 +1,4 @@
 import Dispatch
-import Glibc
 import Synchronization
 
 /// How one job runs: in process (``JobRun``) or in a worker (``WorkerRun``).

@@ -1,5 +1,4 @@
 import CCurfew
-import Glibc
 import Dispatch
 import Synchronization
 import _CurfewShims
@@ -139,7 +138,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: handlers)
         sliceCount.initialize(to: 0)
-        cName = UnsafePointer(strdup(job.name)!)
+        cName = UnsafePointer(CStrings.copy(job.name))
         super.init(job: job, parameters: parameters)
     }
 

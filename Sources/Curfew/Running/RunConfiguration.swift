@@ -1,5 +1,4 @@
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 

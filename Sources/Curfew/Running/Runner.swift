@@ -1,5 +1,4 @@
 import Dispatch
-import Glibc
 import Synchronization
 
 /// Runs jobs, each under its own grant, at most a given number at once,
@@ -199,7 +198,7 @@ public final class Runner: Sendable {
         let end = ContinuousClock.now + limit
         while !events.isDrained {
             guard ContinuousClock.now < end else { return false }
-            usleep(1000)
+            Syscalls.nap(microseconds: 1000)
         }
         return true
     }

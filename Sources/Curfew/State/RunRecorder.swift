@@ -1,5 +1,4 @@
 import Dispatch
-import Glibc
 import Synchronization
 
 /// Writes one runner's run into the state store: the run when it begins
@@ -119,17 +118,16 @@ enum PluginFingerprint {
     /// `/dev/zero` once hashed forever. Not a defence against a forger (the
     /// file is the user's own): it tells builds apart.
     static func contentHash(of path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        var left = Int64(info.st_size)
+        guard let fd = try? Syscalls.open(path, .read, [.nonBlocking]) else { return nil }
+        defer { Syscalls.close(fd) }
+        guard let info = try? Syscalls.status(of: fd), info.isRegular else { return nil }
+        var left = info.size
         var hash = FNV1a()
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while left > 0 {
-            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(fd, bytes.baseAddress, Int(min(Int64(bytes.count), left))) } }
-            if count < 0 { return nil }
+            let wanted = Int(min(Int64(buffer.count), left))
+            guard let count = buffer.withUnsafeMutableBytes({ bytes in try? Syscalls.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: bytes[..<wanted])) })
+            else { return nil }
             if count == 0 { break }
             hash.add(buffer[..<count])
             left -= Int64(count)

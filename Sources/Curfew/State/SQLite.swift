@@ -1,5 +1,4 @@
 import CSQLite
-import Glibc
 
 /// One SQLite connection and its prepared statements. Not thread-safe:
 /// its owner (``StateStore``) uses it under a lock.

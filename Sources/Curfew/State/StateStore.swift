@@ -1,6 +1,5 @@
 import CCurfew
 import CSQLite
-import Glibc
 import Synchronization
 
 /// What the host remembers between runs: each job's checkpoint, the history
@@ -103,26 +102,29 @@ public final class StateStore: @unchecked Sendable {
     /// and the store's files 600 when others could read them. What it
     /// changed, a sentence each.
     private static func makePrivate(folder: String, store: String, fixing: Bool) throws(CurfewError) -> [String] {
-        let created = open(store, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
-        if created >= 0 { close(created) }
+        if let created = try? Syscalls.open(store, .readWrite, [.create, .noFollow, .nonBlocking], permissions: 0o600) {
+            Syscalls.close(created)
+        }
         guard fixing else { return [] }
         var changed: [String] = []
-        var info = stat()
-        if lstat(folder, &info) == 0, info.st_mode & 0o077 != 0 {
-            guard chmod(folder, 0o700) == 0 else {
-                throw CurfewError(.stateUnavailable, "others can read the state folder \(folder), and it cannot be made private: \(String(cString: strerror(errno)))")
+        if let info = try? Syscalls.linkStatus(folder), info.mode & 0o077 != 0 {
+            do throws(SystemError) {
+                try Syscalls.changeMode(folder, to: 0o700)
+            } catch {
+                throw CurfewError(.stateUnavailable, "others can read the state folder \(folder), and it cannot be made private: \(error.message)")
             }
-            changed.append("the state folder \(folder) was mode \(String(info.st_mode & 0o777, radix: 8)); it is 700 now, so only you read checkpoints and history")
+            changed.append("the state folder \(folder) was mode \(String(info.mode & 0o777, radix: 8)); it is 700 now, so only you read checkpoints and history")
         }
         for file in [store, store + "-wal", store + "-shm"] {
-            let fd = open(file, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-            guard fd >= 0 else { continue }
-            defer { close(fd) }
-            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_mode & 0o077 != 0 else { continue }
-            guard fchmod(fd, 0o600) == 0 else {
-                throw CurfewError(.stateUnavailable, "others can read \(file), and it cannot be made private: \(String(cString: strerror(errno)))")
+            guard let fd = try? Syscalls.open(file, .read, [.noFollow, .nonBlocking]) else { continue }
+            defer { Syscalls.close(fd) }
+            guard let info = try? Syscalls.status(of: fd), info.isRegular, info.mode & 0o077 != 0 else { continue }
+            do throws(SystemError) {
+                try Syscalls.changeMode(of: fd, to: 0o600)
+            } catch {
+                throw CurfewError(.stateUnavailable, "others can read \(file), and it cannot be made private: \(error.message)")
             }
-            changed.append("\(file) was mode \(String(info.st_mode & 0o777, radix: 8)); it is 600 now")
+            changed.append("\(file) was mode \(String(info.mode & 0o777, radix: 8)); it is 600 now")
         }
         return changed
     }
@@ -136,7 +138,7 @@ public final class StateStore: @unchecked Sendable {
 
     /// ``defaultFolder(environment:)`` for this process's environment.
     public static func defaultFolder() -> String? {
-        defaultFolder { getenv($0).map { String(cString: $0) } }
+        defaultFolder(Syscalls.environmentValue)
     }
 
     private static func defaultFolder(_ variable: (String) -> String?) -> String? {
@@ -151,9 +153,7 @@ public final class StateStore: @unchecked Sendable {
     /// `path` made absolute from the working folder (symlinks kept): how the
     /// store names plugins, so runs from elsewhere name the same file.
     public static func absolutePath(_ path: String) -> String {
-        guard !path.hasPrefix("/"), let current = getcwd(nil, 0) else { return path }
-        defer { free(current) }
-        var folder = String(cString: current)
+        guard !path.hasPrefix("/"), var folder = Syscalls.currentDirectory() else { return path }
         if !folder.hasSuffix("/") { folder += "/" }
         return folder + (path.hasPrefix("./") ? String(path.dropFirst(2)) : path)
     }
@@ -294,7 +294,7 @@ public final class StateStore: @unchecked Sendable {
         try locked { connection throws(CurfewError) in
             try connection.query(
                 "INSERT INTO runs (started_at, host_version, isolation, pid) VALUES (?, ?, ?, ?) RETURNING id",
-                [.integer(Self.wallMilliseconds()), .text(hostVersion), .text(isolation.rawValue), .integer(Int64(getpid()))]
+                [.integer(Self.wallMilliseconds()), .text(hostVersion), .text(isolation.rawValue), .integer(Int64(Syscalls.processID))]
             ).first?.first?.integer ?? 0
         }
     }
@@ -508,15 +508,15 @@ public final class StateStore: @unchecked Sendable {
     /// new file at `destination` (mode 600, never over an existing file),
     /// with SQLite's online backup.
     public func backup(to destination: String) throws(CurfewError) {
-        let made = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard made >= 0 else {
-            throw CurfewError(.stateUnavailable, "cannot create \(destination): \(String(cString: strerror(errno)))")
+        do throws(SystemError) {
+            Syscalls.close(try Syscalls.open(destination, .write, [.create, .exclusive, .noFollow], permissions: 0o600))
+        } catch {
+            throw CurfewError(.stateUnavailable, "cannot create \(destination): \(error.message)")
         }
-        close(made)
         do throws(CurfewError) {
             try copy(to: destination)
         } catch {
-            for file in [destination, destination + "-journal", destination + "-wal", destination + "-shm"] { unlink(file) }
+            for file in [destination, destination + "-journal", destination + "-wal", destination + "-shm"] { try? Syscalls.unlink(file) }
             throw error
         }
     }
@@ -657,33 +657,6 @@ public struct CheckpointInfo: Sendable, Equatable {
     public let plugin: String
     public let bytes: Int
     public let savedAt: WallTime
-}
-
-/// A moment on the wall clock, in milliseconds since the Unix epoch: when
-/// history happened, comparable across restarts (unlike ``CurfewInstant``).
-public struct WallTime: Sendable, Hashable, Comparable {
-    public let milliseconds: Int64
-
-    public init(milliseconds: Int64) { self.milliseconds = milliseconds }
-
-    public static func now() -> WallTime {
-        var time = timespec()
-        clock_gettime(CLOCK_REALTIME, &time)
-        return WallTime(milliseconds: Int64(time.tv_sec) &* 1000 &+ Int64(time.tv_nsec) / 1_000_000)
-    }
-
-    public static func < (a: WallTime, b: WallTime) -> Bool { a.milliseconds < b.milliseconds }
-
-    /// `duration` later, saturating.
-    public func later(by duration: Duration) -> WallTime {
-        let (value, overflow) = milliseconds.addingReportingOverflow(duration.milliseconds)
-        return WallTime(milliseconds: overflow ? (duration > .zero ? .max : .min) : value)
-    }
-
-    /// `duration` earlier, saturating.
-    public func earlier(by duration: Duration) -> WallTime {
-        later(by: .zero - duration)
-    }
 }
 
 /// How one job's run ended, as the history keeps it.

@@ -1,4 +1,3 @@
-import Glibc
 import _CurfewShims
 
 /// The one writer of a state store: an exclusive `flock` on `state.lock`
@@ -19,8 +18,9 @@ public final class StoreLock: Sendable {
         /// A serving host's control socket.
         public var socket: String?
 
-        public init(pid: Int32 = getpid(), command: String, socket: String? = nil) {
-            self.pid = pid
+        /// `pid` `nil`: this process.
+        public init(pid: Int32? = nil, command: String, socket: String? = nil) {
+            self.pid = pid ?? Syscalls.processID
             self.command = command
             self.socket = socket
         }
@@ -88,12 +88,12 @@ public final class StoreLock: Sendable {
             locked = try Syscalls.tryExclusiveLock(fd)
             if locked { try Syscalls.rewrite(fd, with: Array(holder.text.utf8)) }
         } catch {
-            close(fd)
+            Syscalls.close(fd)
             throw CurfewError(.stateUnavailable, "cannot lock the state store \(path): \(error.message)")
         }
         guard locked else {
             let other = (try? Syscalls.readPrefix(of: fd, count: Self.maximumRead)).flatMap(Holder.parse)
-            close(fd)
+            Syscalls.close(fd)
             throw CurfewError(.stateLocked, Self.refusal(folder: folder, holder: other))
         }
         self.fd = fd
@@ -102,7 +102,7 @@ public final class StoreLock: Sendable {
 
     deinit {
         curfew_shim_close_in_children(-1)
-        close(fd)
+        Syscalls.close(fd)
     }
 
     static func refusal(folder: String, holder: Holder?) -> String {

@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 import Synchronization
 
 /// A batch run as `curfew run` makes it, for any program that embeds

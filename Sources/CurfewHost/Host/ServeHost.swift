@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 import Synchronization
 
 /// A resident host as `curfew serve` makes it, for any program that embeds

@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 import Synchronization
 
 /// A request to stop a run before its jobs are done — a signal, or the
@@ -57,13 +56,13 @@ public final class StopRequest: Sendable {
     public func catchSignals(
         status: @escaping @Sendable (Int32) -> Int32, hangUp: (@Sendable () -> Void)? = nil
     ) throws(CurfewError) -> SignalMonitor {
-        try SignalMonitor(signals: [SIGINT, SIGTERM, SIGHUP]) { [self] number in
-            if number == SIGHUP, let hangUp { return hangUp() }
+        try SignalMonitor(signals: [Signal.interrupt, Signal.terminate, Signal.hangUp]) { [self] number in
+            if number == Signal.hangUp, let hangUp { return hangUp() }
             let again = state.withLock { state in
                 defer { state.signalled = true }
                 return state.signalled
             }
-            if again { _exit(128 + number) }
+            if again { Syscalls.exitNow(128 + number) }
             request(status: status(number), reason: SignalMonitor.name(of: number))
         }
     }

@@ -1,6 +1,5 @@
 import Curfew
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -56,7 +55,7 @@ public final class ControlSocket: Sendable {
                 ready.wait()
                 let next = waiting.withLock { state -> (client: Int32, request: [UInt8])?? in
                     if state.closed {
-                        for waiting in state.requests { Glibc.close(waiting.client) }
+                        for waiting in state.requests { Syscalls.close(waiting.client) }
                         return .some(nil)
                     }
                     return state.requests.isEmpty ? nil : state.requests.removeFirst()
@@ -79,7 +78,12 @@ public final class ControlSocket: Sendable {
     /// `RuntimeDirectory=`), else `$XDG_RUNTIME_DIR/curfew/serve.sock`, else
     /// `~/.cache/curfew/serve.sock` (a folder no other user can make first,
     /// as one in `/tmp` is), else `/tmp/curfew-UID/serve.sock`.
-    public static func defaultPath(environment: (String) -> String? = { getenv($0).map { String(cString: $0) } }) -> String {
+    public static func defaultPath() -> String {
+        defaultPath(environment: Syscalls.environmentValue)
+    }
+
+    /// ``defaultPath()`` for the variables `environment` gives.
+    public static func defaultPath(environment: (String) -> String?) -> String {
         if let runtime = environment("RUNTIME_DIRECTORY"), runtime.hasPrefix("/") {
             // systemd may list several, separated by colons: the first is ours.
             return String(runtime.split(separator: ":").first ?? Substring(runtime)) + "/serve.sock"
@@ -87,10 +91,10 @@ public final class ControlSocket: Sendable {
         if let runtime = environment("XDG_RUNTIME_DIR"), runtime.hasPrefix("/") {
             return runtime + "/curfew/serve.sock"
         }
-        if let home = environment("HOME"), home.hasPrefix("/"), home.utf8.count + 26 < MemoryLayout.size(ofValue: sockaddr_un().sun_path) {
+        if let home = environment("HOME"), home.hasPrefix("/"), home.utf8.count + 26 <= Syscalls.maximumSocketPathBytes {
             return home + "/.cache/curfew/serve.sock"
         }
-        return "/tmp/curfew-\(geteuid())/serve.sock"
+        return "/tmp/curfew-\(Syscalls.userID)/serve.sock"
     }
 
     /// Why a client must not trust an answer from the socket at `path`, or
@@ -98,25 +102,23 @@ public final class ControlSocket: Sendable {
     /// another user's (not this one's, nor root's) in a folder others can
     /// write, where anyone could have made it first (`/tmp`); or the socket
     /// is not a socket, or another user's. (As ssh-agent's clients check.)
-    static func distrust(_ path: String, user: uid_t = geteuid()) -> String? {
+    static func distrust(_ path: String, user: UInt32 = Syscalls.userID) -> String? {
         let folder = Syscalls.folder(of: path)
-        var info = stat()
-        guard lstat(folder, &info) == 0 else { return nil }  // nothing there: connecting says so
-        guard info.st_mode & S_IFMT == S_IFDIR else { return "its folder \(folder) is not a folder (a symlink is not trusted)" }
-        guard info.st_mode & 0o022 == 0 else {
-            return "others can write its folder \(folder) (mode \(String(info.st_mode & 0o777, radix: 8))), so anyone could answer there"
+        guard let info = try? Syscalls.linkStatus(folder) else { return nil }  // nothing there: connecting says so
+        guard info.isDirectory else { return "its folder \(folder) is not a folder (a symlink is not trusted)" }
+        guard info.mode & 0o022 == 0 else {
+            return "others can write its folder \(folder) (mode \(String(info.mode & 0o777, radix: 8))), so anyone could answer there"
         }
-        let owner = info.st_uid
+        let owner = info.owner
         if owner != user && owner != 0 {
-            var parent = stat()
             let above = Syscalls.folder(of: folder)
-            if lstat(above, &parent) != 0 || parent.st_mode & 0o022 != 0 {
+            if (try? Syscalls.linkStatus(above)).map({ $0.mode & 0o022 != 0 }) ?? true {
                 return "its folder \(folder) belongs to uid \(owner), not you, in \(above), where anyone could have made it first"
             }
         }
-        guard lstat(path, &info) == 0 else { return nil }
-        guard info.st_mode & S_IFMT == S_IFSOCK else { return "\(path) is not a socket" }
-        guard [user, 0, owner].contains(info.st_uid) else { return "it belongs to uid \(info.st_uid), neither you nor its folder's owner" }
+        guard let socket = try? Syscalls.linkStatus(path) else { return nil }
+        guard socket.isSocket else { return "\(path) is not a socket" }
+        guard [user, 0, owner].contains(socket.owner) else { return "it belongs to uid \(socket.owner), neither you nor its folder's owner" }
         return nil
     }
 
@@ -125,18 +127,20 @@ public final class ControlSocket: Sendable {
     public static let systemServicePath = "/run/curfew/serve.sock"
 
     /// Where `curfew status` and `curfew ctl` look without `--socket`: this
-    /// user's server (``defaultPath(environment:)``) when it has one, else
+    /// user's server (``defaultPath()``) when it has one, else
     /// the system service's, so an operator's shell finds the service.
-    public static func clientPath(
-        environment: (String) -> String? = { getenv($0).map { String(cString: $0) } },
-        exists: (String) -> Bool = { access($0, F_OK) == 0 }
-    ) -> String {
+    public static func clientPath() -> String {
+        clientPath(environment: Syscalls.environmentValue, exists: Syscalls.exists)
+    }
+
+    /// ``clientPath()`` for the variables `environment` gives and the paths `exists` finds.
+    public static func clientPath(environment: (String) -> String?, exists: (String) -> Bool) -> String {
         let own = defaultPath(environment: environment)
         return !exists(own) && exists(systemServicePath) ? systemServicePath : own
     }
 
     /// Whether a peer of user `uid` may use the socket of a host run by `owner`.
-    static func admits(uid: uid_t, owner: uid_t) -> Bool {
+    static func admits(uid: UInt32, owner: UInt32) -> Bool {
         uid == owner || uid == 0
     }
 
@@ -145,56 +149,46 @@ public final class ControlSocket: Sendable {
     ///
     /// - Throws: When another host serves there already, or the path cannot be bound.
     /// - Parameters:
-    ///   - host: The process whose descendants are refused (this one; `nil`
-    ///     for none, as for a test that asks its own socket through a child).
+    ///   - refusesJobs: Whether this process's descendants (its jobs) are
+    ///     refused; not for a test that asks its own socket through a child.
     ///   - refused: Told, in a sentence, of each peer refused for being a
     ///     job of the host (an operator wants to know a job tried).
     public init(
-        path: String, host: pid_t? = getpid(), refused: @escaping @Sendable (String) -> Void = { _ in },
+        path: String, refusesJobs: Bool = true, refused: @escaping @Sendable (String) -> Void = { _ in },
         handle: @escaping @Sendable (_ request: [UInt8]) -> String
     ) throws(CurfewError) {
         self.path = path
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard path.utf8.count < capacity, !path.utf8.contains(0) else {
-            throw CurfewError(.unreadable, "the control socket path \(path) is longer than \(capacity - 1) bytes; choose a shorter one with --socket")
+        guard path.utf8.count <= Syscalls.maximumSocketPathBytes, !path.utf8.contains(0) else {
+            throw CurfewError(
+                .unreadable, "the control socket path \(path) is longer than \(Syscalls.maximumSocketPathBytes) bytes; choose a shorter one with --socket")
         }
         try PrivateFolder.prepare(Syscalls.folder(of: path), what: "the control socket's folder", code: .unreadable)
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
         if Self.answers(path) {
             throw CurfewError(.unreadable, "another curfew serve answers on \(path); stop it, or choose another socket with --socket")
         }
-        var info = stat()
-        if lstat(path, &info) == 0 {
-            guard info.st_mode & S_IFMT == S_IFSOCK else {
+        if let info = try? Syscalls.linkStatus(path) {
+            guard info.isSocket else {
                 throw CurfewError(.unreadable, "\(path) exists and is not a socket; it was left as it is")
             }
-            unlink(path)  // a socket no host answers on: left by one that died
+            try? Syscalls.unlink(path)  // a socket no host answers on: left by one that died
         }
         // Non-blocking: the loop accepts until none is waiting.
-        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard descriptor >= 0 else { throw CurfewError(.unreadable, "cannot make the control socket: \(String(cString: strerror(errno)))") }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard bound == 0, chmod(path, 0o600) == 0, listen(descriptor, 16) == 0 else {
-            let why = String(cString: strerror(errno))
-            Glibc.close(descriptor)
-            throw CurfewError(.unreadable, "cannot serve the control socket \(path): \(why)")
+        do throws(SystemError) {
+            descriptor = try Syscalls.listenLocal(at: path, backlog: 16)
+        } catch {
+            throw CurfewError(.unreadable, "cannot serve the control socket \(path): \(error.message)")
         }
         let fd = descriptor
         let closed = self.closed
-        let owner = geteuid()
+        let owner = Syscalls.userID
+        let host = refusesJobs ? Syscalls.processID : nil
         let answering = Answers()
         let started = OSThread.detach({ answering.run(handle) }) && OSThread.detach {
             Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, answering: answering)
         }
         guard started else {
-            Glibc.close(descriptor)
-            unlink(path)
+            Syscalls.close(descriptor)
+            try? Syscalls.unlink(path)
             throw CurfewError(.unreadable, "cannot start the control socket's thread")
         }
     }
@@ -202,10 +196,10 @@ public final class ControlSocket: Sendable {
     /// Stops serving and removes the socket file.
     public func close() {
         guard !closed.value.exchange(true, ordering: .relaxed) else { return }
-        unlink(path)
+        try? Syscalls.unlink(path)
         // Wakes the accept: the thread sees the socket shut down and leaves.
-        shutdown(descriptor, Int32(SHUT_RDWR))
-        Glibc.close(descriptor)
+        Syscalls.shutdownBoth(descriptor)
+        Syscalls.close(descriptor)
     }
 
     /// A client whose request is still coming.
@@ -221,11 +215,11 @@ public final class ControlSocket: Sendable {
     /// The loop: accepts, checks each peer, reads every request as it
     /// comes, and hands each whole one to `handle` off the loop.
     private static func serve(
-        listening: Int32, closed: Flag, owner: uid_t, host: pid_t?, refused: @escaping @Sendable (String) -> Void,
+        listening: Int32, closed: Flag, owner: UInt32, host: Int32?, refused: @escaping @Sendable (String) -> Void,
         answering: Answers
     ) {
         var clients: [Client] = []
-        defer { for client in clients { Glibc.close(client.fd) } }
+        defer { for client in clients { Syscalls.close(client.fd) } }
         defer { answering.close() }
         var buffer = [UInt8](repeating: 0, count: 1024)
         // Out of descriptors, accepting waits a little: the listener would
@@ -236,7 +230,7 @@ public final class ControlSocket: Sendable {
             let now = ContinuousClock.now
             clients.removeAll { client in
                 guard client.deadline <= now else { return false }
-                Glibc.close(client.fd)  // no whole request in time
+                Syscalls.close(client.fd)  // no whole request in time
                 return true
             }
             // At the cap, a refused peer (a job) makes room first; else the
@@ -244,11 +238,10 @@ public final class ControlSocket: Sendable {
             if clients.count + answering.count.load(ordering: .relaxed) >= maximumClients,
                 let refusedOne = clients.firstIndex(where: { $0.refusal != nil })
             {
-                Glibc.close(clients.remove(at: refusedOne).fd)
+                Syscalls.close(clients.remove(at: refusedOne).fd)
             }
             let accepting = clients.count + answering.count.load(ordering: .relaxed) < maximumClients && acceptAgain <= now
-            var entries = [pollfd(fd: accepting ? listening : -1, events: Int16(POLLIN), revents: 0)]
-                + clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            var entries = [Syscalls.PollEntry(accepting ? listening : -1)] + clients.map { Syscalls.PollEntry($0.fd) }
             var deadlines = clients.map(\.deadline)
             if acceptAgain > now { deadlines.append(acceptAgain) }
             if !accepting && acceptAgain <= now { deadlines.append(now + .milliseconds(10)) }  // answers free slots
@@ -257,14 +250,19 @@ public final class ControlSocket: Sendable {
             if ready < 0 { return }
             guard ready > 0 else { continue }
             var done = Set<Int32>()
-            for (index, entry) in entries.enumerated().dropFirst() where entry.revents != 0 {
+            for (index, entry) in entries.enumerated().dropFirst() where entry.hasEvent {
                 let place = index - 1
                 let fd = clients[place].fd
-                let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(fd, bytes.baseAddress, bytes.count, Int32(MSG_DONTWAIT)) } }
-                if count < 0 && errno == EAGAIN { continue }
+                let count: Int
+                do throws(SystemError) {
+                    count = try Syscalls.receive(fd, into: &buffer, nonBlocking: true)
+                } catch {
+                    if error == .wouldBlock { continue }
+                    count = -1
+                }
                 guard count > 0 else {
                     done.insert(clients[place].fd)
-                    Glibc.close(clients[place].fd)
+                    Syscalls.close(clients[place].fd)
                     continue
                 }
                 clients[place].request += buffer[..<count]
@@ -282,13 +280,16 @@ public final class ControlSocket: Sendable {
                 }
             }
             if !done.isEmpty { clients.removeAll { done.contains($0.fd) } }
-            guard entries[0].revents != 0 else { continue }
+            guard entries[0].hasEvent else { continue }
             while clients.count + answering.count.load(ordering: .relaxed) < maximumClients {
-                let client = Syscalls.retryingEINTR { curfew_shim_accept(listening) }
-                if client < 0 {
-                    if errno == ECONNABORTED { continue }
-                    if errno == EMFILE || errno == ENFILE { acceptAgain = ContinuousClock.now + .milliseconds(100) }
-                    if errno == EAGAIN || errno == EMFILE || errno == ENFILE { break }
+                let client: Int32
+                do throws(SystemError) {
+                    client = try Syscalls.accept(listening)
+                } catch {
+                    if error == .connectionAborted { continue }
+                    let outOfDescriptors = error == .tooManyFiles || error == .tooManyFilesInSystem
+                    if outOfDescriptors { acceptAgain = ContinuousClock.now + .milliseconds(100) }
+                    if error == .wouldBlock || outOfDescriptors { break }
                     return  // shut down
                 }
                 // A job that floods the socket is said once a second, not once a try.
@@ -303,10 +304,9 @@ public final class ControlSocket: Sendable {
 
     /// Whether the peer of `client` may ask: `.some(nil)` when it may,
     /// else the answer it gets instead; `nil` when it is gone (closed).
-    private static func admit(_ client: Int32, owner: uid_t, host: pid_t?, refused: @Sendable (String) -> Void) -> String?? {
-        var peer: UInt32 = 0
-        guard curfew_shim_peer_uid(client, &peer) == 0 else {
-            Glibc.close(client)
+    private static func admit(_ client: Int32, owner: UInt32, host: Int32?, refused: @Sendable (String) -> Void) -> String?? {
+        guard let peer = Syscalls.peerUserID(client) else {
+            Syscalls.close(client)
             return nil
         }
         guard admits(uid: peer, owner: owner) else {
@@ -329,34 +329,24 @@ public final class ControlSocket: Sendable {
     /// (a client that reads a long answer a byte at a time holds no one
     /// up for longer), never blocking past it.
     fileprivate static func reply(_ client: Int32, _ line: String) {
-        defer { Glibc.close(client) }
-        let bytes = Array((line + "\n").utf8)
+        defer { Syscalls.close(client) }
+        var bytes = ArraySlice((line + "\n").utf8)
         let deadline = ContinuousClock.now + requestTimeout
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeBytes { buffer in
-                Syscalls.retryingEINTR { Glibc.send(client, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT)) }
+        while !bytes.isEmpty {
+            do throws(SystemError) {
+                let written = try Syscalls.send(client, Array(bytes), nonBlocking: true)
+                guard written > 0 else { return }
+                bytes = bytes.dropFirst(written)
+            } catch {
+                guard error == .wouldBlock, let left = milliseconds(until: deadline) else { return }
+                var entry = [Syscalls.PollEntry(client, input: false, output: true)]
+                _ = Syscalls.poll(&entry, milliseconds: left)
             }
-            if written > 0 {
-                offset += written
-                continue
-            }
-            guard written < 0, errno == EAGAIN, let left = milliseconds(until: deadline) else { return }
-            var entry = [pollfd(fd: client, events: Int16(POLLOUT), revents: 0)]
-            _ = Syscalls.poll(&entry, milliseconds: left)
         }
     }
 
     private static func send(_ client: Int32, _ line: String) {
-        var bytes = Array((line + "\n").utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes.withUnsafeMutableBytes { buffer in
-                Syscalls.retryingEINTR { Glibc.send(client, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL)) }
-            }
-            guard written > 0 else { return }
-            offset += written
-        }
+        _ = Syscalls.sendAll(client, Array((line + "\n").utf8))
     }
 
     /// How long a client waits for its answer, from connecting to the last byte.
@@ -368,17 +358,14 @@ public final class ControlSocket: Sendable {
         if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
         let deadline = ContinuousClock.now + answerTimeout
         let fd = try connect(path, by: deadline)
-        defer { Glibc.close(fd) }
+        defer { Syscalls.close(fd) }
         // The kernel's word on who answers: this user, root, or the socket folder's owner (a service's user).
-        var server: UInt32 = 0
-        var info = stat()
-        if curfew_shim_peer_uid(fd, &server) == 0, server != geteuid(), server != 0,
-            lstat(Syscalls.folder(of: path), &info) != 0 || info.st_uid != server
+        if let server = Syscalls.peerUserID(fd), server != Syscalls.userID, server != 0,
+            (try? Syscalls.linkStatus(Syscalls.folder(of: path)))?.owner != server
         {
             throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
         }
-        var timeout = timeval(tv_sec: Int(answerTimeout.components.seconds), tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        Syscalls.setSendTimeout(fd, answerTimeout)
         send(fd, request)
         var answer: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -387,10 +374,8 @@ public final class ControlSocket: Sendable {
         var ended = false
         while !ended {
             guard let left = milliseconds(until: deadline) else { throw timedOut(path) }
-            var entry = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
-            guard Syscalls.poll(&entry, milliseconds: left) > 0 else { continue }  // the deadline is checked above
-            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(fd, bytes.baseAddress, bytes.count, 0) } }
-            guard count > 0 else { break }
+            guard Syscalls.waitForInput(fd, milliseconds: left) else { continue }  // the deadline is checked above
+            guard let count = try? Syscalls.receive(fd, into: &buffer), count > 0 else { break }
             ended = buffer[..<count].contains(UInt8(ascii: "\n"))
             answer += buffer[..<count]
             guard answer.count <= 64 << 20 else { break }
@@ -415,44 +400,21 @@ public final class ControlSocket: Sendable {
     /// A connection to `path`, made by `deadline` (a host whose queue of
     /// connections is full is tried again until then).
     private static func connect(_ path: String, by deadline: ContinuousClock.Instant? = nil) throws(CurfewError) -> Int32 {
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        guard path.utf8.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard path.utf8.count <= Syscalls.maximumSocketPathBytes else {
             throw CurfewError(.unreadable, "the control socket path \(path) is too long")
         }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            for (index, byte) in path.utf8.enumerated() { raw[index] = byte }
-        }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-        guard fd >= 0 else { throw CurfewError(.unreadable, "cannot make a socket: \(String(cString: strerror(errno)))") }
-        var connected: Int32
-        repeat {
-            connected = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                    Syscalls.retryingEINTR { Glibc.connect(fd, socketAddress, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-                }
-            }
-            // A Unix socket's connect fails at once with EAGAIN when the host's queue is full.
-            guard connected != 0, errno == EAGAIN, let deadline else { break }
-            guard milliseconds(until: deadline) != nil else {
-                Glibc.close(fd)
-                throw timedOut(path)
-            }
-            poll(nil, 0, 10)
-        } while true
-        guard connected == 0 else {
-            let why = errno == ENOENT || errno == ECONNREFUSED ? "no curfew serve is running there" : String(cString: strerror(errno))
-            Glibc.close(fd)
+        do throws(SystemError) {
+            return try Syscalls.connectLocal(to: path, by: deadline)
+        } catch {
+            if error == .timedOut { throw timedOut(path) }
+            let why = error == .noEntry || error == .connectionRefused ? "no curfew serve is running there" : error.message
             throw CurfewError(.unreadable, "cannot reach \(path): \(why)")
         }
-        let flags = fcntl(fd, F_GETFL)
-        _ = fcntl(fd, F_SETFL, flags & ~O_NONBLOCK)
-        return fd
     }
 
     private static func answers(_ path: String) -> Bool {
         guard let fd = try? connect(path, by: .now + .seconds(1)) else { return false }
-        Glibc.close(fd)
+        Syscalls.close(fd)
         return true
     }
 

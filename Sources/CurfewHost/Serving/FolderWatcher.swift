@@ -1,6 +1,5 @@
 import Curfew
 import Dispatch
-import Glibc
 
 /// Watches plugin folders with inotify and says what changed in them.
 ///
@@ -39,31 +38,30 @@ package final class FolderWatcher: @unchecked Sendable {
     private let source: any DispatchSourceRead
     private let onChanges: @Sendable ([Change]) -> Void
 
-    private static let mask = UInt32(IN_CLOSE_WRITE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_MODIFY | IN_CREATE)
-        | UInt32(IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_ONLYDIR)
+    private static let mask: Inotify.Events = [.closeWrite, .movedTo, .movedFrom, .delete, .modify, .create, .deleteSelf, .moveSelf, .onlyFolder]
 
     /// Starts watching `folders`; `onChanges` is called on `queue` with the
     /// changes of each read, in the order they happened.
     init(folders: [String], queue: DispatchQueue, onChanges: @escaping @Sendable ([Change]) -> Void) throws(CurfewError) {
-        descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
-        guard descriptor >= 0 else {
-            throw CurfewError(.unreadable, "cannot watch the plugin folders: inotify_init1: \(String(cString: strerror(errno)))")
+        do throws(SystemError) {
+            descriptor = try Inotify.open()
+        } catch {
+            throw CurfewError(.unreadable, "cannot watch the plugin folders: inotify_init1: \(error.message)")
         }
         for folder in folders {
-            let watch = inotify_add_watch(descriptor, folder, Self.mask)
-            guard watch >= 0 else {
-                let why = String(cString: strerror(errno))
-                close(descriptor)
-                let hint = errno == ENOSPC ? " (raise fs.inotify.max_user_watches)" : ""
-                throw CurfewError(.unreadable, "cannot watch \(folder): \(why)\(hint)")
+            do throws(SystemError) {
+                watches[try Inotify.watch(descriptor, folder, for: Self.mask)] = folder
+            } catch {
+                Syscalls.close(descriptor)
+                let hint = error == .noSpace ? " (raise fs.inotify.max_user_watches)" : ""
+                throw CurfewError(.unreadable, "cannot watch \(folder): \(error.message)\(hint)")
             }
-            watches[watch] = folder
         }
         self.onChanges = onChanges
         source = DispatchSource.makeReadSource(fileDescriptor: descriptor, queue: queue)
         let fd = descriptor
         source.setEventHandler { [unowned self] in self.readEvents() }
-        source.setCancelHandler { close(fd) }
+        source.setCancelHandler { Syscalls.close(fd) }
         source.activate()
     }
 
@@ -76,14 +74,13 @@ package final class FolderWatcher: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         var changes: [Change] = []
         while true {
-            let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(descriptor, bytes.baseAddress, bytes.count) } }
-            guard count > 0 else { break }
+            guard let count = try? Syscalls.read(descriptor, into: &buffer), count > 0 else { break }
             changes += Self.parse(buffer[..<count], folders: watches)
         }
         for case .folderGone(let folder) in changes {
             // A moved folder's watch would follow it elsewhere: dropped too.
             for (watch, watched) in watches where watched == folder {
-                inotify_rm_watch(descriptor, watch)
+                Inotify.unwatch(descriptor, watch)
                 watches[watch] = nil
             }
             if !missing.contains(folder) { missing.append(folder) }
@@ -96,8 +93,7 @@ package final class FolderWatcher: @unchecked Sendable {
     func rewatch() -> [String] {
         var back: [String] = []
         missing.removeAll { folder in
-            let watch = inotify_add_watch(descriptor, folder, Self.mask)
-            guard watch >= 0 else { return false }
+            guard let watch = try? Inotify.watch(descriptor, folder, for: Self.mask) else { return false }
             watches[watch] = folder
             back.append(folder)
             return true
@@ -109,37 +105,26 @@ package final class FolderWatcher: @unchecked Sendable {
     /// every length is still checked against what was read.
     package static func parse(_ bytes: ArraySlice<UInt8>, folders: [Int32: String]) -> [Change] {
         var changes: [Change] = []
-        var offset = bytes.startIndex
-        let header = 16  // wd, mask, cookie, len: four 32-bit fields
-        func field(_ at: Int) -> UInt32 {
-            UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
-        }
-        while bytes.endIndex - offset >= header {
-            let watch = Int32(bitPattern: field(offset))
-            let mask = field(offset + 4)
-            let length = Int(field(offset + 12))
-            guard length <= bytes.endIndex - offset - header else { break }
-            let nameBytes = bytes[(offset + header)..<(offset + header + length)].prefix { $0 != 0 }
-            offset += header + length
-            if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+        for event in Inotify.events(in: bytes) {
+            if event.events.contains(.overflow) {
                 changes.append(.overflow)
                 continue
             }
-            guard let folder = folders[watch] else { continue }
-            if mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 {
+            guard let folder = folders[event.watch] else { continue }
+            if !event.events.isDisjoint(with: [.deleteSelf, .moveSelf]) {
                 changes.append(.folderGone(folder))
                 continue
             }
-            let name = String(decoding: nameBytes, as: UTF8.self)
-            guard !name.isEmpty, !name.hasPrefix("."), mask & UInt32(IN_ISDIR) == 0 else { continue }
+            let name = String(decoding: event.name, as: UTF8.self)
+            guard !name.isEmpty, !name.hasPrefix("."), !event.events.contains(.isFolder) else { continue }
             let path = folder.hasSuffix("/") ? folder + name : folder + "/" + name
-            if mask & UInt32(IN_CLOSE_WRITE | IN_MOVED_TO) != 0 {
+            if !event.events.isDisjoint(with: [.closeWrite, .movedTo]) {
                 changes.append(.written(path))
-            } else if mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0 {
+            } else if !event.events.isDisjoint(with: [.delete, .movedFrom]) {
                 changes.append(.removed(path))
-            } else if mask & UInt32(IN_MODIFY) != 0 {
+            } else if event.events.contains(.modify) {
                 changes.append(.writing(path))
-            } else if mask & UInt32(IN_CREATE) != 0 {
+            } else if event.events.contains(.create) {
                 changes.append(.created(path))
             }
         }

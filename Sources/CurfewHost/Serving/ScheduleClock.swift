@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 
 /// The time `curfew serve`'s schedules run on: the wall time when the server
 /// started, advanced by the boot-time clock (monotonic, and counting time
@@ -28,9 +27,7 @@ struct ScheduleClock: Sendable {
     }
 
     static func bootMilliseconds() -> Int64 {
-        var time = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &time)
-        return Int64(time.tv_sec) &* 1000 &+ Int64(time.tv_nsec) / 1_000_000
+        BootTime.milliseconds()
     }
 
     /// Now, on the schedules' timeline.

@@ -1,6 +1,5 @@
 import Curfew
 import CurfewFormats
-import Glibc
 
 /// How `curfew serve` runs one job: its schedule, its grant, its worker and
 /// what to do when it fails. Every field is optional in the config file; a

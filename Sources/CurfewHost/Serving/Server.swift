@@ -1,6 +1,5 @@
 import Curfew
 import Dispatch
-import Glibc
 import Synchronization
 
 /// `curfew serve`: a resident host over live plugin folders. It scans the
@@ -340,8 +339,7 @@ public final class Server: @unchecked Sendable {
                 writing.insert(path)
             case .created(let path):
                 // A link is whole as it appears; a new file is scanned once written and closed.
-                var status = stat()
-                guard lstat(path, &status) == 0, status.st_mode & S_IFMT == S_IFLNK || status.st_nlink > 1 else { continue }
+                guard let status = try? Syscalls.linkStatus(path), status.isSymlink || status.links > 1 else { continue }
                 writing.remove(path)
                 relevant = true
             case .written(let path), .removed(let path):

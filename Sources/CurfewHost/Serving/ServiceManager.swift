@@ -1,5 +1,4 @@
 import Curfew
-import Glibc
 
 /// What systemd tells a service through its environment, and the notify
 /// protocol back to it (`sd_notify`): datagrams of newline-separated
@@ -19,28 +18,20 @@ public final class ServiceNotifier: Sendable {
     /// unset, empty, not absolute nor abstract, or too long for an address.
     public init?(environment: [String: String]) {
         guard let path = environment["NOTIFY_SOCKET"], let address = Self.address(path) else { return nil }
-        let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { return nil }
+        guard let descriptor = try? Syscalls.datagramSocket() else { return nil }
         self.socketPath = path
         self.descriptor = descriptor
         self.address = address
     }
 
     deinit {
-        close(descriptor)
+        Syscalls.close(descriptor)
     }
 
     /// `sockaddr_un` bytes for `path`: the path and its terminating zero, or
     /// for `@name` a zero and the name (the abstract namespace, no terminator).
     static func address(_ path: String) -> [UInt8]? {
-        let bytes = Array(path.utf8)
-        guard let first = bytes.first, first == UInt8(ascii: "/") || first == UInt8(ascii: "@"), !bytes.contains(0) else { return nil }
-        let capacity = MemoryLayout.size(ofValue: sockaddr_un().sun_path)
-        let name: [UInt8] = first == UInt8(ascii: "@") ? [0] + bytes.dropFirst() : bytes + [0]
-        guard name.count <= capacity else { return nil }
-        var address = [UInt8](repeating: 0, count: MemoryLayout<sa_family_t>.size)
-        withUnsafeBytes(of: sa_family_t(AF_UNIX)) { address.replaceSubrange(0..<$0.count, with: $0) }
-        return address + name
+        Syscalls.localAddress(path)
     }
 
     /// Sends one message of `fields` (`READY=1`, `STATUS=…`); false when it
@@ -49,14 +40,7 @@ public final class ServiceNotifier: Sendable {
     public func send(_ fields: [String]) -> Bool {
         // One field a line: a newline inside a value would start a field of its own.
         let text = fields.map { $0.split(separator: "\n", omittingEmptySubsequences: false).joined(separator: " ") }.joined(separator: "\n")
-        let bytes = Array(text.utf8)
-        return address.withUnsafeBytes { address in
-            bytes.withUnsafeBytes { body in
-                sendto(
-                    descriptor, body.baseAddress, body.count, Int32(MSG_NOSIGNAL),
-                    address.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(address.count)) == body.count
-            }
-        }
+        return Syscalls.send(descriptor, Array(text.utf8), toAddress: address)
     }
 
     /// This process's environment, by name.
@@ -75,7 +59,8 @@ public final class ServiceNotifier: Sendable {
     /// How often systemd wants a `WATCHDOG=1`: `$WATCHDOG_USEC`, when it is a
     /// whole number of microseconds from 1 ms to a day and `$WATCHDOG_PID`
     /// is unset or this process; `nil` otherwise.
-    public static func watchdogTimeout(environment: [String: String], pid: Int32 = getpid()) -> Duration? {
+    public static func watchdogTimeout(environment: [String: String], pid: Int32? = nil) -> Duration? {
+        let pid = pid ?? Syscalls.processID
         guard let text = environment["WATCHDOG_USEC"], !text.isEmpty, text.utf8.count <= 12,
             text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }), let microseconds = Int64(text)
         else { return nil }
@@ -92,8 +77,7 @@ public final class ServiceNotifier: Sendable {
         guard let text = environment["JOURNAL_STREAM"] else { return false }
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]) else { return false }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0 else { return false }
-        return UInt64(status.st_dev) == device && UInt64(status.st_ino) == inode
+        guard let status = try? Syscalls.status(of: descriptor) else { return false }
+        return status.device == device && status.inode == inode
     }
 }

@@ -1,8 +1,9 @@
 // The seam to libc and libdl, and the one place that retries EINTR: a call
-// elsewhere that a signal can interrupt goes through `retryingEINTR` or one
-// of the loops here (PackageLayoutTests fails on an EINTR outside this
-// file). Calls without a wrapper here yet are still made where they are
-// needed, with errno read at once.
+// that a signal can interrupt goes through `retryingEINTR` or one of the
+// loops here (PackageLayoutTests fails on an EINTR outside this file). Only
+// this target imports Glibc (PackageLayoutTests again): every other target
+// reaches the system through these wrappers and their neighbours (Files,
+// Sockets, Inotify, ProcessCalls).
 import Glibc
 import _CurfewShims
 
@@ -25,11 +26,16 @@ package enum Syscalls {
     package struct FileStatus {
         package var isDirectory: Bool
         package var isRegular: Bool
+        package var isSymlink: Bool
+        package var isSocket: Bool
         package var size: Int64
+        /// Hard links to the file.
+        package var links: UInt64
         /// Permission bits.
         package var mode: UInt32
         package var owner: UInt32
-        /// Modification and change times, in nanoseconds.
+        /// Access, modification and change times, in nanoseconds.
+        package var accessed: Int64
         package var modified: Int64
         package var changed: Int64
         package var device: UInt64
@@ -45,12 +51,7 @@ package enum Syscalls {
     package static func fileStatus(_ name: String, in folder: Int32) throws(SystemError) -> FileStatus {
         var info = Glibc.stat()
         guard fstatat(folder, name, &info, 0) == 0 else { throw SystemError(errno: errno) }
-        let type = info.st_mode & S_IFMT
-        return FileStatus(
-            isDirectory: type == S_IFDIR, isRegular: type == S_IFREG, size: Int64(info.st_size),
-            mode: UInt32(info.st_mode & 0o7777), owner: info.st_uid,
-            modified: nanoseconds(info.st_mtim), changed: nanoseconds(info.st_ctim),
-            device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        return FileStatus(info)
     }
 
     /// A file time in nanoseconds since 1970, saturated: a file may be dated
@@ -66,9 +67,9 @@ package enum Syscalls {
     /// `count` (a `/proc` file says it is empty: its size is no bound) costs
     /// only what the file holds.
     package static func readPrefix(_ path: String, count: Int) throws(SystemError) -> [UInt8] {
-        let fd = retryingEINTR { open(path, O_RDONLY | O_CLOEXEC) }
+        let fd = retryingEINTR { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
-        defer { close(fd) }
+        defer { Glibc.close(fd) }
         let count = max(count, 0)
         var buffer = [UInt8](repeating: 0, count: min(count, 16 << 10))
         var filled = 0
@@ -77,7 +78,7 @@ package enum Syscalls {
                 buffer += [UInt8](repeating: 0, count: min(count, buffer.count * 4) - buffer.count)
             }
             let n = buffer.withUnsafeMutableBytes { bytes in
-                retryingEINTR { read(fd, bytes.baseAddress! + filled, bytes.count - filled) }
+                retryingEINTR { Glibc.read(fd, bytes.baseAddress! + filled, bytes.count - filled) }
             }
             if n < 0 { throw SystemError(errno: errno) }
             if n == 0 { break }
@@ -98,7 +99,7 @@ package enum Syscalls {
     /// rewritten: never through a symlink, never inherited by a program the
     /// host starts. The caller closes it.
     package static func openLockFile(_ path: String) throws(SystemError) -> Int32 {
-        let fd = retryingEINTR { open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        let fd = retryingEINTR { Glibc.open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         return fd
     }
@@ -143,7 +144,7 @@ package enum Syscalls {
     /// The folder at `path`, open to list it (``directoryEntries(in:)``) and
     /// read its entries' status (``fileStatus(_:in:)``). The caller closes it.
     package static func openFolder(_ path: String) throws(SystemError) -> Int32 {
-        let fd = retryingEINTR { open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
+        let fd = retryingEINTR { Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError(errno: errno) }
         return fd
     }
@@ -159,7 +160,7 @@ package enum Syscalls {
         guard copy >= 0 else { throw SystemError(errno: errno) }
         guard let dir = fdopendir(copy) else {
             let error = SystemError(errno: errno)
-            close(copy)
+            Glibc.close(copy)
             throw error
         }
         defer { closedir(dir) }
@@ -242,11 +243,11 @@ package enum Syscalls {
             do throws(SystemError) {
                 return (channel, out, try pipe())
             } catch {
-                out.forEach { close($0) }
+                out.forEach { Glibc.close($0) }
                 throw error
             }
         } catch {
-            channel.forEach { close($0) }
+            channel.forEach { Glibc.close($0) }
             throw error
         }
     }
@@ -306,7 +307,7 @@ package enum Syscalls {
     package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
         var written = 0
         while written < bytes.count {
-            let step = retryingEINTR { write(fd, bytes.baseAddress! + written, bytes.count - written) }
+            let step = retryingEINTR { Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written) }
             if step <= 0 { break }
             written += step
         }
@@ -319,7 +320,7 @@ package enum Syscalls {
     package static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
         var filled = 0
         while filled < buffer.count {
-            let step = retryingEINTR { read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
+            let step = retryingEINTR { Glibc.read(fd, buffer.baseAddress! + filled, buffer.count - filled) }
             if step <= 0 { break }
             filled += step
         }

@@ -137,7 +137,7 @@ extension ProcessTests {
             let hangs = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=3"])
             let executable = scannerProgram ? Fixtures.scannerExecutable ?? Fixtures.curfewExecutable : Fixtures.curfewExecutable
             let server = try #require(ForkServer.spawn(
-                executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: WorkerProtocol.helperEnvironment(), type: SOCK_STREAM))
+                executable: executable, argument: CURFEW_SCAN_BATCH_ARGUMENT, environment: WorkerProtocol.helperEnvironment(), kind: .stream))
             defer {
                 Glibc.close(server.control)
                 Glibc.kill(server.pid, SIGKILL)

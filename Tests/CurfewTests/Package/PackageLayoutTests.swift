@@ -69,6 +69,24 @@ import Testing
         }
     }
 
+    /// libc is reached through the system layer alone: no other target's
+    /// file imports Glibc, nor Foundation, which re-exports it. Without
+    /// either, the compiler refuses a libc call anywhere else.
+    @Test func onlyTheSystemLayerImportsLibc() throws {
+        let sources = Fixtures.packageRoot.appendingPathComponent("Sources")
+        let system = sources.appendingPathComponent("CurfewSystem").standardizedFileURL.path + "/"
+        var importers: [String] = []
+        for file in Self.swiftFiles(under: sources) {
+            let imported = Set(Self.imports(in: try String(contentsOf: file, encoding: .utf8)))
+            #expect(imported.isDisjoint(with: ["Foundation", "FoundationEssentials"]), "\(file.lastPathComponent) imports Foundation")
+            if imported.contains("Glibc") { importers.append(file.standardizedFileURL.path) }
+        }
+        #expect(!importers.isEmpty, "the system layer imports Glibc")
+        for path in importers {
+            #expect(path.hasPrefix(system), "\(path) imports Glibc outside Sources/CurfewSystem")
+        }
+    }
+
     private static func dependencies(of name: String, in package: [String: Any]) -> [String]? {
         let targets = package["targets"] as? [[String: Any]] ?? []
         guard let target = targets.first(where: { $0["name"] as? String == name }),

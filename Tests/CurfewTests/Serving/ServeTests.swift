@@ -183,7 +183,7 @@ extension ProcessTests {
         /// trapped `curfew status` (an Int64 subtraction, a Double to Int64).
         @Test func statusSurvivesAnAnswerAtTheEdgesOfItsNumbers() async throws {
             let path = Fixtures.temporaryFolder("sock") + "/s.sock"
-            let socket = try ControlSocket(path: path, host: nil) { _ in
+            let socket = try ControlSocket(path: path, refusesJobs: false) { _ in
                 #"{"ok":true,"app_state":"background","jobs":[{"job":"a","state":"running","remaining":1e300,"next_run":-9223372036854775808},"#
                     + #"{"job":"b","state":"idle","next_run":9223372036854775807},{"job":"c","state":"running","remaining":-1e300}]}"#
             }
@@ -823,7 +823,7 @@ extension ProcessTests {
     /// sending a byte every 0.9 s held it for as long as it liked.
     @Test func aSlowClientAndFiftyIdleOnesDoNotHoldUpAnother() throws {
         let path = Fixtures.temporaryFolder("sock") + "/s.sock"
-        let socket = try ControlSocket(path: path, host: nil) { _ in #"{"ok":true,"message":"here"}"# }
+        let socket = try ControlSocket(path: path, refusesJobs: false) { _ in #"{"ok":true,"message":"here"}"# }
         defer { socket.close() }
         let idle = (0..<50).map { _ in connectSilently(path) }
         defer { idle.forEach { close($0) } }

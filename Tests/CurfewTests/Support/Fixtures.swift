@@ -94,7 +94,7 @@ enum Fixtures {
     /// and removed when the run exits unless `CURFEW_TEST_KEEP` is set, to look
     /// at what a failed test left. Only the test process removes it: a child
     /// forked without exec that calls `exit` runs the same handler.
-    private static let workRoot: String = {
+    static let workRoot: String = {
         var template = Array((NSTemporaryDirectory() + "curfew-tests-XXXXXX").utf8CString)
         guard mkdtemp(&template) != nil else { fatalError("mkdtemp failed: \(String(cString: strerror(errno)))") }
         let path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }

@@ -1,4 +1,3 @@
-import Glibc
 import Synchronization
 
 /// Worker processes started ahead of need, each waiting for its `run`
@@ -78,7 +77,7 @@ final class WorkerPool: Sendable {
     /// Ends a worker that never got a job: it exits at the end of its
     /// socket, and is killed if it has not a second later.
     private static func retire(_ worker: Worker) {
-        [worker.channel, worker.out, worker.err].forEach { Glibc.close($0) }
+        [worker.channel, worker.out, worker.err].forEach { Syscalls.close($0) }
         // No thread to wait on (the system refused one): killed at once.
         if !OSThread.detach({ worker.process.end(Teardown([.wait(allowed: .seconds(1))])) }) { worker.process.end(.kill) }
     }
@@ -88,12 +87,12 @@ final class WorkerPool: Sendable {
         let spawned = Syscalls.spawnWorker(
             executable, arguments: [executable, WorkerProtocol.workerArgument], environment: environment,
             channel: channel[1], out: out[1], err: err[1])
-        [channel[1], out[1], err[1]].forEach { Glibc.close($0) }
+        [channel[1], out[1], err[1]].forEach { Syscalls.close($0) }
         switch spawned {
         case .success(let pid):
             return Worker(process: HelperProcess(pid: pid), channel: channel[0], out: out[0], err: err[0])
         case .failure(let error):
-            [channel[0], out[0], err[0]].forEach { Glibc.close($0) }
+            [channel[0], out[0], err[0]].forEach { Syscalls.close($0) }
             throw error
         }
     }

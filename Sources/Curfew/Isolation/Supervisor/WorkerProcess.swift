@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -32,7 +31,7 @@ final class WorkerProcess: @unchecked Sendable {
         case invalidMessage(String)
     }
 
-    let pid: pid_t
+    let pid: Int32
     private let channel: Int32
     private let state = Mutex(State())
     /// Held while a line is written to the channel, and when it is closed
@@ -65,7 +64,7 @@ final class WorkerProcess: @unchecked Sendable {
             // 1: the server reaped it; 2: the server is gone and the worker,
             // alive, is this process's now.
             var byte: UInt8 = if case .adopted = end { 2 } else { 1 }
-            _ = Glibc.write(exitPipe[1], &byte, 1)
+            _ = withUnsafeBytes(of: &byte) { try? Syscalls.write(exitPipe[1], $0) }
         }
         // A thread of its own: the loop blocks in poll and waitpid, and Dispatch's
         // pool is only as wide as the machine has cores.
@@ -133,7 +132,7 @@ final class WorkerProcess: @unchecked Sendable {
         /// Reads the server's byte: false when it says the worker is this process's now.
         func takeExitByte() -> Bool {
             var byte: UInt8 = 0
-            _ = Syscalls.retryingEINTR { Glibc.read(exitPipe[0], &byte, 1) }
+            _ = withUnsafeMutableBytes(of: &byte) { try? Syscalls.read(exitPipe[0], into: $0) }
             exitByteTaken = true
             guard byte == 2, case .adopted(let helper) = forked?.ended else { return true }
             exit = helper.pidfd
@@ -154,16 +153,22 @@ final class WorkerProcess: @unchecked Sendable {
         // drainOutput() has emptied since; a read then finds nothing instead of
         // waiting. (Not the channel: the host also sends on it, and only this
         // loop reads it.)
-        for stream in [out, err] { _ = fcntl(stream, F_SETFL, fcntl(stream, F_GETFL) | O_NONBLOCK) }
+        for stream in [out, err] { Syscalls.setNonBlocking(stream) }
         /// Reads stream `index` once; false at its end.
         func readOnce(_ index: Int) -> Bool {
             // A flood waits in the worker's pipe, not in this process's memory.
             state.withLock { $0.jobs.values.first }?.waitForRoom()
-            let count =
-                index == 0
-                ? readChannel(into: &chunk)
-                : chunk.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(streams[index], bytes.baseAddress, bytes.count) } }
-            if count < 0 && errno == EAGAIN { return true }
+            var count: Int
+            do throws(SystemError) {
+                if index == 0 {
+                    count = try readChannel(into: &chunk)
+                } else {
+                    count = try Syscalls.read(streams[index], into: &chunk)
+                }
+            } catch {
+                if error == .wouldBlock { return true }
+                count = -1
+            }
             if count <= 0 {
                 open[index] = false
                 if let last = buffers[index].flush() { route(last, from: index) }
@@ -201,9 +206,8 @@ final class WorkerProcess: @unchecked Sendable {
         /// each: a flood must not keep the channel and the exit from being read.
         func drainOutput() {
             for index in 1...2 where open[index] {
-                var poll = pollfd(fd: streams[index], events: Int16(POLLIN), revents: 0)
                 var reads = 0
-                while reads < 16, open[index], Glibc.poll(&poll, 1, 0) > 0, readOnce(index) { reads += 1 }
+                while reads < 16, open[index], Syscalls.waitForInput(streams[index], milliseconds: 0), readOnce(index) { reads += 1 }
             }
         }
         // Once the worker has exited, everything it wrote is still read, to the
@@ -212,8 +216,8 @@ final class WorkerProcess: @unchecked Sendable {
         // `drainQuiet` without a byte, or `drainLimit` after the exit.
         var exitedAt: CurfewInstant?
         while open.contains(true) {
-            var polls = streams.indices.filter { open[$0] }.map { pollfd(fd: streams[$0], events: Int16(POLLIN), revents: 0) }
-            if exit >= 0 && exitedAt == nil { polls.append(pollfd(fd: exit, events: Int16(POLLIN), revents: 0)) }
+            var polls = streams.indices.filter { open[$0] }.map { Syscalls.PollEntry(streams[$0]) }
+            if exit >= 0 && exitedAt == nil { polls.append(Syscalls.PollEntry(exit)) }
             let wait = drainUntil.map { Int32(max(0, clock.now().duration(to: $0).nanoseconds / 1_000_000)) } ?? -1
             let ready = Syscalls.poll(&polls, milliseconds: wait)
             if ready < 0 { break }
@@ -221,7 +225,7 @@ final class WorkerProcess: @unchecked Sendable {
             if let exitedAt {
                 drainUntil = min(clock.now().advanced(by: Self.drainQuiet), exitedAt.advanced(by: Self.drainLimit))
             }
-            for entry in polls where entry.revents != 0 {
+            for entry in polls where entry.hasEvent {
                 if entry.fd == exit {
                     // The fork server died and the worker lives on, this process's child now.
                     if forked != nil && !exitByteTaken && !takeExitByte() { continue }
@@ -245,9 +249,9 @@ final class WorkerProcess: @unchecked Sendable {
         // handed to the next worker.
         channelLock.withLock { closed in
             closed = true
-            _ = Glibc.close(channel)
+            Syscalls.close(channel)
         }
-        ([out, err] + exitPipe).forEach { Glibc.close($0) }
+        ([out, err] + exitPipe).forEach { Syscalls.close($0) }
         let jobs = state.withLock { state -> [WorkerRun] in
             defer { state.jobs.removeAll() }
             return Array(state.jobs.values)
@@ -287,11 +291,11 @@ final class WorkerProcess: @unchecked Sendable {
     static let maximumAttached = 4
 
     /// Reads the channel once into `chunk`, with the descriptors that came
-    /// along: the bytes read (0 at the end, -1 on an error, errno set).
+    /// along: the bytes read, 0 at the end.
     /// Room for as many as one message may carry, so the kernel closes none
     /// here: closing a descriptor plugin code chose can block (a lingering
     /// socket), and this thread must not.
-    private func readChannel(into chunk: inout [UInt8]) -> Int {
+    private func readChannel(into chunk: inout [UInt8]) throws(SystemError) -> Int {
         var fds = [Int32](repeating: -1, count: 253)
         var received: Int32 = 0
         var truncated: Int32 = 0
@@ -300,11 +304,13 @@ final class WorkerProcess: @unchecked Sendable {
                 curfew_shim_receive_with_descriptors(channel, bytes.baseAddress, UInt(bytes.count), &fds, Int32(fds.count), &received, &truncated)
             }
         }
+        let failure = count < 0 ? SystemError.last : nil
         attached += fds.prefix(Int(received))
         if truncated != 0 || attached.count > Self.maximumAttached {
             kill(.invalidMessage("more descriptors than checkpoints waiting for them"))
             closeAttached()
         }
+        if let failure { throw failure }
         return Int(count)
     }
 
@@ -316,7 +322,7 @@ final class WorkerProcess: @unchecked Sendable {
     /// Closes descriptors plugin code sent, off this thread.
     private static func closeElsewhere(_ descriptors: [Int32]) {
         guard !descriptors.isEmpty else { return }
-        DispatchQueue.global(qos: .utility).async { descriptors.forEach { Glibc.close($0) } }
+        DispatchQueue.global(qos: .utility).async { descriptors.forEach { Syscalls.close($0) } }
     }
 
     /// A message with a checkpoint attached, its bytes read from the
@@ -331,7 +337,7 @@ final class WorkerProcess: @unchecked Sendable {
             Self.closeElsewhere([fd])
             return .failure(Unreadable(reason: "a checkpoint whose memory file is not sealed or not of its size (\(size) bytes)"))
         }
-        Glibc.close(fd)  // a sealed memory file: closed at once
+        Syscalls.close(fd)  // a sealed memory file: closed at once
         return .success(.checkpoint(job: job, id: id, data: data))
     }
 

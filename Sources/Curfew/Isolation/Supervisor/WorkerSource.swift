@@ -1,5 +1,4 @@
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -105,7 +104,7 @@ final class WorkerSource: Sendable {
         do throws(SystemError) {
             return (channel, out, err, try Syscalls.pipe())
         } catch {
-            (channel + out + err).forEach { Glibc.close($0) }
+            (channel + out + err).forEach { Syscalls.close($0) }
             throw error
         }
     }
@@ -113,13 +112,13 @@ final class WorkerSource: Sendable {
     /// Closes this process's copies of the worker's ends, once the fork
     /// request that passes them is sent.
     private static func closeWorkerEnds(_ made: Descriptors) {
-        [made.channel[1], made.out[1], made.err[1]].forEach { Glibc.close($0) }
+        [made.channel[1], made.out[1], made.err[1]].forEach { Syscalls.close($0) }
     }
 
     /// The spare a fork with `made` made, or `nil` (its descriptors closed).
     private static func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
-            ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Glibc.close($0) }
+            ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Syscalls.close($0) }
             return nil
         }
         return Spare(
@@ -171,7 +170,7 @@ final class WorkerSource: Sendable {
     /// A spare no job will use: its socket closes and it exits (it was
     /// waiting for its first message); the fork server reaps it.
     private static func release(_ spare: Spare) {
-        ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Glibc.close($0) }
+        ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Syscalls.close($0) }
     }
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
@@ -261,7 +260,7 @@ extension WorkerSource {
     static var earlyWaiting: Bool { early.withLock { $0 != nil } }
 
     /// The pid of the fork server started early, once it has started (for tests).
-    static var earlyServerPid: pid_t? { early.withLock { $0?.forks }?.serverPid }
+    static var earlyServerPid: Int32? { early.withLock { $0?.forks }?.serverPid }
 
     /// Closes a fork server started early that no run took.
     static func discardEarly() {

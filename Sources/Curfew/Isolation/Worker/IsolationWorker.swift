@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -20,7 +19,7 @@ public enum IsolationWorker {
     /// The hidden first argument that starts `curfew` as a worker.
     public static let argument = WorkerProtocol.workerArgument
     /// The hidden first argument that starts `curfew` as a fork server.
-    public static let forkServerArgument = "__forkserver"
+    public static let forkServerArgument = ForkServer.workerArgument
 
     /// For a helper the host started (a worker, the fork server, a
     /// scanner): asks for SIGKILL when the host dies, then checks that the
@@ -29,7 +28,7 @@ public enum IsolationWorker {
     ///
     /// - Returns: `false` when the host is gone: leave at once.
     public static func bindToHost() -> Bool {
-        guard let text = getenv(Syscalls.parentVariable).map({ String(cString: $0) }), let host = Int32(text) else {
+        guard let text = Syscalls.environmentValue(Syscalls.parentVariable), let host = Int32(text) else {
             return true  // not started by a host (by hand, or by an older one)
         }
         return curfew_shim_die_with_parent(host) == 0
@@ -53,7 +52,7 @@ public enum IsolationWorker {
     /// the host is done: the host then spawns each worker instead.
     public static func serveForks() {
         warmUp()
-        _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { exit(IsolationWorker.main()) }
+        _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { Syscalls.exit(IsolationWorker.main()) }
     }
 
     /// Does once, in the server, the first-time work every child would do
@@ -88,12 +87,10 @@ public enum IsolationWorker {
     /// all. The thread reads the channel for good; the jobs' hooks run on
     /// libdispatch's workers.
     public static func main() -> Int32 {
-        var none = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, nil)
+        _ = SignalMask.unblockAll()
         let channel = WorkerProtocol.channelDescriptor
         // A process a plugin starts must not inherit the socket (it would keep it open).
-        _ = fcntl(channel, F_SETFD, FD_CLOEXEC)
+        Syscalls.setCloseOnExec(channel)
         let messages = MessageReader(descriptor: channel)
         // Made before the first message, which a worker forked ahead of need
         // waits for: what every run needs first is done while it waits, not
@@ -108,7 +105,7 @@ public enum IsolationWorker {
             send(error: "the first message is no message: \(invalid.reason)", to: channel)
             return 2
         case .success(.scan(let files)):
-            _exit(SafeScanner.serve(files, channel: channel))  // plugins' exit handlers are not ours to run
+            Syscalls.exitNow(SafeScanner.serve(files, channel: channel))  // plugins' exit handlers are not ours to run
         case .success(.run(let run)):
             first = run
         case .success:
@@ -123,8 +120,8 @@ public enum IsolationWorker {
         // A hook that crashes says where on the channel first: the host's reason names it.
         HookThread.reportCrashes(on: channel)
         if limited != 0 {
-            host.refuse(first.job, "the worker cannot apply its limits: \(String(cString: strerror(limited)))")
-            _exit(1)
+            host.refuse(first.job, "the worker cannot apply its limits: \(SystemError(errno: limited).message)")
+            Syscalls.exitNow(1)
         }
         // The job's hooks run on Dispatch's workers; this thread reads the channel.
         host.start(first)
@@ -149,7 +146,7 @@ public enum IsolationWorker {
                 if case .failure(let invalid) = received {
                     send(error: "the host sent a line that is no message: \(invalid.reason)", to: WorkerProtocol.channelDescriptor)
                 }
-                _exit(2)
+                Syscalls.exitNow(2)
             }
             switch message {
             case .run(let run): host.start(run)
@@ -165,7 +162,7 @@ public enum IsolationWorker {
         // this worker at a deadline now, so expire its jobs and leave.
         host.hostGone()
         // The jobs end on their own threads; the last one to end exits the process.
-        while true { pause() }
+        Syscalls.waitForever()
     }
 
     /// The message for an event, with `t`: the instant it happened on the

@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -82,7 +81,7 @@ final class WorkerCheckpoints: CheckpointKeeper {
         var attached = message
         attached.add("size", Int64(bytes.count))
         let sent = file >= 0 && attaching(attached.text, file)
-        if file >= 0 { Glibc.close(file) }
+        if file >= 0 { Syscalls.close(file) }
         if !sent {
             message.add("data", Base64.encode(bytes))
             send(message.text)

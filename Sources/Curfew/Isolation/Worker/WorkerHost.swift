@@ -1,6 +1,5 @@
 import CurfewFormats
 import Dispatch
-import Glibc
 import Synchronization
 import _CurfewShims
 
@@ -219,7 +218,7 @@ final class WorkerHost: Sendable {
     /// Without exit handlers: a terminated job may still hold a thread.
     static func leave() -> Never {
         ChildProcesses.endAll()
-        _exit(0)
+        Syscalls.exitNow(0)
     }
 
     /// No more jobs will come: leave once the running ones have ended.
@@ -298,9 +297,8 @@ final class MessageReader: @unchecked Sendable {
                 // Waits in poll, not in read: a read blocked on a stream socket
                 // wakes each time the host reads a message this worker sent
                 // (the socket has room again), and poll wakes only for input.
-                var wait = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
-                _ = Syscalls.poll(&wait, milliseconds: -1)
-                let count = chunk.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { read(descriptor, bytes.baseAddress, bytes.count) } }
+                _ = Syscalls.waitForInput(descriptor, milliseconds: -1)
+                let count = chunk.withUnsafeMutableBytes { bytes in (try? Syscalls.read(descriptor, into: bytes)) ?? -1 }
                 if count <= 0 { return nil }
                 ready += chunk.withUnsafeBytes { buffer.append(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             }

@@ -11,7 +11,7 @@ import _CurfewShims
 ///
 /// - Important: The server never loads a plugin or runs plugin code; only
 ///   its children, once forked, become workers.
-final class ForkServer: Sendable {
+package final class ForkServer: Sendable {
     /// A fork request waiting for its reply (replies come in request order):
     /// what to do with the child, called once on the reader's thread.
     private final class Request: Sendable {
@@ -28,7 +28,11 @@ final class ForkServer: Sendable {
         var reaped = false
     }
 
-    let pid: pid_t
+    /// The argument that makes the host's own executable a fork server of
+    /// isolation workers.
+    package static let workerArgument = "__forkserver"
+
+    package let pid: pid_t
     private let process: HelperProcess
     private let control: Int32
     private let state = Mutex(State())
@@ -41,7 +45,7 @@ final class ForkServer: Sendable {
 
     /// Starts a fork server, `executable argument` (`__forkserver`, or
     /// `__scanserver` for C plugin scanners), or `nil` when it cannot start.
-    init?(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String]) {
+    package init?(executable: String, argument: String = ForkServer.workerArgument, environment: [String]) {
         guard let (pid, control) = Self.spawn(executable: executable, argument: argument, environment: environment) else { return nil }
         self.pid = pid
         process = HelperProcess(pid: pid)
@@ -52,12 +56,11 @@ final class ForkServer: Sendable {
     /// Starts `executable argument` as a fork server: its pid and this
     /// process's end of its control socket (of `type`), or `nil` when it
     /// cannot start.
-    static func spawn(
-        executable: String, argument: String, environment: [String], type: __socket_type = SOCK_SEQPACKET
+    package static func spawn(
+        executable: String, argument: String, environment: [String], kind: Syscalls.SocketKind = .seqpacket
     ) -> (pid: pid_t, control: Int32)? {
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(type.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else { return nil }
-        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        guard let pair = try? Syscalls.socketPair(kind) else { return nil }
+        let null = Glibc.open("/dev/null", O_WRONLY | O_CLOEXEC)
         let spawned = Syscalls.spawnWorker(
             executable, arguments: [executable, argument], environment: environment, channel: pair[1],
             out: null, err: null)
@@ -72,14 +75,14 @@ final class ForkServer: Sendable {
 
     /// A forked worker: its pid, and the number of the fork that made it
     /// (a kill names both, so it never reaches a later worker with a reused pid).
-    struct Child: Sendable {
-        let pid: pid_t
-        let sequence: UInt64
+    package struct Child: Sendable {
+        package let pid: pid_t
+        package let sequence: UInt64
     }
 
     /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
     /// `nil` when the server is gone or could not fork.
-    func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
+    package func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
         final class Reply: @unchecked Sendable {
             // Safe because `child` is written before `done` is signalled and read after it.
             let done = DispatchSemaphore(value: 0)
@@ -99,7 +102,7 @@ final class ForkServer: Sendable {
     /// once: `then` gets the child, or `nil` when the server could not fork
     /// or is gone, on the thread that reads the server's replies. False, and
     /// `then` is never called, when the request could not be sent.
-    func fork(channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable (Child?) -> Void) -> Bool {
+    package func fork(channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable (Child?) -> Void) -> Bool {
         let request = Request(then)
         return requests.withLock { _ -> Bool in
             guard state.withLock({ state -> Bool in
@@ -122,7 +125,7 @@ final class ForkServer: Sendable {
     }
 
     /// Kills a worker's process group, if the server has not reaped it yet.
-    func kill(_ worker: Child) {
+    package func kill(_ worker: Child) {
         requests.withLock { _ in
             guard !state.withLock({ $0.gone }) else { return }
             _ = "kill \(worker.pid) \(worker.sequence)".withCString { Glibc.send(control, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
@@ -132,7 +135,7 @@ final class ForkServer: Sendable {
     /// Calls `handler` once with the worker's wait status when it ends, or
     /// with `nil` once the server is gone and reaped: a worker still alive
     /// then has come to this process (a subreaper), which must reap it.
-    func onExit(of worker: pid_t, _ handler: @escaping @Sendable (Int32?) -> Void) {
+    package func onExit(of worker: pid_t, _ handler: @escaping @Sendable (Int32?) -> Void) {
         let now = state.withLock { state -> Int32?? in
             if let status = state.exits.removeValue(forKey: worker) { return .some(status) }
             if state.gone && state.reaped { return .some(nil) }
@@ -145,7 +148,7 @@ final class ForkServer: Sendable {
     /// A pidfd for `pid` if it is this process's child, else `nil`: for a
     /// worker whose server died, whether it came here (a subreaper) and is
     /// this process's to reap.
-    static func childPidfd(_ pid: pid_t) -> Int32? {
+    package static func childPidfd(_ pid: pid_t) -> Int32? {
         let pidfd = curfew_shim_pidfd_open(pid)
         guard pidfd >= 0 else { return nil }
         guard curfew_shim_pidfd_is_child(pidfd) == 1 else {
@@ -160,7 +163,7 @@ final class ForkServer: Sendable {
     /// not two seconds later (a worker whose kill it then never sent gets
     /// it once adopted: ``ForkedWorker``). Returns once the reader has
     /// reaped it, or two seconds after the kill.
-    func close() {
+    package func close() {
         process.stop(
             Teardown([
                 .ask(
@@ -222,13 +225,13 @@ final class ForkServer: Sendable {
 /// A fork server started on first need (or sooner: ``startSoon()``) and
 /// used while it forks: once it cannot start, refuses or is gone, forking
 /// is off for good and callers start their workers another way.
-final class LazyForkServer: Sendable {
+package final class LazyForkServer: Sendable {
     private let executable: String
     private let argument: String
     private let environment: [String]
     private let state: Mutex<(server: ForkServer?, tried: Bool, works: Bool)>
 
-    init(executable: String, argument: String = IsolationWorker.forkServerArgument, environment: [String], enabled: Bool) {
+    package init(executable: String, argument: String = ForkServer.workerArgument, environment: [String], enabled: Bool) {
         self.executable = executable
         self.argument = argument
         self.environment = environment
@@ -236,11 +239,11 @@ final class LazyForkServer: Sendable {
     }
 
     /// Whether forking is still on (it may not have been tried yet).
-    var isOn: Bool { state.withLock { $0.works } }
+    package var isOn: Bool { state.withLock { $0.works } }
 
     /// A worker forked with fd 3, 1 and 2 as `channel`, `out` and `err`,
     /// and its server; `nil` when forking is off or fails (off from then on).
-    func fork(channel: Int32, out: Int32, err: Int32) -> (server: ForkServer, child: ForkServer.Child)? {
+    package func fork(channel: Int32, out: Int32, err: Int32) -> (server: ForkServer, child: ForkServer.Child)? {
         guard let server = startedServer() else { return nil }
         if let child = server.fork(channel: channel, out: out, err: err) { return (server, child) }
         state.withLock { $0.works = false }  // refused or gone
@@ -251,7 +254,7 @@ final class LazyForkServer: Sendable {
     /// and returns at once; false, and `then` is never called, when forking
     /// is off or the request could not be sent. A refusal (`nil`) turns
     /// forking off, as one that could not be sent does.
-    func fork(
+    package func fork(
         channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable ((server: ForkServer, child: ForkServer.Child)?) -> Void
     ) -> Bool {
         guard let server = startedServer() else { return false }
@@ -268,7 +271,7 @@ final class LazyForkServer: Sendable {
 
     /// Starts the server now, on a thread of its own, not on first need: a
     /// fork asked for meanwhile waits for the start.
-    func startSoon() {
+    package func startSoon() {
         if !OSThread.detach({ [self] in _ = startedServer() }) { _ = startedServer() }
     }
 
@@ -285,13 +288,13 @@ final class LazyForkServer: Sendable {
     }
 
     /// The server's pid, once it has started (for tests).
-    var serverPid: pid_t? {
+    package var serverPid: pid_t? {
         state.withLock { $0.server?.pid }
     }
 
     /// The server, if one started, leaves (see ``ForkServer/close()``); one
     /// not started yet (``startSoon()`` may be on its way) never will.
-    func close() {
+    package func close() {
         state.withLock { state -> ForkServer? in
             state.tried = true
             state.works = false
@@ -307,8 +310,8 @@ final class LazyForkServer: Sendable {
 ///
 /// The server takes only kills: a `signal` step other than SIGKILL reaches
 /// a forked worker only once it is adopted.
-final class ForkedWorker: TeardownTarget {
-    enum End: Sendable {
+package final class ForkedWorker: TeardownTarget {
+    package enum End: Sendable {
         /// Its wait status, as the server reported it.
         case status(Int32)
         /// The server died first, and the worker came to this process.
@@ -318,7 +321,7 @@ final class ForkedWorker: TeardownTarget {
         case unknown
     }
 
-    let pid: pid_t
+    package let pid: pid_t
     private let server: ForkServer
     private let child: ForkServer.Child
     /// How it ended, once known, and whether a kill was asked for before:
@@ -330,7 +333,7 @@ final class ForkedWorker: TeardownTarget {
 
     /// Takes `child` of `server`; `ended` is called once, on the server's
     /// reader thread, when how it ended is known.
-    init(_ child: ForkServer.Child, of server: ForkServer, ended: @escaping @Sendable (End) -> Void = { _ in }) {
+    package init(_ child: ForkServer.Child, of server: ForkServer, ended: @escaping @Sendable (End) -> Void = { _ in }) {
         pid = child.pid
         self.server = server
         self.child = child
@@ -351,9 +354,9 @@ final class ForkedWorker: TeardownTarget {
     }
 
     /// How it ended, once known.
-    var ended: End? { end.withLock { $0.end } }
+    package var ended: End? { end.withLock { $0.end } }
 
-    var hasExited: Bool {
+    package var hasExited: Bool {
         switch ended {
         case nil: false
         case .adopted(let helper): helper.hasExited
@@ -361,7 +364,7 @@ final class ForkedWorker: TeardownTarget {
         }
     }
 
-    func waitForExit(timeout: Duration?) -> Bool {
+    package func waitForExit(timeout: Duration?) -> Bool {
         let clock = ContinuousClock()
         let start = clock.now
         if let timeout {
@@ -373,12 +376,12 @@ final class ForkedWorker: TeardownTarget {
         return helper.waitForExit(timeout: timeout.map { $0 - start.duration(to: clock.now) })
     }
 
-    func send(_ signal: Int32) {
+    package func send(_ signal: Int32) {
         if signal == SIGKILL { return killGroup() }
         if case .adopted(let helper) = ended { helper.send(signal) }
     }
 
-    func killGroup() {
+    package func killGroup() {
         let ended = end.withLock { state -> End? in
             if state.end == nil { state.killAsked = true }
             return state.end
@@ -390,7 +393,7 @@ final class ForkedWorker: TeardownTarget {
         }
     }
 
-    func reap() -> Int32? {
+    package func reap() -> Int32? {
         ending.wait()
         switch ended {
         case .status(let status): return status

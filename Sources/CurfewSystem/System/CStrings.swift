@@ -1,0 +1,25 @@
+import Glibc
+
+/// C strings the host hands to plugins and libffi: allocated with `malloc`,
+/// so C code may keep or free them as C expects.
+package enum CStrings {
+    /// A `malloc`ed copy of `text`, NUL-terminated. The caller frees it.
+    package static func copy(_ text: String) -> UnsafeMutablePointer<CChar> {
+        guard let copy = strdup(text) else { fatalError("out of memory copying a \(text.utf8.count)-byte string") }
+        return copy
+    }
+
+    package static func free(_ pointer: UnsafeMutablePointer<CChar>?) {
+        Glibc.free(pointer)
+    }
+
+    /// Frees memory C code allocated with `malloc` and handed over.
+    package static func free(_ pointer: UnsafeMutableRawPointer?) {
+        Glibc.free(pointer)
+    }
+
+    /// The length of the C string at `pointer`, reading at most `limit` bytes.
+    package static func length(_ pointer: UnsafePointer<CChar>, limit: Int) -> Int {
+        strnlen(pointer, limit)
+    }
+}
