@@ -3,14 +3,16 @@
  * 3 the entry function never returns, 4 the entry function writes its
  * process id to the file $CURFEW_FIXTURE_PIDFILE names, then never returns,
  * 5 a constructor writes a forged verdict on the scanner's channel (fd 3)
- * vouching for the file $CURFEW_FIXTURE_VICTIM names, then the entry
- * function segfaults, 6 a constructor kills its process's parent (the
- * scanner's fork server) unless that is the process $CURFEW_FIXTURE_SPARE
- * names, 7 the entry returns an address where nothing is mapped, 8 and 9
- * the entry returns a descriptor whose job name ends a readable page that
- * an unreadable one follows, with its NUL as the page's last byte (8) or
- * without one (9), 10 a constructor writes 5 MiB of well-formed "loading"
- * frames on the scanner's channel (fd 3). */
+ * vouching for the file -DVICTIM="path" names, then the entry function
+ * segfaults, 6 a constructor kills its process's parent (the scanner's
+ * fork server) unless that is the process -DSPARE=pid names, 7 the entry
+ * returns an address where nothing is mapped, 8 and 9 the entry returns a
+ * descriptor whose job name ends a readable page that an unreadable one
+ * follows, with its NUL as the page's last byte (8) or without one (9),
+ * 10 a constructor writes 5 MiB of well-formed "loading" frames on the
+ * scanner's channel (fd 3). VICTIM and SPARE are built in, not read from
+ * the environment: a test would set them with setenv while other threads
+ * read the environment. */
 #define _DEFAULT_SOURCE
 #include <curfew.h>
 #include <stdio.h>
@@ -25,8 +27,7 @@ __attribute__((constructor)) static void explode_on_load(void) {
 
 #if VARIANT == 5
 __attribute__((constructor)) static void forge_a_verdict(void) {
-    const char *victim = getenv("CURFEW_FIXTURE_VICTIM");
-    if (victim == NULL) return;
+    const char *victim = VICTIM;
     dprintf(3, "{\"type\":\"scanned\",\"file\":\"%s\",\"jobs\":[{\"name\":\"forged\",\"summary\":\"s\","
                "\"continuous\":false,\"chunked\":true}]}\n", victim);
 }
@@ -35,8 +36,7 @@ __attribute__((constructor)) static void forge_a_verdict(void) {
 #if VARIANT == 6
 #include <signal.h>
 __attribute__((constructor)) static void kill_the_parent(void) {
-    const char *spare = getenv("CURFEW_FIXTURE_SPARE");
-    if (spare == NULL || atoi(spare) == (int)getppid()) return;
+    if (SPARE == (int)getppid()) return;
     kill(getppid(), SIGKILL);
 }
 #endif

@@ -3,10 +3,10 @@
  * SIGSEGV handler and starts a thread that waits until another handler
  * takes SIGSEGV's place (the scanner's, while it copies the descriptor),
  * then faults on a page it guards; its own handler opens the page, and
- * the thread writes "handled" to the file $CURFEW_FIXTURE_FAULTFILE
- * names. 256 jobs with background modes, so the copy takes a while; the
- * entry returns once the thread is watching, and the thread and the copy
- * run on cores of their own where there are two. */
+ * the thread writes "handled" to the file -DFAULTFILE="path" names. 256
+ * jobs with background modes, so the copy takes a while; the entry
+ * returns once the thread is watching, and the thread and the copy run on
+ * cores of their own where there are two. */
 #define _GNU_SOURCE
 #include <curfew.h>
 
@@ -46,9 +46,8 @@ static void *watch(void *unused) {
         if (now.sa_sigaction != own_fault) break;
     }
     ((volatile char *)guarded)[0] = 1; /* faults: its own handler opens the page */
-    const char *path = getenv("CURFEW_FIXTURE_FAULTFILE");
-    if (path != NULL) {
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    {
+        int fd = open(FAULTFILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (fd >= 0) {
             (void)!write(fd, "handled\n", 8);
             close(fd);

@@ -4,7 +4,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// The `curfew` executable, run as a user runs it.
     @Suite(.timeLimit(.minutes(1))) struct CurfewExecutableTests {
         func curfew(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {

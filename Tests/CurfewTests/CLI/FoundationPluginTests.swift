@@ -4,7 +4,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// A Swift plugin that imports Foundation, run by the `curfew` executable:
     /// loading Foundation into a process of the host's must not keep it from
     /// exiting, in any mode, nor in `curfew test`.

@@ -98,7 +98,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     @Suite struct BashCompletionTests {
         /// What bash offers after `words` (the last one being completed).
         func offered(_ words: [String]) async throws -> [String] {

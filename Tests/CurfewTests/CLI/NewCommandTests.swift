@@ -4,7 +4,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// `curfew new`: parsing, and the projects it writes.
     @Suite struct NewCommandTests {
         static let usage = "Usage: curfew new <language> <name> [<directory>] [--curfew-root <path>]\n  See 'curfew new --help' for more information.\n"

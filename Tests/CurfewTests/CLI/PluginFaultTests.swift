@@ -6,7 +6,7 @@ import Testing
 /// job said before it, and the host exits 5. Before, it died of SIGSEGV
 /// (139) with no line, the Swift backtracer printed the host's stack as the
 /// job's stderr, and a raised SIGSEGV went back into the plugin.
-extension ProcessTests {
+extension ProcessTests.Second {
     @Suite(.timeLimit(.minutes(2))) struct PluginFaultTests {
         @Test(arguments: [
             ("null-at-3", "chunk", 3, "last words before the fault"),
@@ -37,7 +37,7 @@ extension ProcessTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// A job that begins 100,000 tasks (10,000 granted) and ends every id it
     /// got finished its work in about a second in a debug worker, then was
     /// terminated at its 5 s deadline: each end of a refused id was a debug

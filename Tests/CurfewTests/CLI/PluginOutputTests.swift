@@ -5,7 +5,7 @@ import Testing
 @testable import CurfewHost
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// What plugin code writes to fds 1 and 2 becomes its jobs' output, in
     /// every mode; the host's own output stays whole, and `exit()` in process
     /// is reported, not mistaken for success.

@@ -5,7 +5,7 @@ import Testing
 @testable import CurfewHost
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// A run stopped from outside — its output closed, its terminal hung up —
     /// still expires every job, lets the cleanup hooks run, and exits with a
     /// status that says why.

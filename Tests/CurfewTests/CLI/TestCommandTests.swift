@@ -5,7 +5,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// `curfew test` as a user runs it.
     @Suite(.timeLimit(.minutes(1))) struct TestCommandTests {
         @Test func aViolationMakesTheStatusTwo() async throws {

@@ -4,7 +4,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// Nothing a job writes can look like a line of the host's, or reach the
     /// terminal as a control sequence.
     @Suite(.timeLimit(.minutes(1))) struct UntrustedTextTests {

@@ -4,7 +4,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// The processes a job starts end with it, in every mode, even those that
     /// call setsid() to leave its process group.
     @Suite(.timeLimit(.minutes(1))) struct ChildProcessTests {

@@ -4,7 +4,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// An event's time is when it happened, not when the host got around to
     /// writing it, however much output another job floods it with.
     @Suite(.timeLimit(.minutes(1))) struct EventTimeTests {

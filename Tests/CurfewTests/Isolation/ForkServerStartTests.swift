@@ -5,7 +5,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// The fork server serves only while it has one thread. Its warm-up ran
     /// on a thread of its own once, which could stay in `/proc/self/task`
     /// for a moment after it was joined (a C loop of create, join and count
@@ -35,7 +35,7 @@ extension ProcessTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// A fork asked for without waiting (how spares are forked): each
     /// request is answered once, in the order sent, and a request the server
     /// can no longer read is refused at once and never answered.

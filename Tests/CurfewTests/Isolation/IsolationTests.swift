@@ -5,7 +5,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// `--isolate job`: each job in a worker process; a crash, a hang, an exit or
     /// a limit ends only that job, and the host reports it and carries on.
     @Suite(.timeLimit(.minutes(1))) struct IsolationTests {
@@ -96,7 +96,7 @@ extension ProcessTests {
         @Test func theExamplesRunTheSameInWorkers() async throws {
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable,
-                ["run", "--isolate", "job", "--budget", "800ms"] + Fixtures.examplePlugins + CurfewExecutableTests.exampleParameters)
+                ["run", "--isolate", "job", "--budget", "800ms"] + Fixtures.examplePlugins + ProcessTests.Second.CurfewExecutableTests.exampleParameters)
             #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
             #expect(result.stdout.hasSuffix("5 jobs: 4 completed, 1 expired\n"))
         }
@@ -142,7 +142,7 @@ extension ProcessTests {
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable,
                 ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
-                    + CurfewExecutableTests.exampleParameters)
+                    + ProcessTests.Second.CurfewExecutableTests.exampleParameters)
             #expect(result.status == 2)
             let events = try OutputEvent.all(in: result.stdout)
             let outcomes = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.outcome!) })

@@ -5,7 +5,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// `--isolate plugin`: a worker per plugin file, shared by its jobs.
     @Suite(.timeLimit(.minutes(1))) struct PluginIsolationTests {
         @Test func aCrashTakesDownItsPluginsJobsAndNoOthers() async throws {

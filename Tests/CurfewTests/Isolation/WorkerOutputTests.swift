@@ -5,7 +5,7 @@ import CurfewFormats
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// Everything a worker says and prints reaches the host whole, under load
     /// and at the end of a job, and each job ends exactly once.
     @Suite(.timeLimit(.minutes(2))) struct WorkerOutputTests {

@@ -5,7 +5,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// Workers come from a fork server; when it cannot fork, from posix_spawn.
     /// Both paths give the same outcomes.
     @Suite(.timeLimit(.minutes(1))) struct WorkerStartTests {

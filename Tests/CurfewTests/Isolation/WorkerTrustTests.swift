@@ -5,7 +5,7 @@ import Testing
 @testable import Curfew
 @testable import CurfewCLI
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// A worker's channel carries claims: plugin code can write on it. What
     /// the host saw settles an outcome, a line the worker itself would never
     /// send ends that worker, and no worker speaks for a job it does not run.

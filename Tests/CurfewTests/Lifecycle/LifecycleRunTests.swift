@@ -4,7 +4,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// Jobs under a moving app state, in process on a stepped clock and in
     /// workers, with `lifecycle_jobs.c`: each job logs the events it hears,
     /// the state then, and whether its time runs.

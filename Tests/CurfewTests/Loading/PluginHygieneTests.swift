@@ -4,7 +4,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// Plugin file hygiene: code that others could have written is not loaded.
     @Suite struct PluginHygieneTests {
         @Test func aFolderOrFileWritableByOthersIsRefused() throws {
@@ -76,7 +76,7 @@ extension ProcessTests {
         @Test func aNameThatIsNotUTF8IsSaidToBeOne() async throws {
             let folder = Fixtures.temporaryFolder("names")
             let bytes = Array((folder + "/bad").utf8) + [0xFF] + Array(".so".utf8) + [0]
-            let made = bytes.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_WRONLY | O_CREAT | O_EXCL, 0o644) } }
+            let made = bytes.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644) } }
             #expect(made >= 0)
             close(made)
             let rejected = PluginLoader().scan([folder]).rejected

@@ -5,7 +5,7 @@ import _CurfewShims
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// Scanning in a scanner worker: plugins that crash or hang while loading
     /// are rejected, not fatal; results are cached until a file changes.
     @Suite(.timeLimit(.minutes(1))) struct SafeScanTests {
@@ -29,7 +29,9 @@ extension ProcessTests {
         func plugins(_ variant: Int) throws -> String {
             let plugins = folder + "/plugins"
             try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
-            try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=\(variant)"]), toPath: plugins + "/a-bad.so")
+            // A parent the plugin spares (variant 6): this process, should it be one.
+            let defines = ["VARIANT=\(variant)", "SPARE=\(getpid())"]
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("bad_loader.c", defines: defines), toPath: plugins + "/a-bad.so")
             try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugins + "/b-good.so")
             return plugins
         }
@@ -50,8 +52,7 @@ extension ProcessTests {
         @Test func aPluginCannotVouchForAnotherFile() async throws {
             let plugins = try plugins(1)
             try FileManager.default.copyItem(
-                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=5"]), toPath: plugins + "/0-liar.so")
-            setenv("CURFEW_FIXTURE_VICTIM", plugins + "/a-bad.so", 1)
+                atPath: try Fixtures.compile("bad_loader.c", defines: ["VARIANT=5", "VICTIM=\"\(plugins)/a-bad.so\""]), toPath: plugins + "/0-liar.so")
             let report = try await scan([plugins])
             #expect(report.scan.jobs.map(\.name) == ["sum-squares"])
             let reasons = Dictionary(uniqueKeysWithValues: report.scan.rejected.map { ($0.path, $0.error.description) })
@@ -69,8 +70,6 @@ extension ProcessTests {
         /// (and the file is never scanned again with this process its parent).
         @Test func aPluginThatKillsTheForkServerIsNeverCached() async throws {
             let plugins = try plugins(6)
-            setenv("CURFEW_FIXTURE_SPARE", "\(getpid())", 1)
-            defer { unsetenv("CURFEW_FIXTURE_SPARE") }
             let unknown = "Crashed while loading: the scanner worker's fork server died before the worker's end was known (plugin code may have killed it)."
             for _ in 0..<2 {
                 let report = try await scan([plugins])
@@ -90,7 +89,7 @@ extension ProcessTests {
             let plugins = try plugins(6)
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable, ["list", "--json", plugins],
-                environment: ["XDG_CACHE_HOME": folder + "/cache", "CURFEW_FIXTURE_SPARE": "\(getpid())"])
+                environment: ["XDG_CACHE_HOME": folder + "/cache"])
             #expect(result.stdout.contains(#""job":"sum-squares""#), "\(result.stdout)\(result.stderr)")
             #expect(result.stdout.contains(#"a-bad.so","code":"entry-declined""#), "\(result.stdout)")
         }
@@ -184,10 +183,8 @@ extension ProcessTests {
         /// meanwhile goes to it. Before, the copy's handler took every fault
         /// and the scanner died of SIGSEGV.
         @Test func aPluginsOwnFaultHandlerStillHandlesItsFaultsDuringTheCopy() async throws {
-            let plugin = try Fixtures.compile("fault_runtime.c")
             let record = folder + "/fault-record"
-            setenv("CURFEW_FIXTURE_FAULTFILE", record, 1)
-            defer { unsetenv("CURFEW_FIXTURE_FAULTFILE") }
+            let plugin = try Fixtures.compile("fault_runtime.c", defines: ["FAULTFILE=\"\(record)\""])
             // The thread sees the copy's handler unless the machine keeps it
             // off its core for the whole copy: tries enough for a loaded one
             // (with both cores kept busy, 5 tries missed once in 15 runs).
@@ -266,8 +263,6 @@ extension ProcessTests {
             for index in 0..<40 {
                 try FileManager.default.copyItem(atPath: Fixtures.examplePlugins[1], toPath: plugins + "/c-good-\(index).so")
             }
-            setenv("CURFEW_FIXTURE_SPARE", "\(getpid())", 1)
-            defer { unsetenv("CURFEW_FIXTURE_SPARE") }
             var scanner = scanner()
             scanner.timeoutPerFile = .seconds(10)
             let report = try await scan([plugins], with: scanner)

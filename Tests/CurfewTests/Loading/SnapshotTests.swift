@@ -175,7 +175,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// A plugin rewritten in place mid-grant: the grant finishes on the code
     /// that was scanned, the next run runs the new, nothing crashes.
     @Suite(.timeLimit(.minutes(2))) struct OverwrittenPluginTests {

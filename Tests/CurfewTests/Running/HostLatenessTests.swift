@@ -89,7 +89,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// The same under real contention: 250 jobs of 60 ms at once, on a
     /// machine whose cores two spinning threads of the test's hold. Before, 249 of 250 such jobs
     /// were reported "destroy was still running" though destroy had not

@@ -3,7 +3,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// `request_next_run`, the host service a job asks for its next run with,
     /// as a run reports it in every mode.
     @Suite(.timeLimit(.minutes(2))) struct NextRunRequestTests {

@@ -70,7 +70,7 @@ final class ServeProcess: @unchecked Sendable {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     @Suite(.timeLimit(.minutes(3))) struct ServeTests {
         /// The serve fixture, built as version `version`.
         func plugin(version: Int = 1) throws -> String {
@@ -903,7 +903,7 @@ extension ProcessTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// Background modes: a continuous job declares them, the operator allows them by name.
     @Suite(.timeLimit(.minutes(2))) struct BackgroundModeTests {
         func run(_ plugin: String, _ extra: [String]) async throws -> (status: Int32, text: String) {

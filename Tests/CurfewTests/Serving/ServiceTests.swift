@@ -66,7 +66,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// `curfew serve` under systemd's notify protocol, against a socket the test binds.
     @Suite(.timeLimit(.minutes(2))) struct ServiceNotifyTests {
         /// A datagram socket bound at `path` (or an abstract name for `@…`),
@@ -80,7 +80,7 @@ extension ProcessTests {
             let inbox = Inbox()
 
             init(_ name: String) throws {
-                descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+                descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
                 let address = try #require(ServiceNotifier.address(name))
                 let bound = address.withUnsafeBytes {
                     bind(descriptor, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(address.count))
@@ -225,7 +225,7 @@ extension ProcessTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// The shipped Kubernetes manifests, run here as their pods would be: as
     /// uid 10001 with fsGroup 10001, each claim's root root-owned mode 2775
     /// and each emptyDir 0777 (as the kubelet makes them), the manifest's own

@@ -3,7 +3,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// Checkpoints and history through `curfew` as a user runs it, with the
     /// jobs of `checkpoint_jobs.c` and a state folder of each test's own.
     @Suite(.timeLimit(.minutes(3))) struct CheckpointTests {

@@ -67,7 +67,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     @Suite(.timeLimit(.minutes(1))) struct HistoryWriteWorkerTests {
         /// Before: under `--isolate plugin` the second job waited for the
         /// first one's row, which waited (up to the store's 10 s busy

@@ -68,7 +68,7 @@ import Testing
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.Second {
     /// The same across processes: `serve` holds the store, `run` and `state
     /// clear` beside it are refused naming it, `history` reads, and its
     /// SIGKILL frees the store.

@@ -142,7 +142,7 @@ struct CPUQuotaTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// `curfew run` started in a control group limited to one processor
     /// runs its jobs one at a time by default, as under `taskset -c 0`.
     /// Needs a cpu controller this process may make a group under (root,

@@ -4,7 +4,7 @@ import Testing
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// Why a fork server forks from a thread that has run no Swift
     /// (`curfew_shim_fork_server_on_fresh_thread`), shown for `Mutex`:
     /// Swift's `Mutex` keeps each thread's id, and a forked child's one

@@ -5,7 +5,7 @@ import _CurfewShims
 
 @testable import Curfew
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// Every helper ends through a `Teardown`: asked first, killed (with its
     /// group) once its allowed time is over, and reaped exactly once.
     @Suite(.timeLimit(.minutes(1))) struct TeardownTests {
@@ -85,7 +85,7 @@ extension ProcessTests {
     }
 }
 
-extension ProcessTests {
+extension ProcessTests.First {
     /// A spare that never got a job is asked to leave by the end of its
     /// socket; one that does not is killed a second later, not left running.
     @Suite(.timeLimit(.minutes(1))) struct SpareRetireTests {
