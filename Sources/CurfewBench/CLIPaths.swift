@@ -328,7 +328,7 @@ struct CLIBench {
 /// Milliseconds per posix_spawn + waitpid of `command`, `count` times in a row
 /// (its stdout to /dev/null).
 func spawnLoop(_ command: [String], count: Int) -> Double {
-    let program = Program(command, searchesPath: false)
+    let program = Program(command, onlyOutput: true, searchesPath: false)
     let start = now()
     for _ in 0..<count {
         precondition((try? program.run()) != nil, "cannot spawn \(command[0])")

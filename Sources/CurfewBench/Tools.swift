@@ -5,7 +5,7 @@ import _CurfewShims
 
 func readAll(_ path: String) throws -> [UInt8] {
     do throws(SystemError) {
-        return try Syscalls.readFile(path, limit: 1 << 30)
+        return try Syscalls.readToEnd(path, limit: .max)
     } catch {
         throw CurfewError(.notFound, "cannot read \(path): \(error.message)")
     }

@@ -318,7 +318,7 @@ enum Scaffold {
 
     static func readFile(_ path: String) throws(ScaffoldError) -> String {
         do throws(SystemError) {
-            return String(decoding: try Syscalls.readFile(path, limit: 16 << 20), as: UTF8.self)
+            return String(decoding: try Syscalls.readToEnd(path, limit: 16 << 20), as: UTF8.self)
         } catch {
             throw ScaffoldError("Cannot read \(path): \(error.message); pass --curfew-root PATH.")
         }

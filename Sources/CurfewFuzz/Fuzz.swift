@@ -35,7 +35,7 @@ struct FuzzReplay {
             Syscalls.exit(64)
         }
         for path in arguments.dropFirst() {
-            guard let bytes = try? Syscalls.readFile(path, limit: 1 << 30) else {
+            guard let bytes = try? Syscalls.readToEnd(path, limit: 1 << 30) else {
                 complain("curfew-fuzz: cannot read \(path)")
                 Syscalls.exit(66)
             }

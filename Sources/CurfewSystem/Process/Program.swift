@@ -19,16 +19,22 @@ package final class Program {
     ///     when `searchesPath`) and its arguments.
     ///   - environment: `NAME=value` entries; `nil` for this process's own.
     ///   - output: Where its stdout goes, created or truncated, mode 0644.
-    package init(_ arguments: [String], environment: [String]? = nil, output: String = "/dev/null", searchesPath: Bool = true) {
+    ///   - onlyOutput: Redirect stdout alone; stdin and stderr are this
+    ///     process's (a baseline that measures the spawn, nothing more).
+    package init(
+        _ arguments: [String], environment: [String]? = nil, output: String = "/dev/null", onlyOutput: Bool = false, searchesPath: Bool = true
+    ) {
         precondition(!arguments.isEmpty, "a program needs at least its own name")
         path = arguments[0]
         self.searchesPath = searchesPath
         argv = arguments.map { strdup($0) } + [nil]
         envp = (environment ?? Syscalls.environment()).map { strdup($0) } + [nil]
         posix_spawn_file_actions_init(&actions)
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        if !onlyOutput {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        }
         posix_spawnattr_init(&attributes)
         var none = sigset_t()
         sigemptyset(&none)

@@ -4,6 +4,7 @@ import Glibc
 /// so C code may keep or free them as C expects.
 package enum CStrings {
     /// A `malloc`ed copy of `text`, NUL-terminated. The caller frees it.
+    /// Traps when memory runs out, as Swift's own allocations do.
     package static func copy(_ text: String) -> UnsafeMutablePointer<CChar> {
         guard let copy = strdup(text) else { fatalError("out of memory copying a \(text.utf8.count)-byte string") }
         return copy

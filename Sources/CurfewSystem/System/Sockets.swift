@@ -44,11 +44,11 @@ extension Syscalls {
     }
 
     /// Waits up to `milliseconds` (-1: no limit) for `fd` to have input or
-    /// reach its end: false when the time ran out; true when it did, or the
-    /// wait failed (a read then says why).
+    /// reach its end: whether it did. False when the time ran out or the wait
+    /// failed, so a blocking read after a true never waits.
     package static func waitForInput(_ fd: Int32, milliseconds: Int32) -> Bool {
         var entry = [PollEntry(fd)]
-        return poll(&entry, milliseconds: milliseconds) != 0
+        return poll(&entry, milliseconds: milliseconds) > 0
     }
 
     /// The kinds of local socket the host uses.

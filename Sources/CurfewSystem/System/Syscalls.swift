@@ -95,6 +95,23 @@ package enum Syscalls {
         return try readPrefix(path, count: max(Int(info.size), 1))
     }
 
+    /// All of what reading `path` gives, to its end, whatever the file (a
+    /// pipe, `/dev/stdin`); ``SystemError`` `EFBIG` past `limit` bytes.
+    package static func readToEnd(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
+        let fd = retryingEINTR { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { throw SystemError(errno: errno) }
+        defer { Glibc.close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { raw in retryingEINTR { Glibc.read(fd, raw.baseAddress, raw.count) } }
+            if count < 0 { throw SystemError(errno: errno) }
+            if count == 0 { return bytes }
+            guard bytes.count + count <= limit else { throw SystemError(errno: EFBIG) }
+            bytes += chunk[..<count]
+        }
+    }
+
     /// `path`, opened (created 0600 when missing) to be locked and
     /// rewritten: never through a symlink, never inherited by a program the
     /// host starts. The caller closes it.

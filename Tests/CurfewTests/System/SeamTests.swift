@@ -27,6 +27,10 @@ import Testing
         #expect(try Syscalls.linkStatus(folder + "/link").isSymlink)
         #expect(try Syscalls.linkTarget(folder + "/link") == file)
         #expect(throws: SystemError.noEntry) { try Syscalls.open(folder + "/missing", .read) }
+        // Any file reads to its end, not only a regular one; past the limit is an error.
+        #expect(try Syscalls.readToEnd("/dev/null", limit: 0).isEmpty)
+        #expect(try Syscalls.readToEnd(file, limit: 5) == Array("hello".utf8))
+        #expect(throws: SystemError(errno: EFBIG)) { try Syscalls.readToEnd(file, limit: 4) }
 
         let read = try Syscalls.open(file, .read)
         defer { Syscalls.close(read) }
