@@ -84,6 +84,10 @@ uint64_t curfew_shim_heap_bytes_in_use(void) {
     return (uint64_t)mallinfo2().uordblks;
 }
 
+int curfew_shim_spawn_close_from(void *actions, int low) {
+    return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, low);
+}
+
 int curfew_shim_spawn_worker(const char *path, char *const argv[], char *const envp[],
                              int channel, int out, int err, int *pid) {
     posix_spawn_file_actions_t actions;

@@ -1,9 +1,12 @@
 import Glibc
+import _CurfewShims
 
 /// A program to run to its end, as a user would start it: a fresh process
 /// with stdin and stderr on /dev/null, stdout to a file, no signal blocked
 /// and each at its default (a thread of Dispatch's blocks them all, and a
-/// child inherits its spawner's mask and ignored signals). Its arguments,
+/// child inherits its spawner's mask and ignored signals), and no
+/// descriptor but 0, 1 and 2 (one another thread left inheritable would
+/// keep a pipe's end open for as long as the program ran). Its arguments,
 /// environment and descriptors are prepared once, so each ``run()`` costs a
 /// `posix_spawn` and a `waitpid`, no more (a benchmark's baseline loop).
 package final class Program {
@@ -31,6 +34,7 @@ package final class Program {
         envp = (environment ?? Syscalls.environment()).map { strdup($0) } + [nil]
         posix_spawn_file_actions_init(&actions)
         posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        curfew_shim_spawn_close_from(&actions, 3)
         if !onlyOutput {
             posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
             posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)

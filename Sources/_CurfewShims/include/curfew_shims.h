@@ -68,6 +68,11 @@ int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]);
  * spawned by another thread at the same moment cannot inherit them. */
 int curfew_shim_pipe_cloexec(int fds[2]);
 
+/* posix_spawn_file_actions_addclosefrom_np(3) on `actions` (a
+ * posix_spawn_file_actions_t *): the child closes every descriptor from
+ * `low` up. Not visible through Swift's Glibc module. 0, or an errno. */
+int curfew_shim_spawn_close_from(void *actions, int low);
+
 /* Starts `path` with `argv` and `envp` as a worker: in a process group of its
  * own, with default signal dispositions and an empty signal mask, its fd 3
  * the socket `channel`, and its stdout and stderr the pipes `out` and `err`

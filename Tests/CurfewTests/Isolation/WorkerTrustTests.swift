@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import _CurfewShims
 
 @testable import Curfew
 @testable import CurfewCLI
@@ -125,6 +126,9 @@ extension ProcessTests.Second {
                 defer { posix_spawn_file_actions_destroy(&actions) }
                 posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
                 posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+                // Nothing another test left inheritable (a pipe whose reader
+                // waits for its end) stays open in this host for its flood.
+                curfew_shim_spawn_close_from(&actions, 3)
                 let argv = arguments.map { strdup($0) } + [nil]
                 let envp = environment.map { strdup($0) } + [nil]
                 defer { (argv + envp).forEach { free($0) } }

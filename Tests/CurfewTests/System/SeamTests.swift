@@ -116,6 +116,15 @@ import Testing
         let twice = Program(["/bin/sh", "-c", "exit 0"], searchesPath: false)
         #expect(try twice.run() == 0 && twice.run() == 0)
         #expect(throws: SystemError.noEntry) { try Program([folder + "/missing"], searchesPath: false).run() }
+        // A descriptor some other code left inheritable is not the program's:
+        // it would hold a pipe's end open, and its reader would never see the end.
+        var ends: [Int32] = [-1, -1]
+        #expect(pipe(&ends) == 0)
+        defer { ends.forEach { close($0) } }
+        let listing = folder + "/fds"
+        #expect(try Program(["sh", "-c", "ls /proc/$$/fd"], output: listing).run() == 0)
+        let open = String(decoding: try Syscalls.readFile(listing), as: UTF8.self).split(separator: "\n").compactMap { Int32($0) }
+        #expect(open.allSatisfy { $0 <= 2 || !ends.contains($0) }, "\(open) holds \(ends)")
     }
 
     @Test func theProcessCountsItsThreadsAndMemory() throws {
