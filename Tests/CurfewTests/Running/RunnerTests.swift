@@ -130,11 +130,14 @@ import Testing
     }
 
     /// Before: no limit, and each end and each handler's lookup scanned every
-    /// open task (3,000 of 100,000 handlers ran in a 1 s lead).
+    /// open task (3,000 of 100,000 handlers ran in a 1 s lead). Under a
+    /// sanitizer, 7,776 of the 10,000 ran in 300 ms on a busy machine: a
+    /// lead of its own there.
     @Test func openTasksAreBoundedAndAllTheirHandlersRunAtExpiration() async throws {
         let limit = Int64(Grant.maximumOpenTasks)
+        let grace: Duration = Fixtures.sanitized ? .seconds(2) : .milliseconds(300)
         let result = try #require(
-            await run(try fixture.jobs("many-tasks"), budget: .milliseconds(600), grace: .milliseconds(300)).first)
+            await run(try fixture.jobs("many-tasks"), budget: grace * 2, grace: grace).first)
         #expect(result.outcome == .expired, "\(result.reason)")
         #expect(result.reason == "time ran out; tasks ended")
         #expect(fixture.count("many-tasks", "refused") == 1, "the one past the limit")
