@@ -297,7 +297,7 @@ public struct SafeScanner: Sendable {
             request = Array((ScannerLines.request(file) + "\n").utf8)
         }
         let launcher = native ? launchers.native : launchers.manifest
-        guard let channel = try? Syscalls.socketPair() else { return (rejected("Cannot start a scanner worker."), false) }
+        guard let channel = try? Syscalls.socketPair(.stream) else { return (rejected("Cannot start a scanner worker."), false) }
         var forkFailed = false
         let worker = launcher.start(channel: channel[1], forkFailed: &forkFailed)
         Syscalls.close(channel[1])

@@ -47,7 +47,7 @@ extension Syscalls {
     /// reach its end: whether it did. False when the time ran out or the wait
     /// failed, so a blocking read after a true never waits.
     package static func waitForInput(_ fd: Int32, milliseconds: Int32) -> Bool {
-        var entry = [PollEntry(fd)]
+        var entry = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
         return poll(&entry, milliseconds: milliseconds) > 0
     }
 

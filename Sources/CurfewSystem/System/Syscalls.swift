@@ -98,18 +98,9 @@ package enum Syscalls {
     /// All of what reading `path` gives, to its end, whatever the file (a
     /// pipe, `/dev/stdin`); ``SystemError`` `EFBIG` past `limit` bytes.
     package static func readToEnd(_ path: String, limit: Int) throws(SystemError) -> [UInt8] {
-        let fd = retryingEINTR { Glibc.open(path, O_RDONLY | O_CLOEXEC) }
-        guard fd >= 0 else { throw SystemError(errno: errno) }
-        defer { Glibc.close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { raw in retryingEINTR { Glibc.read(fd, raw.baseAddress, raw.count) } }
-            if count < 0 { throw SystemError(errno: errno) }
-            if count == 0 { return bytes }
-            guard bytes.count + count <= limit else { throw SystemError(errno: EFBIG) }
-            bytes += chunk[..<count]
-        }
+        let bytes = try readPrefix(path, count: limit == .max ? limit : limit + 1)
+        guard bytes.count <= limit else { throw SystemError(errno: EFBIG) }
+        return bytes
     }
 
     /// `path`, opened (created 0600 when missing) to be locked and
@@ -233,15 +224,6 @@ package enum Syscalls {
         return String(cString: resolved)
     }
 
-    /// A connected pair of stream sockets, close-on-exec.
-    package static func socketPair() throws(SystemError) -> [Int32] {
-        var pair: [Int32] = [-1, -1]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
-            throw SystemError(errno: errno)
-        }
-        return pair
-    }
-
     /// A pipe, both ends close-on-exec from the start (`pipe2` through the
     /// shim: it is not visible through Glibc, and pipe + fcntl leaves a window
     /// in which a worker spawned by another thread inherits the ends).
@@ -254,7 +236,7 @@ package enum Syscalls {
     /// A worker's descriptors: a socket pair and two pipes (stdout, stderr),
     /// all close-on-exec; on failure, none is left open.
     package static func workerDescriptors() throws(SystemError) -> (channel: [Int32], out: [Int32], err: [Int32]) {
-        let channel = try socketPair()
+        let channel = try socketPair(.stream)
         do throws(SystemError) {
             let out = try pipe()
             do throws(SystemError) {
