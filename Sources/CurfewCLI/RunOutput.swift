@@ -160,6 +160,8 @@ final class RunOutput: Sendable {
             CurfewMain.interruptedNote(count)
         case .strays(let count):
             "ended \(count) process\(count == 1 ? "" : "es") a host before this one left running (it was killed)."
+        case .sandboxUnenforced(let missing):
+            "the sandbox does not confine \(missing.joined(separator: "; ")) here; the rest of it holds."
         }
     }
 }

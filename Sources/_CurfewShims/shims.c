@@ -697,6 +697,10 @@ static __thread struct {
 } crash_where;
 static int crash_fd = -1;
 
+const char *curfew_shim_crash_job(void) {
+    return crash_where.job;
+}
+
 void curfew_shim_crash_where(const char *job, int hook, unsigned long long base,
                              const unsigned long long *count) {
     static const char *const hooks[] = {"create", "chunk", "expire", "destroy", "app_event"};

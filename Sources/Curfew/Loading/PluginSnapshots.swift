@@ -46,7 +46,7 @@ struct PluginSnapshots: Sendable {
     /// Snapshots in a new folder of the temporary folder, removed when this
     /// process exits: for a host with no cache folder to keep them in.
     static func temporary() throws(CurfewError) -> PluginSnapshots {
-        let base = Syscalls.environmentValue("TMPDIR").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+        let base = Syscalls.temporaryFolder
         let folder: String
         do throws(SystemError) {
             folder = try Syscalls.makeTemporaryFolder(base + "/curfew-snapshots-")

@@ -17,6 +17,9 @@ public struct RunConfiguration: Sendable {
     public var isolation: Isolation = .none
     /// Limits for each worker process (isolated modes only).
     public var limits = ResourceLimits()
+    /// The sandbox each worker applies before it loads a plugin (isolated
+    /// modes only); `nil`: none.
+    public var sandbox: SandboxPolicy?
     /// The executable started as a worker: `curfew` itself.
     public var workerExecutable = "/proc/self/exe"
     /// Whether isolated workers are forked by a fork server (else each is

@@ -16,6 +16,8 @@ public struct RunOptions: Equatable, Sendable {
     public var verbose = false
     public var isolation: Isolation = .none
     public var limits = ResourceLimits()
+    /// The workers' sandbox (`nil`: none).
+    public var sandbox: SandboxPolicy?
     public var allowInsecurePlugins = false
     /// Ignore the scan cache (its entries are replaced by the new answers).
     public var rescan = false
@@ -37,6 +39,7 @@ public struct RunOptions: Equatable, Sendable {
         configuration.policy.allowedModes = allowedModes
         configuration.isolation = isolation
         configuration.limits = limits
+        configuration.sandbox = sandbox
         return configuration
     }
 }

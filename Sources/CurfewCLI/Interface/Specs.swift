@@ -13,6 +13,11 @@ enum Specs {
         var options = RunOptions()
         var budget = GrantPolicy.defaultBudget
         var grace: Duration?
+        /// `--sandbox` (true) or `--no-sandbox` (false), if given.
+        var sandbox: Bool?
+        /// What `--network`, `--allow-read`, `--allow-write` and `--allow-exec` grant.
+        var grants = SandboxPolicy()
+        var grantsGiven = false
 
         /// The options, checked as a whole.
         func finished(_ command: Subcommand) throws(UsageError) -> RunOptions {
@@ -22,6 +27,16 @@ enum Specs {
             }
             if options.isolation == .none && options.limits != ResourceLimits() {
                 throw UsageError("--memory, --cpu-time and --open-files need --isolate job or plugin", command: command)
+            }
+            if sandbox == false && grantsGiven {
+                throw UsageError("--network and --allow-* grant what a sandbox confines: they contradict --no-sandbox", command: command)
+            }
+            if sandbox == true || grantsGiven {
+                guard options.isolation != .none else {
+                    throw UsageError(
+                        "--sandbox needs --isolate job or plugin: in process, plugin code has every right the host has", command: command)
+                }
+                options.sandbox = grants
             }
             options.policy = try policy(budget: budget, grace: grace, command: command)
             return options
@@ -89,7 +104,41 @@ enum Specs {
             }
             draft.options.limits.openFiles = count
         },
+        OptionSpec(
+            ["--sandbox"],
+            help: "With --isolate: confine each worker before it loads a plugin: it reads only the system's libraries, its plugin and what --allow-read names, writes only a scratch folder of its own ($CURFEW_SCRATCH) and what --allow-write names, reaches no network, and cannot exec, trace or signal other processes."
+        ) { draft, _ in draft.sandbox = true },
+        OptionSpec(["--no-sandbox"], help: "Run workers with every right of this user.") { draft, _ in draft.sandbox = false },
+        OptionSpec(
+            ["--network"], value: "access", help: "With --sandbox: off (no network) or on. (default: off)",
+            choices: SandboxPolicy.Network.allCases.map(\.rawValue)
+        ) { draft, given throws(UsageError) in
+            guard let network = SandboxPolicy.Network(rawValue: given.text) else { throw given.invalid("use off or on") }
+            draft.grants.network = network
+            draft.grantsGiven = true
+        },
+        OptionSpec(["--allow-read"], value: "path", help: "With --sandbox: a file or folder jobs may read; repeat for more.", repeatable: true) {
+            draft, given throws(UsageError) in
+            draft.grants.read.append(try grantedPath(given))
+            draft.grantsGiven = true
+        },
+        OptionSpec(
+            ["--allow-write"], value: "path", help: "With --sandbox: a file or folder jobs may read and change; repeat for more.", repeatable: true
+        ) { draft, given throws(UsageError) in
+            draft.grants.write.append(try grantedPath(given))
+            draft.grantsGiven = true
+        },
+        OptionSpec(["--allow-exec"], help: "With --sandbox: jobs may exec programs they can read (/usr/bin and the like).") { draft, _ in
+            draft.grants.allowsExec = true
+            draft.grantsGiven = true
+        },
     ]
+
+    /// A path a sandbox grants: it must exist, and is kept as the real path.
+    static func grantedPath(_ given: Given) throws(UsageError) -> String {
+        guard let path = SandboxPolicy.resolve(given.text) else { throw given.invalid("no such file or folder") }
+        return path
+    }
 
     static let pathsArgument = ("<paths>", "Plugin folders (scanned for *.so and *.curfew.json), .so files and manifests. (default: .)")
 

@@ -41,12 +41,15 @@ package enum HostMessage: Equatable, Sendable {
         package var last: Bool
         package var parameters: [String: String]
         package var limits: Limits
+        /// The sandbox the worker applies to itself before it loads the
+        /// plugin (the first `run` to a worker only); `nil`: none.
+        package var sandbox: Sandbox?
 
         package init(
             plugin: String, job: String, index: Int?, budgetNanoseconds: Int64, graceNanoseconds: Int64?, started: UInt64,
             app: AppStateName,
             keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
-            parameters: [String: String], limits: Limits
+            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil
         ) {
             self.plugin = plugin
             self.job = job
@@ -62,8 +65,35 @@ package enum HostMessage: Equatable, Sendable {
             self.last = last
             self.parameters = parameters
             self.limits = limits
+            self.sandbox = sandbox
         }
     }
+
+    /// A worker's sandbox as the host sends it: what the job's policy grants
+    /// beyond what any worker needs (the system's libraries, its devices).
+    package struct Sandbox: Equatable, Sendable {
+        package var network: NetworkName
+        /// Paths the job may read beneath: the plugin, its library, the policy's.
+        package var read: [String]
+        /// Paths the job may change beneath: the policy's.
+        package var write: [String]
+        /// The worker's own folder to write in, which the host removes after it.
+        package var scratch: String
+        package var exec: Bool
+
+        package init(network: NetworkName, read: [String], write: [String], scratch: String, exec: Bool) {
+            self.network = network
+            self.read = read
+            self.write = write
+            self.scratch = scratch
+            self.exec = exec
+        }
+
+        /// The most paths a policy may name, each way.
+        package static let maximumPaths = 256
+    }
+
+    package enum NetworkName: String, Sendable, CaseIterable { case off, on }
 
     /// What a job's chunks were seen to take, in nanoseconds.
     package struct Estimate: Equatable, Sendable {
@@ -98,7 +128,7 @@ package enum HostMessage: Equatable, Sendable {
     package enum SaveStatus: String, Sendable, CaseIterable { case ok, tooLarge = "too-large", unavailable }
 
     /// The version both ends must speak: a `run` or `scan` of another is refused.
-    package static let version: Int64 = 3
+    package static let version: Int64 = 4
     /// The most files a scan may name, and the longest path, in bytes.
     package static let maximumScanFiles = 1 << 16
     package static let maximumPathBytes = 4096
@@ -131,6 +161,14 @@ package enum HostMessage: Equatable, Sendable {
                     .joined(separator: ",") + "}")
             let limits = run.limits
             line.addRaw("limits", "{\"memory\":\(limits.memoryBytes),\"cpu\":\(limits.cpuSeconds),\"files\":\(limits.openFiles)}")
+            if let sandbox = run.sandbox {
+                var rules = JSONLine("network", sandbox.network.rawValue)
+                rules.add("read", sandbox.read)
+                rules.add("write", sandbox.write)
+                rules.add("scratch", sandbox.scratch)
+                rules.addRaw("exec", sandbox.exec ? "true" : "false")
+                line.addRaw("sandbox", rules.text)
+            }
             return line.text
         case .scan(let files):
             var line = JSONLine("type", "scan")
@@ -180,7 +218,7 @@ package enum HostMessage: Equatable, Sendable {
         case "run":
             try reader.only([
                 "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "started", "app", "state", "checkpoint", "estimate",
-                "continuous", "last", "parameters", "limits",
+                "continuous", "last", "parameters", "limits", "sandbox",
             ])
             try reader.version(version)
             let plugin = try reader.string("plugin")
@@ -219,11 +257,26 @@ package enum HostMessage: Equatable, Sendable {
             for key in parameters.keys { table[key] = try parameters.string(key) }
             let limits = try reader.object("limits")
             try limits.only(["memory", "cpu", "files"])
+            var sandbox: Sandbox?
+            if reader.has("sandbox") {
+                let rules = try reader.object("sandbox")
+                try rules.only(["network", "read", "write", "scratch", "exec"])
+                let scratch = try rules.string("scratch")
+                guard scratch.hasPrefix("/"), scratch.utf8.count <= maximumPathBytes else {
+                    throw MessageInvalid(reason: "\"scratch\" must be an absolute path of at most \(maximumPathBytes) bytes")
+                }
+                sandbox = Sandbox(
+                    network: try rules.word("network", NetworkName.self),
+                    read: try rules.strings("read", most: Sandbox.maximumPaths, longest: maximumPathBytes),
+                    write: try rules.strings("write", most: Sandbox.maximumPaths, longest: maximumPathBytes),
+                    scratch: scratch, exec: try rules.bool("exec"))
+            }
             return .run(Run(
                 plugin: plugin, job: job, index: index, budgetNanoseconds: budget, graceNanoseconds: grace, started: started, app: app,
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
                 continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
-                limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files"))))
+                limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files")),
+                sandbox: sandbox))
         case "expire":
             try reader.only(["type", "job", "reason"])
             return .expire(job: job, reason: try reader.word("reason", ExpireReason.self))

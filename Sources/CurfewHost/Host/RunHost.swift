@@ -72,6 +72,8 @@ public final class RunHost: Sendable {
         case interrupted(Int)
         /// Processes a killed host before left running, ended now.
         case strays(Int)
+        /// What this kernel cannot confine of a sandboxed worker.
+        case sandboxUnenforced([String])
     }
 
     /// Why nothing ran.
@@ -164,6 +166,10 @@ public final class RunHost: Sendable {
             return outcome
         }
         var configuration = options.configuration
+        // Once a run, not once a job: the kernel is the same for each.
+        if configuration.sandbox != nil, case let missing = SandboxPolicy.unenforced(), !missing.isEmpty {
+            events(.warning(.sandboxUnenforced(missing)))
+        }
         if options.keepsState {
             switch Self.openStore(options.stateFolder, writer: .current(), warn: { events(.warning($0)) }) {
             case .success(let store): configuration.state = store

@@ -178,6 +178,18 @@ extension Syscalls {
         getenv(name).map { String(cString: $0) }
     }
 
+    /// Sets the environment variable `name` to `value`. Not thread-safe
+    /// (getenv in another thread may read freed memory): for a process that
+    /// has one thread, before it starts another.
+    package static func setEnvironment(_ name: String, _ value: String) {
+        setenv(name, value, 1)
+    }
+
+    /// Where temporary files go: `$TMPDIR` when it is an absolute path, else `/tmp`.
+    package static var temporaryFolder: String {
+        environmentValue("TMPDIR").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+    }
+
     /// The effective user id.
     package static var userID: UInt32 { geteuid() }
 

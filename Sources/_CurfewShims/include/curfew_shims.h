@@ -347,4 +347,78 @@ int curfew_shim_mounted_noexec(const char *path);
  * exits; else returns at once. */
 void curfew_shim_scanner_main(int argc, char **argv);
 
+/* ---- a worker's sandbox (sandbox.c) ---- */
+
+typedef enum {
+    CURFEW_SANDBOX_READ = 0,   /* read files and list folders beneath */
+    CURFEW_SANDBOX_DEVICE = 1, /* read, write and ioctl a device file */
+    CURFEW_SANDBOX_WRITE = 2,  /* everything a file tree allows: make, change, remove */
+} curfew_sandbox_access;
+
+typedef struct {
+    const char *path;
+    curfew_sandbox_access access;
+} curfew_sandbox_path;
+
+enum { CURFEW_SANDBOX_NETWORK_OFF = 0, CURFEW_SANDBOX_NETWORK_ON = 1 };
+
+typedef struct {
+    const curfew_sandbox_path *paths;
+    unsigned long path_count;
+    int network;    /* CURFEW_SANDBOX_NETWORK_* */
+    int allow_exec; /* 0: execve and execveat are denied */
+} curfew_sandbox_spec;
+
+/* What a sandbox's layers did: bits of `applied`. */
+enum {
+    CURFEW_SANDBOX_NO_CAPABILITIES = 1 << 0,
+    CURFEW_SANDBOX_FILES = 1 << 1,          /* Landlock's file rules */
+    CURFEW_SANDBOX_TCP_RULES = 1 << 2,      /* Landlock's TCP rules (ABI 4) */
+    CURFEW_SANDBOX_SCOPES = 1 << 3,         /* Landlock's signal and abstract socket scopes (ABI 6) */
+    CURFEW_SANDBOX_OWN_NETWORK = 1 << 4,    /* a network namespace of its own */
+    CURFEW_SANDBOX_SOCKET_FILTER = 1 << 5,  /* seccomp refuses network sockets (no namespace) */
+    CURFEW_SANDBOX_SYSCALLS = 1 << 6,       /* seccomp's denials */
+};
+
+typedef struct {
+    int applied;
+    int landlock_abi;
+    const char *step;        /* the step that failed, when one did */
+    const char *failed_path; /* the path whose rule failed, when one did */
+} curfew_sandbox_report;
+
+/* The Landlock ABI this kernel has, 0 for none (or refused by the seam). */
+int curfew_sandbox_landlock_abi(void);
+
+/* From now on, Landlock reads as missing: a test seam for older kernels. */
+void curfew_sandbox_refuse_landlock(void);
+
+/* Applies `spec` to this process, which must have one thread: no_new_privs,
+ * a user and network namespace when the network is off (where the kernel
+ * lets it), every capability dropped, Landlock as far as the kernel has it,
+ * then seccomp. 0, or an errno with `report->step` naming the failed step.
+ * What the kernel lacks is no failure: `report->applied` says what holds. */
+int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);
+
+/* Takes the oldest denial the seccomp handler noted: 1 with the job whose
+ * hook made the call (NULL when none was running), the call's name and why
+ * it is denied, all static or kept for the process's life; 0 when none. */
+int curfew_sandbox_next_denial(const char **job, const char **call, const char **why);
+
+/* The denials dropped because the notes were full, since the last ask. */
+unsigned curfew_sandbox_dropped_denials(void);
+
+/* The file the Swift runtime (swift_retain) was loaded from: a library's
+ * path, or the executable's when it is linked in; NULL when unknown. */
+const char *curfew_sandbox_swift_runtime_file(void);
+
+/* Removes the folder `path` and all it holds, following no link (a link
+ * inside is removed, not what it names), to a depth of 256 folders. 0, or an
+ * errno; a missing folder is no error. */
+int curfew_shim_remove_tree(const char *path);
+
+/* The job whose hook the calling thread runs, as `curfew_shim_crash_where`
+ * recorded it, or NULL. Async-signal-safe. */
+const char *curfew_shim_crash_job(void);
+
 #endif

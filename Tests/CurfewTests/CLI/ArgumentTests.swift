@@ -55,7 +55,7 @@ import Testing
             SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
             within the lead time; so does closing its output (| head).
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -102,6 +102,20 @@ import Testing
                                       e.g. 512MiB.
               --cpu-time <duration>   With --isolate: each worker's CPU time limit.
               --open-files <n>        With --isolate: each worker's limit on open files.
+              --sandbox               With --isolate: confine each worker before it loads a
+                                      plugin: it reads only the system's libraries, its
+                                      plugin and what --allow-read names, writes only a
+                                      scratch folder of its own ($CURFEW_SCRATCH) and what
+                                      --allow-write names, reaches no network, and cannot
+                                      exec, trace or signal other processes.
+              --no-sandbox            Run workers with every right of this user.
+              --network <access>      With --sandbox: off (no network) or on. (default: off)
+              --allow-read <path>     With --sandbox: a file or folder jobs may read; repeat
+                                      for more.
+              --allow-write <path>    With --sandbox: a file or folder jobs may read and
+                                      change; repeat for more.
+              --allow-exec            With --sandbox: jobs may exec programs they can read
+                                      (/usr/bin and the like).
               -h, --help              Show help information.
 
             EXIT STATUS:
@@ -199,7 +213,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]\n  See 'curfew run --help' for more information.\n"
 
     @Test func serveAndControlArguments() throws {
         guard case .serve(let serve) = try Invocation(parsing: ["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])

@@ -11,9 +11,14 @@ import Testing
         keepsState: true, checkpoint: [0, 1, 2, 255], estimate: HostMessage.Estimate(mean: 10, deviation: 2, samples: 7),
         continuous: false, last: true, parameters: ["a": "1", "é": "\n\""],
         limits: HostMessage.Limits(memoryBytes: 1 << 30, cpuSeconds: 5, openFiles: 64))
+    static let sandboxed: HostMessage.Run = {
+        var run = HostMessageTests.run
+        run.sandbox = HostMessage.Sandbox(network: .off, read: ["/plugins/p.so", "/data/in"], write: ["/data/out"], scratch: "/tmp/s", exec: true)
+        return run
+    }()
 
     @Test(arguments: [
-        HostMessage.run(run), .scan(files: ["/a.so", "/b c.so"]), .expire(job: "sum", reason: .cancelled),
+        HostMessage.run(run), .run(sandboxed), .scan(files: ["/a.so", "/b c.so"]), .expire(job: "sum", reason: .cancelled),
         .app(job: "sum", event: .didEnterBackground, state: .background, deadline: 42),
         .app(job: "sum", event: .willEnterForeground, state: .inactive, deadline: nil),
         .checkpointSaved(job: "sum", id: 9, status: .tooLarge, message: "over 1 MiB"), .close,
@@ -31,9 +36,17 @@ import Testing
         (#"{"type":"app","job":"j","event":"launch","state":"asleep"}"#, "unknown state 'asleep'"),
         (#"{"type":"app","job":"","event":"launch","state":"active"}"#, "\"job\" must name a job in 1 to 256 bytes"),
         (#"{"type":"close","job":"j"}"#, "unknown field 'job'"),
-        (#"{"type":"scan","protocol":3,"files":[1]}"#, "\"files\" holds other than strings of at most 4096 bytes"),
+        (#"{"type":"scan","protocol":4,"files":[1]}"#, "\"files\" holds other than strings of at most 4096 bytes"),
         (#"[1]"#, "an array, not an object"),
-        (#"{"type":"run","protocol":3,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
+        (
+            #"{"type":"run","protocol":4,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":{"memory":0,"cpu":0,"files":0},"sandbox":{"network":"loopy","read":[],"write":[],"scratch":"/s","exec":false}}"#,
+            "unknown network 'loopy'"
+        ),
+        (
+            #"{"type":"run","protocol":4,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":{"memory":0,"cpu":0,"files":0},"sandbox":{"network":"off","read":[],"write":[],"scratch":"s","exec":false}}"#,
+            "\"scratch\" must be an absolute path of at most 4096 bytes"
+        ),
+        (#"{"type":"run","protocol":4,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
         (#"{"type":"nap","job":"j"}"#, "unknown type 'nap'"),
     ])
     func aLineThatIsNoMessageIsRefusedWithAReason(line: String, reason: String) {

@@ -711,13 +711,21 @@ extension ProcessTests.First {
             let fields = try String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8).split(separator: ")").last?.split(separator: " ")
             let worker = try #require(fields.flatMap { $0.count > 1 ? pid_t($0[1]) : nil })
             let host = first.process.processIdentifier
-            #expect(kill(host, SIGSTOP) == 0)
+            // The worker's fork server, when it has one, is stopped too: it
+            // ends a dead worker's processes itself, and on a busy machine it
+            // could do so before the host's death reached it.
+            let parentFields = try String(contentsOfFile: "/proc/\(worker)/stat", encoding: .utf8).split(separator: ")").last?.split(separator: " ")
+            let server = try #require(parentFields.flatMap { $0.count > 1 ? pid_t($0[1]) : nil })
+            let frozen = server == host ? [host] : [host, server]
+            for pid in frozen { #expect(kill(pid, SIGSTOP) == 0) }
             let stopping = ContinuousClock.now + .seconds(20)
             func stopped() -> Bool {
-                let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(host)/task")) ?? []
-                return !threads.isEmpty && threads.allSatisfy { thread in
-                    let stat = (try? String(contentsOfFile: "/proc/\(host)/task/\(thread)/stat", encoding: .utf8)) ?? ""
-                    return stat.split(separator: ")").last?.hasPrefix(" T") ?? false
+                frozen.allSatisfy { pid in
+                    let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+                    return !threads.isEmpty && threads.allSatisfy { thread in
+                        let stat = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8)) ?? ""
+                        return stat.split(separator: ")").last?.hasPrefix(" T") ?? false
+                    }
                 }
             }
             while !stopped() && ContinuousClock.now < stopping { try await Task.sleep(for: .milliseconds(1)) }

@@ -90,12 +90,15 @@ extension ProcessTests.Second {
                 let took = holder.withLock { (try? $0.execute("BEGIN IMMEDIATE")) != nil }
                 held.withLock { $0 = took }
             }
-            // Lets go once the second job has started, or after 5 s.
+            // Lets go once the second job has started, or after 30 s. On a
+            // busy machine the second may take seconds to start; when it
+            // waited for the row instead, the row's write gave up at the
+            // store's 10 s timeout first: a lost row and a state problem.
             let released = DispatchSemaphore(value: 0)
             let sawSecond = Mutex(false)
             OSThread.detach {
                 let start = ContinuousClock.now
-                while ContinuousClock.now - start < .seconds(5) {
+                while ContinuousClock.now - start < .seconds(30) {
                     if access(marker, F_OK) == 0 {
                         sawSecond.withLock { $0 = true }
                         break

@@ -76,6 +76,20 @@ final class WorkerProcess: @unchecked Sendable {
     static let drainQuiet: Duration = .milliseconds(100)
     static let drainLimit: Duration = .seconds(2)
 
+    /// The folder its jobs write in under a sandbox: made with the first of
+    /// them, removed once the worker is reaped.
+    private let scratch = Mutex<String?>(nil)
+
+    /// The worker's scratch folder, made at the first call.
+    func scratchFolder() throws(SystemError) -> String {
+        try scratch.withLock { (folder: inout String?) throws(SystemError) -> String in
+            if let folder { return folder }
+            let made = try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
+            folder = made
+            return made
+        }
+    }
+
     /// Whether a new job may join: not exited, not being killed.
     var isUsable: Bool { state.withLock { !$0.exited && $0.killedFor == nil } }
 
@@ -244,6 +258,14 @@ final class WorkerProcess: @unchecked Sendable {
         closeAttached()
         workerExited()
         let status = process.reap() ?? -1
+        // What the jobs left in their scratch folder goes before their ends are told.
+        if let folder = scratch.withLock({ $0 }) {
+            do throws(SystemError) {
+                try Syscalls.removeTree(folder)
+            } catch {
+                state.withLock { $0.jobs.values.first }?.warn("its scratch folder \(folder) could not be removed: \(error.message)")
+            }
+        }
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
         // handed to the next worker.

@@ -128,8 +128,17 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         } catch {
             return conclude(.crashed, "cannot start a worker (\(configuration.workerExecutable)): \(error.message)")
         }
+        var sandbox: HostMessage.Sandbox?
+        if let policy = configuration.sandbox {
+            do throws(SystemError) {
+                sandbox = policy.message(for: job, scratch: try process.scratchFolder())
+            } catch {
+                if endsWithItsWorker { process.close() }
+                return conclude(.crashed, "cannot make a scratch folder for its worker in \(Syscalls.temporaryFolder): \(error.message)")
+            }
+        }
         control.withLock { $0.process = process }
-        guard process.host(self, message: runMessage(started: now, checkpoint: saved)) else {
+        guard process.host(self, message: runMessage(started: now, checkpoint: saved, sandbox: sandbox)) else {
             return conclude(.crashed, "its worker had already exited")
         }
         // What was said while the worker was starting follows the run message, in
@@ -153,6 +162,11 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             return c.channelReady
         }
         if ready { process?.send(message) }
+    }
+
+    /// The host's word about this job's worker, as a warning in the job's log.
+    func warn(_ text: String) {
+        events.post(.log(job: job.name, level: .warning, message: text))
     }
 
     func appEvent(_ event: AppEvent, state: AppState, deadline _: CurfewInstant?) {
@@ -182,7 +196,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     // MARK: Messages
 
     /// The run message; `checkpoint` is the job's, as ``start()`` read it.
-    private func runMessage(started: CurfewInstant, checkpoint: [UInt8]?) -> String {
+    private func runMessage(started: CurfewInstant, checkpoint: [UInt8]?, sandbox: HostMessage.Sandbox?) -> String {
         let policy = configuration.policy
         let limits = configuration.limits
         let estimate = configuration.estimates[job.name]
@@ -203,7 +217,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             // With one job per worker, the worker exits when this job ends.
             last: endsWithItsWorker, parameters: configuration.parameters,
             limits: HostMessage.Limits(
-                memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0))
+                memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0),
+            sandbox: sandbox)
         ).line
     }
 

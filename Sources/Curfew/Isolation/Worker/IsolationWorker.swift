@@ -123,6 +123,12 @@ public enum IsolationWorker {
             host.refuse(first.job, "the worker cannot apply its limits: \(SystemError(errno: limited).message)")
             Syscalls.exitNow(1)
         }
+        // While this thread is the process's only one: Landlock binds only it
+        // and the threads it starts later.
+        if let sandbox = first.sandbox, case .failure(let failure) = WorkerSandbox.apply(sandbox) {
+            host.refuse(first.job, "the worker cannot apply its sandbox: \(failure.message)")
+            Syscalls.exitNow(1)
+        }
         // The job's hooks run on Dispatch's workers; this thread reads the channel.
         host.start(first)
         read(messages, for: host)

@@ -87,7 +87,10 @@ final class WorkerHost: Sendable {
         let runner = Runner(jobs: [job], configuration: configuration) { [self] event, time in
             // What the job printed reaches its pipe before the word that it ended:
             // the host drains the pipes before it acts on a channel message.
-            if case .finished = event { curfew_shim_flush_stdout() }
+            if case .finished = event {
+                curfew_shim_flush_stdout()
+                sendDenials(else: jobName)
+            }
             if let line = IsolationWorker.message(for: event, at: time) { send(line) }
         }
         let startTimer = state.withLock { state -> Bool in
@@ -171,6 +174,7 @@ final class WorkerHost: Sendable {
 
     private func sendStatus() {
         let runners = state.withLock { Array($0.runners.values) }
+        if let job = runners.first?.jobs.first?.name { sendDenials(else: job) }
         let now = MonotonicClock().now()
         for status in runners.flatMap({ $0.status() }) {
             guard let chunks = status.chunks else { continue }
@@ -185,6 +189,21 @@ final class WorkerHost: Sendable {
             line.add("chunks", Int64(clamping: chunks))
             line.add("t", Int64(clamping: now.nanoseconds))
             send(line.text)
+        }
+    }
+
+    /// Says each call the sandbox denied since the last time, as a warning
+    /// in the log of the job whose hook made it (else `job`'s: a thread of
+    /// the plugin's own is in no hook).
+    private func sendDenials(else job: String) {
+        let (denials, dropped) = Sandbox.takeDenials()
+        let now = MonotonicClock().now()
+        for denial in denials {
+            let event = RunEvent.log(job: denial.job ?? job, level: .warning, message: "denied: \(denial.call) (\(denial.why))")
+            if let line = IsolationWorker.message(for: event, at: now) { send(line) }
+        }
+        if dropped > 0, let line = IsolationWorker.message(for: .log(job: job, level: .warning, message: "denied: \(dropped) more calls"), at: now) {
+            send(line)
         }
     }
 

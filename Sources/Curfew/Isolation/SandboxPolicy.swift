@@ -1,0 +1,57 @@
+import CurfewFormats
+
+/// What a job in a worker may reach beyond its own code, the system's
+/// libraries and a scratch folder of its own (see ARCHITECTURE.md's trust
+/// model): the paths it may read and write, the network, and `exec`.
+public struct SandboxPolicy: Sendable, Equatable {
+    /// Which networks the job reaches.
+    public enum Network: String, Sendable, CaseIterable {
+        /// None: a network namespace of its own, and IP sockets refused.
+        case off
+        /// Any the host reaches.
+        case on
+    }
+
+    public var network: Network
+    /// Absolute paths the job may read beneath.
+    public var read: [String]
+    /// Absolute paths the job may read, write, make and remove beneath.
+    public var write: [String]
+    /// Whether the job may `exec` a program (one under a readable path).
+    public var allowsExec: Bool
+
+    public init(network: Network = .off, read: [String] = [], write: [String] = [], allowsExec: Bool = false) {
+        self.network = network
+        self.read = read
+        self.write = write
+        self.allowsExec = allowsExec
+    }
+
+    /// Whether this kernel enforces every layer, else what it does not, in
+    /// words: a host says it once per run. The seccomp and namespace layers
+    /// are the worker's to find out; this reads only what the host can.
+    public static func unenforced() -> [String] {
+        let abi = Syscalls.environmentValue(WorkerSandbox.refuseLandlockVariable) == "1" ? 0 : Sandbox.landlockABI
+        if abi == 0 { return ["files, signals and abstract sockets (this kernel has no Landlock)"] }
+        if abi < 6 { return ["signals and abstract sockets (Landlock ABI \(abi); 6 confines them)"] }
+        return []
+    }
+
+    /// `path` as a sandbox grants it: its real path (no link left in it, as
+    /// the kernel's rule holds for what a path names), or `nil` when it
+    /// names nothing.
+    public static func resolve(_ path: String) -> String? {
+        Syscalls.realPath(path)
+    }
+
+    /// The sandbox a worker applies for `job`, writing in `scratch`.
+    func message(for job: PluginJob, scratch: String) -> HostMessage.Sandbox {
+        var read = [job.loadPath]
+        if let library = job.foreignLibrary, library.hasPrefix("/") { read.append(library) }
+        let network: HostMessage.NetworkName = switch network {
+        case .off: .off
+        case .on: .on
+        }
+        return HostMessage.Sandbox(network: network, read: read + self.read, write: write, scratch: scratch, exec: allowsExec)
+    }
+}

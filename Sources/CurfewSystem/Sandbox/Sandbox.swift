@@ -1,0 +1,167 @@
+import Glibc
+import _CurfewShims
+
+/// The kernel's confinement of one process: what a worker applies to itself,
+/// once, with one thread, before any plugin code runs (see `sandbox.c`).
+///
+/// Landlock and a new user namespace bind only the calling thread and what
+/// it starts later (this kernel has no Landlock TSYNC), hence one thread.
+package enum Sandbox {
+    /// Which networks a sandboxed process reaches.
+    package enum Network: String, Sendable, CaseIterable {
+        /// None: a network namespace of its own, and IP sockets refused.
+        case off
+        /// Any the host reaches.
+        case on
+    }
+
+    /// What a path is granted.
+    package enum Access: Sendable, Equatable {
+        /// Read files and list folders beneath it.
+        case read
+        /// Read, write and ioctl a device file (`/dev/null`).
+        case device
+        /// Everything a file tree allows beneath it: make, change, remove.
+        case write
+    }
+
+    /// The rules to apply.
+    package struct Rules: Sendable, Equatable {
+        package var paths: [(path: String, access: Access)]
+        package var network: Network
+        package var allowsExec: Bool
+
+        package init(paths: [(path: String, access: Access)], network: Network, allowsExec: Bool) {
+            self.paths = paths
+            self.network = network
+            self.allowsExec = allowsExec
+        }
+
+        package static func == (a: Rules, b: Rules) -> Bool {
+            a.network == b.network && a.allowsExec == b.allowsExec && a.paths.elementsEqual(b.paths) { $0.path == $1.path && $0.access == $1.access }
+        }
+    }
+
+    /// The layers that took hold.
+    package struct Layers: OptionSet, Sendable {
+        package let rawValue: Int32
+        package init(rawValue: Int32) { self.rawValue = rawValue }
+        package static let noCapabilities = Layers(rawValue: Int32(CURFEW_SANDBOX_NO_CAPABILITIES))
+        package static let files = Layers(rawValue: Int32(CURFEW_SANDBOX_FILES))
+        package static let tcpRules = Layers(rawValue: Int32(CURFEW_SANDBOX_TCP_RULES))
+        package static let scopes = Layers(rawValue: Int32(CURFEW_SANDBOX_SCOPES))
+        package static let ownNetwork = Layers(rawValue: Int32(CURFEW_SANDBOX_OWN_NETWORK))
+        package static let socketFilter = Layers(rawValue: Int32(CURFEW_SANDBOX_SOCKET_FILTER))
+        package static let systemCalls = Layers(rawValue: Int32(CURFEW_SANDBOX_SYSCALLS))
+    }
+
+    /// What was applied, and what of the rules the kernel could not enforce.
+    package struct Applied: Sendable, Equatable {
+        package var layers: Layers
+        package var landlockABI: Int
+
+        /// What the rules asked that does not hold, in words; empty when all does.
+        package func missing(for rules: Rules) -> [String] {
+            var missing: [String] = []
+            if !layers.contains(.files) { missing.append("files (this kernel has no Landlock)") }
+            if layers.contains(.files) && !layers.contains(.scopes) {
+                missing.append("signals and abstract sockets (Landlock ABI \(landlockABI) < 6)")
+            }
+            if rules.network == .off && !layers.contains(.ownNetwork) && !layers.contains(.socketFilter) { missing.append("network") }
+            if !layers.contains(.systemCalls) { missing.append("system calls (no seccomp)") }
+            return missing
+        }
+    }
+
+    /// Why a sandbox could not be applied.
+    package struct Failure: Error, Equatable {
+        package let step: String
+        package let error: SystemError
+        package let path: String?
+
+        package var message: String {
+            "\(step)\(path.map { " (\($0))" } ?? ""): \(error.message)"
+        }
+    }
+
+    /// Applies `rules` to this process. Throws when a layer the kernel has
+    /// fails; a layer it lacks is no failure (see ``Applied/missing(for:)``).
+    package static func apply(_ rules: Rules) throws(Failure) -> Applied {
+        let paths = rules.paths.map { strdup($0.path) }
+        defer { paths.forEach { free($0) } }
+        let entries = zip(paths, rules.paths).map { copy, rule in
+            curfew_sandbox_path(path: copy, access: rule.access.cValue)
+        }
+        var report = curfew_sandbox_report()
+        let network: Int32 = switch rules.network {
+        case .off: Int32(CURFEW_SANDBOX_NETWORK_OFF)
+        case .on: Int32(CURFEW_SANDBOX_NETWORK_ON)
+        }
+        let status = entries.withUnsafeBufferPointer { buffer in
+            var spec = curfew_sandbox_spec(paths: buffer.baseAddress, path_count: UInt(buffer.count), network: network, allow_exec: rules.allowsExec ? 1 : 0)
+            return curfew_sandbox_apply(&spec, &report)
+        }
+        guard status == 0 else {
+            throw Failure(
+                step: report.step.map { String(cString: $0) } ?? "sandbox", error: SystemError(errno: status),
+                path: report.failed_path.map { String(cString: $0) })
+        }
+        return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
+    }
+
+    /// The Landlock ABI this kernel has; 0 for none.
+    package static var landlockABI: Int { Int(curfew_sandbox_landlock_abi()) }
+
+    /// From now on Landlock reads as missing in this process: a test seam
+    /// for kernels without it.
+    package static func refuseLandlock() { curfew_sandbox_refuse_landlock() }
+
+    /// A call the seccomp filter denied: the job whose hook made it (`nil`
+    /// when none was running), the call, and why it is denied.
+    package struct Denial: Sendable, Equatable {
+        package let job: String?
+        package let call: String
+        package let why: String
+    }
+
+    /// The denials noted since the last call, oldest first, and how many
+    /// more were dropped because the notes were full.
+    package static func takeDenials() -> (denials: [Denial], dropped: Int) {
+        var denials: [Denial] = []
+        var job: UnsafePointer<CChar>?
+        var call: UnsafePointer<CChar>?
+        var why: UnsafePointer<CChar>?
+        while curfew_sandbox_next_denial(&job, &call, &why) == 1, let call, let why {
+            denials.append(Denial(job: job.map { String(cString: $0) }, call: String(cString: call), why: String(cString: why)))
+        }
+        return (denials, Int(curfew_sandbox_dropped_denials()))
+    }
+
+    /// The folder the Swift runtime was loaded from, when it is a library of
+    /// its own (a debug build): Swift plugins load their libraries from there.
+    package static var swiftRuntimeFolder: String? {
+        guard let file = curfew_sandbox_swift_runtime_file() else { return nil }
+        let path = String(cString: file)
+        guard path.hasSuffix(".so") || path.contains(".so."), let slash = path.lastIndex(of: "/") else { return nil }
+        return String(path[..<slash])
+    }
+}
+
+extension Sandbox.Access {
+    fileprivate var cValue: curfew_sandbox_access {
+        switch self {
+        case .read: CURFEW_SANDBOX_READ
+        case .device: CURFEW_SANDBOX_DEVICE
+        case .write: CURFEW_SANDBOX_WRITE
+        }
+    }
+}
+
+extension Syscalls {
+    /// Removes the folder `path` and all it holds, following no link: a link
+    /// inside goes, not what it names. A missing folder is no error.
+    package static func removeTree(_ path: String) throws(SystemError) {
+        let status = curfew_shim_remove_tree(path)
+        guard status == 0 else { throw SystemError(errno: status) }
+    }
+}

@@ -1,0 +1,494 @@
+/* A worker's sandbox: what the kernel can confine of a job the host did not
+ * write. Applied once, by a worker with one thread, before any plugin code:
+ * a user and network namespace, no capability, Landlock's file, TCP and
+ * scope rules, then a seccomp filter whose denials trap into a handler that
+ * notes the call for the host and returns EPERM to the plugin. */
+#define _GNU_SOURCE
+#include "curfew_shims.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/ucontext.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+/* ---- Landlock, as the kernel's ABI 7 has it (Debian's header stops at 2) ---- */
+
+struct sandbox_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+
+struct sandbox_path_beneath_attr {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+struct sandbox_net_port_attr {
+    uint64_t allowed_access;
+    uint64_t port;
+};
+
+enum {
+    FS_EXECUTE = 1 << 0, FS_WRITE_FILE = 1 << 1, FS_READ_FILE = 1 << 2, FS_READ_DIR = 1 << 3,
+    FS_REMOVE_DIR = 1 << 4, FS_REMOVE_FILE = 1 << 5, FS_MAKE_CHAR = 1 << 6, FS_MAKE_DIR = 1 << 7,
+    FS_MAKE_REG = 1 << 8, FS_MAKE_SOCK = 1 << 9, FS_MAKE_FIFO = 1 << 10, FS_MAKE_BLOCK = 1 << 11,
+    FS_MAKE_SYM = 1 << 12, FS_REFER = 1 << 13, FS_TRUNCATE = 1 << 14, FS_IOCTL_DEV = 1 << 15,
+};
+enum { NET_BIND_TCP = 1 << 0, NET_CONNECT_TCP = 1 << 1 };
+enum { SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0, SCOPE_SIGNAL = 1 << 1 };
+enum { RULE_PATH_BENEATH = 1 };
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+
+/* A test seam: a kernel without Landlock, for the warning's test. */
+static int landlock_refused = 0;
+
+void curfew_sandbox_refuse_landlock(void) {
+    landlock_refused = 1;
+}
+
+int curfew_sandbox_landlock_abi(void) {
+    if (landlock_refused) return 0;
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
+    return abi < 0 ? 0 : (int)abi;
+}
+
+/* The file rights each ABI can restrict: a right the kernel does not know
+ * makes the ruleset invalid. */
+static uint64_t fs_rights(int abi) {
+    uint64_t rights = (FS_MAKE_SYM << 1) - 1;
+    if (abi >= 2) rights |= FS_REFER;
+    if (abi >= 3) rights |= FS_TRUNCATE;
+    if (abi >= 5) rights |= FS_IOCTL_DEV;
+    return rights;
+}
+
+/* The rights that apply to a file, not a folder: a rule on a file with a
+ * folder's right is invalid. */
+static const uint64_t file_rights = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV;
+
+static uint64_t granted(curfew_sandbox_access access, int allow_exec) {
+    uint64_t read = FS_READ_FILE | FS_READ_DIR | (allow_exec ? FS_EXECUTE : 0);
+    switch (access) {
+    case CURFEW_SANDBOX_READ: return read;
+    case CURFEW_SANDBOX_DEVICE: return read | FS_WRITE_FILE | FS_IOCTL_DEV;
+    case CURFEW_SANDBOX_WRITE:
+        return read | FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK
+               | FS_MAKE_FIFO | FS_MAKE_SYM | FS_REFER | FS_TRUNCATE;
+    }
+    return 0;
+}
+
+/* Adds a rule for one path; a path that does not exist grants nothing and
+ * is no error (a system without /lib64). */
+static int add_path_rule(int ruleset, const curfew_sandbox_path *path, uint64_t handled, int allow_exec) {
+    int fd = open(path->path, O_PATH | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : errno;
+    struct stat status;
+    if (fstat(fd, &status) != 0) {
+        int error = errno;
+        close(fd);
+        return error;
+    }
+    uint64_t allowed = granted(path->access, allow_exec) & handled;
+    if (!S_ISDIR(status.st_mode)) allowed &= file_rights;
+    struct sandbox_path_beneath_attr rule = {.allowed_access = allowed, .parent_fd = fd};
+    int error = syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) == 0 ? 0 : errno;
+    close(fd);
+    return error;
+}
+
+static int apply_landlock(const curfew_sandbox_spec *spec, int abi, curfew_sandbox_report *report) {
+    uint64_t handled = fs_rights(abi);
+    struct sandbox_ruleset_attr attributes = {.handled_access_fs = handled};
+    /* TCP: no bind or connect anywhere unless the network is the job's. */
+    if (abi >= 4 && spec->network == CURFEW_SANDBOX_NETWORK_OFF) attributes.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP;
+    if (abi >= 6) attributes.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
+    int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
+    if (ruleset < 0) return errno;
+    for (size_t index = 0; index < spec->path_count; index++) {
+        int error = add_path_rule(ruleset, &spec->paths[index], handled, spec->allow_exec);
+        if (error != 0) {
+            report->failed_path = spec->paths[index].path;
+            close(ruleset);
+            return error;
+        }
+    }
+    int error = syscall(SYS_landlock_restrict_self, ruleset, 0) == 0 ? 0 : errno;
+    close(ruleset);
+    if (error == 0) {
+        report->landlock_abi = abi;
+        report->applied |= CURFEW_SANDBOX_FILES;
+        if (attributes.handled_access_net) report->applied |= CURFEW_SANDBOX_TCP_RULES;
+        if (attributes.scoped) report->applied |= CURFEW_SANDBOX_SCOPES;
+    }
+    return error;
+}
+
+/* ---- a network of its own: a user namespace that maps only this user ---- */
+
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    size_t length = strlen(text);
+    int error = write(fd, text, length) == (ssize_t)length ? 0 : errno;
+    close(fd);
+    return error;
+}
+
+static int own_network(void) {
+    uid_t user = getuid();
+    gid_t group = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return errno;
+    char map[64];
+    int error;
+    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)user, (unsigned)user);
+    if ((error = write_file("/proc/self/uid_map", map)) != 0) return error;
+    if ((error = write_file("/proc/self/setgroups", "deny")) != 0) return error;
+    snprintf(map, sizeof map, "%u %u 1\n", (unsigned)group, (unsigned)group);
+    return write_file("/proc/self/gid_map", map);
+}
+
+/* Every capability goes: the bounding set (which needs CAP_SETPCAP, held in
+ * a namespace just made), the ambient set, then the process's own. */
+static int drop_capabilities(void) {
+    for (int capability = 0; capability <= 63; capability++) {
+        if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && errno != EINVAL && errno != EPERM) return errno;
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof data);
+    return syscall(SYS_capset, &header, data) == 0 ? 0 : errno;
+}
+
+/* ---- seccomp: calls no job needs, trapped and named ---- */
+
+#if defined(__x86_64__)
+#define SANDBOX_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SANDBOX_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* What each trapped call is, for the host's line. */
+struct denied_call {
+    int number;
+    const char *name;
+    const char *why;
+};
+
+#define DENY(call, reason) {SYS_##call, #call, reason}
+static const char system_only[] = "a job may not change the system";
+static const char other_processes[] = "a job may not reach into other processes";
+static const char namespaces[] = "a job may not make or join namespaces";
+/* Its operations (connect, openat) would pass the filter unseen. */
+static const char uring[] = "io_uring would bypass the call filter";
+static const struct denied_call denied_calls[] = {
+    DENY(ptrace, other_processes), DENY(process_vm_readv, other_processes), DENY(process_vm_writev, other_processes),
+    DENY(kexec_load, system_only), DENY(kexec_file_load, system_only), DENY(init_module, system_only),
+    DENY(finit_module, system_only), DENY(delete_module, system_only), DENY(mount, system_only),
+    DENY(umount2, system_only), DENY(pivot_root, system_only), DENY(fsopen, system_only), DENY(fsmount, system_only),
+    DENY(move_mount, system_only), DENY(open_tree, system_only), DENY(bpf, system_only),
+    DENY(perf_event_open, system_only), DENY(keyctl, system_only), DENY(add_key, system_only),
+    DENY(request_key, system_only), DENY(setns, namespaces), DENY(unshare, namespaces), DENY(swapon, system_only),
+    DENY(swapoff, system_only), DENY(reboot, system_only), DENY(acct, system_only), DENY(quotactl, system_only),
+    DENY(open_by_handle_at, system_only), DENY(userfaultfd, system_only), DENY(settimeofday, system_only),
+    DENY(clock_settime, system_only), DENY(clock_adjtime, system_only), DENY(io_uring_setup, uring),
+    DENY(io_uring_enter, uring), DENY(io_uring_register, uring),
+#if defined(__x86_64__)
+    DENY(iopl, system_only), DENY(ioperm, system_only),
+#endif
+};
+static const char exec_off[] = "exec is off for this job";
+static const struct denied_call exec_calls[] = {DENY(execve, exec_off), DENY(execveat, exec_off)};
+static const char network_off[] = "network is off for this job";
+static const struct denied_call socket_call = DENY(socket, network_off);
+static const struct denied_call clone_call = DENY(clone, namespaces);
+#undef DENY
+
+/* The denials not yet sent: the handler writes, the worker reads (one
+ * reader). A full ring drops the newest; the count says how many. */
+#define DENIAL_SLOTS 64
+static struct {
+    const char *job;
+    const struct denied_call *call;
+} denial_ring[DENIAL_SLOTS];
+static atomic_uint denial_written;
+static atomic_uint denial_read;
+static atomic_uint denial_dropped;
+static int sandbox_network = CURFEW_SANDBOX_NETWORK_ON;
+static int sandbox_allows_exec = 1;
+
+static const struct denied_call *find_denied(int number) {
+    for (size_t index = 0; index < sizeof denied_calls / sizeof denied_calls[0]; index++) {
+        if (denied_calls[index].number == number) return &denied_calls[index];
+    }
+    if (number == SYS_socket) return &socket_call;
+    if (number == SYS_clone) return &clone_call;
+    for (size_t index = 0; index < 2; index++) {
+        if (exec_calls[index].number == number) return &exec_calls[index];
+    }
+    return NULL;
+}
+
+static void on_denied(int number, siginfo_t *info, void *context) {
+    (void)number;
+    int saved = errno;
+    const struct denied_call *call = find_denied(info->si_syscall);
+    unsigned written = atomic_load_explicit(&denial_written, memory_order_relaxed);
+    unsigned read = atomic_load_explicit(&denial_read, memory_order_acquire);
+    /* One handler at a time per slot: claim it, then publish it. */
+    while (1) {
+        if (written - read >= DENIAL_SLOTS) {
+            atomic_fetch_add_explicit(&denial_dropped, 1, memory_order_relaxed);
+            break;
+        }
+        if (atomic_compare_exchange_weak_explicit(&denial_written, &written, written + 1, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            denial_ring[written % DENIAL_SLOTS].job = curfew_shim_crash_job();
+            atomic_store_explicit((_Atomic(const struct denied_call *) *)&denial_ring[written % DENIAL_SLOTS].call, call,
+                                  memory_order_release);
+            break;
+        }
+        read = atomic_load_explicit(&denial_read, memory_order_acquire);
+    }
+    /* The plugin sees the call fail with EPERM, as if the kernel refused it. */
+    ucontext_t *state = context;
+#if defined(__x86_64__)
+    state->uc_mcontext.gregs[REG_RAX] = -EPERM;
+#elif defined(__aarch64__)
+    state->uc_mcontext.regs[0] = (unsigned long long)-EPERM;
+#endif
+    errno = saved;
+}
+
+int curfew_sandbox_next_denial(const char **job, const char **call, const char **why) {
+    unsigned read = atomic_load_explicit(&denial_read, memory_order_relaxed);
+    if (read == atomic_load_explicit(&denial_written, memory_order_acquire)) return 0;
+    _Atomic(const struct denied_call *) *slot = (_Atomic(const struct denied_call *) *)&denial_ring[read % DENIAL_SLOTS].call;
+    const struct denied_call *denied = atomic_load_explicit(slot, memory_order_acquire);
+    if (denied == NULL) return 0;  /* claimed, not yet published */
+    *job = denial_ring[read % DENIAL_SLOTS].job;
+    *call = denied->name;
+    *why = denied->why;
+    atomic_store_explicit(slot, NULL, memory_order_relaxed);
+    atomic_store_explicit(&denial_read, read + 1, memory_order_release);
+    return 1;
+}
+
+unsigned curfew_sandbox_dropped_denials(void) {
+    return atomic_exchange_explicit(&denial_dropped, 0, memory_order_relaxed);
+}
+
+#define FILTER_MAX 128
+
+static int install_filter(const curfew_sandbox_spec *spec) {
+#ifndef SANDBOX_ARCH
+    (void)spec;
+    return ENOSYS;
+#else
+    struct sock_filter filter[FILTER_MAX];
+    size_t length = 0;
+#define PUT(statement) filter[length++] = (struct sock_filter)statement
+    /* Another architecture's calls (x32, i386) would skip every rule: killed. */
+    PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
+    PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SANDBOX_ARCH, 1, 0));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
+#if defined(__x86_64__)
+    PUT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+#endif
+    /* clone3's flags are behind a pointer a filter cannot read: glibc falls
+     * back to clone, whose flags it can. */
+    PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+    for (size_t index = 0; index < sizeof denied_calls / sizeof denied_calls[0]; index++) {
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)denied_calls[index].number, 0, 1));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+    }
+    if (!spec->allow_exec) {
+        for (size_t index = 0; index < 2; index++) {
+            PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)exec_calls[index].number, 0, 1));
+            PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+        }
+    }
+    /* clone with a namespace flag. */
+    const uint32_t namespace_flags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER
+                                     | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWTIME;
+    PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
+    PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
+    PUT(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, namespace_flags, 0, 1));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    /* Sockets that reach a network are refused, and named: with a network
+     * namespace of its own a job would only see its connect fail. */
+    if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) {
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6));
+        PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 3, 0));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 2, 0));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_PACKET, 1, 0));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+    }
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+#undef PUT
+    struct sock_fprog program = {.len = (unsigned short)length, .filter = filter};
+    /* TSYNC: the rule holds for every thread, should one exist. */
+    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program) == 0 ? 0 : errno;
+#endif
+}
+
+static int install_denial_handler(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_denied;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    return sigaction(SIGSYS, &action, NULL) == 0 ? 0 : errno;
+}
+
+static int thread_count(void) {
+    FILE *status = fopen("/proc/self/status", "re");
+    if (status == NULL) return -1;
+    char line[256];
+    int threads = -1;
+    while (fgets(line, sizeof line, status)) {
+        if (strncmp(line, "Threads:", 8) == 0) {
+            threads = atoi(line + 8);
+            break;
+        }
+    }
+    fclose(status);
+    return threads;
+}
+
+int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report) {
+    memset(report, 0, sizeof *report);
+    /* Landlock and a new user namespace bind only the calling thread (and
+     * what it starts later): another thread would run unconfined. */
+    if (thread_count() != 1) {
+        report->step = "the worker has more than one thread";
+        return EBUSY;
+    }
+    int error;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        report->step = "no_new_privs";
+        return errno;
+    }
+    int own_net = 0;
+    if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) {
+        own_net = own_network() == 0;
+        if (own_net) report->applied |= CURFEW_SANDBOX_OWN_NETWORK;
+    }
+    if ((error = drop_capabilities()) != 0) {
+        report->step = "dropping capabilities";
+        return error;
+    }
+    report->applied |= CURFEW_SANDBOX_NO_CAPABILITIES;
+    int abi = curfew_sandbox_landlock_abi();
+    if (abi > 0 && (error = apply_landlock(spec, abi, report)) != 0) {
+        report->step = "Landlock";
+        return error;
+    }
+    sandbox_network = spec->network;
+    sandbox_allows_exec = spec->allow_exec;
+    if ((error = install_denial_handler()) != 0) {
+        report->step = "the SIGSYS handler";
+        return error;
+    }
+    if ((error = install_filter(spec)) != 0) {
+        report->step = "seccomp";
+        return error;
+    }
+    report->applied |= CURFEW_SANDBOX_SYSCALLS;
+    if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) report->applied |= CURFEW_SANDBOX_SOCKET_FILTER;
+    return 0;
+}
+
+/* ---- a scratch folder's removal ---- */
+
+#include <dirent.h>
+
+/* Removes what the folder `fd` holds, never following a link: a job that
+ * left a link to elsewhere in its scratch folder loses the link, not what
+ * it names. Relative to descriptors, so a folder swapped for a link during
+ * the walk is not followed either. Returns 0, or an errno (ELOOP when deeper
+ * than `depth`). Closes `fd`. */
+static int remove_contents(int fd, int depth) {
+    DIR *folder = fdopendir(fd);
+    if (folder == NULL) {
+        int error = errno;
+        close(fd);
+        return error;
+    }
+    int result = 0;
+    struct dirent *entry;
+    while ((entry = readdir(folder)) != NULL) {
+        const char *name = entry->d_name;
+        if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+        if (unlinkat(dirfd(folder), name, 0) == 0) continue;
+        if (errno != EISDIR && errno != EPERM) {
+            if (errno != ENOENT && result == 0) result = errno;
+            continue;
+        }
+        if (depth == 0) {
+            if (result == 0) result = ELOOP;
+            continue;
+        }
+        int child = openat(dirfd(folder), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (child < 0) {
+            if (errno != ENOENT && result == 0) result = errno;
+            continue;
+        }
+        int error = remove_contents(child, depth - 1);
+        if (error == 0 && unlinkat(dirfd(folder), name, AT_REMOVEDIR) != 0 && errno != ENOENT) error = errno;
+        if (error != 0 && result == 0) result = error;
+    }
+    closedir(folder);
+    return result;
+}
+
+int curfew_shim_remove_tree(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : errno;
+    int error = remove_contents(fd, 256);
+    if (error == 0 && rmdir(path) != 0 && errno != ENOENT) error = errno;
+    return error;
+}
+
+/* ---- where the Swift runtime was loaded from ---- */
+
+#include <dlfcn.h>
+
+const char *curfew_sandbox_swift_runtime_file(void) {
+    void *symbol = dlsym(RTLD_DEFAULT, "swift_retain");
+    Dl_info info;
+    if (symbol == NULL || dladdr(symbol, &info) == 0) return NULL;
+    return info.dli_fname;
+}

@@ -1,0 +1,158 @@
+import Foundation
+import Glibc
+import Testing
+
+@testable import Curfew
+
+extension ProcessTests.First {
+    /// A plugin nobody here wrote tries, from its chunk, what a sandbox must
+    /// refuse (`sandbox_probe.c`): each is refused, as an error the job sees
+    /// and logs, never a crash, while the same run without the sandbox does
+    /// each, so the sandbox is what stopped it.
+    @Suite(.timeLimit(.minutes(2))) struct SandboxTests {
+        /// What the probes reach: a canary to read, a folder outside to
+        /// write in, one the policy may grant and a TCP listener on
+        /// loopback. The process they signal, trace and read the memory of
+        /// is the worker's parent: the host, or its fork server.
+        final class Targets {
+            let canary: String
+            let outside: String
+            let allowed: String
+            let listener: Int32
+            let port: Int
+
+            init() throws {
+                canary = Fixtures.temporaryFolder("canary") + "/secret"
+                try "secret\n".write(toFile: canary, atomically: true, encoding: .utf8)
+                outside = Fixtures.temporaryFolder("outside")
+                allowed = Fixtures.temporaryFolder("allowed")
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                var address = sockaddr_in()
+                address.sin_family = sa_family_t(AF_INET)
+                address.sin_addr.s_addr = in_addr_t(0x7f00_0001).bigEndian
+                var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+                let bound = withUnsafeMutablePointer(to: &address) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        bind(fd, $0, length) == 0 && listen(fd, 16) == 0 && getsockname(fd, $0, &length) == 0
+                    }
+                }
+                guard bound else { throw POSIXError(.EADDRNOTAVAIL) }
+                listener = fd
+                port = Int(UInt16(bigEndian: address.sin_port))
+            }
+
+            var parameters: [String] {
+                ["canary=\(canary)", "outside=\(outside)", "allowed=\(allowed)", "port=\(port)"]
+                    .flatMap { ["--param", $0] }
+            }
+
+            deinit { close(listener) }
+        }
+
+        /// Each probe's word ("ok", or "refused: WHY"), every line the job
+        /// logged, and the host's stderr.
+        func probe(_ arguments: [String], targets: Targets, environment: [String: String] = [:]) async throws
+            -> (said: [String: String], logs: [String], stderr: String)
+        {
+            let plugin = try Fixtures.compile("sandbox_probe.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", plugin, "--json", "--no-state", "--budget", "20s"] + targets.parameters + arguments,
+                timeout: .seconds(60), environment: environment)
+            let events = try OutputEvent.all(in: result.stdout)
+            let end = events.first { $0.event == "finished" }
+            #expect(end?.outcome == "completed", "\(end?.reason ?? "no end") \(result.stderr)")
+            let logs = events.filter { $0.event == "log" }.compactMap { $0.message }
+            var said: [String: String] = [:]
+            for line in logs where line.hasPrefix("probe ") {
+                let text = line.dropFirst("probe ".count)
+                guard let colon = text.firstIndex(of: ":") else { continue }
+                said[String(text[..<colon])] = String(text[text.index(colon, offsetBy: 2)...])
+            }
+            return (said, logs, result.stderr)
+        }
+
+        static let refusedInASandbox = [
+            "read-canary", "write-outside", "connect-tcp", "send-udp", "ptrace", "signal", "proc-mem", "exec", "unshare", "mount",
+        ]
+
+        @Test(arguments: ["job", "plugin"]) func eachProbeIsRefusedInASandboxAndDoneWithout(isolation: String) async throws {
+            let targets = try Targets()
+            let confined = try await probe(["--isolate", isolation, "--sandbox", "--allow-write", targets.allowed], targets: targets)
+            for name in Self.refusedInASandbox {
+                #expect(confined.said[name]?.hasPrefix("refused") == true, "\(name): \(confined.said[name] ?? "not said")")
+            }
+            #expect(confined.said["write-allowed"] == "ok", "a path the policy grants is written")
+            #expect(confined.said["write-scratch"] == "ok", "the scratch folder is the job's")
+            // What the call filter denied is named in the job's log.
+            #expect(confined.logs.contains("denied: socket (network is off for this job)"), "\(confined.logs)")
+            #expect(confined.logs.contains("denied: ptrace (a job may not reach into other processes)"), "\(confined.logs)")
+            #expect(!FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
+            #expect(try String(contentsOfFile: targets.allowed + "/granted", encoding: .utf8) == "written\n")
+
+            let free = try await probe(["--isolate", isolation, "--no-sandbox"], targets: targets)
+            for name in Self.refusedInASandbox + ["write-allowed"] {
+                #expect(free.said[name] == "ok", "\(name) without a sandbox: \(free.said[name] ?? "not said")")
+            }
+            #expect(free.said["write-scratch"]?.hasPrefix("refused") == true, "no scratch folder without a sandbox")
+            #expect(FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
+        }
+
+        /// What the examples need a sandbox grants without a word: the five
+        /// examples, Swift's Foundation (loaded from the toolchain), libffi
+        /// manifests (one reads a file given to it), Dispatch's own reads.
+        @Test func theExamplesRunSandboxedUnchanged() async throws {
+            let plugins = ["ExampleEarlyFinish", "ExampleSwiftJob", "ExampleSwiftTasks", "ExampleTaskDriven", "ExampleTimerCounter", "FixtureFoundationJob"]
+                .map { Fixtures.buildFolder + "/lib\($0).so" }
+            let root = Fixtures.packageRoot.path
+            let readme = root + "/README.md"
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run"] + plugins + [root + "/Plugins/Manifests", "--isolate", "job", "--sandbox", "--allow-read", readme, "--param", "file=\(readme)",
+                    "--budget", "1500ms", "--jobs", "9", "--json", "--no-state"],
+                timeout: .seconds(60))
+            let events = try OutputEvent.all(in: result.stdout)
+            let ends = events.filter { $0.event == "finished" }
+            #expect(ends.count == 9, "\(result.stderr)")
+            for end in ends {
+                #expect(end.outcome == "completed" || end.outcome == "expired", "\(end.job ?? ""): \(end.outcome ?? "") \(end.reason ?? "")")
+            }
+            let denied = events.filter { $0.event == "log" && ($0.message ?? "").hasPrefix("denied:") }.compactMap { $0.message }
+            #expect(denied.isEmpty, "\(denied)")
+        }
+
+        /// The scratch folder is the worker's alone and goes with it, with
+        /// what the job left in it.
+        @Test func theScratchFolderIsRemovedWithItsWorker() async throws {
+            let targets = try Targets()
+            let run = try await probe(["--isolate", "job", "--sandbox", "--param", "probe=write-scratch"], targets: targets)
+            #expect(run.said["write-scratch"] == "ok")
+            let folder = try #require(run.logs.first { $0.hasPrefix("scratch at ") }).dropFirst("scratch at ".count)
+            #expect(folder.hasPrefix("/") && folder.contains("/curfew-scratch-"), "\(folder)")
+            #expect(!FileManager.default.fileExists(atPath: String(folder)), "left behind: \(folder)")
+        }
+
+        /// On a kernel without Landlock the run says once what is not
+        /// confined and goes on, with every other layer in place.
+        @Test func withoutLandlockTheRunWarnsOnceAndGoesOn() async throws {
+            let targets = try Targets()
+            let run = try await probe(
+                ["--isolate", "job", "--sandbox"], targets: targets, environment: [WorkerSandbox.refuseLandlockVariable: "1"])
+            let warnings = run.stderr.components(separatedBy: "\n").filter { $0.contains("the sandbox does not confine") }
+            #expect(warnings.count == 1, "\(run.stderr)")
+            #expect(warnings.first?.contains("this kernel has no Landlock") == true)
+            #expect(run.said["read-canary"] == "ok", "files are not confined without Landlock")
+            #expect(run.said["connect-tcp"]?.hasPrefix("refused") == true, "the network still is")
+            #expect(run.said["ptrace"]?.hasPrefix("refused") == true, "and the call filter")
+        }
+
+        @Test func aSandboxNeedsAWorker() async throws {
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", "--sandbox", "/nonexistent"], timeout: .seconds(30))
+            #expect(result.status == 64)
+            #expect(result.stderr.contains("--sandbox needs --isolate job or plugin"), "\(result.stderr)")
+            let contradiction = try await Fixtures.run(
+                Fixtures.curfewExecutable, ["run", "--isolate", "job", "--no-sandbox", "--network", "on", "/nonexistent"], timeout: .seconds(30))
+            #expect(contradiction.status == 64)
+            #expect(contradiction.stderr.contains("contradict --no-sandbox"), "\(contradiction.stderr)")
+        }
+    }
+}

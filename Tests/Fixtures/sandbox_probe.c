@@ -1,0 +1,165 @@
+/* A plugin nobody here trusts: "probe" tries, from its chunk, each thing a
+ * sandbox must refuse (or the one its `probe` parameter names), logs
+ * "probe NAME: ok" or "probe NAME: refused: WHY" for each, and completes
+ * either way: a refusal is an error it sees, not a crash.
+ *
+ * Parameters: `canary` (a file to read), `outside` (a folder to write in),
+ * `allowed` (a folder the policy may grant), `port` (a TCP and a UDP port
+ * on 127.0.0.1 that a test listens on), `pid` (a process to signal and
+ * whose memory to open; else the parent: the host or its fork server),
+ * `trace` (a process to trace; else that one too). */
+#define _GNU_SOURCE
+#include <curfew.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const curfew_host *host;
+
+static void say(curfew_context *ctx, const char *probe, int error) {
+    char line[512];
+    if (error == 0) {
+        snprintf(line, sizeof line, "probe %s: ok", probe);
+    } else {
+        snprintf(line, sizeof line, "probe %s: refused: %s", probe, strerror(error));
+    }
+    host->log(ctx, CURFEW_LOG_INFO, line);
+}
+
+static const char *param(curfew_context *ctx, const char *key) {
+    const char *value = host->param(ctx, key);
+    return value ? value : "";
+}
+
+static int write_file(const char *folder, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", folder, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return errno;
+    int error = write(fd, "written\n", 8) == 8 ? 0 : errno;
+    close(fd);
+    return error;
+}
+
+static struct sockaddr_in loopback(curfew_context *ctx) {
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(param(ctx, "port")))};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return address;
+}
+
+static int probe(curfew_context *ctx, const char *name) {
+    if (strcmp(name, "read-canary") == 0) {
+        int fd = open(param(ctx, "canary"), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return errno;
+        char byte;
+        int error = read(fd, &byte, 1) == 1 ? 0 : errno;
+        close(fd);
+        return error;
+    }
+    if (strcmp(name, "write-outside") == 0) return write_file(param(ctx, "outside"), "escaped");
+    if (strcmp(name, "write-allowed") == 0) return write_file(param(ctx, "allowed"), "granted");
+    if (strcmp(name, "write-scratch") == 0) {
+        const char *scratch = getenv("CURFEW_SCRATCH");
+        if (scratch == NULL) return ENOENT;
+        char line[4200];
+        snprintf(line, sizeof line, "scratch at %s", scratch);
+        host->log(ctx, CURFEW_LOG_INFO, line);
+        return write_file(scratch, "mine");
+    }
+    if (strcmp(name, "connect-tcp") == 0) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return errno;
+        struct sockaddr_in address = loopback(ctx);
+        int error = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
+        close(fd);
+        return error;
+    }
+    if (strcmp(name, "send-udp") == 0) {
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return errno;
+        struct sockaddr_in address = loopback(ctx);
+        int error = sendto(fd, "x", 1, 0, (struct sockaddr *)&address, sizeof address) == 1 ? 0 : errno;
+        close(fd);
+        return error;
+    }
+    pid_t target = host->param(ctx, "pid") ? (pid_t)atoi(param(ctx, "pid")) : getppid();
+    if (strcmp(name, "ptrace") == 0) {
+        pid_t traced = host->param(ctx, "trace") ? (pid_t)atoi(param(ctx, "trace")) : target;
+        if (ptrace(PTRACE_ATTACH, traced, NULL, NULL) != 0) return errno;
+        waitpid(traced, NULL, __WALL);
+        ptrace(PTRACE_DETACH, traced, NULL, NULL);
+        return 0;
+    }
+    if (strcmp(name, "signal") == 0) return kill(target, SIGCONT) == 0 ? 0 : errno;
+    if (strcmp(name, "proc-mem") == 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/mem", (int)target);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return errno;
+        close(fd);
+        return 0;
+    }
+    if (strcmp(name, "exec") == 0) {
+        pid_t child = fork();
+        if (child < 0) return errno;
+        if (child == 0) {
+            char *arguments[] = {"/bin/sh", "-c", "exit 0", NULL};
+            execv("/bin/sh", arguments);
+            _exit(errno > 0 && errno < 126 ? errno : 126);
+        }
+        int status = 0;
+        if (waitpid(child, &status, 0) != child) return errno;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+    }
+    /* In a child of its own: a process with threads cannot enter a new
+     * user namespace, and a mount must not reach the test's namespace. */
+    if (strcmp(name, "unshare") == 0 || strcmp(name, "mount") == 0) {
+        pid_t child = fork();
+        if (child < 0) return errno;
+        if (child == 0) {
+            if (strcmp(name, "unshare") == 0) _exit(unshare(CLONE_NEWUSER) == 0 ? 0 : errno);
+            if (unshare(CLONE_NEWNS) != 0) _exit(errno);
+            _exit(mount("none", param(ctx, "outside"), "tmpfs", 0, NULL) == 0 ? 0 : errno);
+        }
+        int status = 0;
+        if (waitpid(child, &status, 0) != child) return errno;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+    }
+    return ENOSYS;
+}
+
+static const char *const probes[] = {
+    "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "send-udp",
+    "ptrace",      "signal",        "proc-mem",      "exec",          "unshare",     "mount",
+};
+
+static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {
+    (void)state;
+    const char *only = host->param(ctx, "probe");
+    for (size_t index = 0; index < sizeof probes / sizeof probes[0]; index++) {
+        if (only == NULL || strcmp(only, probes[index]) == 0) say(ctx, probes[index], probe(ctx, probes[index]));
+    }
+    return CURFEW_CHUNK_DONE;
+}
+
+static void probe_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)ctx; (void)state; (void)reason;
+}
+
+CURFEW_JOB(probe_job, "probe", "Tries what a sandbox must refuse; logs whether each was refused.", .chunk = probe_chunk,
+           .expire = probe_expire);
+
+CURFEW_PLUGIN(host, &probe_job)
