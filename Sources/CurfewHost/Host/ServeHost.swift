@@ -89,6 +89,10 @@ public final class ServeHost: Sendable {
         defer { signals?.cancel() }
 
         var serverOptions = options.server
+        // Once, at the start: the kernel is the same for every run.
+        if serverOptions.run.sandbox != nil, case let missing = SandboxPolicy.unenforced(), !missing.isEmpty {
+            events(.warning(.sandboxUnenforced(missing)))
+        }
         if options.keepsState {
             switch RunHost.openStore(options.stateFolder, writer: .current(socket: options.socketPath), warn: { events(.warning($0)) }) {
             case .success(let store): serverOptions.run.state = store

@@ -24,6 +24,9 @@ public struct JobPolicy: Sendable, Equatable {
     public var enabled: Bool?
     /// Background modes this job may run in, besides those of `--allow-mode`.
     public var allowedModes: Set<String> = []
+    /// The job's sandbox: `.some(nil)` none (`false`), `.some(policy)` that
+    /// policy; `nil`: as the defaults, then `serve`'s options, say.
+    public var sandbox: SandboxPolicy??
 
     public init() {}
 
@@ -43,6 +46,7 @@ public struct JobPolicy: Sendable, Equatable {
         merged.retry = retry ?? base.retry
         merged.enabled = enabled ?? base.enabled
         merged.allowedModes = allowedModes.union(base.allowedModes)
+        merged.sandbox = sandbox ?? base.sandbox
         return merged
     }
 }
@@ -160,7 +164,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes",
+        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -213,6 +217,7 @@ extension JobPolicy {
                     }
                     allowedModes.insert(name)
                 }
+            case "sandbox": sandbox = .some(try Self.sandbox(member, place))
             default:
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }
@@ -266,6 +271,44 @@ extension JobPolicy {
             }
         }
         return limits
+    }
+
+    /// `false` (none), `true` (the default policy), or an object of
+    /// `network` ("off", "on"), `read` and `write` (arrays of existing
+    /// paths) and `exec` (a bool).
+    static func sandbox(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> SandboxPolicy? {
+        switch value {
+        case .bool(let on): return on ? SandboxPolicy() : nil
+        case .object(let members):
+            var policy = SandboxPolicy()
+            for (key, member) in members {
+                let where_ = "sandbox." + key
+                switch key {
+                case "network":
+                    guard let text = member.stringValue, let network = SandboxPolicy.Network(rawValue: text) else {
+                        throw place.error(where_, "must be \"off\" or \"on\"")
+                    }
+                    policy.network = network
+                case "read", "write":
+                    guard case .array(let items) = member else { throw place.error(where_, "must be an array of paths, not \(member.kind)") }
+                    for item in items {
+                        guard let text = item.stringValue, text.hasPrefix("/"), !text.utf8.contains(0) else {
+                            throw place.error(where_, "each is an absolute path")
+                        }
+                        guard let path = SandboxPolicy.resolve(text) else { throw place.error(where_, "\(quote(text)) names no file or folder") }
+                        if key == "read" { policy.read.append(path) } else { policy.write.append(path) }
+                    }
+                case "exec":
+                    guard case .bool(let flag) = member else { throw place.error(where_, "must be true or false, not \(member.kind)") }
+                    policy.allowsExec = flag
+                default:
+                    throw place.error(where_, "unknown key (a sandbox has \"network\", \"read\", \"write\" and \"exec\")")
+                }
+            }
+            return policy
+        default:
+            throw place.error("sandbox", "must be true, false or an object, not \(value.kind)")
+        }
     }
 
     static func retry(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> RetryPolicy {

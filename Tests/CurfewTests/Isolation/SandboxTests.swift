@@ -3,6 +3,7 @@ import Glibc
 import Testing
 
 @testable import Curfew
+@testable import CurfewHost
 
 extension ProcessTests.First {
     /// A plugin nobody here wrote tries, from its chunk, what a sandbox must
@@ -62,13 +63,18 @@ extension ProcessTests.First {
             let end = events.first { $0.event == "finished" }
             #expect(end?.outcome == "completed", "\(end?.reason ?? "no end") \(result.stderr)")
             let logs = events.filter { $0.event == "log" }.compactMap { $0.message }
+            return (Self.said(in: logs), logs, result.stderr)
+        }
+
+        /// Each probe's word in the job's log lines.
+        static func said(in logs: [String]) -> [String: String] {
             var said: [String: String] = [:]
             for line in logs where line.hasPrefix("probe ") {
                 let text = line.dropFirst("probe ".count)
                 guard let colon = text.firstIndex(of: ":") else { continue }
                 said[String(text[..<colon])] = String(text[text.index(colon, offsetBy: 2)...])
             }
-            return (said, logs, result.stderr)
+            return said
         }
 
         static let refusedInASandbox = [
@@ -143,6 +149,48 @@ extension ProcessTests.First {
             #expect(run.said["read-canary"] == "ok", "files are not confined without Landlock")
             #expect(run.said["connect-tcp"]?.hasPrefix("refused") == true, "the network still is")
             #expect(run.said["ptrace"]?.hasPrefix("refused") == true, "and the call filter")
+        }
+
+        /// Under serve, a job's policy in the config sandboxes it, with the
+        /// paths it names.
+        @Test func underServeAJobsPolicySandboxesIt() async throws {
+            let targets = try Targets()
+            let serving = ProcessTests.First.ServeTests()
+            let folder = Fixtures.temporaryFolder("served")
+            let params = ["canary=\(targets.canary)", "outside=\(targets.outside)", "allowed=\(targets.allowed)", "port=\(targets.port)"]
+                .map { pair in pair.split(separator: "=", maxSplits: 1).map { "\"\($0)\"" }.joined(separator: ": ") }.joined(separator: ", ")
+            let config = try serving.config(
+                #"{"jobs": {"probe": {"every": "1h", "budget": "20s", "params": {\#(params)}, "sandbox": {"write": ["\#(targets.allowed)"]}}}}"#)
+            let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            try serving.drop(try Fixtures.compile("sandbox_probe.c"), into: folder)
+            await serve.wait(for: "\"event\":\"finished\"")
+            let logs = try serve.logs("probe")
+            let said = Self.said(in: logs)
+            for name in Self.refusedInASandbox {
+                #expect(said[name]?.hasPrefix("refused") == true, "\(name): \(said[name] ?? "not said")")
+            }
+            #expect(said["write-allowed"] == "ok" && said["write-scratch"] == "ok", "\(said)")
+            #expect(logs.contains("denied: ptrace (a job may not reach into other processes)"), "\(logs)")
+            #expect(await serve.stop() == 0)
+        }
+
+        @Test func aServeConfigsSandboxIsChecked() throws {
+            func problem(_ sandbox: String) -> String {
+                do {
+                    _ = try ServeConfig.parse(Array(#"{"jobs": {"j": {"sandbox": \#(sandbox)}}}"#.utf8), file: "c.json")
+                    return "accepted"
+                } catch {
+                    return error.description
+                }
+            }
+            #expect(problem(#"{"network": "wifi"}"#) == #"c.json: job 'j': "sandbox.network": must be "off" or "on""#)
+            #expect(problem(#"{"write": ["relative"]}"#) == #"c.json: job 'j': "sandbox.write": each is an absolute path"#)
+            #expect(problem(#"{"read": ["/nonexistent/x"]}"#) == #"c.json: job 'j': "sandbox.read": "/nonexistent/x" names no file or folder"#)
+            #expect(problem(#"{"sockets": true}"#).contains("unknown key"))
+            #expect(problem("3") == #"c.json: job 'j': "sandbox": must be true, false or an object, not a number"#)
+            #expect(problem("false") == "accepted")
+            #expect(problem(#"{"network": "on", "exec": true}"#) == "accepted")
         }
 
         @Test func aSandboxNeedsAWorker() async throws {
