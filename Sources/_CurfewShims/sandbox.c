@@ -14,6 +14,7 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -25,6 +26,10 @@
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
 #include <unistd.h>
+
+#ifndef SYS_SECCOMP
+#define SYS_SECCOMP 1 /* si_code of a seccomp trap */
+#endif
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -155,15 +160,19 @@ static int write_file(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return errno;
     size_t length = strlen(text);
-    int error = write(fd, text, length) == (ssize_t)length ? 0 : errno;
+    ssize_t written = write(fd, text, length);
+    int error = written == (ssize_t)length ? 0 : written < 0 ? errno : EIO;
     close(fd);
     return error;
 }
 
+/* A user, network and IPC namespace of its own: -1 when the kernel will not
+ * make them (nothing changed), 0 when made, or an errno when made but the
+ * user could not be mapped into it (the worker cannot go on as itself). */
 static int own_network(void) {
     uid_t user = getuid();
     gid_t group = getgid();
-    if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) return errno;
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) != 0) return -1;
     char map[64];
     int error;
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)user, (unsigned)user);
@@ -207,6 +216,8 @@ static const char other_processes[] = "a job may not reach into other processes"
 static const char namespaces[] = "a job may not make or join namespaces";
 /* Its operations (connect, openat) would pass the filter unseen. */
 static const char uring[] = "io_uring would bypass the call filter";
+/* Landlock confines what a file holds, not its mode, owner or times. */
+static const char metadata[] = "a job may not change files' modes, owners, times or attributes";
 static const struct denied_call denied_calls[] = {
     DENY(ptrace, other_processes), DENY(process_vm_readv, other_processes), DENY(process_vm_writev, other_processes),
     DENY(kexec_load, system_only), DENY(kexec_file_load, system_only), DENY(init_module, system_only),
@@ -218,16 +229,24 @@ static const struct denied_call denied_calls[] = {
     DENY(swapoff, system_only), DENY(reboot, system_only), DENY(acct, system_only), DENY(quotactl, system_only),
     DENY(open_by_handle_at, system_only), DENY(userfaultfd, system_only), DENY(settimeofday, system_only),
     DENY(clock_settime, system_only), DENY(clock_adjtime, system_only), DENY(io_uring_setup, uring),
-    DENY(io_uring_enter, uring), DENY(io_uring_register, uring),
+    DENY(io_uring_enter, uring), DENY(io_uring_register, uring), DENY(pidfd_getfd, other_processes),
+    DENY(process_madvise, other_processes), DENY(kcmp, other_processes), DENY(chmod, metadata), DENY(fchmod, metadata),
+    DENY(fchmodat, metadata), DENY(chown, metadata), DENY(fchown, metadata), DENY(lchown, metadata),
+    DENY(fchownat, metadata), DENY(utime, metadata), DENY(utimes, metadata), DENY(futimesat, metadata),
+    DENY(setxattr, metadata), DENY(lsetxattr, metadata), DENY(fsetxattr, metadata), DENY(removexattr, metadata),
+    DENY(lremovexattr, metadata), DENY(fremovexattr, metadata),
+#ifdef SYS_fchmodat2
+    DENY(fchmodat2, metadata),
+#endif
 #if defined(__x86_64__)
     DENY(iopl, system_only), DENY(ioperm, system_only),
 #endif
 };
-static const char exec_off[] = "exec is off for this job";
-static const struct denied_call exec_calls[] = {DENY(execve, exec_off), DENY(execveat, exec_off)};
+static const struct denied_call exec_calls[] = {{SYS_execve, "execve", ""}, {SYS_execveat, "execveat", ""}};
 static const char network_off[] = "network is off for this job";
 static const struct denied_call socket_call = DENY(socket, network_off);
 static const struct denied_call clone_call = DENY(clone, namespaces);
+static const struct denied_call unknown_call = {-1, "a system call", "the sandbox refuses it"};
 #undef DENY
 
 /* The denials not yet sent: the handler writes, the worker reads (one
@@ -240,8 +259,7 @@ static struct {
 static atomic_uint denial_written;
 static atomic_uint denial_read;
 static atomic_uint denial_dropped;
-static int sandbox_network = CURFEW_SANDBOX_NETWORK_ON;
-static int sandbox_allows_exec = 1;
+static int next_denial(const char **job, const char **call, const char **why);
 
 static const struct denied_call *find_denied(int number) {
     for (size_t index = 0; index < sizeof denied_calls / sizeof denied_calls[0]; index++) {
@@ -249,14 +267,17 @@ static const struct denied_call *find_denied(int number) {
     }
     if (number == SYS_socket) return &socket_call;
     if (number == SYS_clone) return &clone_call;
-    for (size_t index = 0; index < 2; index++) {
-        if (exec_calls[index].number == number) return &exec_calls[index];
-    }
-    return NULL;
+    return &unknown_call;
 }
 
 static void on_denied(int number, siginfo_t *info, void *context) {
     (void)number;
+    /* Not the filter's (a plugin raised it): what SIGSYS does by default. */
+    if (info->si_code != SYS_SECCOMP) {
+        signal(SIGSYS, SIG_DFL);
+        raise(SIGSYS);
+        return;
+    }
     int saved = errno;
     const struct denied_call *call = find_denied(info->si_syscall);
     unsigned written = atomic_load_explicit(&denial_written, memory_order_relaxed);
@@ -286,7 +307,17 @@ static void on_denied(int number, siginfo_t *info, void *context) {
     errno = saved;
 }
 
+/* The ring has one reader at a time: the worker reads it from two queues. */
+static pthread_mutex_t denial_reader = PTHREAD_MUTEX_INITIALIZER;
+
 int curfew_sandbox_next_denial(const char **job, const char **call, const char **why) {
+    pthread_mutex_lock(&denial_reader);
+    int found = next_denial(job, call, why);
+    pthread_mutex_unlock(&denial_reader);
+    return found;
+}
+
+static int next_denial(const char **job, const char **call, const char **why) {
     unsigned read = atomic_load_explicit(&denial_read, memory_order_relaxed);
     if (read == atomic_load_explicit(&denial_written, memory_order_acquire)) return 0;
     _Atomic(const struct denied_call *) *slot = (_Atomic(const struct denied_call *) *)&denial_ring[read % DENIAL_SLOTS].call;
@@ -304,24 +335,35 @@ unsigned curfew_sandbox_dropped_denials(void) {
     return atomic_exchange_explicit(&denial_dropped, 0, memory_order_relaxed);
 }
 
-#define FILTER_MAX 128
+#define FILTER_MAX 160
 
-static int install_filter(const curfew_sandbox_spec *spec) {
+static int install_filter(const curfew_sandbox_spec *spec, int own_net) {
 #ifndef SANDBOX_ARCH
     (void)spec;
+    (void)own_net;
     return ENOSYS;
 #else
     struct sock_filter filter[FILTER_MAX];
     size_t length = 0;
-#define PUT(statement) filter[length++] = (struct sock_filter)statement
-    /* Another architecture's calls (x32, i386) would skip every rule: killed. */
+    /* A denial traps into the worker's handler, which names it and returns
+     * EPERM; a program the job execs has no such handler (exec resets it),
+     * so with exec allowed a denial is a plain EPERM, named by nobody. */
+    const uint32_t deny = spec->allow_exec ? SECCOMP_RET_ERRNO | EPERM : SECCOMP_RET_TRAP;
+#define PUT(statement)                                    \
+    do {                                                  \
+        if (length == FILTER_MAX) return E2BIG;           \
+        filter[length++] = (struct sock_filter)statement; \
+    } while (0)
+    /* Another architecture's calls (i386) would skip every rule: killed. */
     PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
     PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SANDBOX_ARCH, 1, 0));
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
     PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
 #if defined(__x86_64__)
+    /* x32's numbers (and any past the table) name no call this filter
+     * checks: refused as unknown. */
     PUT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1));
-    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
 #endif
     /* clone3's flags are behind a pointer a filter cannot read: glibc falls
      * back to clone, whose flags it can. */
@@ -329,12 +371,14 @@ static int install_filter(const curfew_sandbox_spec *spec) {
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
     for (size_t index = 0; index < sizeof denied_calls / sizeof denied_calls[0]; index++) {
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)denied_calls[index].number, 0, 1));
-        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+        PUT(BPF_STMT(BPF_RET | BPF_K, deny));
     }
+    /* exec fails as Landlock would have it fail; a trap would kill the
+     * child of posix_spawn, which runs with every handler reset. */
     if (!spec->allow_exec) {
         for (size_t index = 0; index < 2; index++) {
             PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)exec_calls[index].number, 0, 1));
-            PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+            PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
         }
     }
     /* clone with a namespace flag. */
@@ -343,24 +387,31 @@ static int install_filter(const curfew_sandbox_spec *spec) {
     PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4));
     PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
     PUT(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, namespace_flags, 0, 1));
-    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+    PUT(BPF_STMT(BPF_RET | BPF_K, deny));
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    /* Sockets that reach a network are refused, and named: with a network
-     * namespace of its own a job would only see its connect fail. */
+    /* With the network off, no socket at all: Landlock cannot confine a
+     * Unix socket reached by its path (a session bus, a container engine's),
+     * and a family left open (vsock, SMC) would be a way out. Only netlink
+     * stays, inside a network of its own, which it can only describe.
+     * (socketpair makes a pair no one else can reach.) A Unix socket is
+     * refused as Landlock refuses a path, unnamed: libc tries one on its
+     * own (nscd, syslog) and goes on without it. */
     if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) {
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 6));
         PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
-        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 3, 0));
-        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 2, 0));
-        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_PACKET, 1, 0));
-        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 1));
+        PUT(BPF_STMT(BPF_RET | BPF_K, own_net ? SECCOMP_RET_ALLOW : deny));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES));
+        PUT(BPF_STMT(BPF_RET | BPF_K, deny));
     }
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
 #undef PUT
     struct sock_fprog program = {.len = (unsigned short)length, .filter = filter};
-    /* TSYNC: the rule holds for every thread, should one exist. */
-    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program) == 0 ? 0 : errno;
+    /* TSYNC: the rule holds for every thread, should one exist (a thread
+     * that cannot take it is named by its id: then EBUSY). */
+    long status = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program);
+    return status == 0 ? 0 : status > 0 ? EBUSY : errno;
 #endif
 }
 
@@ -403,7 +454,12 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
     }
     int own_net = 0;
     if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) {
-        own_net = own_network() == 0;
+        int made = own_network();
+        if (made > 0) {
+            report->step = "mapping the user into its namespace";
+            return made;
+        }
+        own_net = made == 0;
         if (own_net) report->applied |= CURFEW_SANDBOX_OWN_NETWORK;
     }
     if ((error = drop_capabilities()) != 0) {
@@ -416,13 +472,11 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
         report->step = "Landlock";
         return error;
     }
-    sandbox_network = spec->network;
-    sandbox_allows_exec = spec->allow_exec;
     if ((error = install_denial_handler()) != 0) {
         report->step = "the SIGSYS handler";
         return error;
     }
-    if ((error = install_filter(spec)) != 0) {
+    if ((error = install_filter(spec, own_net)) != 0) {
         report->step = "seccomp";
         return error;
     }
@@ -462,6 +516,10 @@ static int remove_contents(int fd, int depth) {
             continue;
         }
         int child = openat(dirfd(folder), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        /* A folder the job made unreadable (mkdir with mode 0) is its owner's to open again. */
+        if (child < 0 && errno == EACCES && fchmodat(dirfd(folder), name, 0700, AT_SYMLINK_NOFOLLOW) == 0) {
+            child = openat(dirfd(folder), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
         if (child < 0) {
             if (errno != ENOENT && result == 0) result = errno;
             continue;

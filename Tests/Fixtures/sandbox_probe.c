@@ -5,7 +5,8 @@
  *
  * Parameters: `canary` (a file to read), `outside` (a folder to write in),
  * `allowed` (a folder the policy may grant), `port` (a TCP and a UDP port
- * on 127.0.0.1 that a test listens on), `pid` (a process to signal and
+ * on 127.0.0.1 that a test listens on), `unix` (the path of a Unix socket a
+ * test listens on), `pid` (a process to signal and
  * whose memory to open; else the parent: the host or its fork server),
  * `trace` (a process to trace; else that one too). */
 #define _GNU_SOURCE
@@ -17,6 +18,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,6 +90,26 @@ static int probe(curfew_context *ctx, const char *name) {
         close(fd);
         return error;
     }
+    if (strcmp(name, "unix-socket") == 0) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return errno;
+        struct sockaddr_un address = {.sun_family = AF_UNIX};
+        snprintf(address.sun_path, sizeof address.sun_path, "%s", param(ctx, "unix"));
+        int error = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
+        close(fd);
+        return error;
+    }
+    if (strcmp(name, "chmod-canary") == 0) return chmod(param(ctx, "canary"), 0644) == 0 ? 0 : errno;
+    if (strcmp(name, "spawn") == 0) {
+        extern char **environ;
+        char *arguments[] = {"/bin/sh", "-c", "exit 0", NULL};
+        pid_t child;
+        int error = posix_spawn(&child, "/bin/sh", NULL, NULL, arguments, environ);
+        if (error != 0) return error;
+        int status = 0;
+        if (waitpid(child, &status, 0) != child) return errno;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : ECHILD;
+    }
     if (strcmp(name, "send-udp") == 0) {
         int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (fd < 0) return errno;
@@ -142,8 +165,8 @@ static int probe(curfew_context *ctx, const char *name) {
 }
 
 static const char *const probes[] = {
-    "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "send-udp",
-    "ptrace",      "signal",        "proc-mem",      "exec",          "unshare",     "mount",
+    "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "send-udp", "unix-socket",
+    "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "mount",
 };
 
 static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {

@@ -12,6 +12,10 @@ public struct SandboxPolicy: Sendable, Equatable {
         case on
     }
 
+    /// The most paths a policy may name each way: a worker's message holds
+    /// the plugin and its library beside them, within its own limit.
+    public static let maximumPaths = 250
+
     public var network: Network
     /// Absolute paths the job may read beneath.
     public var read: [String]
@@ -32,7 +36,9 @@ public struct SandboxPolicy: Sendable, Equatable {
     /// are the worker's to find out; this reads only what the host can.
     public static func unenforced() -> [String] {
         let abi = Syscalls.environmentValue(WorkerSandbox.refuseLandlockVariable) == "1" ? 0 : Sandbox.landlockABI
-        if abi == 0 { return ["files, signals and abstract sockets (this kernel has no Landlock)"] }
+        if abi == 0 {
+            return ["files, signals, abstract sockets and, where no user namespace can be made, other processes' memory (this kernel has no Landlock)"]
+        }
         if abi < 6 { return ["signals and abstract sockets (Landlock ABI \(abi); 6 confines them)"] }
         return []
     }

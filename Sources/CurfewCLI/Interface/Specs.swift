@@ -31,6 +31,9 @@ enum Specs {
             if sandbox == false && grantsGiven {
                 throw UsageError("--network and --allow-* grant what a sandbox confines: they contradict --no-sandbox", command: command)
             }
+            if grants.read.count > SandboxPolicy.maximumPaths || grants.write.count > SandboxPolicy.maximumPaths {
+                throw UsageError("--allow-read and --allow-write take at most \(SandboxPolicy.maximumPaths) paths each", command: command)
+            }
             if sandbox == true || grantsGiven {
                 guard options.isolation != .none else {
                     throw UsageError(

@@ -291,6 +291,7 @@ extension JobPolicy {
                     policy.network = network
                 case "read", "write":
                     guard case .array(let items) = member else { throw place.error(where_, "must be an array of paths, not \(member.kind)") }
+                    guard items.count <= SandboxPolicy.maximumPaths else { throw place.error(where_, "names more than \(SandboxPolicy.maximumPaths) paths") }
                     for item in items {
                         guard let text = item.stringValue, text.hasPrefix("/"), !text.utf8.contains(0) else {
                             throw place.error(where_, "each is an absolute path")

@@ -22,6 +22,7 @@ extension SystemError: Equatable {
     package static let connectionRefused = SystemError(errno: ECONNREFUSED)
     package static let connectionAborted = SystemError(errno: ECONNABORTED)
     package static let timedOut = SystemError(errno: ETIMEDOUT)
+    package static let noProcess = SystemError(errno: ESRCH)
 }
 
 extension Syscalls {

@@ -21,6 +21,8 @@ extension ProcessTests.First {
             let allowed: String
             let listener: Int32
             let port: Int
+            let unixPath: String
+            let unixListener: Int32
 
             init() throws {
                 canary = Fixtures.temporaryFolder("canary") + "/secret"
@@ -40,14 +42,32 @@ extension ProcessTests.First {
                 guard bound else { throw POSIXError(.EADDRNOTAVAIL) }
                 listener = fd
                 port = Int(UInt16(bigEndian: address.sin_port))
+                let path = Fixtures.temporaryFolder("unix") + "/s.sock"
+                unixPath = path
+                let local = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                var unixAddress = sockaddr_un()
+                unixAddress.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &unixAddress.sun_path) { bytes in
+                    for (index, byte) in path.utf8.enumerated() where index < bytes.count - 1 { bytes[index] = byte }
+                }
+                let listening = withUnsafePointer(to: &unixAddress) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        bind(local, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 && listen(local, 16) == 0
+                    }
+                }
+                guard listening else { throw POSIXError(.EADDRNOTAVAIL) }
+                unixListener = local
             }
 
             var parameters: [String] {
-                ["canary=\(canary)", "outside=\(outside)", "allowed=\(allowed)", "port=\(port)"]
+                ["canary=\(canary)", "outside=\(outside)", "allowed=\(allowed)", "port=\(port)", "unix=\(unixPath)"]
                     .flatMap { ["--param", $0] }
             }
 
-            deinit { close(listener) }
+            deinit {
+                close(listener)
+                close(unixListener)
+            }
         }
 
         /// Each probe's word ("ok", or "refused: WHY"), every line the job
@@ -78,7 +98,8 @@ extension ProcessTests.First {
         }
 
         static let refusedInASandbox = [
-            "read-canary", "write-outside", "connect-tcp", "send-udp", "ptrace", "signal", "proc-mem", "exec", "unshare", "mount",
+            "read-canary", "write-outside", "connect-tcp", "send-udp", "unix-socket", "chmod-canary", "ptrace", "signal", "proc-mem",
+            "exec", "spawn", "unshare", "mount",
         ]
 
         @Test(arguments: ["job", "plugin"]) func eachProbeIsRefusedInASandboxAndDoneWithout(isolation: String) async throws {
@@ -92,6 +113,8 @@ extension ProcessTests.First {
             // What the call filter denied is named in the job's log.
             #expect(confined.logs.contains("denied: socket (network is off for this job)"), "\(confined.logs)")
             #expect(confined.logs.contains("denied: ptrace (a job may not reach into other processes)"), "\(confined.logs)")
+            #expect(
+                confined.logs.contains("denied: chmod (a job may not change files' modes, owners, times or attributes)"), "\(confined.logs)")
             #expect(!FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
             #expect(try String(contentsOfFile: targets.allowed + "/granted", encoding: .utf8) == "written\n")
 
@@ -157,7 +180,7 @@ extension ProcessTests.First {
             let targets = try Targets()
             let serving = ProcessTests.First.ServeTests()
             let folder = Fixtures.temporaryFolder("served")
-            let params = ["canary=\(targets.canary)", "outside=\(targets.outside)", "allowed=\(targets.allowed)", "port=\(targets.port)"]
+            let params = ["canary=\(targets.canary)", "outside=\(targets.outside)", "allowed=\(targets.allowed)", "port=\(targets.port)", "unix=\(targets.unixPath)"]
                 .map { pair in pair.split(separator: "=", maxSplits: 1).map { "\"\($0)\"" }.joined(separator: ": ") }.joined(separator: ", ")
             let config = try serving.config(
                 #"{"jobs": {"probe": {"every": "1h", "budget": "20s", "params": {\#(params)}, "sandbox": {"write": ["\#(targets.allowed)"]}}}}"#)

@@ -77,15 +77,17 @@ final class WorkerProcess: @unchecked Sendable {
     static let drainLimit: Duration = .seconds(2)
 
     /// The folder its jobs write in under a sandbox: made with the first of
-    /// them, removed once the worker is reaped.
-    private let scratch = Mutex<String?>(nil)
+    /// them, removed once the worker is reaped (then `closed`: none is made
+    /// for a worker whose end was handled).
+    private let scratch = Mutex<(folder: String?, closed: Bool)>((nil, false))
 
     /// The worker's scratch folder, made at the first call.
     func scratchFolder() throws(SystemError) -> String {
-        try scratch.withLock { (folder: inout String?) throws(SystemError) -> String in
-            if let folder { return folder }
+        try scratch.withLock { (scratch: inout (folder: String?, closed: Bool)) throws(SystemError) -> String in
+            if let folder = scratch.folder { return folder }
+            guard !scratch.closed else { throw .noProcess }
             let made = try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
-            folder = made
+            scratch.folder = made
             return made
         }
     }
@@ -259,7 +261,10 @@ final class WorkerProcess: @unchecked Sendable {
         workerExited()
         let status = process.reap() ?? -1
         // What the jobs left in their scratch folder goes before their ends are told.
-        if let folder = scratch.withLock({ $0 }) {
+        if let folder = scratch.withLock({ scratch -> String? in
+            scratch.closed = true
+            return scratch.folder
+        }) {
             do throws(SystemError) {
                 try Syscalls.removeTree(folder)
             } catch {
