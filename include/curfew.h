@@ -80,7 +80,7 @@ extern "C" {
 
 /* The ABI version this header describes. A host accepts a plugin whose
  * descriptor carries a version it speaks; version 1 is the first. */
-#define CURFEW_ABI_VERSION 1u
+#define CURFEW_ABI_VERSION 2u
 
 /* Marks the entry function as exported, so plugins can build with
  * -fvisibility=hidden and export nothing else. */
@@ -290,6 +290,13 @@ typedef struct curfew_host {
      * CURFEW_UNAVAILABLE once the job is over. */
     curfew_status (*request_next_run)(curfew_context *ctx,
                                       double earliest_seconds);
+
+    /* ABI 2. The folder the job may write in when its worker is sandboxed
+     * (`--sandbox`): its own, empty at the worker's start and removed, with
+     * what it holds, after the worker ends; also $CURFEW_SCRATCH and
+     * $TMPDIR. NULL when the job runs without a sandbox. Valid for the life
+     * of the process. */
+    const char *(*scratch_dir)(curfew_context *ctx);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */

@@ -43,6 +43,14 @@ public struct JobContext: @unchecked Sendable {
     }
 
     /// The value of `--param key=value`, or `nil`.
+    /// The folder the job may write in when its worker is sandboxed, its
+    /// own and removed after the worker ends; `nil` without a sandbox.
+    public var scratchFolder: String? {
+        // A host of ABI 1 has no such entry: its table ends before it.
+        guard host.pointee.abi_version >= 2 else { return nil }
+        return host.pointee.scratch_dir(raw).map { String(cString: $0) }
+    }
+
     public func parameter(_ key: String) -> String? {
         key.withCString { host.pointee.param(raw, $0) }.map { String(cString: $0) }
     }

@@ -75,8 +75,10 @@ static int probe(curfew_context *ctx, const char *name) {
     if (strcmp(name, "write-outside") == 0) return write_file(param(ctx, "outside"), "escaped");
     if (strcmp(name, "write-allowed") == 0) return write_file(param(ctx, "allowed"), "granted");
     if (strcmp(name, "write-scratch") == 0) {
-        const char *scratch = getenv("CURFEW_SCRATCH");
+        const char *scratch = host->scratch_dir(ctx);
         if (scratch == NULL) return ENOENT;
+        const char *named = getenv("CURFEW_SCRATCH");
+        if (named == NULL || strcmp(named, scratch) != 0) return EINVAL;
         char line[4200];
         snprintf(line, sizeof line, "scratch at %s", scratch);
         host->log(ctx, CURFEW_LOG_INFO, line);

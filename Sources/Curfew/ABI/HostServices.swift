@@ -79,10 +79,23 @@ enum HostServices {
                     return CURFEW_ERROR
                 }
                 return run.requestNextRun(after: delay)
-            }
+            },
+            scratch_dir: { _ in UnsafePointer(bitPattern: scratchFolder.load(ordering: .acquiring)) }
         ))
         return UnsafePointer(table)
     }()
+
+    /// A sandboxed worker's scratch folder, as `scratch_dir` returns it (its
+    /// address; 0: none): set once, before any plugin code, and kept for
+    /// the process's life.
+    private static let scratchFolder = Atomic<Int>(0)
+
+    static func setScratchFolder(_ path: String) {
+        let bytes = Array(path.utf8CString)
+        let kept = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+        kept.initialize(from: bytes, count: bytes.count)
+        scratchFolder.store(Int(bitPattern: kept), ordering: .releasing)
+    }
 
     /// Messages logged with a NULL context while an entry function runs.
     static let entryMessages = Mutex<[String]?>(nil)

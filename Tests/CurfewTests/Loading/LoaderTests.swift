@@ -113,13 +113,13 @@ import Testing
     @Test func abiVersionMismatchNamesBothVersions() throws {
         let error = try rejection(.abiMismatch)
         #expect(error.code == .abiVersionMismatch)
-        #expect(error.description == "ABI version 7, this host speaks 1; rebuild the plugin against this host's curfew.h.")
+        #expect(error.description == "ABI version 7, this host speaks 2; rebuild the plugin against this host's curfew.h.")
     }
 
     @Test func descriptorTooSmall() throws {
         let error = try rejection(.structTooSmall)
         #expect(error.code == .structTooSmall)
-        #expect(error.description == "Plugin descriptor struct_size is 8 bytes, at least 24 expected for ABI version 1.")
+        #expect(error.description == "Plugin descriptor struct_size is 8 bytes, at least 24 expected for ABI version 2.")
     }
 
     @Test func jobDescriptorTooSmall() throws {

@@ -46,6 +46,7 @@ enum WorkerSandbox {
         // Before the sandbox, while one thread can change the environment.
         Syscalls.setEnvironment("CURFEW_SCRATCH", sandbox.scratch)
         Syscalls.setEnvironment("TMPDIR", sandbox.scratch)
+        HostServices.setScratchFolder(sandbox.scratch)
         if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
         let rules = rules(for: sandbox)
         return Result { () throws(Sandbox.Failure) in try Sandbox.apply(rules).missing(for: rules) }
