@@ -6,7 +6,7 @@ import CurfewFormats
 public struct SandboxPolicy: Sendable, Equatable {
     /// Which networks the job reaches.
     public enum Network: String, Sendable, CaseIterable {
-        /// None: a network namespace of its own, and IP sockets refused.
+        /// None: the job can open no socket (but a socket pair).
         case off
         /// Any the host reaches.
         case on

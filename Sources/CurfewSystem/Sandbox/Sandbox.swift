@@ -9,7 +9,7 @@ import _CurfewShims
 package enum Sandbox {
     /// Which networks a sandboxed process reaches.
     package enum Network: String, Sendable, CaseIterable {
-        /// None: a network namespace of its own, and IP sockets refused.
+        /// None: no socket but a socket pair.
         case off
         /// Any the host reaches.
         case on
@@ -50,7 +50,7 @@ package enum Sandbox {
         package static let files = Layers(rawValue: Int32(CURFEW_SANDBOX_FILES))
         package static let tcpRules = Layers(rawValue: Int32(CURFEW_SANDBOX_TCP_RULES))
         package static let scopes = Layers(rawValue: Int32(CURFEW_SANDBOX_SCOPES))
-        package static let ownNetwork = Layers(rawValue: Int32(CURFEW_SANDBOX_OWN_NETWORK))
+        package static let ownNamespaces = Layers(rawValue: Int32(CURFEW_SANDBOX_OWN_NAMESPACES))
         package static let socketFilter = Layers(rawValue: Int32(CURFEW_SANDBOX_SOCKET_FILTER))
         package static let systemCalls = Layers(rawValue: Int32(CURFEW_SANDBOX_SYSCALLS))
     }
@@ -60,6 +60,11 @@ package enum Sandbox {
         package var layers: Layers
         package var landlockABI: Int
 
+        package init(layers: Layers, landlockABI: Int) {
+            self.layers = layers
+            self.landlockABI = landlockABI
+        }
+
         /// What the rules asked that does not hold, in words; empty when all does.
         package func missing(for rules: Rules) -> [String] {
             var missing: [String] = []
@@ -67,7 +72,8 @@ package enum Sandbox {
             if layers.contains(.files) && !layers.contains(.scopes) {
                 missing.append("signals and abstract sockets (Landlock ABI \(landlockABI) < 6)")
             }
-            if rules.network == .off && !layers.contains(.ownNetwork) && !layers.contains(.socketFilter) { missing.append("network") }
+            if rules.network == .off && !layers.contains(.socketFilter) { missing.append("network") }
+            if !layers.contains(.ownNamespaces) { missing.append("System V IPC (no user namespace)") }
             if !layers.contains(.systemCalls) { missing.append("system calls (no seccomp)") }
             return missing
         }

@@ -375,8 +375,8 @@ enum {
     CURFEW_SANDBOX_FILES = 1 << 1,          /* Landlock's file rules */
     CURFEW_SANDBOX_TCP_RULES = 1 << 2,      /* Landlock's TCP rules (ABI 4) */
     CURFEW_SANDBOX_SCOPES = 1 << 3,         /* Landlock's signal and abstract socket scopes (ABI 6) */
-    CURFEW_SANDBOX_OWN_NETWORK = 1 << 4,    /* a network namespace of its own */
-    CURFEW_SANDBOX_SOCKET_FILTER = 1 << 5,  /* seccomp refuses network sockets (no namespace) */
+    CURFEW_SANDBOX_OWN_NAMESPACES = 1 << 4, /* a user and IPC namespace of its own */
+    CURFEW_SANDBOX_SOCKET_FILTER = 1 << 5,  /* seccomp refuses every socket (the network is off) */
     CURFEW_SANDBOX_SYSCALLS = 1 << 6,       /* seccomp's denials */
 };
 
@@ -394,8 +394,8 @@ int curfew_sandbox_landlock_abi(void);
 void curfew_sandbox_refuse_landlock(void);
 
 /* Applies `spec` to this process, which must have one thread: no_new_privs,
- * a user and network namespace when the network is off (where the kernel
- * lets it), every capability dropped, Landlock as far as the kernel has it,
+ * a user and IPC namespace (where the kernel lets it), every capability
+ * dropped, Landlock as far as the kernel has it,
  * then seccomp. 0, or an errno with `report->step` naming the failed step.
  * What the kernel lacks is no failure: `report->applied` says what holds. */
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);

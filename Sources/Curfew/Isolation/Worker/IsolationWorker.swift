@@ -63,8 +63,14 @@ public enum IsolationWorker {
         let sample = HostMessage.run(HostMessage.Run(
             plugin: "/p.so", job: "j", index: 0, budgetNanoseconds: 5, graceNanoseconds: 1, started: 1, app: .background, keepsState: true,
             checkpoint: [1], estimate: HostMessage.Estimate(mean: 1, deviation: 1, samples: 1), continuous: false, last: true,
-            parameters: ["k": "v"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0)))
-        _ = try? HostMessage.decode(Array(sample.line.utf8))
+            parameters: ["k": "v"], limits: HostMessage.Limits(memoryBytes: 0, cpuSeconds: 0, openFiles: 0),
+            sandbox: HostMessage.Sandbox(network: .off, read: ["/p.so"], write: [], scratch: "/s", exec: false)))
+        if case .run(let run)? = try? HostMessage.decode(Array(sample.line.utf8)), let sandbox = run.sandbox {
+            // What a sandboxed worker does before it applies its sandbox, short of applying it.
+            let rules = WorkerSandbox.rules(for: sandbox)
+            _ = Sandbox.Applied(layers: [.files, .systemCalls], landlockABI: 1).missing(for: rules)
+            _ = Sandbox.takeDenials()
+        }
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy()
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
