@@ -292,7 +292,8 @@ typedef struct curfew_host {
                                       double earliest_seconds);
 
     /* ABI 2. The folder the job may write in when its worker is sandboxed
-     * (`--sandbox`): its own, empty at the worker's start and removed, with
+     * (`--sandbox`): its worker's (shared by a plugin's jobs under
+     * `--isolate plugin`), empty at the worker's start and removed, with
      * what it holds, after the worker ends; also $CURFEW_SCRATCH and
      * $TMPDIR. NULL when the job runs without a sandbox. Valid for the life
      * of the process. */

@@ -42,15 +42,16 @@ public struct JobContext: @unchecked Sendable {
         host.pointee.report_progress(raw, completed, total)
     }
 
-    /// The value of `--param key=value`, or `nil`.
     /// The folder the job may write in when its worker is sandboxed, its
-    /// own and removed after the worker ends; `nil` without a sandbox.
+    /// worker's and removed after the worker ends; `nil` without a sandbox.
     public var scratchFolder: String? {
-        // A host of ABI 1 has no such entry: its table ends before it.
-        guard host.pointee.abi_version >= 2 else { return nil }
+        // A host table that ends before the entry (an older host's) has none.
+        let end = MemoryLayout<curfew_host>.offset(of: \curfew_host.scratch_dir)! + MemoryLayout<UnsafeRawPointer>.size
+        guard Int(host.pointee.struct_size) >= end else { return nil }
         return host.pointee.scratch_dir(raw).map { String(cString: $0) }
     }
 
+    /// The value of `--param key=value`, or `nil`.
     public func parameter(_ key: String) -> String? {
         key.withCString { host.pointee.param(raw, $0) }.map { String(cString: $0) }
     }

@@ -25,7 +25,25 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+/* Calls newer than Debian's headers: numbered alike on every architecture. */
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+#ifndef SYS_setxattrat
+#define SYS_setxattrat 463
+#endif
+#ifndef SYS_removexattrat
+#define SYS_removexattrat 466
+#endif
+#ifndef SYS_file_setattr
+#define SYS_file_setattr 469
+#endif
+/* The first number past every call this filter knows: a later kernel's
+ * new calls fail with ENOSYS until they are weighed here. */
+#define SANDBOX_FIRST_UNKNOWN_CALL 470
 
 #ifndef SYS_SECCOMP
 #define SYS_SECCOMP 1 /* si_code of a seccomp trap */
@@ -184,6 +202,24 @@ static int own_namespaces(void) {
     return write_file("/proc/self/gid_map", map);
 }
 
+/* Whether this process can make and map a user namespace: -1 not known
+ * yet, 0 no, 1 yes. Some systems let unshare succeed and refuse the map
+ * (AppArmor's restriction of unprivileged user namespaces, as on Ubuntu):
+ * a throwaway child finds out, once; the fork server asks before it forks,
+ * so its workers inherit the answer. */
+static int namespaces_usable = -1;
+
+int curfew_sandbox_probe_namespaces(void) {
+    if (namespaces_usable >= 0) return namespaces_usable;
+    pid_t child = fork();
+    if (child < 0) return 0;
+    if (child == 0) _exit(own_namespaces() == 0 ? 0 : 1);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
+    namespaces_usable = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return namespaces_usable;
+}
+
 /* Every capability goes: the bounding set (which needs CAP_SETPCAP, held in
  * a namespace just made), the ambient set, then the process's own. */
 static int drop_capabilities(void) {
@@ -232,13 +268,29 @@ static const struct denied_call denied_calls[] = {
     DENY(open_by_handle_at, system_only), DENY(userfaultfd, system_only), DENY(settimeofday, system_only),
     DENY(clock_settime, system_only), DENY(clock_adjtime, system_only), DENY(io_uring_setup, uring),
     DENY(io_uring_enter, uring), DENY(io_uring_register, uring), DENY(pidfd_getfd, other_processes),
-    DENY(process_madvise, other_processes), DENY(kcmp, other_processes), DENY(chmod, metadata), DENY(fchmod, metadata),
-    DENY(fchmodat, metadata), DENY(chown, metadata), DENY(fchown, metadata), DENY(lchown, metadata),
-    DENY(fchownat, metadata), DENY(utime, metadata), DENY(utimes, metadata), DENY(futimesat, metadata),
-    DENY(setxattr, metadata), DENY(lsetxattr, metadata), DENY(fsetxattr, metadata), DENY(removexattr, metadata),
-    DENY(lremovexattr, metadata), DENY(fremovexattr, metadata),
-#ifdef SYS_fchmodat2
-    DENY(fchmodat2, metadata),
+    DENY(process_madvise, other_processes), DENY(kcmp, other_processes), DENY(fchmod, metadata),
+    DENY(fchmodat, metadata), DENY(fchmodat2, metadata), DENY(fchown, metadata), DENY(fchownat, metadata),
+    DENY(utimensat, metadata), DENY(setxattr, metadata), DENY(lsetxattr, metadata), DENY(fsetxattr, metadata),
+    DENY(removexattr, metadata), DENY(lremovexattr, metadata), DENY(fremovexattr, metadata),
+    DENY(setxattrat, metadata), DENY(removexattrat, metadata), DENY(file_setattr, metadata),
+    /* The older spellings, which the generic table (aarch64) lacks. */
+#ifdef SYS_chmod
+    DENY(chmod, metadata),
+#endif
+#ifdef SYS_chown
+    DENY(chown, metadata),
+#endif
+#ifdef SYS_lchown
+    DENY(lchown, metadata),
+#endif
+#ifdef SYS_utime
+    DENY(utime, metadata),
+#endif
+#ifdef SYS_utimes
+    DENY(utimes, metadata),
+#endif
+#ifdef SYS_futimesat
+    DENY(futimesat, metadata),
 #endif
 #if defined(__x86_64__)
     DENY(iopl, system_only), DENY(ioperm, system_only),
@@ -366,6 +418,8 @@ static int install_filter(const curfew_sandbox_spec *spec) {
     PUT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1));
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
 #endif
+    PUT(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, SANDBOX_FIRST_UNKNOWN_CALL, 0, 1));
+    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
     /* clone3's flags are behind a pointer a filter cannot read: glibc falls
      * back to clone, whose flags it can. */
     PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
@@ -452,7 +506,7 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
         report->step = "no_new_privs";
         return errno;
     }
-    int made = own_namespaces();
+    int made = curfew_sandbox_probe_namespaces() ? own_namespaces() : -1;
     if (made > 0) {
         report->step = "mapping the user into its namespace";
         return made;
@@ -520,6 +574,8 @@ static int remove_contents(int fd, int depth) {
             if (errno != ENOENT && result == 0) result = errno;
             continue;
         }
+        /* One the job made read-only (0500) opens, but its entries would not go. */
+        (void)fchmod(child, 0700);
         int error = remove_contents(child, depth - 1);
         if (error == 0 && unlinkat(dirfd(folder), name, AT_REMOVEDIR) != 0 && errno != ENOENT) error = errno;
         if (error != 0 && result == 0) result = error;

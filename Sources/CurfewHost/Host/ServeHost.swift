@@ -90,7 +90,10 @@ public final class ServeHost: Sendable {
 
         var serverOptions = options.server
         // Once, at the start: the kernel is the same for every run.
-        if serverOptions.run.sandbox != nil, case let missing = SandboxPolicy.unenforced(), !missing.isEmpty {
+        let config = serverOptions.config
+        let sandboxes = serverOptions.run.sandbox != nil
+            || ([config.defaults] + Array(config.jobs.values)).contains { $0.sandbox != nil && $0.sandbox != SandboxSetting.off }
+        if sandboxes, case let missing = SandboxPolicy.unenforced(), !missing.isEmpty {
             events(.warning(.sandboxUnenforced(missing)))
         }
         if options.keepsState {

@@ -24,9 +24,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var enabled: Bool?
     /// Background modes this job may run in, besides those of `--allow-mode`.
     public var allowedModes: Set<String> = []
-    /// The job's sandbox: `.some(nil)` none (`false`), `.some(policy)` that
-    /// policy; `nil`: as the defaults, then `serve`'s options, say.
-    public var sandbox: SandboxPolicy??
+    /// The job's sandbox; `nil`: as the defaults, then `serve`'s options, say.
+    public var sandbox: SandboxSetting?
 
     public init() {}
 
@@ -48,6 +47,25 @@ public struct JobPolicy: Sendable, Equatable {
         merged.allowedModes = allowedModes.union(base.allowedModes)
         merged.sandbox = sandbox ?? base.sandbox
         return merged
+    }
+}
+
+/// A job's `sandbox` in the config.
+public enum SandboxSetting: Sendable, Equatable {
+    /// `false`: none, whatever `--sandbox` says.
+    case off
+    /// `true`: `serve`'s own (`--sandbox` and its grants), else the default policy.
+    case on
+    /// An object: this policy, in place of `serve`'s.
+    case policy(SandboxPolicy)
+
+    /// The sandbox a run gets, given `serve`'s own.
+    public func over(_ host: SandboxPolicy?) -> SandboxPolicy? {
+        switch self {
+        case .off: nil
+        case .on: host ?? SandboxPolicy()
+        case .policy(let policy): policy
+        }
     }
 }
 
@@ -217,7 +235,7 @@ extension JobPolicy {
                     }
                     allowedModes.insert(name)
                 }
-            case "sandbox": sandbox = .some(try Self.sandbox(member, place))
+            case "sandbox": sandbox = try Self.sandbox(member, place)
             default:
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }
@@ -276,9 +294,9 @@ extension JobPolicy {
     /// `false` (none), `true` (the default policy), or an object of
     /// `network` ("off", "on"), `read` and `write` (arrays of existing
     /// paths) and `exec` (a bool).
-    static func sandbox(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> SandboxPolicy? {
+    static func sandbox(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> SandboxSetting {
         switch value {
-        case .bool(let on): return on ? SandboxPolicy() : nil
+        case .bool(let on): return on ? .on : .off
         case .object(let members):
             var policy = SandboxPolicy()
             for (key, member) in members {
@@ -294,7 +312,7 @@ extension JobPolicy {
                     guard items.count <= SandboxPolicy.maximumPaths else { throw place.error(where_, "names more than \(SandboxPolicy.maximumPaths) paths") }
                     for item in items {
                         guard let text = item.stringValue, text.hasPrefix("/"), !text.utf8.contains(0) else {
-                            throw place.error(where_, "each is an absolute path")
+                            throw place.error(where_, "\(item.stringValue.map(quote) ?? "a \(item.kind)") is not an absolute path")
                         }
                         guard let path = SandboxPolicy.resolve(text) else { throw place.error(where_, "\(quote(text)) names no file or folder") }
                         if key == "read" { policy.read.append(path) } else { policy.write.append(path) }
@@ -306,7 +324,7 @@ extension JobPolicy {
                     throw place.error(where_, "unknown key (a sandbox has \"network\", \"read\", \"write\" and \"exec\")")
                 }
             }
-            return policy
+            return .policy(policy)
         default:
             throw place.error("sandbox", "must be true, false or an object, not \(value.kind)")
         }

@@ -616,7 +616,7 @@ public final class Server: @unchecked Sendable {
             memoryBytes: policy.limits.memoryBytes ?? configuration.limits.memoryBytes,
             cpuSeconds: policy.limits.cpuSeconds ?? configuration.limits.cpuSeconds,
             openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
-        if let sandbox = policy.sandbox { configuration.sandbox = sandbox }
+        if let sandbox = policy.sandbox { configuration.sandbox = sandbox.over(configuration.sandbox) }
         configuration.maxConcurrentJobs = 1
         configuration.lifecycle = lifecycle
         let notes = RunNotes()

@@ -115,6 +115,10 @@ package enum Sandbox {
         return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
     }
 
+    /// Whether this process can make a user namespace and map itself into
+    /// it: asked once, in a throwaway child, and kept (a fork inherits it).
+    package static var namespacesUsable: Bool { curfew_sandbox_probe_namespaces() == 1 }
+
     /// The Landlock ABI this kernel has; 0 for none.
     package static var landlockABI: Int { Int(curfew_sandbox_landlock_abi()) }
 

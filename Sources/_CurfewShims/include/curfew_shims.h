@@ -390,6 +390,10 @@ typedef struct {
 /* The Landlock ABI this kernel has, 0 for none (or refused by the seam). */
 int curfew_sandbox_landlock_abi(void);
 
+/* Whether this process can make a user namespace and map itself into it
+ * (asked once, in a throwaway child; the answer is kept). 1 or 0. */
+int curfew_sandbox_probe_namespaces(void);
+
 /* From now on, Landlock reads as missing: a test seam for older kernels. */
 void curfew_sandbox_refuse_landlock(void);
 

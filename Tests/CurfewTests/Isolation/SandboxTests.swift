@@ -208,7 +208,7 @@ extension ProcessTests.First {
                 }
             }
             #expect(problem(#"{"network": "wifi"}"#) == #"c.json: job 'j': "sandbox.network": must be "off" or "on""#)
-            #expect(problem(#"{"write": ["relative"]}"#) == #"c.json: job 'j': "sandbox.write": each is an absolute path"#)
+            #expect(problem(#"{"write": ["relative"]}"#) == #"c.json: job 'j': "sandbox.write": "relative" is not an absolute path"#)
             #expect(problem(#"{"read": ["/nonexistent/x"]}"#) == #"c.json: job 'j': "sandbox.read": "/nonexistent/x" names no file or folder"#)
             #expect(problem(#"{"sockets": true}"#).contains("unknown key"))
             #expect(problem("3") == #"c.json: job 'j': "sandbox": must be true, false or an object, not a number"#)

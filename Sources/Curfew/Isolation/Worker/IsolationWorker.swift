@@ -71,6 +71,8 @@ public enum IsolationWorker {
             _ = Sandbox.Applied(layers: [.files, .systemCalls], landlockABI: 1).missing(for: rules)
             _ = Sandbox.takeDenials()
         }
+        // One throwaway child now, none per worker: whether user namespaces work here.
+        _ = Sandbox.namespacesUsable
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy()
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
