@@ -385,7 +385,9 @@ extension ProcessTests.First {
             options.config = try ServeConfig.parse(Array(#"{"defaults": {"enabled": false}}"#.utf8), file: "test.json")
             let notices = Mutex<[String]>([])
             let server = try Server(options: options, onEvent: { _, _ in }) { notice in
-                if case .info(let text) = notice { notices.withLock { $0.append(text) } }
+                switch notice {
+                case .info(let text), .warning(let text), .error(let text): notices.withLock { $0.append(text) }
+                }
             }
             try server.start()
             // Written whole but still open: never loaded while inotify says it is being written.
@@ -397,9 +399,11 @@ extension ProcessTests.First {
             server.reload()  // a rescan that keeps what inotify said
             #expect(server.states().isEmpty, "a file being written is not loaded")
             server.receive([.overflow])
-            let give = ContinuousClock.now + .seconds(20)
+            // Generous: twice in the suite, on a busy machine, 20 s went by
+            // without the jobs (the scans' count and the notices say more).
+            let give = ContinuousClock.now + .seconds(60)
             while server.states().isEmpty && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
-            #expect(server.states().map(\.job) == ["asks", "flaky", "tally"], "\(notices.withLock { $0 })")
+            #expect(server.states().map(\.job) == ["asks", "flaky", "tally"], "scans \(server.scans()), said \(notices.withLock { $0 })")
             try open.close()
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
