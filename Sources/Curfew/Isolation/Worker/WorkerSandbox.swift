@@ -2,7 +2,7 @@ import CurfewFormats
 
 /// The sandbox a worker applies to itself: what the host's message grants
 /// the job, plus what any worker's code needs to run (the system's
-/// libraries and a few of its files, a few devices, its own `/proc` entry).
+/// libraries and a few of its files, a few devices, `/proc`).
 enum WorkerSandbox {
     /// Read beneath, in every sandbox: the loader and its libraries, the
     /// time zone and the user database that libc reads, and what Dispatch
