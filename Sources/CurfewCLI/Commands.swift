@@ -231,6 +231,8 @@ public enum CurfewMain {
         let loader = PluginLoader(allowsInsecurePlugins: options.allowInsecurePlugins)
         var scanner = SafeScanner()
         scanner.rescan = options.rescan
+        // Listing runs each file's constructors, confined: it may list plugins nobody here wrote.
+        scanner.sandboxed = true
         let scan = scanner.scan(options.effectivePaths, loader: loader).scan
         // The listing goes out in one write.
         var lines: [String] = []

@@ -113,6 +113,8 @@ extension CurfewMain {
             if let last = job["last_outcome"]?.stringValue { parts.append("last \(last)") }
             if let failures = job["failures"]?.integerValue, failures > 0 { parts.append("\(failures) failed in a row") }
             if let skipped = job["skipped"]?.integerValue, skipped > 0 { parts.append("\(skipped) skipped") }
+            // Said only when it is not confined, the exception.
+            if job["sandbox"]?.stringValue == "none" { parts.append("not sandboxed") }
             console.human("\(name)  " + parts.joined(separator: ", "))
         }
         return ExitCode.success

@@ -146,6 +146,7 @@ extension CurfewMain {
                 }
                 line.add("checkpoint_bytes", Int64(record.checkpointBytes))
                 line.add("isolation", record.isolation.rawValue)
+                if !record.sandbox.isEmpty { line.add("sandbox", record.sandbox) }
                 line.add("plugin", record.pluginPath)
                 line.add("plugin_hash", record.pluginHash)
                 line.add("host_version", record.hostVersion)

@@ -535,6 +535,44 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
     return 0;
 }
 
+/* ---- what every sandbox grants ---- */
+
+/* Read beneath: the loader and its libraries, the time zone and the user
+ * database that libc reads, and what Dispatch and the runtime read of the
+ * CPUs and of this process's threads (`/proc/TID/stat`, by a thread id no
+ * rule made beforehand can name: Dispatch stops the process when it cannot
+ * read one). Of another process, `/proc` then shows what it shows any
+ * user; what needs a ptrace check (`mem`, `environ`) Landlock refuses
+ * outside the sandbox's domain. Paths that do not exist are skipped. */
+static const char *const system_paths[] = {
+    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone", "/etc/locale.alias",
+    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf",
+    "/sys/devices/system/cpu", "/sys/fs/cgroup", "/proc", NULL,
+};
+
+/* Read and written: the devices every program may use. */
+static const char *const device_paths[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", NULL};
+
+const char *const *curfew_sandbox_system_paths(void) { return system_paths; }
+const char *const *curfew_sandbox_device_paths(void) { return device_paths; }
+
+int curfew_sandbox_apply_for_scan(const char *const *read, unsigned long read_count, curfew_sandbox_report *report) {
+    enum { systems = sizeof system_paths / sizeof system_paths[0] - 1, devices = sizeof device_paths / sizeof device_paths[0] - 1 };
+    memset(report, 0, sizeof *report);
+    if (read_count > CURFEW_SCAN_SANDBOX_MAX_PATHS) {
+        report->step = "more paths to read than a scanner takes";
+        return E2BIG;
+    }
+    curfew_sandbox_path paths[systems + devices + CURFEW_SCAN_SANDBOX_MAX_PATHS];
+    size_t count = 0;
+    for (size_t index = 0; index < systems; index++) paths[count++] = (curfew_sandbox_path){system_paths[index], CURFEW_SANDBOX_READ};
+    for (size_t index = 0; index < devices; index++) paths[count++] = (curfew_sandbox_path){device_paths[index], CURFEW_SANDBOX_DEVICE};
+    for (size_t index = 0; index < read_count; index++) paths[count++] = (curfew_sandbox_path){read[index], CURFEW_SANDBOX_READ};
+    curfew_sandbox_spec spec = {.paths = paths, .path_count = count, .network = CURFEW_SANDBOX_NETWORK_OFF, .allow_exec = 0};
+    return curfew_sandbox_apply(&spec, report);
+}
+
 /* ---- a scratch folder's removal ---- */
 
 #include <dirent.h>

@@ -313,6 +313,37 @@ static const curfew_host scanner_host = {
 
 static void scan_path(int channel, const char *name) __attribute__((noreturn));
 
+/* Why this process could not confine itself as CURFEW_SCAN_SANDBOX_VARIABLE
+ * asked (an errno, and the step), for each scanner to answer; 0 when it did
+ * or was not asked. */
+static int unconfined_error;
+static const char *unconfined_step;
+
+/* Confines this process, once, as CURFEW_SCAN_SANDBOX_VARIABLE asks: every
+ * scanner it forks inherits the confinement. */
+static void confine(void) {
+    const char *asked = getenv(CURFEW_SCAN_SANDBOX_VARIABLE);
+    if (asked == NULL) return;
+    char *list = strdup(asked);
+    const char *read[CURFEW_SCAN_SANDBOX_MAX_PATHS + 1];
+    size_t count = 0;
+    for (char *line = list, *next; list != NULL && line != NULL && *line != 0; line = next) {
+        next = strchr(line, '\n');
+        if (next != NULL) *next++ = 0;
+        if (*line == 0) continue;
+        if (count == CURFEW_SCAN_SANDBOX_MAX_PATHS + 1) break;
+        read[count++] = line;
+    }
+    curfew_sandbox_report report;
+    int error = list == NULL ? ENOMEM : curfew_sandbox_apply_for_scan(read, count, &report);
+    if (error != 0) {
+        unconfined_error = error;
+        unconfined_step = list == NULL ? "reading the paths" : report.step ? report.step : "sandbox";
+    }
+    /* The rules hold the paths' files, not their names: the list may go. */
+    free(list);
+}
+
 /* Reads `count` bytes, or as many as come before the end: how many, or -1
  * on an error. */
 static ssize_t read_up_to(int fd, void *bytes, size_t count) {
@@ -361,10 +392,17 @@ static void scan_path(int channel, const char *name) {
     char path[CURFEW_SCAN_MAX_PATH + 3] = "./";
     strncat(path, name, CURFEW_SCAN_MAX_PATH);
 
+    buffer out = {0};
+    /* Asked to be confined and not: the file is not opened. */
+    if (unconfined_error != 0) {
+        append_u32(&out, CURFEW_SCAN_UNCONFINED);
+        append_u32(&out, (uint32_t)unconfined_error);
+        append(&out, unconfined_step, strnlen(unconfined_step, 256));
+        answer(channel, &out);
+    }
     buffer loading = {0};
     append_frame(&loading, CURFEW_SCAN_LOADING, NULL);
     send_frames(channel, &loading);
-    buffer out = {0};
     struct stat info;
     /* dlopen would block on a FIFO: only regular files go to it. */
     if (stat(name, &info) != 0) {
@@ -790,6 +828,8 @@ void curfew_shim_scanner_main(int argc, char **argv) {
     long parent = host ? strtol(host, &end, 10) : 0;
     /* Without a host named (started by hand, or by an older host) it goes on. */
     if (host && *host && *end == 0 && parent > 0 && parent <= INT32_MAX && curfew_shim_die_with_parent((int)parent) != 0) _exit(1);
+    /* Before any file is opened; a batch or fork server's scanners inherit it. */
+    confine();
     if (batch) _exit(scan_batch(3));
     /* In the server, 0 only in a forked child, which scans. */
     if (server && curfew_shim_fork_server(3) != 0) _exit(0);

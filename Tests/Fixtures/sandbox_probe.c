@@ -8,7 +8,11 @@
  * on 127.0.0.1 that a test listens on), `unix` (the path of a Unix socket a
  * test listens on), `pid` (a process to signal and
  * whose memory to open; else the parent: the host or its fork server),
- * `trace` (a process to trace; else that one too). */
+ * `trace` (a process to trace; else that one too).
+ *
+ * Its constructor, which runs wherever the file is loaded (its scanner
+ * first), makes a file named for its pid in the folder $SANDBOX_PROBE_LOADS
+ * names, if set: what a confined scanner must refuse. */
 #define _GNU_SOURCE
 #include <curfew.h>
 
@@ -182,6 +186,15 @@ static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {
 
 static void probe_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
     (void)ctx; (void)state; (void)reason;
+}
+
+__attribute__((constructor)) static void loaded(void) {
+    const char *folder = getenv("SANDBOX_PROBE_LOADS");
+    if (folder == NULL) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/loaded-%d", folder, (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
 }
 
 CURFEW_JOB(probe_job, "probe", "Tries what a sandbox must refuse; logs whether each was refused.", .chunk = probe_chunk,

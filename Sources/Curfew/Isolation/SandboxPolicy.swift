@@ -43,6 +43,25 @@ public struct SandboxPolicy: Sendable, Equatable {
         return []
     }
 
+    /// The sandbox as `status` and the history show it: `none` (`nil`), or
+    /// `on` and what it grants beyond the default, e.g. `on; network on;
+    /// write /data/out`. At most ``shownPaths`` paths are named each way.
+    public static func summary(_ policy: SandboxPolicy?) -> String {
+        guard let policy else { return "none" }
+        var parts = ["on"]
+        if policy.network != .off { parts.append("network \(policy.network.rawValue)") }
+        if policy.allowsExec { parts.append("exec") }
+        for (verb, paths) in [("read", policy.read), ("write", policy.write)] where !paths.isEmpty {
+            let more = paths.count - shownPaths
+            parts.append("\(verb) " + paths.prefix(shownPaths).joined(separator: ", ") + (more > 0 ? " and \(more) more" : ""))
+        }
+        return parts.joined(separator: "; ")
+    }
+
+    /// How many paths ``summary(_:)`` names each way: a row stays short
+    /// whatever a policy grants.
+    static let shownPaths = 4
+
     /// `path` as a sandbox grants it: its real path (no link left in it, as
     /// the kernel's rule holds for what a path names), or `nil` when it
     /// names nothing.

@@ -1,7 +1,7 @@
 import _CurfewShims
 
 extension SafeScanner {
-    /// What ``scanForked(_:shouldStop:)`` saw through.
+    /// What ``scanForked(_:environment:shouldStop:started:)`` saw through.
     struct ForkedScans {
         /// Verdicts by file, and whether the file alone decided each.
         var answers: [String: (result: FileResult, cacheable: Bool)] = [:]
@@ -32,7 +32,8 @@ extension SafeScanner {
     ///
     /// - Parameter started: Called once the servers are started (or could
     ///   not be), for work of the caller's to run while they scan.
-    func scanForked(_ files: [String], shouldStop: () -> Bool, started: () -> Void = {}) -> ForkedScans {
+    /// - Parameter environment: The servers' (``scannerEnvironment(for:)``).
+    func scanForked(_ files: [String], environment: [String], shouldStop: () -> Bool, started: () -> Void = {}) -> ForkedScans {
         var scans = ForkedScans()
         guard !files.isEmpty else {
             started()
@@ -46,7 +47,6 @@ extension SafeScanner {
         if usesForkServer {
             // `curfew-scanner` when installed, else (or when it cannot start) the host's own image.
             let executables = [batchExecutable, workerExecutable].compactMap { $0 }
-            let environment = WorkerProtocol.helperEnvironment()
             spawning: for _ in 0..<count {
                 for executable in executables {
                     if let server = ForkServer.spawn(

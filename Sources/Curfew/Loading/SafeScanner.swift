@@ -42,6 +42,11 @@ public struct SafeScanner: Sendable {
     /// Where snapshots are kept; `nil` for a folder of the temporary folder
     /// that this process removes when it exits.
     public var snapshotFolder: String? = SafeScanner.defaultSnapshotFolder
+    /// Confine each scanner of a plugin library before it opens its file,
+    /// as a sandboxed worker is confined: it reads only the system's
+    /// libraries and that file, writes nothing, reaches no network and
+    /// execs nothing (a constructor is plugin code).
+    public var sandboxed = false
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,
                 timeoutPerFile: Duration = .seconds(10)) {
@@ -202,7 +207,8 @@ public struct SafeScanner: Sendable {
         var read: (() -> ScanCache)?
         // A scanner loads a file's snapshot; its answer is about the file.
         let native = misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }.map { loadPaths[$0] ?? $0 }
-        let forked = scanForked(native, shouldStop: shouldStop) {
+        let scannerEnvironment = scannerEnvironment(for: native)
+        let forked = scanForked(native, environment: scannerEnvironment, shouldStop: shouldStop) {
             read = cache.loading(shardsOf: unread)
         }
         let answers = Mutex(forked.answers)
@@ -215,7 +221,7 @@ public struct SafeScanner: Sendable {
         // A plugin library goes to a C scanner; a manifest to a Swift one
         // (it reads JSON and checks symbols with libffi's types).
         let launchers = (
-            native: Launcher(executable: workerExecutable, forking: usesForkServer, native: true),
+            native: Launcher(executable: workerExecutable, forking: usesForkServer, native: true, environment: scannerEnvironment),
             manifest: Launcher(executable: workerExecutable, forking: usesForkServer, native: false))
         let scans = DispatchGroup()
         let scanNext: @Sendable () -> Void = {
@@ -364,6 +370,31 @@ public struct SafeScanner: Sendable {
         )
     }
 
+    /// The environment of the C scanners of `files`: a helper's, and when
+    /// ``sandboxed``, what they may read beyond the system's libraries: the
+    /// folder of each file's real path (a link in a served folder may lead
+    /// elsewhere) and the Swift runtime's, which Swift plugins load from
+    /// (the C scanner has none of its own). From more folders than a
+    /// scanner takes, it may read every file: writes, the network and other
+    /// processes stay closed.
+    func scannerEnvironment(for files: [String]) -> [String] {
+        let environment = WorkerProtocol.helperEnvironment().filter { !$0.hasPrefix(CURFEW_SCAN_SANDBOX_VARIABLE + "=") }
+        guard sandboxed else { return environment }
+        var folders = Set<String>()
+        for file in files {
+            guard let real = Syscalls.realPath(file), let slash = real.lastIndex(of: "/") else { continue }
+            folders.insert(slash == real.startIndex ? "/" : String(real[..<slash]))
+        }
+        var read = folders.count > Self.scannerFolders ? ["/"] : folders.sorted()
+        if let runtime = Sandbox.swiftRuntimeFolder { read.append(runtime) }
+        // A path with a newline cannot be said on a line: its folder is read through "/".
+        if read.contains(where: { $0.contains("\n") }) { read = ["/"] }
+        return environment + ["\(CURFEW_SCAN_SANDBOX_VARIABLE)=" + read.joined(separator: "\n")]
+    }
+
+    /// The most folders a scanner's sandbox names (one path more is the runtime's).
+    static let scannerFolders = Int(CURFEW_SCAN_SANDBOX_MAX_PATHS) - 2
+
     /// Starts scanner workers: forked by a fork server started on first
     /// need, else (or once forking fails) each with `posix_spawn`.
     final class Launcher: Sendable {
@@ -375,10 +406,10 @@ public struct SafeScanner: Sendable {
 
         /// - Parameter native: C scanners of plugin libraries
         ///   (`__scanserver`, `__scanfile`), else Swift ones (`__worker`).
-        init(executable: String, forking: Bool, native: Bool) {
+        init(executable: String, forking: Bool, native: Bool, environment: [String] = WorkerProtocol.helperEnvironment()) {
             self.executable = executable
             argument = native ? CURFEW_SCAN_FILE_ARGUMENT : WorkerProtocol.workerArgument
-            environment = WorkerProtocol.helperEnvironment()
+            self.environment = environment
             forks = LazyForkServer(
                 executable: executable, argument: native ? CURFEW_SCAN_SERVER_ARGUMENT : IsolationWorker.forkServerArgument,
                 environment: environment, enabled: forking)

@@ -80,6 +80,8 @@ struct ScannerSaid {
             // sibling plugin's scanner, the OOM killer): not remembered.
             return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != Signal.kill)
         }
+        // The scanner's own failure says nothing lasting of the file.
+        if case .rejected(let code, _) = answer, code == CurfewError.Code.sandboxFailed.rawValue { return (answer, false) }
         return (answer, true)
     }
 }
@@ -217,6 +219,15 @@ struct ScannerFrames: ScannerReply {
             }
             guard reader.isAtEnd else { return nil }
             verdict = .failure(PluginLoader.declinedError(messages))
+        case CURFEW_SCAN_UNCONFINED:
+            // Said before the file was opened: no plugin code has run.
+            guard let number = reader.u32(), let code = Int32(exactly: number), case let step = reader.rest(), step.count <= 256 else {
+                return nil
+            }
+            verdict = .failure(
+                CurfewError(
+                    .sandboxFailed,
+                    "Its scanner could not be sandboxed (\(String(decoding: step, as: UTF8.self)): \(SystemError(errno: code).message)), so the file was not loaded."))
         default:
             return nil
         }

@@ -81,7 +81,8 @@ public final class Runner: Sendable {
             for job in jobs where configuration.estimates[job.name] == nil {
                 configuration.estimates[job.name] = known[job.stateKey]
             }
-            recorder = RunRecorder(store: store, isolation: configuration.isolation)
+            recorder = RunRecorder(
+                store: store, isolation: configuration.isolation, sandbox: configuration.isolation == .none ? nil : configuration.sandbox)
         } else {
             recorder = nil
         }

@@ -17,14 +17,17 @@ final class RunRecorder: Sendable {
 
     let store: StateStore
     private let isolation: Isolation
+    /// The sandbox every job of the run has, as the history keeps it.
+    private let sandbox: String
     private let state = Mutex(State())
     /// A job's start row is written here, in order before its end: a job
     /// never waits to start for a store another process holds.
     private let writes = DispatchQueue(label: "curfew.history", target: SerialQueue.host)
 
-    init(store: StateStore, isolation: Isolation) {
+    init(store: StateStore, isolation: Isolation, sandbox: SandboxPolicy?) {
         self.store = store
         self.isolation = isolation
+        self.sandbox = SandboxPolicy.summary(sandbox)
     }
 
     /// Records the run's start.
@@ -43,9 +46,10 @@ final class RunRecorder: Sendable {
         guard let runID = state.withLock({ $0.runID }) else { return }
         let now = WallTime.now()
         writes.async { [self] in
-            let record = JobRecord(
+            var record = JobRecord(
                 runID: runID, job: job.name, pluginPath: StateStore.absolutePath(job.pluginPath), pluginHash: hash(of: job.loadPath),
                 isolation: isolation, startedAt: now, endedAt: now, outcome: .running, reason: "", chunks: 0, progress: nil)
+            record.sandbox = sandbox
             do throws(CurfewError) {
                 if let id = try store.beginJob(record) { state.withLock { $0.begun[job.name] = id } }
             } catch {
@@ -77,6 +81,7 @@ final class RunRecorder: Sendable {
             isolation: isolation, startedAt: end.earlier(by: result.elapsed), endedAt: end, outcome: result.outcome,
             reason: result.reason, chunks: result.chunks, progress: result.progress)
         record.id = state.withLock { $0.begun.removeValue(forKey: result.job) } ?? 0
+        record.sandbox = sandbox
         do throws(CurfewError) {
             try store.record(record, estimate: result.estimate)
         } catch {

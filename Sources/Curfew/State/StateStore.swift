@@ -20,7 +20,7 @@ public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
-    public static let schemaVersion = 4
+    public static let schemaVersion = 5
     /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
     public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
@@ -324,13 +324,13 @@ public final class StateStore: @unchecked Sendable {
         try connection.query(
             """
             INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
-                reason, chunks, checkpoint_bytes, host_version)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, '', 0, 0, ?8) RETURNING id
+                reason, chunks, checkpoint_bytes, host_version, sandbox)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, '', 0, 0, ?8, ?9) RETURNING id
             """,
             [
                 .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
                 .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds), .text(Outcome.running.rawValue),
-                .text(record.hostVersion),
+                .text(record.hostVersion), .text(record.sandbox),
             ]
         ).first?.first?.integer ?? 0
     }
@@ -403,8 +403,8 @@ public final class StateStore: @unchecked Sendable {
             try connection.query(
                 """
                 INSERT OR REPLACE INTO job_runs (id, run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
-                    reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version, sandbox)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 [
                     record.id > 0 ? .integer(record.id) : .null, .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
@@ -412,7 +412,7 @@ public final class StateStore: @unchecked Sendable {
                     .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
                     .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
                     record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
-                    .text(record.hostVersion),
+                    .text(record.hostVersion), .text(record.sandbox),
                 ])
             if let estimate {
                 try connection.query(
@@ -449,7 +449,7 @@ public final class StateStore: @unchecked Sendable {
             try connection.query(
                 """
                 SELECT id, run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome, reason, chunks,
-                    progress_completed, progress_total, checkpoint_bytes, host_version
+                    progress_completed, progress_total, checkpoint_bytes, host_version, \(sandboxColumn)
                 FROM job_runs WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR ended_at >= ?2)
                 ORDER BY id DESC LIMIT ?3
                 """,
@@ -591,6 +591,10 @@ public final class StateStore: @unchecked Sendable {
             // The runs a writer marks interrupted as it opens the store, found without a scan.
             "CREATE INDEX IF NOT EXISTS job_runs_running ON job_runs (id) WHERE outcome = 'running'",
         ],
+        [
+            // The sandbox each run had (``SandboxPolicy/summary(_:)``); '' before it was kept.
+            "ALTER TABLE job_runs ADD COLUMN sandbox TEXT NOT NULL DEFAULT ''",
+        ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
@@ -628,6 +632,10 @@ public final class StateStore: @unchecked Sendable {
     /// The checkpoints table's plugin column as a query reads it: before
     /// schema 3 there is none, and every checkpoint is of no known plugin.
     private var pluginColumn: String { schema >= 3 ? "plugin_path" : "''" }
+
+    /// The history's sandbox column as a query reads it: before schema 5
+    /// there is none, and every run's sandbox is unknown ('').
+    private var sandboxColumn: String { schema >= 5 ? "sandbox" : "''" }
 
     static func wallMilliseconds() -> Int64 { WallTime.now().milliseconds }
 }
@@ -677,6 +685,9 @@ public struct JobRecord: Sendable, Equatable {
     /// The size of the job's checkpoint when it ended (before a completed job's is cleared).
     public var checkpointBytes: Int = 0
     public var hostVersion: String = HostInfo.version
+    /// The sandbox it had (``SandboxPolicy/summary(_:)``); empty when the
+    /// store is older than that record.
+    public var sandbox: String = ""
 
     public init(
         runID: Int64, job: String, pluginPath: String, pluginHash: String, isolation: Isolation, startedAt: WallTime,
@@ -709,6 +720,7 @@ public struct JobRecord: Sendable, Equatable {
         id = row[0].integer ?? 0
         checkpointBytes = Int(row[13].integer ?? 0)
         hostVersion = row[14].text ?? ""
+        sandbox = row[15].text ?? ""
     }
 }
 

@@ -34,11 +34,14 @@ enum Specs {
             if grants.read.count > SandboxPolicy.maximumPaths || grants.write.count > SandboxPolicy.maximumPaths {
                 throw UsageError("--allow-read and --allow-write take at most \(SandboxPolicy.maximumPaths) paths each", command: command)
             }
-            if sandbox == true || grantsGiven {
-                guard options.isolation != .none else {
+            // On wherever a worker runs, unless --no-sandbox; in process, asked for, it is an error.
+            if options.isolation == .none {
+                if sandbox == true || grantsGiven {
                     throw UsageError(
-                        "--sandbox needs --isolate job or plugin: in process, plugin code has every right the host has", command: command)
+                        "--sandbox and its grants need --isolate job or plugin: in process, plugin code has every right the host has",
+                        command: command)
                 }
+            } else if sandbox != false {
                 options.sandbox = grants
             }
             options.policy = try policy(budget: budget, grace: grace, command: command)
@@ -109,29 +112,29 @@ enum Specs {
         },
         OptionSpec(
             ["--sandbox"],
-            help: "With --isolate: confine each worker before it loads a plugin: it reads only the system's libraries, its plugin and what --allow-read names, writes only a scratch folder of its own ($CURFEW_SCRATCH) and what --allow-write names, reaches no network, and cannot exec, trace or signal other processes."
+            help: "Confine each worker before it loads a plugin: it reads only the system's libraries, its plugin and what --allow-read names, writes only a scratch folder of its own ($CURFEW_SCRATCH) and what --allow-write names, reaches no network, and cannot exec, trace or signal other processes. (default with --isolate job or plugin)"
         ) { draft, _ in draft.sandbox = true },
-        OptionSpec(["--no-sandbox"], help: "Run workers with every right of this user.") { draft, _ in draft.sandbox = false },
+        OptionSpec(["--no-sandbox"], help: "Run workers with every right of this user: for trusted plugins only.") { draft, _ in draft.sandbox = false },
         OptionSpec(
-            ["--network"], value: "access", help: "With --sandbox: off (no network) or on. (default: off)",
+            ["--network"], value: "access", help: "In the sandbox: off (no network) or on. (default: off)",
             choices: SandboxPolicy.Network.allCases.map(\.rawValue)
         ) { draft, given throws(UsageError) in
             guard let network = SandboxPolicy.Network(rawValue: given.text) else { throw given.invalid("use off or on") }
             draft.grants.network = network
             draft.grantsGiven = true
         },
-        OptionSpec(["--allow-read"], value: "path", help: "With --sandbox: a file or folder jobs may read; repeat for more.", repeatable: true) {
+        OptionSpec(["--allow-read"], value: "path", help: "In the sandbox: a file or folder jobs may read; repeat for more.", repeatable: true) {
             draft, given throws(UsageError) in
             draft.grants.read.append(try grantedPath(given))
             draft.grantsGiven = true
         },
         OptionSpec(
-            ["--allow-write"], value: "path", help: "With --sandbox: a file or folder jobs may read and change; repeat for more.", repeatable: true
+            ["--allow-write"], value: "path", help: "In the sandbox: a file or folder jobs may read and change; repeat for more.", repeatable: true
         ) { draft, given throws(UsageError) in
             draft.grants.write.append(try grantedPath(given))
             draft.grantsGiven = true
         },
-        OptionSpec(["--allow-exec"], help: "With --sandbox: jobs may exec programs they can read (/usr/bin and the like).") { draft, _ in
+        OptionSpec(["--allow-exec"], help: "In the sandbox: jobs may exec programs they can read (/usr/bin and the like).") { draft, _ in
             draft.grants.allowsExec = true
             draft.grantsGiven = true
         },

@@ -213,6 +213,8 @@ public final class RunHost: Sendable {
         let loader = PluginLoader(parameters: options.configuration.parameters, allowsInsecurePlugins: options.allowsInsecurePlugins)
         var scanner = options.scanner
         scanner.takesSnapshots = true
+        // Where the jobs' workers are confined, so are their scanners.
+        scanner.sandboxed = options.configuration.isolation != .none && options.configuration.sandbox != nil
         // A stop during the scan kills the scanner: a plugin hanging in its
         // constructor does not hold the host for the scan's whole timeout.
         let report = scanner.scan(options.paths, loader: loader) { [stop] in stop.status != nil }

@@ -54,6 +54,8 @@ public final class Server: @unchecked Sendable {
         public let running: JobStatus?
         /// Due, waiting for a `--jobs` slot.
         public let isWaiting: Bool
+        /// The sandbox its runs get (`nil`: none).
+        public let sandbox: SandboxPolicy?
     }
 
     public let options: Options
@@ -307,7 +309,9 @@ public final class Server: @unchecked Sendable {
             shown.slot = entry.slot.map(clock.wallTime)
             shown.lastEnded = entry.lastEnded.map(clock.wallTime)
             shown.runningSince = entry.runningSince.map(clock.wallTime)
-            return JobState(job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name))
+            return JobState(
+                job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name),
+                sandbox: sandbox(for: policy(for: name)))
         }
     }
 
@@ -427,6 +431,8 @@ public final class Server: @unchecked Sendable {
         var scanner = SafeScanner(workerExecutable: options.run.workerExecutable)
         scanner.rescan = full
         scanner.takesSnapshots = true
+        // Confined unless `serve` was told --no-sandbox (a job's config is per job, a scan per file).
+        scanner.sandboxed = options.run.sandbox != nil
         let loader = PluginLoader(allowsInsecurePlugins: options.allowsInsecurePlugins)
         return scanner.scan(options.folders, loader: loader) { [self] in stopRequested.load(ordering: .relaxed) }
     }
@@ -552,6 +558,11 @@ public final class Server: @unchecked Sendable {
         config.policy(for: name)
     }
 
+    /// The sandbox a job's runs get: its policy's, over `serve`'s own.
+    private func sandbox(for policy: JobPolicy) -> SandboxPolicy? {
+        policy.sandbox.map { $0.over(options.run.sandbox) } ?? options.run.sandbox
+    }
+
     /// The grant a job's runs get: `--budget`, `--grace` and the modes
     /// allowed, under the job's policy.
     private func grantPolicy(for name: String, warn: Bool = false) -> GrantPolicy {
@@ -616,7 +627,7 @@ public final class Server: @unchecked Sendable {
             memoryBytes: policy.limits.memoryBytes ?? configuration.limits.memoryBytes,
             cpuSeconds: policy.limits.cpuSeconds ?? configuration.limits.cpuSeconds,
             openFiles: policy.limits.openFiles ?? configuration.limits.openFiles)
-        if let sandbox = policy.sandbox { configuration.sandbox = sandbox.over(configuration.sandbox) }
+        configuration.sandbox = sandbox(for: policy)
         configuration.maxConcurrentJobs = 1
         configuration.lifecycle = lifecycle
         let notes = RunNotes()

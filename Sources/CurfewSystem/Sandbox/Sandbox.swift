@@ -119,6 +119,22 @@ package enum Sandbox {
     /// it: asked once, in a throwaway child, and kept (a fork inherits it).
     package static var namespacesUsable: Bool { curfew_sandbox_probe_namespaces() == 1 }
 
+    /// What every sandbox reads beneath: the system's libraries, the files
+    /// libc and the runtime read, `/proc` (see `sandbox.c`).
+    package static let systemPaths = strings(curfew_sandbox_system_paths())
+    /// The devices every sandbox reads and writes.
+    package static let devicePaths = strings(curfew_sandbox_device_paths())
+
+    private static func strings(_ list: UnsafePointer<UnsafePointer<CChar>?>) -> [String] {
+        var strings: [String] = []
+        var index = 0
+        while let string = list[index] {
+            strings.append(String(cString: string))
+            index += 1
+        }
+        return strings
+    }
+
     /// The Landlock ABI this kernel has; 0 for none.
     package static var landlockABI: Int { Int(curfew_sandbox_landlock_abi()) }
 

@@ -31,6 +31,8 @@ public struct CurfewError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let duplicateJobName = Code(rawValue: "duplicate-job-name")
         public static let invalidSummary = Code(rawValue: "invalid-summary")
         public static let unknownFlags = Code(rawValue: "unknown-flags")
+        // Isolation.
+        public static let sandboxFailed = Code(rawValue: "sandbox-failed")
         // Foreign-job manifests.
         public static let invalidManifest = Code(rawValue: "invalid-manifest")
         public static let missingSymbol = Code(rawValue: "missing-symbol")

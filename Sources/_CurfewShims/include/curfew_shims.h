@@ -227,7 +227,10 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
  *   DECLINED       a u32 count, then per message a u32 length and bytes:
  *                  what the entry logged before it returned NULL (the first
  *                  CURFEW_SCAN_MAX_MESSAGES, each cut at
- *                  CURFEW_SCAN_MAX_MESSAGE_BYTES).
+ *                  CURFEW_SCAN_MAX_MESSAGE_BYTES);
+ *   UNCONFINED     a u32 errno, then the step of the sandbox that failed
+ *                  (CURFEW_SCAN_SANDBOX_VARIABLE), at most 256 bytes: the
+ *                  file was not opened.
  * Plugin code runs in the scanner and can write on fd 3 too: the host
  * takes nothing it reads for more than a claim about this file. */
 /* The batch role, `curfew-scanner __scanbatch.N` (or `curfew` with the same
@@ -252,7 +255,7 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 /* The number after the dot is the protocol's version, bumped with any change
  * to a request, a report or a frame: a curfew-scanner of another build then
  * refuses the role (exit 64) instead of misreading what it is sent. */
-#define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch.1"
+#define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch.2"
 #define CURFEW_SCAN_STOP 0xFFFFFFFFu
 #define CURFEW_SCAN_END 0xFFFFFFFEu
 #define CURFEW_SCAN_MAX_REPLY 4198400u /* 4 MiB and 4 KiB */
@@ -275,6 +278,7 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 #define CURFEW_SCAN_DLOPEN_FAILED 3u
 #define CURFEW_SCAN_NO_ENTRY 4u
 #define CURFEW_SCAN_DECLINED 5u
+#define CURFEW_SCAN_UNCONFINED 6u
 #define CURFEW_SCAN_MAX_MESSAGES 64u
 #define CURFEW_SCAN_MAX_MESSAGE_BYTES 4096u
 #define CURFEW_SCAN_CANNOT_LOAD 0u
@@ -403,6 +407,26 @@ void curfew_sandbox_refuse_landlock(void);
  * then seccomp. 0, or an errno with `report->step` naming the failed step.
  * What the kernel lacks is no failure: `report->applied` says what holds. */
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);
+
+/* What every sandbox reads beneath (the system's libraries and the files
+ * libc and the runtime read), and the devices it reads and writes: each a
+ * NULL-terminated list of absolute paths. */
+const char *const *curfew_sandbox_system_paths(void);
+const char *const *curfew_sandbox_device_paths(void);
+
+/* Confines a scanner process: as curfew_sandbox_apply with the system's
+ * paths, the devices and `read` (at most CURFEW_SCAN_SANDBOX_MAX_PATHS) to
+ * read, nothing to write, no network and no exec. */
+int curfew_sandbox_apply_for_scan(const char *const *read, unsigned long read_count, curfew_sandbox_report *report);
+
+/* Set in a scanner's environment, a batch server, a scan fork server or a
+ * lone scanner confines itself once as it starts, before any file is
+ * opened, so every scanner it forks is confined without a cost of its own
+ * (curfew_sandbox_apply_for_scan). The value lists what they may read
+ * beyond the system's paths, one path a line: the folders of the files to
+ * scan and the Swift runtime's (the C scanner has none of its own). */
+#define CURFEW_SCAN_SANDBOX_VARIABLE "CURFEW_SCAN_SANDBOX"
+#define CURFEW_SCAN_SANDBOX_MAX_PATHS 258
 
 /* Takes the oldest denial the seccomp handler noted: 1 with the job whose
  * hook made the call (NULL when none was running), the call's name and why

@@ -102,19 +102,21 @@ import Testing
                                       e.g. 512MiB.
               --cpu-time <duration>   With --isolate: each worker's CPU time limit.
               --open-files <n>        With --isolate: each worker's limit on open files.
-              --sandbox               With --isolate: confine each worker before it loads a
-                                      plugin: it reads only the system's libraries, its
-                                      plugin and what --allow-read names, writes only a
-                                      scratch folder of its own ($CURFEW_SCRATCH) and what
-                                      --allow-write names, reaches no network, and cannot
-                                      exec, trace or signal other processes.
-              --no-sandbox            Run workers with every right of this user.
-              --network <access>      With --sandbox: off (no network) or on. (default: off)
-              --allow-read <path>     With --sandbox: a file or folder jobs may read; repeat
+              --sandbox               Confine each worker before it loads a plugin: it reads
+                                      only the system's libraries, its plugin and what
+                                      --allow-read names, writes only a scratch folder of
+                                      its own ($CURFEW_SCRATCH) and what --allow-write
+                                      names, reaches no network, and cannot exec, trace or
+                                      signal other processes. (default with --isolate job or
+                                      plugin)
+              --no-sandbox            Run workers with every right of this user: for trusted
+                                      plugins only.
+              --network <access>      In the sandbox: off (no network) or on. (default: off)
+              --allow-read <path>     In the sandbox: a file or folder jobs may read; repeat
                                       for more.
-              --allow-write <path>    With --sandbox: a file or folder jobs may read and
+              --allow-write <path>    In the sandbox: a file or folder jobs may read and
                                       change; repeat for more.
-              --allow-exec            With --sandbox: jobs may exec programs they can read
+              --allow-exec            In the sandbox: jobs may exec programs they can read
                                       (/usr/bin and the like).
               -h, --help              Show help information.
 

@@ -20,10 +20,11 @@ extension ProcessTests.First {
         @Test(arguments: Isolation.allCases)
         func closingTheOutputExpiresTheJobsAndExits141(isolation: Isolation) async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
-            let marker = Fixtures.temporaryFolder("stop") + "/marker"
+            let folder = Fixtures.temporaryFolder("stop")
+            let marker = folder + "/marker"
             let (process, output, text) = try await start(
                 ["run", plugin, "--only", "ticks", "--isolate", isolation.rawValue, "--budget", "30s", "--grace", "500ms",
-                 "--param", "marker=\(marker)"], lines: 4)
+                 "--param", "marker=\(marker)"] + Fixtures.allowingWrite(folder, in: isolation), lines: 4)
             #expect(text.contains("ticks: tick"), "\(text)")
             // As `| head -4` does: the reader goes away while the job is running.
             try output.fileHandleForReading.close()

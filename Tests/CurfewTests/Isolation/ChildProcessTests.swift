@@ -11,11 +11,12 @@ extension ProcessTests.Second {
         @Test(arguments: Isolation.allCases, [false, true])
         func theProcessesAJobStartsEndWithIt(isolation: Isolation, setsid: Bool) async throws {
             let plugin = try Fixtures.compile("hostile_jobs.c")
-            let pidFile = Fixtures.temporaryFolder("children") + "/pids"
+            let folder = Fixtures.temporaryFolder("children")
+            let pidFile = folder + "/pids"
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable,
                 ["run", plugin, "--isolate", isolation.rawValue, "--only", "forks", "--param", "children=5",
-                 "--param", "setsid=\(setsid ? 1 : 0)", "--param", "pidfile=\(pidFile)"],
+                 "--param", "setsid=\(setsid ? 1 : 0)", "--param", "pidfile=\(pidFile)"] + Fixtures.allowingWrite(folder, in: isolation),
                 timeout: .seconds(20))
             #expect(result.status == 0, "\(result.stderr)")
             let pids = try String(contentsOfFile: pidFile, encoding: .utf8).split(separator: "\n").compactMap { pid_t($0) }

@@ -73,7 +73,7 @@ extension ProcessTests.First {
         }
 
         @Test func aProcessLeftHoldingTheWorkersOutputDoesNotHoldUpTheJob() async throws {
-            let (status, events, _) = try await run(["--budget", "20s", "--only", "spawns-helper"])
+            let (status, events, _) = try await run(["--budget", "20s", "--only", "spawns-helper", "--allow-exec"])
             #expect(status == 0)
             let finished = try #require(events.first { $0.event == "finished" })
             #expect(finished.outcome == "completed")
@@ -141,7 +141,7 @@ extension ProcessTests.First {
             }
             let result = try await Fixtures.run(
                 Fixtures.curfewExecutable,
-                ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json"]
+                ["run", folder, "--isolate", "job", "--jobs", "16", "--budget", "2s", "--memory", "256MiB", "--cpu-time", "1s", "--json", "--allow-exec"]
                     + ProcessTests.Second.CurfewExecutableTests.exampleParameters)
             #expect(result.status == 2)
             let events = try OutputEvent.all(in: result.stdout)

@@ -104,7 +104,8 @@ extension ProcessTests.First {
 
         @Test(arguments: ["job", "plugin"]) func eachProbeIsRefusedInASandboxAndDoneWithout(isolation: String) async throws {
             let targets = try Targets()
-            let confined = try await probe(["--isolate", isolation, "--sandbox", "--allow-write", targets.allowed], targets: targets)
+            // On by default: no --sandbox.
+            let confined = try await probe(["--isolate", isolation, "--allow-write", targets.allowed], targets: targets)
             for name in Self.refusedInASandbox {
                 #expect(confined.said[name]?.hasPrefix("refused") == true, "\(name): \(confined.said[name] ?? "not said")")
             }
@@ -195,7 +196,51 @@ extension ProcessTests.First {
             }
             #expect(said["write-allowed"] == "ok" && said["write-scratch"] == "ok", "\(said)")
             #expect(logs.contains("denied: ptrace (a job may not reach into other processes)"), "\(logs)")
+            let status = try await serve.control(["status", "--json"])
+            let line = try #require(status.out.split(separator: "\n").first { $0.contains(#""job":"probe""#) })
+            let shown = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(shown["sandbox"] as? String == "on; write \(try #require(SandboxPolicy.resolve(targets.allowed)))", "\(line)")
             #expect(await serve.stop() == 0)
+        }
+
+        /// The history keeps the sandbox each run had: by default, with
+        /// grants, turned off, and none in process.
+        @Test func theHistorySaysWhichSandboxEachRunHad() async throws {
+            let plugin = try Fixtures.compile("sandbox_probe.c")
+            let state = Fixtures.temporaryFolder("sandbox-history")
+            let granted = try #require(SandboxPolicy.resolve(Fixtures.temporaryFolder("granted")))
+            let runs = [["--isolate", "job"], ["--isolate", "plugin", "--network", "on", "--allow-write", granted], ["--isolate", "job", "--no-sandbox"], []]
+            for arguments in runs {
+                let run = try await Fixtures.run(
+                    Fixtures.curfewExecutable, ["run", plugin, "--state", state, "--param", "probe=write-scratch", "--budget", "20s"] + arguments,
+                    timeout: .seconds(60))
+                #expect(run.status == 0, "\(arguments): \(run.stderr)")
+            }
+            let history = try await Fixtures.run(Fixtures.curfewExecutable, ["history", "--state", state, "--json"], timeout: .seconds(30))
+            let sandboxes = try history.stdout.split(separator: "\n").map { line in
+                try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])["sandbox"] as? String
+            }
+            // Newest first.
+            #expect(sandboxes == ["none", "none", "on; network on; write \(granted)", "on"], "\(history.stdout)")
+        }
+
+        /// A scanner runs the file's constructor before the host trusts the
+        /// file: where the workers are confined, and always for `list`, it
+        /// is confined too, and what it tried fails.
+        @Test func aScannerIsConfinedWhereTheWorkersAre() async throws {
+            let plugin = try Fixtures.compile("sandbox_probe.c")
+            let loads = Fixtures.temporaryFolder("loads")
+            func loaded(_ arguments: [String]) async throws -> Int {
+                let result = try await Fixtures.run(
+                    Fixtures.curfewExecutable, arguments + [plugin, "--rescan"], timeout: .seconds(30), environment: ["SANDBOX_PROBE_LOADS": loads])
+                if arguments == ["list"] { #expect(result.stdout.contains("probe"), "listed: \(result.stdout) \(result.stderr)") }
+                defer { for name in (try? FileManager.default.contentsOfDirectory(atPath: loads)) ?? [] { unlink(loads + "/" + name) } }
+                return try FileManager.default.contentsOfDirectory(atPath: loads).count
+            }
+            // `--only` a job no plugin has: the scan is all that loads the file.
+            #expect(try await loaded(["list"]) == 0)
+            #expect(try await loaded(["run", "--no-state", "--isolate", "job", "--only", "absent"]) == 0)
+            #expect(try await loaded(["run", "--no-state", "--isolate", "job", "--no-sandbox", "--only", "absent"]) == 1)
         }
 
         @Test func aServeConfigsSandboxIsChecked() throws {
@@ -219,7 +264,9 @@ extension ProcessTests.First {
         @Test func aSandboxNeedsAWorker() async throws {
             let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", "--sandbox", "/nonexistent"], timeout: .seconds(30))
             #expect(result.status == 64)
-            #expect(result.stderr.contains("--sandbox needs --isolate job or plugin"), "\(result.stderr)")
+            #expect(result.stderr.contains("--sandbox and its grants need --isolate job or plugin"), "\(result.stderr)")
+            let grant = try await Fixtures.run(Fixtures.curfewExecutable, ["run", "--allow-exec", "/nonexistent"], timeout: .seconds(30))
+            #expect(grant.status == 64, "a grant asks for a sandbox too: \(grant.stderr)")
             let contradiction = try await Fixtures.run(
                 Fixtures.curfewExecutable, ["run", "--isolate", "job", "--no-sandbox", "--network", "on", "/nonexistent"], timeout: .seconds(30))
             #expect(contradiction.status == 64)

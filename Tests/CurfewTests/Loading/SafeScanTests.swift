@@ -120,7 +120,7 @@ extension ProcessTests.Second {
         @Test func aStoppedScanEndsItsServerCleanly() async throws {
             let plugin = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=3"])
             let scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil, timeoutPerFile: .seconds(30))
-            let scans = try await Fixtures.offPool { scanner.scanForked(Array(repeating: plugin, count: 8), shouldStop: { true }) }
+            let scans = try await Fixtures.offPool { scanner.scanForked(Array(repeating: plugin, count: 8), environment: [], shouldStop: { true }) }
             #expect(scans.stopped)
             #expect(!scans.serverStatuses.isEmpty && scans.serverStatuses.allSatisfy { $0 == 0 }, "each exited by itself (a wait status of 9 is the host's SIGKILL)")
         }
@@ -474,7 +474,8 @@ extension ProcessTests.Second {
         }
 
         @Test func aScannerDiesWithItsHost() async throws {
-            let (host, scanner) = try await hostStuckInAScan(["list"])
+            // `run` in process: its scanners may write the pid file (`list`'s are sandboxed).
+            let (host, scanner) = try await hostStuckInAScan(["run"])
             kill(host.processIdentifier, SIGKILL)
             await Fixtures.wait(for: host)
             #expect(await Fixtures.isGone(scanner))

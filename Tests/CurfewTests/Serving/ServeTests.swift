@@ -234,8 +234,13 @@ extension ProcessTests.First {
         @Test func aJobAndAProcessItDetachedAreRefusedByTheControlSocket() async throws {
             let folder = Fixtures.temporaryFolder("served")
             let socket = Fixtures.temporaryFolder("sock") + "/s.sock"
-            let said = Fixtures.temporaryFolder("said") + "/answer"
-            let config = try config(#"{"jobs": {"steer": {"every": "1h", "budget": "30s", "params": {"socket": "\#(socket)", "out": "\#(said)"}}}}"#)
+            let saidFolder = Fixtures.temporaryFolder("said")
+            let said = saidFolder + "/answer"
+            // Its sandbox lets it try: a Unix socket needs the network on.
+            let config = try config(#"""
+                {"jobs": {"steer": {"every": "1h", "budget": "30s", "params": {"socket": "\#(socket)", "out": "\#(said)"},
+                 "sandbox": {"network": "on", "write": ["\#(saidFolder)"]}}}}
+                """#)
             let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config], socket: socket)
             await serve.wait(for: "control socket")
             try drop(try Fixtures.compile("steering_job.c"), into: folder)
@@ -687,10 +692,11 @@ extension ProcessTests.First {
             let folder = Fixtures.temporaryFolder("served")
             let state = Fixtures.temporaryFolder("state")
             try drop(try Fixtures.compile("hostile_jobs.c"), into: folder)
-            let pids = Fixtures.temporaryFolder("pids") + "/forks"
+            let pidsFolder = Fixtures.temporaryFolder("pids")
+            let pids = pidsFolder + "/forks"
             let config = try config(#"""
                 {"defaults": {"enabled": false}, "jobs": {"forks": {"enabled": true, "budget": "1h",
-                 "params": {"children": "1", "setsid": "1", "stay": "1", "pidfile": "\#(pids)"}}}}
+                 "params": {"children": "1", "setsid": "1", "stay": "1", "pidfile": "\#(pids)"}, "sandbox": {"write": ["\#(pidsFolder)"]}}}}
                 """#)
             let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
             await first.wait(for: "\"event\":\"started\"")

@@ -123,7 +123,7 @@ import Testing
     @Test func aCompletedJobsCheckpointIsClearedEvenWithoutARunRecorded() throws {
         let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
         try store.saveCheckpoint(job: "j", bytes: [1])
-        let recorder = RunRecorder(store: store, isolation: .none)
+        let recorder = RunRecorder(store: store, isolation: .none, sandbox: nil)
         recorder.record(JobResult(
             job: "j", pluginPath: StateStore.testPlugin, loadPath: StateStore.testPlugin, isChunked: true, outcome: .completed, chunks: 1, elapsed: .zero, reason: "work done",
             progress: nil))
@@ -380,12 +380,34 @@ import Testing
         let store = try StateStore(folder: folder)
         try store.saveCheckpoint(job: "j", bytes: [7])
         let connection = try SQLiteConnection(path: store.path)
-        try connection.execute("DROP TABLE schedules; PRAGMA user_version = 1")
+        try connection.execute("DROP TABLE schedules; ALTER TABLE job_runs DROP COLUMN sandbox; PRAGMA user_version = 1")
         // Its writer brings it up to date; a reader would read it as it is.
         let reopened = try StateStore(folder: folder, writer: .current())
         #expect(try reopened.checkpoint(job: "j") == [7])
         #expect(try reopened.schedules().isEmpty)
         try reopened.saveSchedule(ScheduleRecord(job: "j", nextRun: nil, failures: 0, skipped: 0))
+    }
+
+    /// A store of schema 4 (before the sandbox was kept) is read as it is,
+    /// its runs' sandbox unknown (""), and its writer adds the column.
+    @Test func aSchema4StoresRunsHaveNoSandboxUntilOneIsRecorded() throws {
+        let folder = Fixtures.temporaryFolder("state")
+        var sandboxed = record(0, "j", .completed, chunks: 1)
+        sandboxed.sandbox = "on; network on"
+        let path = try { () throws -> String in
+            // One writer at a time: this one lets go at the end of the closure.
+            let store = try StateStore(folder: folder, writer: .current())
+            sandboxed.runID = try store.beginRun(isolation: .job)
+            try store.record(sandboxed)
+            #expect(try store.history().map(\.sandbox) == ["on; network on"])
+            return store.path
+        }()
+        let connection = try SQLiteConnection(path: path)
+        try connection.execute("ALTER TABLE job_runs DROP COLUMN sandbox; PRAGMA user_version = 4")
+        #expect(try StateStore(folder: folder).history().map(\.sandbox) == [""], "a reader reads it as it is")
+        let writer = try StateStore(folder: folder, writer: .current())
+        try writer.record(sandboxed)
+        #expect(try writer.history().map(\.sandbox) == ["on; network on", ""])
     }
 
     private func setUserVersion(_ path: String, _ version: Int) throws {

@@ -80,6 +80,13 @@ enum Fixtures {
         }
     }
 
+    /// `--allow-write folder` where `isolation` confines the job (a
+    /// worker's sandbox is on by default), else nothing: for a fixture that
+    /// writes where its test reads.
+    static func allowingWrite(_ folder: String, in isolation: Isolation) -> [String] {
+        isolation == .none ? [] : ["--allow-write", folder]
+    }
+
     /// A fresh folder under the test run's work folder (see `workRoot`).
     static func temporaryFolder(_ name: String = "dir") -> String {
         let path = workRoot + "/\(name)-\(nextSerial())"

@@ -4,24 +4,14 @@ import CurfewFormats
 /// the job, plus what any worker's code needs to run (the system's
 /// libraries and a few of its files, a few devices, `/proc`).
 enum WorkerSandbox {
-    /// Read beneath, in every sandbox: the loader and its libraries, the
-    /// time zone and the user database that libc reads, and what Dispatch
-    /// and the runtime read of the CPUs and of this process's threads
-    /// (`/proc/TID/stat`, by a thread id no rule made beforehand can name:
-    /// Dispatch stops the process when it cannot read one). Of another
-    /// process, `/proc` then shows what it shows any user; what needs a
-    /// ptrace check (`mem`, `environ`) Landlock refuses outside the
-    /// worker's domain. Paths that do not exist are skipped.
-    static let systemPaths = [
-        "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin",
-        "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone", "/etc/locale.alias",
-        "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf",
-        "/sys/devices/system/cpu", "/sys/fs/cgroup", "/proc",
-    ]
+    /// Read beneath, in every sandbox: the system's libraries, the files
+    /// libc and the runtime read, and `/proc` (see `sandbox.c`, whose list
+    /// the scanners use too).
+    static let systemPaths = Sandbox.systemPaths
     /// Read beneath when the job may reach a network: names and certificates.
     static let networkPaths = ["/etc/resolv.conf", "/etc/services", "/etc/protocols", "/etc/ssl", "/etc/ca-certificates", "/etc/pki"]
     /// Read and written: the devices every program may use.
-    static let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
+    static let devices = Sandbox.devicePaths
 
     /// The rules for a sandbox the host sent.
     static func rules(for sandbox: HostMessage.Sandbox, runtime: String? = Sandbox.swiftRuntimeFolder) -> Sandbox.Rules {
