@@ -557,19 +557,14 @@ static const char *const device_paths[] = {"/dev/null", "/dev/zero", "/dev/full"
 const char *const *curfew_sandbox_system_paths(void) { return system_paths; }
 const char *const *curfew_sandbox_device_paths(void) { return device_paths; }
 
-int curfew_sandbox_apply_for_scan(const char *const *read, unsigned long read_count, curfew_sandbox_report *report) {
-    enum { systems = sizeof system_paths / sizeof system_paths[0] - 1, devices = sizeof device_paths / sizeof device_paths[0] - 1 };
-    memset(report, 0, sizeof *report);
-    if (read_count > CURFEW_SCAN_SANDBOX_MAX_PATHS) {
-        report->step = "more paths to read than a scanner takes";
-        return E2BIG;
-    }
-    curfew_sandbox_path paths[systems + devices + CURFEW_SCAN_SANDBOX_MAX_PATHS];
-    size_t count = 0;
-    for (size_t index = 0; index < systems; index++) paths[count++] = (curfew_sandbox_path){system_paths[index], CURFEW_SANDBOX_READ};
-    for (size_t index = 0; index < devices; index++) paths[count++] = (curfew_sandbox_path){device_paths[index], CURFEW_SANDBOX_DEVICE};
-    for (size_t index = 0; index < read_count; index++) paths[count++] = (curfew_sandbox_path){read[index], CURFEW_SANDBOX_READ};
-    curfew_sandbox_spec spec = {.paths = paths, .path_count = count, .network = CURFEW_SANDBOX_NETWORK_OFF, .allow_exec = 0};
+int curfew_sandbox_apply_for_scan(curfew_sandbox_report *report) {
+    enum { devices = sizeof device_paths / sizeof device_paths[0] - 1 };
+    /* Everything is read: a library's dependencies may be anywhere (its
+     * RUNPATH, LD_LIBRARY_PATH, a toolchain), and a scan that cannot find
+     * one would reject a plugin its run would load. */
+    curfew_sandbox_path paths[devices + 1] = {{"/", CURFEW_SANDBOX_READ}};
+    for (size_t index = 0; index < devices; index++) paths[index + 1] = (curfew_sandbox_path){device_paths[index], CURFEW_SANDBOX_DEVICE};
+    curfew_sandbox_spec spec = {.paths = paths, .path_count = devices + 1, .network = CURFEW_SANDBOX_NETWORK_OFF, .allow_exec = 0};
     return curfew_sandbox_apply(&spec, report);
 }
 

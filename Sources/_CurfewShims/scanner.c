@@ -322,26 +322,13 @@ static const char *unconfined_step;
 /* Confines this process, once, as CURFEW_SCAN_SANDBOX_VARIABLE asks: every
  * scanner it forks inherits the confinement. */
 static void confine(void) {
-    const char *asked = getenv(CURFEW_SCAN_SANDBOX_VARIABLE);
-    if (asked == NULL) return;
-    char *list = strdup(asked);
-    const char *read[CURFEW_SCAN_SANDBOX_MAX_PATHS + 1];
-    size_t count = 0;
-    for (char *line = list, *next; list != NULL && line != NULL && *line != 0; line = next) {
-        next = strchr(line, '\n');
-        if (next != NULL) *next++ = 0;
-        if (*line == 0) continue;
-        if (count == CURFEW_SCAN_SANDBOX_MAX_PATHS + 1) break;
-        read[count++] = line;
-    }
+    if (getenv(CURFEW_SCAN_SANDBOX_VARIABLE) == NULL) return;
     curfew_sandbox_report report;
-    int error = list == NULL ? ENOMEM : curfew_sandbox_apply_for_scan(read, count, &report);
+    int error = curfew_sandbox_apply_for_scan(&report);
     if (error != 0) {
         unconfined_error = error;
-        unconfined_step = list == NULL ? "reading the paths" : report.step ? report.step : "sandbox";
+        unconfined_step = report.step ? report.step : "sandbox";
     }
-    /* The rules hold the paths' files, not their names: the list may go. */
-    free(list);
 }
 
 /* Reads `count` bytes, or as many as come before the end: how many, or -1

@@ -12,7 +12,8 @@
  *
  * Its constructor, which runs wherever the file is loaded (its scanner
  * first), makes a file named for its pid in the folder $SANDBOX_PROBE_LOADS
- * names, if set: what a confined scanner must refuse. */
+ * names, if set: what a confined scanner must refuse. A manifest may name
+ * it as its library (`sandbox_probe_nothing`). */
 #define _GNU_SOURCE
 #include <curfew.h>
 
@@ -187,6 +188,9 @@ static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {
 static void probe_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
     (void)ctx; (void)state; (void)reason;
 }
+
+/* A function of its own for a manifest to name (a library's job that ends at once). */
+__attribute__((visibility("default"))) int sandbox_probe_nothing(void) { return -1; }
 
 __attribute__((constructor)) static void loaded(void) {
     const char *folder = getenv("SANDBOX_PROBE_LOADS");

@@ -42,10 +42,10 @@ public struct SafeScanner: Sendable {
     /// Where snapshots are kept; `nil` for a folder of the temporary folder
     /// that this process removes when it exits.
     public var snapshotFolder: String? = SafeScanner.defaultSnapshotFolder
-    /// Confine each scanner of a plugin library before it opens its file,
-    /// as a sandboxed worker is confined: it reads only the system's
-    /// libraries and that file, writes nothing, reaches no network and
-    /// execs nothing (a constructor is plugin code).
+    /// Confine each scanner before it opens its file (a constructor is
+    /// plugin code): it writes nothing, reaches no network, execs nothing and
+    /// cannot reach other processes; it reads every file, as a library's
+    /// dependencies may be anywhere.
     public var sandboxed = false
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,
@@ -207,7 +207,7 @@ public struct SafeScanner: Sendable {
         var read: (() -> ScanCache)?
         // A scanner loads a file's snapshot; its answer is about the file.
         let native = misses.filter { !$0.hasSuffix(ForeignManifestReader.suffix) }.map { loadPaths[$0] ?? $0 }
-        let scannerEnvironment = scannerEnvironment(for: native)
+        let scannerEnvironment = scannerEnvironment
         let forked = scanForked(native, environment: scannerEnvironment, shouldStop: shouldStop) {
             read = cache.loading(shardsOf: unread)
         }
@@ -222,7 +222,7 @@ public struct SafeScanner: Sendable {
         // (it reads JSON and checks symbols with libffi's types).
         let launchers = (
             native: Launcher(executable: workerExecutable, forking: usesForkServer, native: true, environment: scannerEnvironment),
-            manifest: Launcher(executable: workerExecutable, forking: usesForkServer, native: false))
+            manifest: Launcher(executable: workerExecutable, forking: usesForkServer, native: false, environment: scannerEnvironment))
         let scans = DispatchGroup()
         let scanNext: @Sendable () -> Void = {
             while !shouldStop() {
@@ -370,30 +370,13 @@ public struct SafeScanner: Sendable {
         )
     }
 
-    /// The environment of the C scanners of `files`: a helper's, and when
-    /// ``sandboxed``, what they may read beyond the system's libraries: the
-    /// folder of each file's real path (a link in a served folder may lead
-    /// elsewhere) and the Swift runtime's, which Swift plugins load from
-    /// (the C scanner has none of its own). From more folders than a
-    /// scanner takes, it may read every file: writes, the network and other
-    /// processes stay closed.
-    func scannerEnvironment(for files: [String]) -> [String] {
+    /// The scanners' environment: a helper's, and when ``sandboxed``, the
+    /// word that they confine themselves (see `scanner.c`, and
+    /// ``serve(_:channel:)`` for manifests' scanners).
+    var scannerEnvironment: [String] {
         let environment = WorkerProtocol.helperEnvironment().filter { !$0.hasPrefix(CURFEW_SCAN_SANDBOX_VARIABLE + "=") }
-        guard sandboxed else { return environment }
-        var folders = Set<String>()
-        for file in files {
-            guard let real = Syscalls.realPath(file), let slash = real.lastIndex(of: "/") else { continue }
-            folders.insert(slash == real.startIndex ? "/" : String(real[..<slash]))
-        }
-        var read = folders.count > Self.scannerFolders ? ["/"] : folders.sorted()
-        if let runtime = Sandbox.swiftRuntimeFolder { read.append(runtime) }
-        // A path with a newline cannot be said on a line: its folder is read through "/".
-        if read.contains(where: { $0.contains("\n") }) { read = ["/"] }
-        return environment + ["\(CURFEW_SCAN_SANDBOX_VARIABLE)=" + read.joined(separator: "\n")]
+        return sandboxed ? environment + ["\(CURFEW_SCAN_SANDBOX_VARIABLE)=1"] : environment
     }
-
-    /// The most folders a scanner's sandbox names (one path more is the runtime's).
-    static let scannerFolders = Int(CURFEW_SCAN_SANDBOX_MAX_PATHS) - 2
 
     /// Starts scanner workers: forked by a fork server started on first
     /// need, else (or once forking fails) each with `posix_spawn`.
@@ -442,7 +425,18 @@ public struct SafeScanner: Sendable {
 
     /// The worker's side: loads each file and reports it (`curfew __worker`, first message `scan`).
     static func serve(_ files: [String], channel: Int32) -> Int32 {
+        // Confined as a C scanner confines itself (scanner.c), while this
+        // process has one thread; unconfined, it loads nothing.
+        var unconfined: Sandbox.Failure?
+        if Syscalls.environmentValue(CURFEW_SCAN_SANDBOX_VARIABLE) != nil {
+            do throws(Sandbox.Failure) { try Sandbox.applyForScan() } catch { unconfined = error }
+        }
         for file in files {
+            if let unconfined {
+                let reason = "Its scanner could not be sandboxed (\(unconfined.message)), so the file was not loaded."
+                WorkerProtocol.send(FileResult.rejected(code: CurfewError.Code.sandboxFailed.rawValue, reason: reason).message(file: file), to: channel)
+                continue
+            }
             var scanning = JSONLine("type", "scanning")
             scanning.add("file", file)
             WorkerProtocol.send(scanning.text, to: channel)

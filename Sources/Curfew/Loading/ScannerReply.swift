@@ -40,6 +40,11 @@ struct ScannerSaid {
                     problem = "two answers"
                     return false
                 }
+                // The scanner says it before it opens the file; after, it is plugin code's.
+                guard !(loading && result.isUnconfined) else {
+                    problem = "an unconfined scanner's answer once the file was loading"
+                    return false
+                }
                 answer = result
             }
         }
@@ -52,8 +57,10 @@ struct ScannerSaid {
         if problem == nil { problem = what }
     }
 
-    /// It ended before it loaded anything: it gives no verdict on the file.
-    var endedBeforeLoading: Bool { problem == nil && !loading }
+    /// It ended before it loaded anything and said nothing: it gives no
+    /// verdict on the file. (What it answers before loading is its own: that
+    /// it could not be confined.)
+    var endedBeforeLoading: Bool { problem == nil && !loading && answer == nil }
 
     /// The file's verdict once the scanner ended with wait status `status`
     /// (`nil` when unknown), and whether the file alone decided it: its
@@ -81,8 +88,15 @@ struct ScannerSaid {
             return (rejected("Crashed while loading: the scanner worker \(how) in its constructor or entry function."), status & 0x7F != Signal.kill)
         }
         // The scanner's own failure says nothing lasting of the file.
-        if case .rejected(let code, _) = answer, code == CurfewError.Code.sandboxFailed.rawValue { return (answer, false) }
-        return (answer, true)
+        return (answer, !answer.isUnconfined)
+    }
+}
+
+extension FileResult {
+    /// Its scanner could not confine itself, and so loaded nothing.
+    var isUnconfined: Bool {
+        if case .rejected(let code, _) = self { return code == CurfewError.Code.sandboxFailed.rawValue }
+        return false
     }
 }
 

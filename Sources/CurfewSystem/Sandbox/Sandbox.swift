@@ -115,6 +115,18 @@ package enum Sandbox {
         return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
     }
 
+    /// Confines this process as a scanner: it reads every file, writes
+    /// nothing but the devices, reaches no network and execs nothing.
+    package static func applyForScan() throws(Failure) {
+        var report = curfew_sandbox_report()
+        let status = curfew_sandbox_apply_for_scan(&report)
+        guard status == 0 else {
+            throw Failure(
+                step: report.step.map { String(cString: $0) } ?? "sandbox", error: SystemError(errno: status),
+                path: report.failed_path.map { String(cString: $0) })
+        }
+    }
+
     /// Whether this process can make a user namespace and map itself into
     /// it: asked once, in a throwaway child, and kept (a fork inherits it).
     package static var namespacesUsable: Bool { curfew_sandbox_probe_namespaces() == 1 }

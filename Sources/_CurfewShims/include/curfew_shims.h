@@ -414,19 +414,16 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
 const char *const *curfew_sandbox_system_paths(void);
 const char *const *curfew_sandbox_device_paths(void);
 
-/* Confines a scanner process: as curfew_sandbox_apply with the system's
- * paths, the devices and `read` (at most CURFEW_SCAN_SANDBOX_MAX_PATHS) to
- * read, nothing to write, no network and no exec. */
-int curfew_sandbox_apply_for_scan(const char *const *read, unsigned long read_count, curfew_sandbox_report *report);
+/* Confines a scanner process: as curfew_sandbox_apply with every file to
+ * read (a library's dependencies may be anywhere), nothing to write but
+ * the devices, no network and no exec. */
+int curfew_sandbox_apply_for_scan(curfew_sandbox_report *report);
 
-/* Set in a scanner's environment, a batch server, a scan fork server or a
- * lone scanner confines itself once as it starts, before any file is
- * opened, so every scanner it forks is confined without a cost of its own
- * (curfew_sandbox_apply_for_scan). The value lists what they may read
- * beyond the system's paths, one path a line: the folders of the files to
- * scan and the Swift runtime's (the C scanner has none of its own). */
+/* Set (to 1) in a scanner's environment, a batch server, a scan fork
+ * server or a lone scanner confines itself once as it starts, before any
+ * file is opened, so every scanner it forks is confined at no cost of its
+ * own (curfew_sandbox_apply_for_scan). */
 #define CURFEW_SCAN_SANDBOX_VARIABLE "CURFEW_SCAN_SANDBOX"
-#define CURFEW_SCAN_SANDBOX_MAX_PATHS 258
 
 /* Takes the oldest denial the seccomp handler noted: 1 with the job whose
  * hook made the call (NULL when none was running), the call's name and why
