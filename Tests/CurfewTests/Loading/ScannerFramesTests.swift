@@ -59,4 +59,25 @@ import _CurfewShims
         #expect(cut.verdict(status: nil).result != answer)
         #expect(whole.verdict(status: 0) == (answer, true), "a clean exit: cached")
     }
+
+    /// A scanner that could not confine itself says so before it opens its
+    /// file: a final verdict, never cached (it says nothing of the file), and
+    /// no reason to scan the file again alone. Said once the file was
+    /// loading, it is plugin code's, and refused.
+    @Test func anUnconfinedScannersAnswerCountsOnlyBeforeItsFileLoads() throws {
+        let said = ScannerFrames.result(payload([CURFEW_SCAN_UNCONFINED, 1], Array("Landlock".utf8)), file: "/p/a.so")
+        let answer = try #require(said)
+        #expect(answer == .rejected(
+            code: CurfewError.Code.sandboxFailed.rawValue,
+            reason: "Its scanner could not be sandboxed (Landlock: Operation not permitted), so the file was not loaded."))
+        #expect(ScannerFrames.result(payload([CURFEW_SCAN_UNCONFINED, 1], Array(repeating: 0x41, count: 257)), file: "/p/a.so") == nil)
+        var before = ScannerSaid()
+        _ = before.hear([.answer(answer), .done])
+        #expect(!before.endedBeforeLoading)
+        #expect(before.verdict(status: 0) == (answer, false))
+        var after = ScannerSaid()
+        _ = after.hear([.loading, .answer(answer), .done])
+        #expect(after.verdict(status: 0).result != answer)
+        #expect(after.verdict(status: 0).cacheable, "a forged word is the file's own doing")
+    }
 }
