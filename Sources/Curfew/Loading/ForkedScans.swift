@@ -32,7 +32,7 @@ extension SafeScanner {
     ///
     /// - Parameter started: Called once the servers are started (or could
     ///   not be), for work of the caller's to run while they scan.
-    /// - Parameter environment: The servers' (``scannerEnvironment(for:)``).
+    /// - Parameter environment: The servers' (``scannerEnvironment``).
     func scanForked(_ files: [String], environment: [String], shouldStop: () -> Bool, started: () -> Void = {}) -> ForkedScans {
         var scans = ForkedScans()
         guard !files.isEmpty else {
