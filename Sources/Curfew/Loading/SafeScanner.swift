@@ -44,8 +44,9 @@ public struct SafeScanner: Sendable {
     public var snapshotFolder: String? = SafeScanner.defaultSnapshotFolder
     /// Confine each scanner before it opens its file (a constructor is
     /// plugin code): it writes nothing, reaches no network, execs nothing and
-    /// cannot reach other processes; it reads every file, as a library's
-    /// dependencies may be anywhere.
+    /// cannot reach processes outside its scan (the scanners of one scan
+    /// share a domain: they can signal each other, as before); it reads every
+    /// file, as a library's dependencies may be anywhere.
     public var sandboxed = false
 
     public init(workerExecutable: String = "/proc/self/exe", cacheFolder: String? = SafeScanner.defaultCacheFolder,

@@ -255,7 +255,7 @@ int curfew_shim_peer_uid(int fd, unsigned int *uid);
 /* The number after the dot is the protocol's version, bumped with any change
  * to a request, a report or a frame: a curfew-scanner of another build then
  * refuses the role (exit 64) instead of misreading what it is sent. */
-#define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch.2"
+#define CURFEW_SCAN_BATCH_ARGUMENT "__scanbatch.3"
 #define CURFEW_SCAN_STOP 0xFFFFFFFFu
 #define CURFEW_SCAN_END 0xFFFFFFFEu
 #define CURFEW_SCAN_MAX_REPLY 4198400u /* 4 MiB and 4 KiB */
