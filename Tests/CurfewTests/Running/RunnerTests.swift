@@ -130,12 +130,12 @@ import Testing
     }
 
     /// Before: no limit, and each end and each handler's lookup scanned every
-    /// open task (3,000 of 100,000 handlers ran in a 1 s lead). Under a
-    /// sanitizer, 7,776 of the 10,000 ran in 300 ms on a busy machine: a
-    /// lead of its own there.
+    /// open task (3,000 of 100,000 handlers ran in a 1 s lead). The lead is
+    /// room, not a speed claim: on a busy machine 300 ms ran 8,772 of the
+    /// 10,000 (7,776 under a sanitizer).
     @Test func openTasksAreBoundedAndAllTheirHandlersRunAtExpiration() async throws {
         let limit = Int64(Grant.maximumOpenTasks)
-        let grace: Duration = Fixtures.sanitized ? .seconds(2) : .milliseconds(300)
+        let grace: Duration = Fixtures.sanitized ? .seconds(2) : .seconds(1)
         let result = try #require(
             await run(try fixture.jobs("many-tasks"), budget: grace * 2, grace: grace).first)
         #expect(result.outcome == .expired, "\(result.reason)")

@@ -163,11 +163,18 @@ enum Fixtures {
         process.standardOutput = out
         process.standardError = err
         try process.run()
+        // The timer holds neither the process nor its pipes (a test's timeout
+        // outlives most programs: holding them kept a thousand pipes open), and
+        // signals nothing once the program is reaped.
+        let ended = Mutex(false)
+        defer { ended.withLock { $0 = true } }
         if let timeout {
             let pid = process.processIdentifier
             let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
-            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) {
-                if process.isRunning { kill(pid, SIGKILL) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [weak process] in
+                ended.withLock { ended in
+                    if !ended, process?.isRunning ?? true { kill(pid, SIGKILL) }
+                }
             }
         }
         // Read both pipes before waiting, so a chatty child cannot block on a full pipe.
@@ -179,6 +186,8 @@ enum Fixtures {
         }
         let outData = out.fileHandleForReading.readDataToEndOfFile()
         group.wait()
+        try? out.fileHandleForReading.close()
+        try? err.fileHandleForReading.close()
         // Foundation reaps its children from a signal source; seen once here to
         // leave one a zombie for ever. Reap it here if it has not.
         var status: Int32 = 0
