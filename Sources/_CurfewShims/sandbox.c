@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -299,6 +302,9 @@ static const struct denied_call denied_calls[] = {
 static const struct denied_call exec_calls[] = {{SYS_execve, "execve", ""}, {SYS_execveat, "execveat", ""}};
 static const char network_off[] = "network is off for this job";
 static const struct denied_call socket_call = DENY(socket, network_off);
+static const struct denied_call loopback_socket_call = DENY(socket, "the job's network is loopback: TCP and UDP only");
+/* Which of the two a denied socket() is. */
+static int network_is_loopback;
 static const struct denied_call clone_call = DENY(clone, namespaces);
 static const struct denied_call unknown_call = {-1, "a system call", "the sandbox refuses it"};
 #undef DENY
@@ -319,7 +325,7 @@ static const struct denied_call *find_denied(int number) {
     for (size_t index = 0; index < sizeof denied_calls / sizeof denied_calls[0]; index++) {
         if (denied_calls[index].number == number) return &denied_calls[index];
     }
-    if (number == SYS_socket) return &socket_call;
+    if (number == SYS_socket) return network_is_loopback ? &loopback_socket_call : &socket_call;
     if (number == SYS_clone) return &clone_call;
     return &unknown_call;
 }
@@ -391,9 +397,12 @@ unsigned curfew_sandbox_dropped_denials(void) {
 
 #define FILTER_MAX 160
 
-static int install_filter(const curfew_sandbox_spec *spec) {
+/* `loopback`: a helper answers for TCP and UDP sockets (see
+ * install_socket_listener), so this filter lets them through to it. */
+static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
 #ifndef SANDBOX_ARCH
     (void)spec;
+    (void)loopback;
     return ENOSYS;
 #else
     struct sock_filter filter[FILTER_MAX];
@@ -451,9 +460,14 @@ static int install_filter(const curfew_sandbox_spec *spec) {
      * refused unnamed, as Landlock refuses a path: libc tries those on its
      * own (nscd, syslog, getaddrinfo's look at the interfaces) and goes on
      * without them; any other is trapped and named. */
-    if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) {
-        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 5));
+    if (spec->network != CURFEW_SANDBOX_NETWORK_ON) {
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, loopback ? 7 : 5));
         PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
+        if (loopback) {
+            /* To the allow past this block, for the helper's filter to take. */
+            PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 5, 0));
+            PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 4, 0));
+        }
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 1, 0));
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 1));
         PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES));
@@ -467,6 +481,170 @@ static int install_filter(const curfew_sandbox_spec *spec) {
     long status = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program);
     return status == 0 ? 0 : status > 0 ? EBUSY : errno;
 #endif
+}
+
+/* ---- the loopback network: sockets made by a helper, bound to `lo` ----
+ *
+ * A filter cannot read the address a connect names (it is behind a
+ * pointer, and a second thread could change it once read), so the job's
+ * TCP and UDP sockets are not its own to make: seccomp hands each socket()
+ * to a helper process forked before the sandbox, which makes the socket,
+ * binds it to the loopback device and puts it in the job's table as the
+ * call's result (SECCOMP_ADDFD_FLAG_SEND, Linux 5.14). A socket bound to a
+ * device is routed through it alone, and only CAP_NET_RAW in the host's
+ * network namespace, which no worker has, undoes the binding: a connect
+ * elsewhere, even to this machine's other addresses, goes nowhere. */
+
+/* The socket() calls the helper answers: TCP and UDP of IPv4 and IPv6. */
+static int install_socket_listener(void) {
+#ifndef SANDBOX_ARCH
+    errno = ENOSYS;
+    return -1;
+#else
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SANDBOX_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), /* the main filter kills it */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    /* No TSYNC (which a listener cannot have): this process has one thread. */
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &program);
+#endif
+}
+
+/* Whether the kernel can put a descriptor in the caller's table as its
+ * call's result (5.14): asked of a request id no call has, it says ENOENT. */
+static int can_send_descriptors(int listener) {
+    struct seccomp_notif_addfd probe = {.id = 0, .flags = SECCOMP_ADDFD_FLAG_SEND, .srcfd = (uint32_t)listener};
+    return ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &probe) < 0 && errno == ENOENT;
+}
+
+/* One socket() the filter passed on: made here, bound to `lo`, and sent.
+ * Anything but plain TCP or UDP is refused (a raw socket, were the host
+ * root, would see all of loopback's traffic). */
+static void answer_socket_call(int listener, const struct seccomp_notif *request) {
+    int domain = (int)request->data.args[0];
+    int type = (int)request->data.args[1];
+    int protocol = (int)request->data.args[2];
+    int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
+    struct seccomp_notif_resp response = {.id = request->id, .error = -EACCES};
+    int plain = (kind == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP))
+                || (kind == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP));
+    if (request->data.nr == SYS_socket && (domain == AF_INET || domain == AF_INET6) && plain) {
+        int made = socket(domain, type | SOCK_CLOEXEC, protocol);
+        if (made < 0) {
+            response.error = -errno;
+        } else if (setsockopt(made, SOL_SOCKET, SO_BINDTODEVICE, "lo", sizeof "lo") != 0) {
+            response.error = -errno;
+        } else {
+            struct seccomp_notif_addfd add = {
+                .id = request->id,
+                .flags = SECCOMP_ADDFD_FLAG_SEND,
+                .srcfd = (uint32_t)made,
+                .newfd_flags = (type & SOCK_CLOEXEC) ? O_CLOEXEC : 0,
+            };
+            /* Sent, or the call is gone (its thread interrupted): done either way. */
+            if (ioctl(listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add) >= 0 || errno == ENOENT) {
+                close(made);
+                return;
+            }
+            response.error = -errno;
+        }
+        if (made >= 0) close(made);
+    }
+    (void)ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &response);
+}
+
+/* The helper: takes the listener from `channel`, answers until the worker
+ * is gone. It holds no other descriptor and runs no plugin code. */
+static void serve_socket_calls(int channel, pid_t worker) __attribute__((noreturn));
+static void serve_socket_calls(int channel, pid_t worker) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != worker) _exit(0);
+    if (dup2(channel, 0) < 0) _exit(0);
+    (void)close_range(1, ~0U, 0);
+    char byte;
+    char space[CMSG_SPACE(sizeof(int))];
+    struct iovec vector = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+    if (recvmsg(0, &message, MSG_CMSG_CLOEXEC) != 1) _exit(0);
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    if (header == NULL || header->cmsg_type != SCM_RIGHTS || header->cmsg_len != CMSG_LEN(sizeof(int))) _exit(0);
+    int listener;
+    memcpy(&listener, CMSG_DATA(header), sizeof listener);
+    close(0);
+    struct pollfd wait = {.fd = listener, .events = POLLIN};
+    while (1) {
+        if (poll(&wait, 1, -1) < 0) {
+            if (errno == EINTR) continue;
+            _exit(0);
+        }
+        /* Every process of the filter has ended. */
+        if (wait.revents & (POLLHUP | POLLERR | POLLNVAL)) _exit(0);
+        struct seccomp_notif request;
+        memset(&request, 0, sizeof request);
+        if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &request) != 0) {
+            if (errno == EINTR || errno == ENOENT) continue;
+            _exit(0);
+        }
+        answer_socket_call(listener, &request);
+    }
+}
+
+/* Forks the helper; `*channel` is where its listener goes. */
+static int start_socket_helper(int *channel, pid_t *helper) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return errno;
+    pid_t worker = getpid();
+    pid_t child = fork();
+    if (child < 0) {
+        int error = errno;
+        close(pair[0]);
+        close(pair[1]);
+        return error;
+    }
+    if (child == 0) serve_socket_calls(pair[1], worker);
+    close(pair[1]);
+    *channel = pair[0];
+    *helper = child;
+    return 0;
+}
+
+static int send_descriptor(int channel, int fd) {
+    char byte = 0;
+    char space[CMSG_SPACE(sizeof(int))];
+    memset(space, 0, sizeof space);
+    struct iovec vector = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1, .msg_control = space, .msg_controllen = sizeof space};
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &fd, sizeof fd);
+    return sendmsg(channel, &message, MSG_NOSIGNAL) == 1 ? 0 : errno;
+}
+
+static pid_t socket_helper;
+
+int curfew_sandbox_helper(void) { return socket_helper; }
+
+/* Gives the helper its listener: 1 when the loopback network holds, 0 when
+ * this kernel cannot (the job then has no network at all), or -errno. */
+static int hand_sockets_to_helper(int channel) {
+    int listener = install_socket_listener();
+    if (listener < 0) {
+        /* Older than 5.0, or no seccomp: no listener. */
+        return errno == EINVAL || errno == ENOSYS ? 0 : -errno;
+    }
+    int error = can_send_descriptors(listener) ? send_descriptor(channel, listener) : -1;
+    close(listener);
+    return error == 0 ? 1 : error < 0 ? 0 : -error;
 }
 
 static int install_denial_handler(void) {
@@ -493,6 +671,8 @@ static int thread_count(void) {
     return threads;
 }
 
+static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int channel);
+
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report) {
     memset(report, 0, sizeof *report);
     /* Landlock and a new user namespace bind only the calling thread (and
@@ -501,6 +681,24 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
         report->step = "the worker has more than one thread";
         return EBUSY;
     }
+    int error;
+    /* The helper first, while this process has all it started with. */
+    int channel = -1;
+    if (spec->network == CURFEW_SANDBOX_NETWORK_LOOPBACK) {
+        pid_t helper = 0;
+        if ((error = start_socket_helper(&channel, &helper)) != 0) {
+            report->step = "starting the loopback network's helper";
+            return error;
+        }
+        socket_helper = helper;
+        report->helper = helper;
+    }
+    error = apply_layers(spec, report, channel);
+    if (channel >= 0) close(channel);
+    return error;
+}
+
+static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int channel) {
     int error;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         report->step = "no_new_privs";
@@ -526,12 +724,19 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
         report->step = "the SIGSYS handler";
         return error;
     }
-    if ((error = install_filter(spec)) != 0) {
+    int loopback = 0;
+    if (channel >= 0 && (loopback = hand_sockets_to_helper(channel)) < 0) {
+        report->step = "the loopback network's filter";
+        return -loopback;
+    }
+    if ((error = install_filter(spec, loopback)) != 0) {
         report->step = "seccomp";
         return error;
     }
     report->applied |= CURFEW_SANDBOX_SYSCALLS;
-    if (spec->network == CURFEW_SANDBOX_NETWORK_OFF) report->applied |= CURFEW_SANDBOX_SOCKET_FILTER;
+    network_is_loopback = loopback;
+    if (loopback) report->applied |= CURFEW_SANDBOX_LOOPBACK_SOCKETS;
+    else if (spec->network != CURFEW_SANDBOX_NETWORK_ON) report->applied |= CURFEW_SANDBOX_SOCKET_FILTER;
     return 0;
 }
 

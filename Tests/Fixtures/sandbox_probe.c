@@ -6,7 +6,9 @@
  * Parameters: `canary` (a file to read), `outside` (a folder to write in),
  * `allowed` (a folder the policy may grant), `port` (a TCP and a UDP port
  * on 127.0.0.1 that a test listens on), `unix` (the path of a Unix socket a
- * test listens on), `pid` (a process to signal and
+ * test listens on), `away` and `away-port` (an address of this machine's
+ * other than loopback, and a TCP port a test listens on there), `pid` (a
+ * process to signal and
  * whose memory to open; else the parent: the host or its fork server),
  * `trace` (a process to trace; else that one too).
  *
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -94,6 +97,23 @@ static int probe(curfew_context *ctx, const char *name) {
         if (fd < 0) return errno;
         struct sockaddr_in address = loopback(ctx);
         int error = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
+        close(fd);
+        return error;
+    }
+    /* Not connected within a second is refused too: a socket held to
+     * loopback sends its SYN where nothing answers. */
+    if (strcmp(name, "connect-away") == 0) {
+        struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(param(ctx, "away-port")))};
+        if (inet_pton(AF_INET, param(ctx, "away"), &address.sin_addr) != 1) return EDESTADDRREQ;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) return errno;
+        int error = connect(fd, (struct sockaddr *)&address, sizeof address) == 0 ? 0 : errno;
+        if (error == EINPROGRESS) {
+            struct pollfd wait = {.fd = fd, .events = POLLOUT};
+            socklen_t length = sizeof error;
+            if (poll(&wait, 1, 1000) != 1) error = ETIMEDOUT;
+            else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+        }
         close(fd);
         return error;
     }
@@ -172,7 +192,7 @@ static int probe(curfew_context *ctx, const char *name) {
 }
 
 static const char *const probes[] = {
-    "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "send-udp", "unix-socket",
+    "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "connect-away", "send-udp", "unix-socket",
     "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "mount",
 };
 

@@ -5,12 +5,7 @@ import CurfewFormats
 /// model): the paths it may read and write, the network, and `exec`.
 public struct SandboxPolicy: Sendable, Equatable {
     /// Which networks the job reaches.
-    public enum Network: String, Sendable, CaseIterable {
-        /// None: the job can open no socket (but a socket pair).
-        case off
-        /// Any the host reaches.
-        case on
-    }
+    public typealias Network = SandboxNetwork
 
     /// The most paths a policy may name each way: a worker's message holds
     /// the plugin and its library beside them, within its own limit.
@@ -73,10 +68,6 @@ public struct SandboxPolicy: Sendable, Equatable {
     func message(for job: PluginJob, scratch: String) -> HostMessage.Sandbox {
         var read = [job.loadPath]
         if let library = job.foreignLibrary, library.hasPrefix("/") { read.append(library) }
-        let network: HostMessage.NetworkName = switch network {
-        case .off: .off
-        case .on: .on
-        }
         return HostMessage.Sandbox(network: network, read: read + self.read, write: write, scratch: scratch, exec: allowsExec)
     }
 }

@@ -72,7 +72,7 @@ package enum HostMessage: Equatable, Sendable {
     /// A worker's sandbox as the host sends it: what the job's policy grants
     /// beyond what any worker needs (the system's libraries, its devices).
     package struct Sandbox: Equatable, Sendable {
-        package var network: NetworkName
+        package var network: SandboxNetwork
         /// Paths the job may read beneath: the plugin, its library, the policy's.
         package var read: [String]
         /// Paths the job may change beneath: the policy's.
@@ -81,7 +81,7 @@ package enum HostMessage: Equatable, Sendable {
         package var scratch: String
         package var exec: Bool
 
-        package init(network: NetworkName, read: [String], write: [String], scratch: String, exec: Bool) {
+        package init(network: SandboxNetwork, read: [String], write: [String], scratch: String, exec: Bool) {
             self.network = network
             self.read = read
             self.write = write
@@ -92,8 +92,6 @@ package enum HostMessage: Equatable, Sendable {
         /// The most paths a policy may name, each way.
         package static let maximumPaths = 256
     }
-
-    package enum NetworkName: String, Sendable, CaseIterable { case off, on }
 
     /// What a job's chunks were seen to take, in nanoseconds.
     package struct Estimate: Equatable, Sendable {
@@ -266,7 +264,7 @@ package enum HostMessage: Equatable, Sendable {
                     throw MessageInvalid(reason: "\"scratch\" must be an absolute path of at most \(maximumPathBytes) bytes")
                 }
                 sandbox = Sandbox(
-                    network: try rules.word("network", NetworkName.self),
+                    network: try rules.word("network", SandboxNetwork.self),
                     read: try rules.strings("read", most: Sandbox.maximumPaths, longest: maximumPathBytes),
                     write: try rules.strings("write", most: Sandbox.maximumPaths, longest: maximumPathBytes),
                     scratch: scratch, exec: try rules.bool("exec"))

@@ -304,7 +304,7 @@ extension JobPolicy {
                 switch key {
                 case "network":
                     guard let text = member.stringValue, let network = SandboxPolicy.Network(rawValue: text) else {
-                        throw place.error(where_, "must be \"off\" or \"on\"")
+                        throw place.error(where_, "must be \"off\", \"loopback\" or \"on\"")
                     }
                     policy.network = network
                 case "read", "write":

@@ -16,8 +16,9 @@ public enum ChildProcesses {
     }
 
     /// SIGKILLs and reaps every child of this process (with its process
-    /// group) but those in `keeping`, and the orphans that arrive as they
-    /// die, until none is left.
+    /// group) but those in `keeping` and the sandbox's socket helper (which
+    /// makes the sockets of jobs to come), and the orphans that arrive as
+    /// they die, until none is left.
     ///
     /// - Important: Only for a process whose every other child is plugin
     ///   code's (or listed in `keeping`): the host in process, a worker.
@@ -27,6 +28,8 @@ public enum ChildProcesses {
     public static func endAll(keeping: [pid_t] = []) -> Int? {
         // One at a time: two passes at once would each reap what the other
         // listed, and the kernel's list of children is not whole while it changes.
+        let helper = curfew_sandbox_helper()
+        let keeping = helper > 0 ? keeping + [helper] : keeping
         let killed = lock.withLock { _ in
             keeping.withUnsafeBufferPointer { curfew_shim_kill_children($0.baseAddress, Int32($0.count), 64) }
         }

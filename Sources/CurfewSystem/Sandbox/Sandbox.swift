@@ -1,4 +1,5 @@
 import Glibc
+import CurfewFormats
 import _CurfewShims
 
 /// The kernel's confinement of one process: what a worker applies to itself,
@@ -7,13 +8,7 @@ import _CurfewShims
 /// Landlock and a new user namespace bind only the calling thread and what
 /// it starts later (this kernel has no Landlock TSYNC), hence one thread.
 package enum Sandbox {
-    /// Which networks a sandboxed process reaches.
-    package enum Network: String, Sendable, CaseIterable {
-        /// None: no socket but a socket pair.
-        case off
-        /// Any the host reaches.
-        case on
-    }
+    package typealias Network = SandboxNetwork
 
     /// What a path is granted.
     package enum Access: Sendable, Equatable {
@@ -53,6 +48,7 @@ package enum Sandbox {
         package static let ownNamespaces = Layers(rawValue: Int32(CURFEW_SANDBOX_OWN_NAMESPACES))
         package static let socketFilter = Layers(rawValue: Int32(CURFEW_SANDBOX_SOCKET_FILTER))
         package static let systemCalls = Layers(rawValue: Int32(CURFEW_SANDBOX_SYSCALLS))
+        package static let loopbackSockets = Layers(rawValue: Int32(CURFEW_SANDBOX_LOOPBACK_SOCKETS))
     }
 
     /// What was applied, and what of the rules the kernel could not enforce.
@@ -73,6 +69,9 @@ package enum Sandbox {
                 missing.append("signals and abstract sockets (Landlock ABI \(landlockABI) < 6)")
             }
             if rules.network == .off && !layers.contains(.socketFilter) { missing.append("network") }
+            if rules.network == .loopback && !layers.contains(.loopbackSockets) {
+                missing.append("the loopback network (this kernel cannot hand a job its sockets; it gets none)")
+            }
             if !layers.contains(.ownNamespaces) { missing.append("System V IPC (no user namespace)") }
             if !layers.contains(.systemCalls) { missing.append("system calls (no seccomp)") }
             return missing
@@ -101,6 +100,7 @@ package enum Sandbox {
         var report = curfew_sandbox_report()
         let network: Int32 = switch rules.network {
         case .off: Int32(CURFEW_SANDBOX_NETWORK_OFF)
+        case .loopback: Int32(CURFEW_SANDBOX_NETWORK_LOOPBACK)
         case .on: Int32(CURFEW_SANDBOX_NETWORK_ON)
         }
         let status = entries.withUnsafeBufferPointer { buffer in

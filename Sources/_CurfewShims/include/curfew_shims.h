@@ -364,7 +364,10 @@ typedef struct {
     curfew_sandbox_access access;
 } curfew_sandbox_path;
 
-enum { CURFEW_SANDBOX_NETWORK_OFF = 0, CURFEW_SANDBOX_NETWORK_ON = 1 };
+/* Off: no socket but a pair. Loopback: TCP and UDP sockets, each made by a
+ * helper process and bound to the loopback device (`lo`), so they reach
+ * this machine's 127.0.0.0/8 and ::1 and nothing else. On: any. */
+enum { CURFEW_SANDBOX_NETWORK_OFF = 0, CURFEW_SANDBOX_NETWORK_ON = 1, CURFEW_SANDBOX_NETWORK_LOOPBACK = 2 };
 
 typedef struct {
     const curfew_sandbox_path *paths;
@@ -382,6 +385,7 @@ enum {
     CURFEW_SANDBOX_OWN_NAMESPACES = 1 << 4, /* a user and IPC namespace of its own */
     CURFEW_SANDBOX_SOCKET_FILTER = 1 << 5,  /* seccomp refuses every socket (the network is off) */
     CURFEW_SANDBOX_SYSCALLS = 1 << 6,       /* seccomp's denials */
+    CURFEW_SANDBOX_LOOPBACK_SOCKETS = 1 << 7, /* a helper makes the job's sockets, bound to `lo` */
 };
 
 typedef struct {
@@ -389,6 +393,7 @@ typedef struct {
     int landlock_abi;
     const char *step;        /* the step that failed, when one did */
     const char *failed_path; /* the path whose rule failed, when one did */
+    int helper;              /* the loopback network's socket helper (a child), or 0 */
 } curfew_sandbox_report;
 
 /* The Landlock ABI this kernel has, 0 for none (or refused by the seam). */
@@ -407,6 +412,10 @@ void curfew_sandbox_refuse_landlock(void);
  * then seccomp. 0, or an errno with `report->step` naming the failed step.
  * What the kernel lacks is no failure: `report->applied` says what holds. */
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);
+
+/* The loopback network's socket helper this process started (its child,
+ * which must outlive the jobs' leftovers), or 0. */
+int curfew_sandbox_helper(void);
 
 /* What every sandbox reads beneath (the system's libraries and the files
  * libc and the runtime read), and the devices it reads and writes: each a

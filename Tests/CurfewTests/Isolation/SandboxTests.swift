@@ -127,6 +127,64 @@ extension ProcessTests.First {
             #expect(FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
         }
 
+        /// `--network loopback`: TCP and UDP reach this machine's 127.0.0.1
+        /// and nothing else, not even its own other addresses, which the
+        /// same connect with the network on reaches; a Unix socket stays
+        /// refused, and the rest of the sandbox holds.
+        @Test(arguments: ["job", "plugin"]) func theLoopbackNetworkReachesLoopbackAndNothingElse(isolation: String) async throws {
+            let targets = try Targets()
+            let away = try AwayListener.make()
+            defer { if let away { close(away.fd) } }
+            let toAway = away.map { ["--param", "away=\($0.address)", "--param", "away-port=\($0.port)"] } ?? []
+            let run = try await probe(["--isolate", isolation, "--network", "loopback"] + toAway, targets: targets)
+            #expect(run.said["connect-tcp"] == "ok", "\(run.logs) \(run.stderr)")
+            #expect(run.said["send-udp"] == "ok", "\(run.logs)")
+            #expect(run.said["unix-socket"]?.hasPrefix("refused") == true)
+            #expect(run.said["read-canary"]?.hasPrefix("refused") == true)
+            #expect(!run.stderr.contains("does not confine"), "\(run.stderr)")
+            // A machine with no address but loopback has nothing else to try.
+            guard let away else { return }
+            #expect(run.said["connect-away"]?.hasPrefix("refused") == true, "\(away.address): \(run.said["connect-away"] ?? "not said")")
+            let open = try await probe(["--isolate", isolation, "--network", "on", "--param", "probe=connect-away"] + toAway, targets: targets)
+            #expect(open.said["connect-away"] == "ok", "with the network on: \(open.said["connect-away"] ?? "not said")")
+        }
+
+        /// A TCP listener on this machine's first IPv4 address but loopback.
+        enum AwayListener {
+            static func make() throws -> (address: String, port: Int, fd: Int32)? {
+                var list: UnsafeMutablePointer<ifaddrs>?
+                guard getifaddrs(&list) == 0 else { return nil }
+                defer { freeifaddrs(list) }
+                var found: sockaddr_in?
+                var item = list
+                while let entry = item?.pointee {
+                    item = entry.ifa_next
+                    guard let address = entry.ifa_addr, address.pointee.sa_family == sa_family_t(AF_INET) else { continue }
+                    let inet = UnsafeRawPointer(address).load(as: sockaddr_in.self)
+                    if UInt32(bigEndian: inet.sin_addr.s_addr) >> 24 != 127 {
+                        found = inet
+                        break
+                    }
+                }
+                guard var address = found else { return nil }
+                address.sin_port = 0
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+                let bound = withUnsafeMutablePointer(to: &address) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        bind(fd, $0, length) == 0 && listen(fd, 16) == 0 && getsockname(fd, $0, &length) == 0
+                    }
+                }
+                guard bound else {
+                    close(fd)
+                    throw POSIXError(.EADDRNOTAVAIL)
+                }
+                let host = UInt32(bigEndian: address.sin_addr.s_addr)
+                let text = [24, 16, 8, 0].map { String((host >> $0) & 0xFF) }.joined(separator: ".")
+                return (text, Int(UInt16(bigEndian: address.sin_port)), fd)
+            }
+        }
+
         /// What the examples need a sandbox grants without a word: the five
         /// examples, Swift's Foundation (loaded from the toolchain), libffi
         /// manifests (one reads a file given to it), Dispatch's own reads.
@@ -263,12 +321,13 @@ extension ProcessTests.First {
                     return error.description
                 }
             }
-            #expect(problem(#"{"network": "wifi"}"#) == #"c.json: job 'j': "sandbox.network": must be "off" or "on""#)
+            #expect(problem(#"{"network": "wifi"}"#) == #"c.json: job 'j': "sandbox.network": must be "off", "loopback" or "on""#)
             #expect(problem(#"{"write": ["relative"]}"#) == #"c.json: job 'j': "sandbox.write": "relative" is not an absolute path"#)
             #expect(problem(#"{"read": ["/nonexistent/x"]}"#) == #"c.json: job 'j': "sandbox.read": "/nonexistent/x" names no file or folder"#)
             #expect(problem(#"{"sockets": true}"#).contains("unknown key"))
             #expect(problem("3") == #"c.json: job 'j': "sandbox": must be true, false or an object, not a number"#)
             #expect(problem("false") == "accepted")
+            #expect(problem(#"{"network": "loopback"}"#) == "accepted")
             #expect(problem(#"{"network": "on", "exec": true}"#) == "accepted")
         }
 

@@ -22,11 +22,7 @@ enum WorkerSandbox {
         let paths = read.map { (path: $0, access: Sandbox.Access.read) }
             + devices.map { (path: $0, access: Sandbox.Access.device) }
             + ([sandbox.scratch] + sandbox.write).map { (path: $0, access: Sandbox.Access.write) }
-        let network: Sandbox.Network = switch sandbox.network {
-        case .off: .off
-        case .on: .on
-        }
-        return Sandbox.Rules(paths: paths, network: network, allowsExec: sandbox.exec)
+        return Sandbox.Rules(paths: paths, network: sandbox.network, allowsExec: sandbox.exec)
     }
 
     /// Applies the sandbox to this process, which has one thread, and
