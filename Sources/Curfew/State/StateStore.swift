@@ -36,6 +36,9 @@ public final class StateStore: @unchecked Sendable {
     public let path: String
     /// How many finished runs of each job the history keeps.
     public let retention: Int
+    /// How long this store's writes wait for another process's:
+    /// ``busyTimeout`` but in tests that hold a store for longer.
+    let busyWait: Duration
 
     /// The writer's hold on the folder, or `nil` for a reader.
     public let writerLock: StoreLock?
@@ -54,9 +57,14 @@ public final class StateStore: @unchecked Sendable {
     ///   a store another writer holds (`.stateLocked`, naming it); a file
     ///   that is not a Curfew store; one written by a newer Curfew (refused,
     ///   never altered); SQLite's own failures.
-    public init(
+    public convenience init(
         folder: String, retention: Int = StateStore.defaultRetention, writer: StoreLock.Holder? = nil
     ) throws(CurfewError) {
+        try self.init(folder: folder, retention: retention, writer: writer, waitingUpTo: Self.busyTimeout)
+    }
+
+    init(folder: String, retention: Int, writer: StoreLock.Holder?, waitingUpTo busyWait: Duration) throws(CurfewError) {
+        self.busyWait = busyWait
         guard folder.hasPrefix("/") else {
             throw CurfewError(.stateUnavailable, "the state folder must be an absolute path, not '\(folder)'")
         }
@@ -67,7 +75,7 @@ public final class StateStore: @unchecked Sendable {
         madePrivate = try Self.makePrivate(folder: folder, store: path, fixing: writer != nil)
         self.retention = max(1, retention)
         connection = try SQLiteConnection(path: path)
-        try connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))")
+        try connection.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds))")
         try checkKind()
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         schema = try Self.migrate(connection, path: path, upgrading: writer != nil)
@@ -308,7 +316,7 @@ public final class StateStore: @unchecked Sendable {
     public func beginJob(_ record: JobRecord) throws(CurfewError) -> Int64? {
         try locked { connection throws(CurfewError) -> Int64? in
             try connection.execute("PRAGMA busy_timeout = \(Int(Self.beginTimeout.milliseconds))")
-            defer { _ = try? connection.execute("PRAGMA busy_timeout = \(Int(Self.busyTimeout.seconds * 1000))") }
+            defer { _ = try? connection.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds))") }
             do throws(CurfewError) {
                 return try insertRunning(record, on: connection)
             } catch where error.code == .stateBusy {

@@ -70,12 +70,13 @@ import Testing
 extension ProcessTests.Second {
     @Suite(.timeLimit(.minutes(1))) struct HistoryWriteWorkerTests {
         /// Before: under `--isolate plugin` the second job waited for the
-        /// first one's row, which waited (up to the store's 10 s busy
-        /// timeout) for the lock the test holds until the second starts.
+        /// first one's row, which waited (up to the store's busy timeout)
+        /// for the lock the test holds until the second starts. The store
+        /// waits 50 s here: beside a build, the second took over 10 s to start.
         @Test func inAWorkerTheNextJobStartsWhileTheLastRowWaitsForTheStore() async throws {
             let plugin = try Fixtures.compile("history_jobs.c")
             let marker = Fixtures.temporaryFolder("marker") + "/second-started"
-            let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+            let store = try StateStore(folder: Fixtures.temporaryFolder("state"), retention: StateStore.defaultRetention, writer: nil, waitingUpTo: .seconds(50))
             // Another process's hold on the store, taken as the first job starts.
             let connection = try SQLiteConnection(path: store.path)
             try connection.execute("PRAGMA busy_timeout = 5000")
@@ -90,15 +91,14 @@ extension ProcessTests.Second {
                 let took = holder.withLock { (try? $0.execute("BEGIN IMMEDIATE")) != nil }
                 held.withLock { $0 = took }
             }
-            // Lets go once the second job has started, or after 30 s. On a
-            // busy machine the second may take seconds to start; when it
+            // Lets go once the second job has started, or after 40 s. When it
             // waited for the row instead, the row's write gave up at the
-            // store's 10 s timeout first: a lost row and a state problem.
+            // store's timeout first: a lost row and a state problem.
             let released = DispatchSemaphore(value: 0)
             let sawSecond = Mutex(false)
             OSThread.detach {
                 let start = ContinuousClock.now
-                while ContinuousClock.now - start < .seconds(30) {
+                while ContinuousClock.now - start < .seconds(40) {
                     if access(marker, F_OK) == 0 {
                         sawSecond.withLock { $0 = true }
                         break
