@@ -390,7 +390,7 @@ public struct SafeScanner: Sendable {
 
         /// - Parameter native: C scanners of plugin libraries
         ///   (`__scanserver`, `__scanfile`), else Swift ones (`__worker`).
-        init(executable: String, forking: Bool, native: Bool, environment: [String] = WorkerProtocol.helperEnvironment()) {
+        init(executable: String, forking: Bool, native: Bool, environment: [String]) {
             self.executable = executable
             argument = native ? CURFEW_SCAN_FILE_ARGUMENT : WorkerProtocol.workerArgument
             self.environment = environment
@@ -434,8 +434,7 @@ public struct SafeScanner: Sendable {
         }
         for file in files {
             if let unconfined {
-                let reason = "Its scanner could not be sandboxed (\(unconfined.message)), so the file was not loaded."
-                WorkerProtocol.send(FileResult.rejected(code: CurfewError.Code.sandboxFailed.rawValue, reason: reason).message(file: file), to: channel)
+                WorkerProtocol.send(FileResult.unconfined(unconfined.message).message(file: file), to: channel)
                 continue
             }
             var scanning = JSONLine("type", "scanning")

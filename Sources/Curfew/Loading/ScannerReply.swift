@@ -98,6 +98,12 @@ extension FileResult {
         if case .rejected(let code, _) = self { return code == CurfewError.Code.sandboxFailed.rawValue }
         return false
     }
+
+    /// The file's rejection by a scanner that could not confine itself
+    /// (`why`: the step and the system's error), C or Swift.
+    static func unconfined(_ why: String) -> FileResult {
+        .rejected(code: CurfewError.Code.sandboxFailed.rawValue, reason: "Its scanner could not be sandboxed (\(why)), so the file was not loaded.")
+    }
 }
 
 /// Reads what a scanner says as it arrives, whatever it says: plugin code
@@ -238,10 +244,7 @@ struct ScannerFrames: ScannerReply {
             guard let number = reader.u32(), let code = Int32(exactly: number), case let step = reader.rest(), step.count <= 256 else {
                 return nil
             }
-            verdict = .failure(
-                CurfewError(
-                    .sandboxFailed,
-                    "Its scanner could not be sandboxed (\(String(decoding: step, as: UTF8.self)): \(SystemError(errno: code).message)), so the file was not loaded."))
+            return .unconfined("\(String(decoding: step, as: UTF8.self)): \(SystemError(errno: code).message)")
         default:
             return nil
         }

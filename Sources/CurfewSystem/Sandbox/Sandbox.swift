@@ -87,6 +87,13 @@ package enum Sandbox {
         package var message: String {
             "\(step)\(path.map { " (\($0))" } ?? ""): \(error.message)"
         }
+
+        /// The failure `sandbox.c` reported with `status`.
+        init(_ status: Int32, _ report: curfew_sandbox_report) {
+            step = report.step.map { String(cString: $0) } ?? "sandbox"
+            error = SystemError(errno: status)
+            path = report.failed_path.map { String(cString: $0) }
+        }
     }
 
     /// Applies `rules` to this process. Throws when a layer the kernel has
@@ -107,11 +114,7 @@ package enum Sandbox {
             var spec = curfew_sandbox_spec(paths: buffer.baseAddress, path_count: UInt(buffer.count), network: network, allow_exec: rules.allowsExec ? 1 : 0)
             return curfew_sandbox_apply(&spec, &report)
         }
-        guard status == 0 else {
-            throw Failure(
-                step: report.step.map { String(cString: $0) } ?? "sandbox", error: SystemError(errno: status),
-                path: report.failed_path.map { String(cString: $0) })
-        }
+        guard status == 0 else { throw Failure(status, report) }
         return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
     }
 
@@ -120,11 +123,7 @@ package enum Sandbox {
     package static func applyForScan() throws(Failure) {
         var report = curfew_sandbox_report()
         let status = curfew_sandbox_apply_for_scan(&report)
-        guard status == 0 else {
-            throw Failure(
-                step: report.step.map { String(cString: $0) } ?? "sandbox", error: SystemError(errno: status),
-                path: report.failed_path.map { String(cString: $0) })
-        }
+        guard status == 0 else { throw Failure(status, report) }
     }
 
     /// Whether this process can make a user namespace and map itself into

@@ -220,6 +220,31 @@ extension ProcessTests.Second {
                 == "Its scanner worker sent a message of more than 4 MiB, so plugin code wrote on its channel while it loaded.")
         }
 
+        /// The batch role's name carries the scan protocol's version: a
+        /// `curfew-scanner` of another build refuses this one's (exit 64,
+        /// naming its own), and a host whose installed scanner refuses scans
+        /// with its own image instead, with the same verdicts.
+        @Test func aScannerOfAnotherBuildIsRefusedAndTheHostScansWithoutIt() async throws {
+            let installed = try #require(Fixtures.scannerExecutable)
+            let role = CURFEW_SCAN_BATCH_ARGUMENT
+            let older = role.prefix { $0 != "." } + ".2"
+            let refused = try await Fixtures.run(installed, [String(older)], timeout: .seconds(30))
+            #expect(refused.status == 64)
+            #expect(refused.stderr.contains("no such role: \(older)") && refused.stderr.contains(role), "\(refused.stderr)")
+            // A scanner of another build, as this build's host sees it.
+            let other = folder + "/other-build-scanner"
+            try "#!/bin/sh\ntouch \"$0.ran\"\nexit 64\n".write(toFile: other, atomically: true, encoding: .utf8)
+            #expect(chmod(other, 0o755) == 0)
+            var scanner = SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil)
+            scanner.batchExecutable = other
+            let plugins = Fixtures.examplePlugins + [try Fixtures.compile("bad_plugin.c", defines: ["VARIANT=1"])]
+            let scanned = try await scan(plugins, with: scanner).scan
+            let loaded = PluginLoader().scan(plugins)
+            #expect(FileManager.default.fileExists(atPath: other + ".ran"), "the host tried the other build's scanner")
+            #expect(scanned.jobs.map(\.name).sorted() == loaded.jobs.map(\.name).sorted())
+            #expect(scanned.rejected.map(\.error.description) == loaded.rejected.map(\.error.description))
+        }
+
         /// The C scanner's verdict on each loader rule is the in-process
         /// loader's, word for word: one validator reads both.
         /// Both programs that can run the batch: `curfew-scanner`, and the
