@@ -4,8 +4,8 @@
 public enum SandboxNetwork: String, Sendable, CaseIterable {
     /// None: the job can open no socket but a socket pair.
     case off
-    /// This machine's loopback addresses (127.0.0.0/8, ::1), by TCP and
-    /// UDP, and nothing else.
+    /// The addresses on this machine's loopback device (127.0.0.0/8,
+    /// `::1`), by TCP only, and nothing else.
     case loopback
     /// Any the host reaches.
     case on

@@ -490,10 +490,10 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
      * own (nscd, syslog, getaddrinfo's look at the interfaces) and goes on
      * without them; any other is trapped and named. */
     if (spec->network != CURFEW_SANDBOX_NETWORK_ON) {
-        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, loopback ? 7 : 5));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, loopback ? 8 : 5));
         PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
         if (loopback) {
-            /* To the allow past this block, for the helper's filter to take. */
+            /* To the block's last allow, for the helper's filter to take. */
             PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET, 5, 0));
             PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_INET6, 4, 0));
         }
@@ -501,6 +501,7 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
         PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 1));
         PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES));
         PUT(BPF_STMT(BPF_RET | BPF_K, deny));
+        if (loopback) PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
     }
     /* Last, as each of the checks above either returns or leaves the call's
      * number in A: the calls no job needs. */
@@ -566,16 +567,17 @@ static int can_send_descriptors(int listener) {
 }
 
 /* One socket() the filter passed on: made here, bound to `lo`, and sent.
- * Anything but plain TCP or UDP is refused (a raw socket, were the host
- * root, would see all of loopback's traffic). */
+ * Only TCP: a UDP send picks its own way out with IP_PKTINFO, whatever the
+ * socket is bound to (seen: a thousand datagrams to 8.8.8.8 left by eth0),
+ * and a raw socket, were the host root, would see all of loopback's
+ * traffic. A TCP connect and what it accepts keep the binding. */
 static void answer_socket_call(int listener, const struct seccomp_notif *request) {
     int domain = (int)request->data.args[0];
     int type = (int)request->data.args[1];
     int protocol = (int)request->data.args[2];
     int kind = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
     struct seccomp_notif_resp response = {.id = request->id, .error = -EACCES};
-    int plain = (kind == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP))
-                || (kind == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP));
+    int plain = kind == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
     if (request->data.nr == SYS_socket && (domain == AF_INET || domain == AF_INET6) && plain) {
         int made = socket(domain, type | SOCK_CLOEXEC, protocol);
         if (made < 0) {
@@ -607,7 +609,11 @@ static void serve_socket_calls(int channel, pid_t worker) __attribute__((noretur
 static void serve_socket_calls(int channel, pid_t worker) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != worker) _exit(0);
     if (dup2(channel, 0) < 0) _exit(0);
-    (void)close_range(1, ~0U, 0);
+    /* Nothing of the worker's stays open here (before 5.9, one by one). */
+    if (close_range(1, ~0U, 0) != 0) {
+        long most = sysconf(_SC_OPEN_MAX);
+        for (long fd = 1; fd < (most > 0 && most < 65536 ? most : 65536); fd++) close((int)fd);
+    }
     char byte;
     char space[CMSG_SPACE(sizeof(int))];
     struct iovec vector = {.iov_base = &byte, .iov_len = 1};
@@ -678,8 +684,9 @@ int curfew_sandbox_helper(void) { return socket_helper; }
 static int hand_sockets_to_helper(int channel) {
     int listener = install_socket_listener();
     if (listener < 0) {
-        /* Older than 5.0, or no seccomp: no listener. */
-        return errno == EINVAL || errno == ENOSYS ? 0 : -errno;
+        /* Older than 5.0, no seccomp, or a listener already made for this
+         * process (a container engine's): no loopback network. */
+        return errno == EINVAL || errno == ENOSYS || errno == EBUSY || errno == EACCES ? 0 : -errno;
     }
     int error = can_send_descriptors(listener) ? send_descriptor(channel, listener) : -1;
     close(listener);
@@ -735,10 +742,16 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
             return error;
         }
         socket_helper = helper;
-        report->helper = helper;
     }
     error = apply_layers(spec, report, channel);
-    if (channel >= 0) close(channel);
+    if (channel >= 0) {
+        close(channel);
+        /* Not given its listener, the helper has left on the channel's end. */
+        if (!(report->applied & CURFEW_SANDBOX_LOOPBACK_SOCKETS)) {
+            while (waitpid(socket_helper, NULL, 0) < 0 && errno == EINTR) {}
+            socket_helper = 0;
+        }
+    }
     return error;
 }
 

@@ -116,7 +116,7 @@ enum Specs {
         ) { draft, _ in draft.sandbox = true },
         OptionSpec(["--no-sandbox"], help: "Run workers with every right of this user: for trusted plugins only.") { draft, _ in draft.sandbox = false },
         OptionSpec(
-            ["--network"], value: "access", help: "In the sandbox: off (no network), loopback (TCP and UDP to this machine's 127.0.0.1 and ::1 only) or on. (default: off)",
+            ["--network"], value: "access", help: "In the sandbox: off (no network), loopback (TCP to this machine's loopback addresses only) or on. (default: off)",
             choices: SandboxPolicy.Network.allCases.map(\.rawValue)
         ) { draft, given throws(UsageError) in
             guard let network = SandboxPolicy.Network(rawValue: given.text) else { throw given.invalid("use off, loopback or on") }

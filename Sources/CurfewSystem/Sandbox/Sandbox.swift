@@ -70,7 +70,7 @@ package enum Sandbox {
             }
             if rules.network == .off && !layers.contains(.socketFilter) { missing.append("network") }
             if rules.network == .loopback && !layers.contains(.loopbackSockets) {
-                missing.append("the loopback network (this kernel cannot hand a job its sockets; it gets none)")
+                missing.append("the loopback network (this kernel cannot hand a job its sockets, so it has no network at all)")
             }
             if !layers.contains(.ownNamespaces) { missing.append("System V IPC (no user namespace)") }
             if !layers.contains(.systemCalls) { missing.append("system calls (no seccomp)") }

@@ -364,9 +364,9 @@ typedef struct {
     curfew_sandbox_access access;
 } curfew_sandbox_path;
 
-/* Off: no socket but a pair. Loopback: TCP and UDP sockets, each made by a
- * helper process and bound to the loopback device (`lo`), so they reach
- * this machine's 127.0.0.0/8 and ::1 and nothing else. On: any. */
+/* Off: no socket but a pair. Loopback: TCP sockets, each made by a helper
+ * process and bound to the loopback device (`lo`), so they reach the
+ * addresses on it (127.0.0.0/8, ::1) and nothing else. On: any. */
 enum { CURFEW_SANDBOX_NETWORK_OFF = 0, CURFEW_SANDBOX_NETWORK_ON = 1, CURFEW_SANDBOX_NETWORK_LOOPBACK = 2 };
 
 typedef struct {
@@ -393,7 +393,6 @@ typedef struct {
     int landlock_abi;
     const char *step;        /* the step that failed, when one did */
     const char *failed_path; /* the path whose rule failed, when one did */
-    int helper;              /* the loopback network's socket helper (a child), or 0 */
 } curfew_sandbox_report;
 
 /* The Landlock ABI this kernel has, 0 for none (or refused by the seam). */

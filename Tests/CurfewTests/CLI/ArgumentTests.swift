@@ -111,8 +111,8 @@ import Testing
                                       plugin)
               --no-sandbox            Run workers with every right of this user: for trusted
                                       plugins only.
-              --network <access>      In the sandbox: off (no network), loopback (TCP and
-                                      UDP to this machine's 127.0.0.1 and ::1 only) or on.
+              --network <access>      In the sandbox: off (no network), loopback (TCP to
+                                      this machine's loopback addresses only) or on.
                                       (default: off)
               --allow-read <path>     In the sandbox: a file or folder jobs may read; repeat
                                       for more.
