@@ -302,7 +302,7 @@ static const struct denied_call denied_calls[] = {
 static const struct denied_call exec_calls[] = {{SYS_execve, "execve", ""}, {SYS_execveat, "execveat", ""}};
 static const char network_off[] = "network is off for this job";
 static const struct denied_call socket_call = DENY(socket, network_off);
-static const struct denied_call loopback_socket_call = DENY(socket, "the job's network is loopback: TCP and UDP only");
+static const struct denied_call loopback_socket_call = DENY(socket, "the job's network is loopback: TCP only");
 /* Which of the two a denied socket() is. */
 static int network_is_loopback;
 static const struct denied_call clone_call = DENY(clone, namespaces);
@@ -430,7 +430,7 @@ static int emit_denials(struct sock_filter *filter, size_t *length, const uint32
     return emit_denials(filter, length, calls, middle, hi, deny);
 }
 
-/* `loopback`: a helper answers for TCP and UDP sockets (see
+/* `loopback`: a helper answers for IPv4 and IPv6 sockets (see
  * install_socket_listener), so this filter lets them through to it. */
 static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
 #ifndef SANDBOX_ARCH
@@ -527,7 +527,7 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
  *
  * A filter cannot read the address a connect names (it is behind a
  * pointer, and a second thread could change it once read), so the job's
- * TCP and UDP sockets are not its own to make: seccomp hands each socket()
+ * inet sockets are not its own to make: seccomp hands each socket()
  * to a helper process forked before the sandbox, which makes the socket,
  * binds it to the loopback device and puts it in the job's table as the
  * call's result (SECCOMP_ADDFD_FLAG_SEND, Linux 5.14). A socket bound to a
@@ -535,7 +535,7 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
  * network namespace, which no worker has, undoes the binding: a connect
  * elsewhere, even to this machine's other addresses, goes nowhere. */
 
-/* The socket() calls the helper answers: TCP and UDP of IPv4 and IPv6. */
+/* The socket() calls the helper answers: those of IPv4 and IPv6. */
 static int install_socket_listener(void) {
 #ifndef SANDBOX_ARCH
     errno = ENOSYS;
@@ -746,8 +746,9 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
     error = apply_layers(spec, report, channel);
     if (channel >= 0) {
         close(channel);
-        /* Not given its listener, the helper has left on the channel's end. */
-        if (!(report->applied & CURFEW_SANDBOX_LOOPBACK_SOCKETS)) {
+        /* Given no listener, the helper leaves at the channel's end: reaped.
+         * (After a failure the worker ends, and the helper with it.) */
+        if (error == 0 && !(report->applied & CURFEW_SANDBOX_LOOPBACK_SOCKETS)) {
             while (waitpid(socket_helper, NULL, 0) < 0 && errno == EINTR) {}
             socket_helper = 0;
         }
