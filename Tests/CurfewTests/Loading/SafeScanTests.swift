@@ -225,12 +225,14 @@ extension ProcessTests.Second {
         /// naming its own), and a host whose installed scanner refuses scans
         /// with its own image instead, with the same verdicts.
         @Test func aScannerOfAnotherBuildIsRefusedAndTheHostScansWithoutIt() async throws {
-            let installed = try #require(Fixtures.scannerExecutable)
-            let role = CURFEW_SCAN_BATCH_ARGUMENT
-            let older = role.prefix { $0 != "." } + ".2"
-            let refused = try await Fixtures.run(installed, [String(older)], timeout: .seconds(30))
-            #expect(refused.status == 64)
-            #expect(refused.stderr.contains("no such role: \(older)") && refused.stderr.contains(role), "\(refused.stderr)")
+            // Not built under a sanitizer, whose hosts scan with their own image.
+            if let installed = Fixtures.scannerExecutable {
+                let role = CURFEW_SCAN_BATCH_ARGUMENT
+                let older = role.prefix { $0 != "." } + ".2"
+                let refused = try await Fixtures.run(installed, [String(older)], timeout: .seconds(30))
+                #expect(refused.status == 64)
+                #expect(refused.stderr.contains("no such role: \(older)") && refused.stderr.contains(role), "\(refused.stderr)")
+            }
             // A scanner of another build, as this build's host sees it.
             let other = folder + "/other-build-scanner"
             try "#!/bin/sh\ntouch \"$0.ran\"\nexit 64\n".write(toFile: other, atomically: true, encoding: .utf8)
