@@ -71,6 +71,9 @@ struct CLIBench {
         var sandboxed = Row(
             name: "--isolate job (sandboxed), \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
             baselineName: "the same run with --no-sandbox", target: .atMost(1.1))
+        var cgroups = Row(
+            name: "--isolate job (a cgroup per worker), \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
+            baselineName: "the same run with CURFEW_CGROUPS=off", target: .atMost(1.1))
         let earlier = size(20, tiny: 1)
         used.note = "the default state store after \(earlier) earlier run\(earlier == 1 ? "" : "s") of the same jobs (history, estimates), not a fresh one"
         let env = environment(cache: "cache-per-job")
@@ -87,6 +90,11 @@ struct CLIBench {
             let free = try Command([curfew, "run", "--isolate", "job", "--no-sandbox", "--jobs", "2", plugin], environment: env).run()
             sandboxed.values.append(run / Double(count) * 1e3)
             sandboxed.baseline.append(free / Double(count) * 1e3)
+            var off = env
+            off[WorkerCgroups.offVariable] = "off"
+            let bare = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: off).run()
+            cgroups.values.append(run / Double(count) * 1e3)
+            cgroups.baseline.append(bare / Double(count) * 1e3)
             let baseline = try underTimeout(program, count: count) / Double(count) * 1e3
             versus.baseline.append(baseline)
             let inUsed = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
@@ -101,7 +109,8 @@ struct CLIBench {
         }
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process, sandboxed, costs a job"
         sandboxed.note = "each worker applies namespaces, Landlock and seccomp before it loads its plugin"
-        return droppingWarmUp([versus, used, overhead, sandboxed])
+        cgroups.note = "where the host's cgroup is delegated (else the two runs are the same): each worker is moved into a cgroup of its own as it is forked, and the cgroup is killed and removed when it exits"
+        return droppingWarmUp([versus, used, overhead, sandboxed, cgroups])
     }
 
     /// The race contract: `expire` never overlaps a chunk and no chunk

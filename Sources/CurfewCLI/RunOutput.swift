@@ -15,6 +15,7 @@ final class RunOutput: Sendable {
     private let paths: [String]
     private let inProcess: Bool
     private let json: Bool
+    private let verbose: Bool
     /// The run, once its jobs start (for a fault's report and the live lines).
     private let runner = Mutex<Runner?>(nil)
     private let live = Mutex<LiveLines?>(nil)
@@ -36,6 +37,7 @@ final class RunOutput: Sendable {
         paths = options.effectivePaths
         inProcess = options.isolation == .none
         json = options.json
+        verbose = options.verbose
         var capture: OutputCapture?
         if inProcess {
             // In process, plugin code shares this process's stdout and
@@ -90,6 +92,8 @@ final class RunOutput: Sendable {
             router.attach(runner)
             self.runner.withLock { $0 = runner }
             startLiveLines(runner)
+        case .processes(let setup):
+            if verbose && !json { console.error(Self.text(setup)) }
         case .stopping(let reason, let lead):
             let again = reason.hasPrefix("SIG") ? " Send it again to stop at once." : ""
             console.error("\(reason): expiring every job now; they have up to \(format(lead)) to clean up.\(again)")
@@ -147,6 +151,16 @@ final class RunOutput: Sendable {
             return "\(Untrusted.line(message)). (--no-state runs without checkpoints or history.)"
         case .signals(let message):
             return message
+        }
+    }
+
+    /// Where what jobs start ends, in a line.
+    static func text(_ setup: WorkerCgroups.Setup) -> String {
+        switch setup {
+        case .on(let cgroups):
+            "workers get \(Untrusted.line(cgroups.description)): what a job starts ends with its worker."
+        case .off(let reason):
+            "workers get no cgroup (\(Untrusted.line(reason))): what a job starts ends by the subreaper walk."
         }
     }
 

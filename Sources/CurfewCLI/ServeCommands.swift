@@ -149,6 +149,8 @@ struct ServeOutput: Sendable {
         case .serving(let server):
             reporter.notice(.info("serving \(CurfewMain.pathList(folders)); control socket \(socketPath)"))
             service.ready(server)
+        case .processes(let setup):
+            reporter.notice(.info(RunOutput.text(setup)))
         case .stopping(let reason):
             service.stopping(reason)
             console.error("\(reason): expiring every running job now; they have up to their lead time to clean up.")

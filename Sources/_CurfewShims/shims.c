@@ -23,6 +23,7 @@
 #include <sys/syscall.h>
 #include <limits.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <sys/resource.h>
 #include <string.h>
 #include <stdlib.h>
@@ -143,6 +144,11 @@ int curfew_shim_pipe_cloexec(int fds[2]) {
 
 int curfew_shim_pidfd_open(int pid) {
     return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int curfew_shim_xattr_is_set(const char *path, const char *name) {
+    char value[8];
+    return getxattr(path, name, value, sizeof value) > 0 && value[0] == '1';
 }
 
 int curfew_shim_pidfd_send_signal(int pidfd, int signal) {

@@ -40,9 +40,11 @@ public struct SandboxPolicy: Sendable, Equatable {
 
     /// The sandbox as `status` and the history show it: `none` (`nil`), or
     /// `on` and what it grants beyond the default, e.g. `on; network on;
-    /// write /data/out`. At most ``shownPaths`` paths are named each way.
-    public static func summary(_ policy: SandboxPolicy?) -> String {
-        guard let policy else { return "none" }
+    /// write /data/out`; then `cgroup` where a worker under `isolation`
+    /// gets one (``WorkerCgroups``). At most ``shownPaths`` paths are named each way.
+    public static func summary(_ policy: SandboxPolicy?, isolation: Isolation) -> String {
+        let cgroup = isolation != .none && WorkerCgroups.current != nil ? ["cgroup"] : []
+        guard let policy else { return (["none"] + cgroup).joined(separator: "; ") }
         var parts = ["on"]
         if policy.network != .off { parts.append("network \(policy.network.rawValue)") }
         if policy.allowsExec { parts.append("exec") }
@@ -50,10 +52,10 @@ public struct SandboxPolicy: Sendable, Equatable {
             let more = paths.count - shownPaths
             parts.append("\(verb) " + paths.prefix(shownPaths).joined(separator: ", ") + (more > 0 ? " and \(more) more" : ""))
         }
-        return parts.joined(separator: "; ")
+        return (parts + cgroup).joined(separator: "; ")
     }
 
-    /// How many paths ``summary(_:)`` names each way: a row stays short
+    /// How many paths ``summary(_:isolation:)`` names each way: a row stays short
     /// whatever a policy grants.
     static let shownPaths = 4
 

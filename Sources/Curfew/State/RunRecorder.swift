@@ -27,7 +27,7 @@ final class RunRecorder: Sendable {
     init(store: StateStore, isolation: Isolation, sandbox: SandboxPolicy?) {
         self.store = store
         self.isolation = isolation
-        self.sandbox = SandboxPolicy.summary(sandbox)
+        self.sandbox = SandboxPolicy.summary(sandbox, isolation: isolation)
     }
 
     /// Records the run's start.

@@ -600,7 +600,7 @@ public final class StateStore: @unchecked Sendable {
             "CREATE INDEX IF NOT EXISTS job_runs_running ON job_runs (id) WHERE outcome = 'running'",
         ],
         [
-            // The sandbox each run had (``SandboxPolicy/summary(_:)``); '' before it was kept.
+            // The sandbox each run had (``SandboxPolicy/summary(_:isolation:)``); '' before it was kept.
             "ALTER TABLE job_runs ADD COLUMN sandbox TEXT NOT NULL DEFAULT ''",
         ],
     ]
@@ -693,7 +693,7 @@ public struct JobRecord: Sendable, Equatable {
     /// The size of the job's checkpoint when it ended (before a completed job's is cleared).
     public var checkpointBytes: Int = 0
     public var hostVersion: String = HostInfo.version
-    /// The sandbox it had (``SandboxPolicy/summary(_:)``); empty when the
+    /// The sandbox it had (``SandboxPolicy/summary(_:isolation:)``); empty when the
     /// store is older than that record.
     public var sandbox: String = ""
 

@@ -60,6 +60,9 @@ public final class RunHost: Sendable {
         /// A stop was asked for: every job expires now and has `lead` to clean up.
         case stopping(reason: String, lead: Duration)
         case run(RunEvent, at: CurfewInstant)
+        /// How what the jobs start is ended: in a cgroup per worker, or by
+        /// the subreaper walk (the reason there is no cgroup). Before the scan.
+        case processes(WorkerCgroups.Setup)
     }
 
     public enum Warning: Sendable, Equatable {
@@ -146,6 +149,10 @@ public final class RunHost: Sendable {
         // outlives its job by calling setsid() or forking twice; nor does a
         // scanner worker whose fork server died.
         if options.ownsProcess { ChildProcesses.adoptOrphans() }
+        // Before any other process starts: the host may move into a leaf.
+        let cgroups = options.ownsProcess && options.configuration.isolation != .none
+        if cgroups { events(.processes(WorkerCgroups.prepare())) }
+        defer { if cgroups { WorkerCgroups.finish() } }
         // Isolated, the workers' fork server starts while the plugins are scanned.
         Runner.startWorkersEarly(for: options.configuration)
         defer { Runner.discardEarlyWorkers() }

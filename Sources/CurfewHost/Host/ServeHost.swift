@@ -38,6 +38,8 @@ public final class ServeHost: Sendable {
         case serving(Server)
         /// A stop was asked for: every running job expires now.
         case stopping(reason: String)
+        /// How what the jobs start is ended (see ``RunHost/Event/processes(_:)``).
+        case processes(WorkerCgroups.Setup)
     }
 
     /// Why the host did not start.
@@ -85,8 +87,13 @@ public final class ServeHost: Sendable {
                 return Outcome(failure: .signals(error.description), status: ExitCode.failure)
             }
             ChildProcesses.adoptOrphans()
+            // Before any other process starts: the host may move into a leaf.
+            events(.processes(WorkerCgroups.prepare()))
         }
-        defer { signals?.cancel() }
+        defer {
+            signals?.cancel()
+            if options.ownsProcess { WorkerCgroups.finish() }
+        }
 
         var serverOptions = options.server
         // Once, at the start: the kernel is the same for every run.

@@ -90,7 +90,7 @@ extension Server {
             line.add("last_outcome", state.entry.lastOutcome?.rawValue)
             line.add("failures", Int64(state.entry.failures))
             line.add("skipped", Int64(state.entry.skipped))
-            line.add("sandbox", SandboxPolicy.summary(state.sandbox))
+            line.add("sandbox", SandboxPolicy.summary(state.sandbox, isolation: state.isolation))
             line.add("remaining", state.running?.timeRemaining?.seconds)
             if let chunks = state.running?.chunks { line.add("chunks", Int64(clamping: chunks)) }
             if let progress = state.running?.progress {

@@ -56,6 +56,8 @@ public final class Server: @unchecked Sendable {
         public let isWaiting: Bool
         /// The sandbox its runs get (`nil`: none).
         public let sandbox: SandboxPolicy?
+        /// How its runs are isolated.
+        public let isolation: Isolation
     }
 
     public let options: Options
@@ -311,7 +313,7 @@ public final class Server: @unchecked Sendable {
             shown.runningSince = entry.runningSince.map(clock.wallTime)
             return JobState(
                 job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name),
-                sandbox: sandbox(for: policy(for: name)))
+                sandbox: sandbox(for: policy(for: name)), isolation: policy(for: name).isolation ?? options.run.isolation)
         }
     }
 

@@ -18,17 +18,25 @@ package enum CPUQuota {
     package static func processors(
         cgroupFile: String = "/proc/self/cgroup", mountInfoFile: String = "/proc/self/mountinfo"
     ) -> Int? {
-        guard let cgroups = readText(cgroupFile, limit: 64 << 10),
-            let mounts = readText(mountInfoFile, limit: 1 << 20)
-        else { return nil }
         var smallest: Int?
-        for folder in groupFolders(cgroups: cgroups, mountInfo: mounts) {
+        for folder in ownGroups(cgroupFile: cgroupFile, mountInfoFile: mountInfoFile) {
             for (quota, period) in limits(along: folder) {
                 let count = processors(quota: quota, period: period)
                 smallest = min(smallest ?? count, count)
             }
         }
         return smallest
+    }
+
+    /// This process's groups that can hold a CPU limit (``groupFolders(cgroups:mountInfo:)``),
+    /// read from the kernel's files.
+    package static func ownGroups(
+        cgroupFile: String = "/proc/self/cgroup", mountInfoFile: String = "/proc/self/mountinfo"
+    ) -> [GroupFolder] {
+        guard let cgroups = readText(cgroupFile, limit: 64 << 10),
+            let mounts = readText(mountInfoFile, limit: 1 << 20)
+        else { return [] }
+        return groupFolders(cgroups: cgroups, mountInfo: mounts)
     }
 
     /// Whole processors for `quota` of every `period`: rounded up, at least one.

@@ -22,6 +22,10 @@ uint64_t curfew_shim_monotonic_nanoseconds(void);
  * exits, or -1 with errno set. */
 int curfew_shim_pidfd_open(int pid);
 
+/* 1 when the extended attribute `name` of `path` begins with '1' (how
+ * systemd marks a delegated cgroup), else 0. */
+int curfew_shim_xattr_is_set(const char *path, const char *name);
+
 /* pidfd_send_signal(pidfd, signal, NULL, 0): 0, or -1 with errno set (ESRCH
  * once that process has exited, whatever now has its pid). */
 int curfew_shim_pidfd_send_signal(int pidfd, int signal);

@@ -26,5 +26,81 @@ extension ProcessTests.Second {
             #expect(alive.isEmpty, "\(alive.count) of 5 outlived the job")
             alive.forEach { kill($0, SIGKILL) }  // tidy up should the test fail
         }
+
+        /// A run killed with SIGKILL ends nothing: what its job started
+        /// after `setsid()` outlives it. Where a cgroup is delegated, the
+        /// next host that starts workers ends it, from the dead host's
+        /// folder, and removes that; elsewhere the host says it has no
+        /// cgroup (and the test ends the sleepers itself).
+        @Test func whatAKilledRunLeftIsEndedByTheNextOne() async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let folder = Fixtures.temporaryFolder("left")
+            let pidFile = folder + "/pids"
+            let (first, _) = try Fixtures.startCurfew(
+                ["run", plugin, "--isolate", "job", "--only", "forks", "--param", "children=3", "--param", "setsid=1",
+                 "--param", "stay=1", "--param", "pidfile=\(pidFile)", "--allow-write", folder, "--no-state", "--budget", "60s", "--json"])
+            var pids: [pid_t] = []
+            for _ in 0..<2000 where pids.count < 3 {
+                try await Task.sleep(for: .milliseconds(10))
+                let text = (try? String(contentsOfFile: pidFile, encoding: .utf8)) ?? ""
+                if text.hasSuffix("\n") { pids = text.split(separator: "\n").compactMap { pid_t($0) } }
+            }
+            defer { pids.forEach { kill($0, SIGKILL) } }
+            try #require(pids.count == 3, "the job wrote its children's pids")
+            kill(first.processIdentifier, SIGKILL)
+            await Fixtures.wait(for: first)  // reaped: its pid is free, and its folder stale
+
+            let state = Fixtures.temporaryFolder("state")
+            let next = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--isolate", "job", "--only", "forks", "--param", "children=0", "--state", state, "--verbose"],
+                timeout: .seconds(20))
+            #expect(next.status == 0, "\(next.stderr)")
+            let said = try #require(next.stderr.split(separator: "\n").first { $0.hasPrefix("workers get ") }, "\(next.stderr)")
+            let sandbox = try StateStore(folder: state).history(job: "forks").first?.sandbox
+            guard said.hasPrefix("workers get a cgroup each under ") else {
+                #expect(said.hasPrefix("workers get no cgroup ("), "\(said)")
+                #expect(sandbox == "on")
+                return
+            }
+            #expect(sandbox == "on; cgroup")
+            var alive: [pid_t] = []
+            for pid in pids where !(await Fixtures.isGone(pid)) { alive.append(pid) }
+            #expect(alive.isEmpty, "\(alive.count) of 3 outlived the next run")
+            // The next host's own folder went with it.
+            let own = String(said.dropFirst("workers get a cgroup each under ".count).prefix { $0 != " " })
+            #expect(own.contains("/curfew.") && !FileManager.default.fileExists(atPath: own), "\(own)")
+        }
+
+        /// A host in a cgroup below the root uses it only where it is
+        /// delegated (marked `trusted.delegate`, as systemd does): then its
+        /// workers get cgroups beneath it; unmarked, it says why it makes
+        /// none. Where this process may not make cgroups, there is nothing to try.
+        @Test func aCgroupBelowTheRootIsUsedOnlyWhereDelegated() async throws {
+            typealias SetAttribute = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeRawPointer, Int, Int32) -> Int32
+            guard geteuid() == 0, let (mine, _) = WorkerCgroups.ownCgroup(), access(mine, W_OK) == 0,
+                let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "setxattr")
+            else { return }
+            let setAttribute = unsafeBitCast(symbol, to: SetAttribute.self)
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            for delegated in [false, true] {
+                let cgroup = "\(mine)/curfew-test-\(getpid())-\(delegated)"
+                try FileManager.default.createDirectory(atPath: cgroup, withIntermediateDirectories: false)
+                defer { rmdir(cgroup) }
+                if delegated { try #require(setAttribute(cgroup, "trusted.delegate", "1", 1, 0) == 0) }
+                let run = try await Fixtures.run(
+                    "/bin/sh",
+                    ["-c", #"echo $$ > "$0/cgroup.procs" && exec "$@""#, cgroup, Fixtures.curfewExecutable, "run", plugin,
+                     "--isolate", "job", "--only", "forks", "--param", "children=0", "--no-state", "--verbose"],
+                    timeout: .seconds(20))
+                #expect(run.status == 0, "\(run.stderr)")
+                let said = run.stderr.split(separator: "\n").first { $0.hasPrefix("workers get ") } ?? ""
+                if delegated {
+                    #expect(said.hasPrefix("workers get a cgroup each under \(cgroup)/curfew."), "\(run.stderr)")
+                } else {
+                    #expect(said == "workers get no cgroup (its cgroup \(cgroup) is not delegated to it, as systemd's Delegate=yes does): what a job starts ends by the subreaper walk.", "\(run.stderr)")
+                }
+            }
+        }
     }
 }

@@ -87,6 +87,14 @@ enum Fixtures {
         isolation == .none ? [] : ["--allow-write", folder]
     }
 
+    /// What a `curfew` this process starts adds to an isolated run's
+    /// sandbox summary: "; cgroup" where its workers get cgroups (it is in
+    /// this process's cgroup, and that one is delegated), else "".
+    static let cgroupSuffix: String = {
+        guard let (cgroup, isRoot) = WorkerCgroups.ownCgroup() else { return "" }
+        return (isRoot ? access(cgroup, W_OK) == 0 : WorkerCgroups.isDelegated(cgroup)) ? "; cgroup" : ""
+    }()
+
     /// A fresh folder under the test run's work folder (see `workRoot`).
     static func temporaryFolder(_ name: String = "dir") -> String {
         let path = workRoot + "/\(name)-\(nextSerial())"

@@ -48,6 +48,7 @@ final class WorkerProcess: @unchecked Sendable {
     /// A worker this process started (and reaps).
     init(_ worker: WorkerPool.Worker) {
         pid = worker.process.pid
+        cgroup = Mutex((nil, false))
         channel = worker.channel
         process = worker.process
         exitPipe = []
@@ -55,9 +56,14 @@ final class WorkerProcess: @unchecked Sendable {
         OSThread.detach { self.supervise(out: out, err: err) }
     }
 
-    /// A worker the fork server forked (and reaps); `exitPipe` is this one's own.
-    init(forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32]) {
+    /// A worker the fork server forked (and reaps); `exitPipe` is this one's
+    /// own, `cgroup` the one it was moved into (``cgroup(for:)``).
+    init(
+        forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32],
+        cgroup group: WorkerCgroup?
+    ) {
         pid = child.pid
+        cgroup = Mutex((group, false))
         self.channel = channel
         self.exitPipe = exitPipe
         process = ForkedWorker(child, of: server) { end in
@@ -89,6 +95,36 @@ final class WorkerProcess: @unchecked Sendable {
             let made = try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
             scratch.folder = made
             return made
+        }
+    }
+
+    /// The worker's own cgroup (see ``WorkerCgroups``): made before its
+    /// first job's plugin code runs, killed whole when it exits or is
+    /// killed, removed once it is reaped (then `closed`).
+    private let cgroup: Mutex<(group: WorkerCgroup?, closed: Bool)>
+
+    /// A new cgroup with process `pid` in it, where the host has a subtree
+    /// for them (``WorkerCgroups``), or `nil`.
+    static func cgroup(for pid: Int32) -> WorkerCgroup? {
+        try? WorkerCgroups.current?.make(with: pid)
+    }
+
+    /// Gives the worker its cgroup's `limits`, first moving it into one of
+    /// its own where the host has a subtree for them and it has none yet:
+    /// `nil`, or why it could not.
+    func confine(_ limits: ResourceLimits) -> String? {
+        guard let cgroups = WorkerCgroups.current else { return nil }
+        return cgroup.withLock { state -> String? in
+            guard !state.closed else { return nil }
+            do throws(SystemError) {
+                let group: WorkerCgroup
+                if let made = state.group { group = made } else { group = try cgroups.make(with: pid) }
+                state.group = group
+                try cgroups.limit(group, memoryBytes: limits.memoryBytes)
+                return nil
+            } catch {
+                return "its worker's cgroup could not be made or limited (\(error.message)): what the job starts ends by the subreaper walk"
+            }
         }
     }
 
@@ -129,7 +165,10 @@ final class WorkerProcess: @unchecked Sendable {
             return true
         }
         // Sent only while the group is still the worker's (see TeardownTarget).
-        if first { process.killGroup() }
+        if first {
+            process.killGroup()
+            cgroup.withLock { $0.group }?.kill()
+        }
     }
 
     /// No more jobs will come: the worker exits once its jobs have ended.
@@ -271,6 +310,12 @@ final class WorkerProcess: @unchecked Sendable {
                 state.withLock { $0.jobs.values.first }?.warn("its scratch folder \(folder) could not be removed: \(error.message)")
             }
         }
+        if let group = cgroup.withLock({ state -> WorkerCgroup? in
+            state.closed = true
+            return state.group
+        }), !group.remove(allowed: .seconds(1)) {
+            state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: a process in it did not end")
+        }
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
         // handed to the next worker.
@@ -297,7 +342,11 @@ final class WorkerProcess: @unchecked Sendable {
             defer { state.exited = true }
             return !state.exited
         }
-        if first { process.killGroup() }
+        if first {
+            process.killGroup()
+            // What left the group (setsid) is still in the cgroup.
+            cgroup.withLock { $0.group }?.kill()
+        }
     }
 
     /// Whether a channel line reports the end of a job (a cheap look, before parsing).

@@ -137,6 +137,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 return conclude(.crashed, "cannot make a scratch folder for its worker in \(Syscalls.temporaryFolder): \(error.message)")
             }
         }
+        // Before the run message: no plugin code runs outside it.
+        if let problem = process.confine(configuration.limits) { warn(problem) }
         control.withLock { $0.process = process }
         guard process.host(self, message: runMessage(started: now, checkpoint: saved, sandbox: sandbox)) else {
             return conclude(.crashed, "its worker had already exited")
