@@ -151,7 +151,12 @@ public final class RunHost: Sendable {
         if options.ownsProcess { ChildProcesses.adoptOrphans() }
         // Before any other process starts: the host may move into a leaf.
         let cgroups = options.ownsProcess && options.configuration.isolation != .none
-        if cgroups { events(.processes(WorkerCgroups.prepare())) }
+        if cgroups {
+            let setup = WorkerCgroups.prepare()
+            events(.processes(setup))
+            // What a killed host before this one left, ended from its cgroup folder.
+            if case .on(let made) = setup, made.ended > 0 { events(.warning(.strays(made.ended))) }
+        }
         defer { if cgroups { WorkerCgroups.finish() } }
         // Isolated, the workers' fork server starts while the plugins are scanned.
         Runner.startWorkersEarly(for: options.configuration)

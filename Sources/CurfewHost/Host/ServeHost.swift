@@ -80,6 +80,8 @@ public final class ServeHost: Sendable {
     public func run() async -> Outcome {
         let reloads = Mutex<(@Sendable () -> Void)?>(nil)
         var signals: SignalMonitor?
+        // What a killed host before this one left, ended from its cgroup folder.
+        var swept = 0
         if options.ownsProcess {
             do throws(CurfewError) {
                 signals = try stop.catchSignals(status: { _ in ExitCode.success }, hangUp: { reloads.withLock { $0 }?() })
@@ -88,7 +90,9 @@ public final class ServeHost: Sendable {
             }
             ChildProcesses.adoptOrphans()
             // Before any other process starts: the host may move into a leaf.
-            events(.processes(WorkerCgroups.prepare()))
+            let setup = WorkerCgroups.prepare()
+            events(.processes(setup))
+            if case .on(let cgroups) = setup { swept = cgroups.ended }
         }
         defer {
             signals?.cancel()
@@ -114,10 +118,10 @@ public final class ServeHost: Sendable {
             // alone now) left running when it was killed: ended before this
             // one starts anything, which it marks in turn.
             let mark = ChildProcesses.mark(of: store.path)
-            let strays = ChildProcesses.endMarked(mark)
-            if strays > 0 { events(.warning(.strays(strays))) }
+            swept += ChildProcesses.endMarked(mark)
             ChildProcesses.mark = mark
         }
+        if swept > 0 { events(.warning(.strays(swept))) }
         let server: Server
         let socket: ControlSocket
         do throws(CurfewError) {

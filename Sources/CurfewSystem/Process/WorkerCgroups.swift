@@ -3,8 +3,8 @@ import Synchronization
 import _CurfewShims
 
 /// The cgroup v2 subtree a host gives its workers, where one is delegated
-/// to it: each worker runs in a cgroup of its own, `curfew.<host pid>/worker.<n>`
-/// beneath the host's, its `memory.max` the run's memory limit where that
+/// to it: each worker runs in a cgroup of its own, `curfew.<host>/worker.<n>`
+/// beneath the host's (``HostName``), its `memory.max` the run's memory limit where that
 /// controller is delegated too, and killed whole
 /// (`cgroup.kill`) when the worker ends, so nothing a job starts outlives
 /// it, however it detached. Where none is delegated, the subreaper walk
@@ -14,13 +14,16 @@ public final class WorkerCgroups: Sendable {
     public let folder: String
     /// The controllers each worker's cgroup has: `memory`, or none.
     public let controllers: [String]
+    /// How many processes dead hosts had left in their folders, ended as this one prepared.
+    public let ended: Int
     /// The host moved itself into `folder/host` to give its workers controllers.
     private let hostInside: Bool
     private let made = Atomic<UInt64>(0)
 
-    private init(folder: String, controllers: [String], hostInside: Bool) {
+    private init(folder: String, controllers: [String], ended: Int, hostInside: Bool) {
         self.folder = folder
         self.controllers = controllers
+        self.ended = ended
         self.hostInside = hostInside
     }
 
@@ -60,9 +63,10 @@ public final class WorkerCgroups: Sendable {
         // The host's own leaf stays while the host is in it (its unit's end
         // removes it); a kill of the whole folder would end the host too.
         if cgroups.hostInside {
-            for name in children(of: cgroups.folder) where name != "host" {
-                _ = WorkerCgroup(path: "\(cgroups.folder)/\(name)").remove(allowed: .seconds(1))
-            }
+            let workers = children(of: cgroups.folder).filter { $0 != "host" }.map { WorkerCgroup(path: "\(cgroups.folder)/\($0)") }
+            // All killed first: their ends overlap.
+            workers.forEach { _ = $0.kill() }
+            workers.forEach { _ = $0.remove(allowed: .seconds(1)) }
         } else {
             sweep(cgroups.folder)
         }
@@ -77,7 +81,7 @@ public final class WorkerCgroups: Sendable {
         do throws(SystemError) {
             try group.add(pid)
         } catch {
-            _ = group.remove(allowed: .zero)
+            _ = group.removeTree()
             throw error
         }
         return group
@@ -108,14 +112,21 @@ public final class WorkerCgroups: Sendable {
         guard isRoot || isDelegated(own) else {
             return .off(reason: "its cgroup \(own) is not delegated to it, as systemd's Delegate=yes does")
         }
-        for stale in staleFolders(in: own) { sweep(stale) }
-        let pid = Syscalls.processID
-        let folder = "\(own)/curfew.\(pid)"
+        guard access(own, W_OK) == 0 else { return .off(reason: "cannot write its cgroup \(own): \(SystemError.last.message)") }
+        guard let me = HostName.current() else { return .off(reason: "cannot read this process's start in /proc/self/stat") }
+        let ended = staleFolders(in: own, besides: me).reduce(0) { $0 + sweep($1) }
+        let folder = "\(own)/\(me.folderName)"
         do throws(SystemError) {
             try Syscalls.makeFolder(folder, permissions: 0o755)
         } catch {
             return .off(reason: "cannot make \(folder): \(error.message)")
         }
+        // cgroup.kill came with Linux 5.14: without it a cgroup ends nothing.
+        guard Syscalls.exists(folder + "/cgroup.kill") else {
+            try? Syscalls.removeFolder(folder)
+            return .off(reason: "this kernel's cgroups have no cgroup.kill (Linux 5.14)")
+        }
+        let pid = Syscalls.processID
         var hostInside = false
         let available = Set(words(own + "/cgroup.controllers"))
         var enabled = Set(words(own + "/cgroup.subtree_control"))
@@ -139,7 +150,7 @@ public final class WorkerCgroups: Sendable {
             enabled.insert(controller)
         }
         let given = wanted.filter { enabled.contains($0) && (try? write("+\($0)", to: folder + "/cgroup.subtree_control")) != nil }
-        return .on(WorkerCgroups(folder: folder, controllers: given, hostInside: hostInside))
+        return .on(WorkerCgroups(folder: folder, controllers: given, ended: ended, hostInside: hostInside))
     }
 
     /// This process's cgroup v2 folder, and whether it is the hierarchy's
@@ -148,42 +159,97 @@ public final class WorkerCgroups: Sendable {
         CPUQuota.ownGroups().first { $0.version == .v2 }.map { ($0.folder, $0.folder == $0.mountPoint) }
     }
 
-    /// Whether `cgroup` was delegated to this process and it may write it:
-    /// systemd marks a `Delegate=yes` unit's cgroup `trusted.delegate` (or
-    /// `user.delegate`), and gives it to the unit's user (who cannot read a
-    /// `trusted.` attribute).
+    /// Whether `cgroup` was delegated to this process: systemd marks a
+    /// `Delegate=yes` unit's cgroup `trusted.delegate` (`user.delegate`
+    /// under a user's manager; systemd 251 and later), and gives it to the
+    /// unit's user, who cannot read a `trusted.` attribute: a cgroup of this
+    /// user's whose parent is not is where a delegation begins. (Every
+    /// cgroup beneath a user's manager is that user's, delegated or not.)
     package static func isDelegated(_ cgroup: String) -> Bool {
-        guard access(cgroup, W_OK) == 0 else { return false }
         let user = Syscalls.userID
-        if user != 0, let status = try? Syscalls.fileStatus(cgroup), status.owner == user { return true }
+        if user != 0, let own = try? Syscalls.fileStatus(cgroup), own.owner == user,
+            let parent = try? Syscalls.fileStatus(Syscalls.folder(of: cgroup)), parent.owner != user
+        {
+            return true
+        }
         let names: [String] = ["trusted.delegate", "user.delegate"]
         return names.contains { name in curfew_shim_xattr_is_set(cgroup, name) == 1 }
     }
 
-    /// The `curfew.<pid>` folders in `cgroup` whose host is gone.
-    private static func staleFolders(in cgroup: String) -> [String] {
-        guard let folder = try? Syscalls.openFolder(cgroup) else { return [] }
-        defer { Syscalls.close(folder) }
-        let entries = (try? Syscalls.directoryEntries(in: folder)) ?? []
-        return entries.compactMap { entry in
-            guard entry.name.hasPrefix("curfew."), let pid = Int32(entry.name.dropFirst(7)), pid > 0,
-                pid != Syscalls.processID, Glibc.kill(pid, 0) != 0 && errno == ESRCH
+    /// Who made a `curfew.` folder, in its name: a host's pid, when it
+    /// started (clock ticks since boot) and its pid namespace, so that a pid
+    /// used again, or a host in another namespace that shares the cgroup,
+    /// is never taken for the host that made it.
+    package struct HostName: Equatable {
+        package let pid: Int32
+        package let start: UInt64
+        package let namespace: UInt64
+
+        package var folderName: String { "curfew.\(pid).\(start).\(namespace)" }
+
+        package init(pid: Int32, start: UInt64, namespace: UInt64) {
+            self.pid = pid
+            self.start = start
+            self.namespace = namespace
+        }
+
+        /// A folder's name read back, or `nil` when it is no host's.
+        package init?(folderName name: String) {
+            guard name.hasPrefix("curfew.") else { return nil }
+            let parts = name.dropFirst(7).split(separator: ".", omittingEmptySubsequences: false)
+            guard parts.count == 3, parts.allSatisfy({ $0.utf8.count <= 20 }), let pid = Int32(parts[0]), pid > 0,
+                let start = UInt64(parts[1]), let namespace = UInt64(parts[2])
             else { return nil }
-            return "\(cgroup)/\(entry.name)"
+            self.init(pid: pid, start: start, namespace: namespace)
+        }
+
+        /// This process's.
+        package static func current() -> HostName? {
+            guard let start = startTime(of: "self"), let namespace = try? Syscalls.fileStatus("/proc/self/ns/pid").inode else { return nil }
+            return HostName(pid: Syscalls.processID, start: start, namespace: namespace)
+        }
+
+        /// Whether the host it names is gone: it was of this pid namespace
+        /// (another's hosts are not seen here) and no process has its pid
+        /// and start.
+        package func isGone(seenFrom me: HostName) -> Bool {
+            guard namespace == me.namespace, self != me else { return false }
+            return Self.startTime(of: "\(pid)") != start
+        }
+
+        /// Field 22 of `/proc/PID/stat`, after the command's closing parenthesis.
+        package static func startTime(of process: String) -> UInt64? {
+            guard let bytes = try? Syscalls.readPrefix("/proc/\(process)/stat", count: 4096),
+                let close = bytes.lastIndex(of: UInt8(ascii: ")"))
+            else { return nil }
+            let fields = bytes[(close + 1)...].split(separator: UInt8(ascii: " "))
+            // The fields after the command start at the state (field 3).
+            guard fields.count > 19, fields[19].count <= 20, let text = String(validating: fields[19], as: UTF8.self) else { return nil }
+            return UInt64(text)
         }
     }
 
-    /// Kills everything in `folder` and removes it with its cgroups.
-    private static func sweep(_ folder: String) {
+    /// The `curfew.` folders in `cgroup` whose host is gone.
+    private static func staleFolders(in cgroup: String, besides me: HostName) -> [String] {
+        children(of: cgroup).compactMap { name in
+            guard let host = HostName(folderName: name), host.isGone(seenFrom: me) else { return nil }
+            return "\(cgroup)/\(name)"
+        }
+    }
+
+    /// Kills everything in `folder` and removes it with its cgroups: how
+    /// many processes it held.
+    @discardableResult
+    private static func sweep(_ folder: String) -> Int {
         let all = WorkerCgroup(path: folder)
-        all.kill()
-        _ = all.waitUntilEmpty(allowed: .seconds(1))
-        for name in children(of: folder) { try? Syscalls.removeFolder("\(folder)/\(name)") }
-        try? Syscalls.removeFolder(folder)
+        let count = all.processCount()
+        if all.kill() { _ = all.waitUntilEmpty(allowed: .seconds(1)) }
+        _ = all.removeTree()
+        return count
     }
 
     /// The names of the cgroups directly beneath `folder`.
-    private static func children(of folder: String) -> [String] {
+    fileprivate static func children(of folder: String) -> [String] {
         guard let handle = try? Syscalls.openFolder(folder) else { return [] }
         defer { Syscalls.close(handle) }
         let entries = (try? Syscalls.directoryEntries(in: handle)) ?? []
@@ -208,14 +274,20 @@ public final class WorkerCgroups: Sendable {
 package struct WorkerCgroup: Sendable {
     package let path: String
 
+    package init(path: String) {
+        self.path = path
+    }
+
     /// Moves process `pid`, every thread of it, in.
     package func add(_ pid: Int32) throws(SystemError) {
         try set("cgroup.procs", "\(pid)")
     }
 
-    /// SIGKILLs every process in it, and in the cgroups beneath, at once.
-    package func kill() {
-        try? set("cgroup.kill", "1")
+    /// SIGKILLs every process in it, and in the cgroups beneath, at once:
+    /// whether the kernel took the request.
+    @discardableResult
+    package func kill() -> Bool {
+        (try? set("cgroup.kill", "1")) != nil
     }
 
     /// Waits up to `allowed` for it to hold no process (a zombie holds
@@ -241,11 +313,34 @@ package struct WorkerCgroup: Sendable {
     }
 
     /// Kills what is left, waits up to `allowed` for it to empty and removes
-    /// it: whether it is gone.
-    package func remove(allowed: Duration) -> Bool {
-        kill()
-        _ = waitUntilEmpty(allowed: allowed)
-        return (try? Syscalls.removeFolder(path)) != nil
+    /// it with any cgroup made beneath it: `nil` once it is gone (or was
+    /// already), else why not.
+    package func remove(allowed: Duration) -> SystemError? {
+        if kill() { _ = waitUntilEmpty(allowed: allowed) }
+        return removeTree()
+    }
+
+    /// How many processes it and the cgroups beneath it hold.
+    func processCount(depth: Int = 0) -> Int {
+        guard depth < 64 else { return 0 }
+        let own = WorkerCgroups.words(path + "/cgroup.procs").count
+        return WorkerCgroups.children(of: path).reduce(own) { $0 + WorkerCgroup(path: "\(path)/\($1)").processCount(depth: depth + 1) }
+    }
+
+    /// Removes it and the cgroups beneath it, deepest first (a job may
+    /// have made some): `nil`, or the first error but a missing folder.
+    func removeTree(depth: Int = 0) -> SystemError? {
+        // The kernel caps a hierarchy's depth; so does this walk.
+        guard depth < 64 else { return SystemError(errno: ELOOP) }
+        for name in WorkerCgroups.children(of: path) {
+            if let error = WorkerCgroup(path: "\(path)/\(name)").removeTree(depth: depth + 1) { return error }
+        }
+        do throws(SystemError) {
+            try Syscalls.removeFolder(path)
+            return nil
+        } catch {
+            return error == .noEntry ? nil : error
+        }
     }
 
     func set(_ file: String, _ value: String) throws(SystemError) {

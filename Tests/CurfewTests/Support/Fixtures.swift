@@ -91,8 +91,11 @@ enum Fixtures {
     /// sandbox summary: "; cgroup" where its workers get cgroups (it is in
     /// this process's cgroup, and that one is delegated), else "".
     static let cgroupSuffix: String = {
-        guard let (cgroup, isRoot) = WorkerCgroups.ownCgroup() else { return "" }
-        return (isRoot ? access(cgroup, W_OK) == 0 : WorkerCgroups.isDelegated(cgroup)) ? "; cgroup" : ""
+        guard ProcessInfo.processInfo.environment[WorkerCgroups.offVariable] != "off",
+            let (cgroup, isRoot) = WorkerCgroups.ownCgroup(), isRoot || WorkerCgroups.isDelegated(cgroup), access(cgroup, W_OK) == 0,
+            isRoot || Syscalls.exists(cgroup + "/cgroup.kill")
+        else { return "" }
+        return "; cgroup"
     }()
 
     /// A fresh folder under the test run's work folder (see `workRoot`).

@@ -100,7 +100,8 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its
     /// first job's plugin code runs, killed whole when it exits or is
-    /// killed, removed once it is reaped (then `closed`).
+    /// killed, removed once it is reaped. `closed` once it has exited: its
+    /// pid may then be another process's, which no cgroup may take in.
     private let cgroup: Mutex<(group: WorkerCgroup?, closed: Bool)>
 
     /// A new cgroup with process `pid` in it, where the host has a subtree
@@ -116,14 +117,22 @@ final class WorkerProcess: @unchecked Sendable {
         guard let cgroups = WorkerCgroups.current else { return nil }
         return cgroup.withLock { state -> String? in
             guard !state.closed else { return nil }
-            do throws(SystemError) {
-                let group: WorkerCgroup
-                if let made = state.group { group = made } else { group = try cgroups.make(with: pid) }
+            let group: WorkerCgroup
+            if let made = state.group {
+                group = made
+            } else {
+                do throws(SystemError) {
+                    group = try cgroups.make(with: pid)
+                } catch {
+                    return "its worker has no cgroup of its own (\(error.message)): what the job starts ends by the subreaper walk"
+                }
                 state.group = group
+            }
+            do throws(SystemError) {
                 try cgroups.limit(group, memoryBytes: limits.memoryBytes)
                 return nil
             } catch {
-                return "its worker's cgroup could not be made or limited (\(error.message)): what the job starts ends by the subreaper walk"
+                return "its worker's cgroup did not take the memory limit (\(error.message)): only its own address space is bounded"
             }
         }
     }
@@ -310,11 +319,8 @@ final class WorkerProcess: @unchecked Sendable {
                 state.withLock { $0.jobs.values.first }?.warn("its scratch folder \(folder) could not be removed: \(error.message)")
             }
         }
-        if let group = cgroup.withLock({ state -> WorkerCgroup? in
-            state.closed = true
-            return state.group
-        }), !group.remove(allowed: .seconds(1)) {
-            state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: a process in it did not end")
+        if let group = cgroup.withLock({ $0.group }), let error = group.remove(allowed: .seconds(1)) {
+            state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: \(error.message)")
         }
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be
@@ -345,7 +351,10 @@ final class WorkerProcess: @unchecked Sendable {
         if first {
             process.killGroup()
             // What left the group (setsid) is still in the cgroup.
-            cgroup.withLock { $0.group }?.kill()
+            cgroup.withLock { state -> WorkerCgroup? in
+                state.closed = true
+                return state.group
+            }?.kill()
         }
     }
 
