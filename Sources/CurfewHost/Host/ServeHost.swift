@@ -80,8 +80,6 @@ public final class ServeHost: Sendable {
     public func run() async -> Outcome {
         let reloads = Mutex<(@Sendable () -> Void)?>(nil)
         var signals: SignalMonitor?
-        // What a killed host before this one left, ended from its cgroup folder.
-        var swept = 0
         if options.ownsProcess {
             do throws(CurfewError) {
                 signals = try stop.catchSignals(status: { _ in ExitCode.success }, hangUp: { reloads.withLock { $0 }?() })
@@ -92,7 +90,7 @@ public final class ServeHost: Sendable {
             // Before any other process starts: the host may move into a leaf.
             let setup = WorkerCgroups.prepare()
             events(.processes(setup))
-            if case .on(let cgroups) = setup { swept = cgroups.ended }
+            if case .on(let cgroups) = setup, cgroups.ended > 0 { events(.warning(.strays(cgroups.ended))) }
         }
         defer {
             signals?.cancel()
@@ -118,10 +116,10 @@ public final class ServeHost: Sendable {
             // alone now) left running when it was killed: ended before this
             // one starts anything, which it marks in turn.
             let mark = ChildProcesses.mark(of: store.path)
-            swept += ChildProcesses.endMarked(mark)
+            let strays = ChildProcesses.endMarked(mark)
+            if strays > 0 { events(.warning(.strays(strays))) }
             ChildProcesses.mark = mark
         }
-        if swept > 0 { events(.warning(.strays(swept))) }
         let server: Server
         let socket: ControlSocket
         do throws(CurfewError) {

@@ -79,6 +79,8 @@ public final class WorkerCgroups: Sendable {
         try Syscalls.makeFolder(path, permissions: 0o755)
         let group = WorkerCgroup(path: path)
         do throws(SystemError) {
+            // A job may make cgroups beneath its own, a few deep: its removal walks them.
+            try group.set("cgroup.max.depth", "8")
             try group.add(pid)
         } catch {
             _ = group.removeTree()
@@ -203,18 +205,24 @@ public final class WorkerCgroups: Sendable {
             self.init(pid: pid, start: start, namespace: namespace)
         }
 
-        /// This process's.
+        /// This process's, or `nil` where `/proc` is another pid
+        /// namespace's (its pids would name other processes).
         package static func current() -> HostName? {
-            guard let start = startTime(of: "self"), let namespace = try? Syscalls.fileStatus("/proc/self/ns/pid").inode else { return nil }
-            return HostName(pid: Syscalls.processID, start: start, namespace: namespace)
+            let pid = Syscalls.processID
+            guard (try? Syscalls.linkTarget("/proc/self")) == "\(pid)", let start = startTime(of: "\(pid)"),
+                let namespace = try? Syscalls.fileStatus("/proc/self/ns/pid").inode
+            else { return nil }
+            return HostName(pid: pid, start: start, namespace: namespace)
         }
 
         /// Whether the host it names is gone: it was of this pid namespace
-        /// (another's hosts are not seen here) and no process has its pid
-        /// and start.
+        /// (another's hosts are not seen here), and no process has its pid,
+        /// or the one that has it started at another time. A stat that
+        /// cannot be read says nothing: not gone.
         package func isGone(seenFrom me: HostName) -> Bool {
             guard namespace == me.namespace, self != me else { return false }
-            return Self.startTime(of: "\(pid)") != start
+            if let now = Self.startTime(of: "\(pid)") { return now != start }
+            return Glibc.kill(pid, 0) != 0 && errno == ESRCH
         }
 
         /// Field 22 of `/proc/PID/stat`, after the command's closing parenthesis.
@@ -243,7 +251,9 @@ public final class WorkerCgroups: Sendable {
     private static func sweep(_ folder: String) -> Int {
         let all = WorkerCgroup(path: folder)
         let count = all.processCount()
-        if all.kill() { _ = all.waitUntilEmpty(allowed: .seconds(1)) }
+        // Not this user's to kill (another's host): left, and not counted.
+        guard all.kill() else { return 0 }
+        _ = all.waitUntilEmpty(allowed: .seconds(1))
         _ = all.removeTree()
         return count
     }

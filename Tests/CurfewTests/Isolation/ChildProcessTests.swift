@@ -38,7 +38,8 @@ extension ProcessTests.Second {
             let pidFile = folder + "/pids"
             let (first, _) = try Fixtures.startCurfew(
                 ["run", plugin, "--isolate", "job", "--only", "forks", "--param", "children=3", "--param", "setsid=1",
-                 "--param", "stay=1", "--param", "pidfile=\(pidFile)", "--allow-write", folder, "--no-state", "--budget", "60s", "--json"])
+                 "--param", "stay=1", "--param", "pidfile=\(pidFile)", "--allow-write", folder, "--no-state", "--budget", "60s", "--json"],
+                environment: Fixtures.withCgroups)
             var pids: [pid_t] = []
             for _ in 0..<2000 where pids.count < 3 {
                 try await Task.sleep(for: .milliseconds(10))
@@ -54,7 +55,7 @@ extension ProcessTests.Second {
             let next = try await Fixtures.run(
                 Fixtures.curfewExecutable,
                 ["run", plugin, "--isolate", "job", "--only", "forks", "--param", "children=0", "--state", state, "--verbose"],
-                timeout: .seconds(20))
+                timeout: .seconds(20), environment: Fixtures.withCgroups)
             #expect(next.status == 0, "\(next.stderr)")
             let said = try #require(next.stderr.split(separator: "\n").first { $0.hasPrefix("workers get ") }, "\(next.stderr)")
             let sandbox = try StateStore(folder: state).history(job: "forks").first?.sandbox
@@ -78,8 +79,7 @@ extension ProcessTests.Second {
         /// none. Where this process may not make cgroups, there is nothing to try.
         @Test func aCgroupBelowTheRootIsUsedOnlyWhereDelegated() async throws {
             typealias SetAttribute = @convention(c) (UnsafePointer<CChar>, UnsafePointer<CChar>, UnsafeRawPointer, Int, Int32) -> Int32
-            guard geteuid() == 0, ProcessInfo.processInfo.environment[WorkerCgroups.offVariable] != "off",
-                let (mine, _) = WorkerCgroups.ownCgroup(), access(mine, W_OK) == 0,
+            guard geteuid() == 0, let (mine, _) = WorkerCgroups.ownCgroup(), access(mine, W_OK) == 0,
                 let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "setxattr")
             else { return }
             let setAttribute = unsafeBitCast(symbol, to: SetAttribute.self)
@@ -96,7 +96,7 @@ extension ProcessTests.Second {
                     "/bin/sh",
                     ["-c", #"echo $$ > "$0/cgroup.procs" && exec "$@""#, cgroup, Fixtures.curfewExecutable, "run", plugin,
                      "--isolate", "job", "--only", "forks", "--param", "children=0", "--no-state", "--verbose"],
-                    timeout: .seconds(20))
+                    timeout: .seconds(20), environment: Fixtures.withCgroups)
                 #expect(run.status == 0, "\(run.stderr)")
                 let said = run.stderr.split(separator: "\n").first { $0.hasPrefix("workers get ") } ?? ""
                 if delegated {

@@ -152,7 +152,7 @@ extension ProcessTests.First {
                 "sum-squares": "completed", "swift-primes": "completed", "sync-worker": "completed", "swift-uploader": "completed",
                 "timer-counter": "expired",
                 "fine": "completed", "prints": "completed", "segfault": "crashed", "abort": "crashed", "exits": "crashed",
-                "allocates": "crashed", "loops-in-expire": "terminated", "spawns-helper": "completed", "ticks": "expired",
+                "loops-in-expire": "terminated", "spawns-helper": "completed", "ticks": "expired",
                 "crashes-at-5": "crashed",
             ]
             let reasons = Dictionary(uniqueKeysWithValues: events.filter { $0.event == "finished" }.map { ($0.job!, $0.reason ?? "") })
@@ -166,6 +166,11 @@ extension ProcessTests.First {
                     #expect(reasons[endless]?.contains("at the hard deadline") == true)
                 }
             }
+            // It allocates until its memory limit ends its worker; beside two
+            // CPU hogs, its 2 s deadline once came first (its expire waited 500 ms).
+            let allocates = outcomes["allocates"]
+            #expect(allocates == "crashed" || reasons["allocates"]?.contains("at the hard deadline") == true, "\(reasons["allocates"] ?? "")")
+            expected["allocates"] = allocates
             let differing = Set(outcomes.keys).union(expected.keys).filter { outcomes[$0] != expected[$0] }.sorted()
             #expect(outcomes == expected, "\(differing.map { "\($0): \(outcomes[$0] ?? "none") (\(reasons[$0] ?? "")), not \(expected[$0] ?? "none")" })")
             #expect(reasons["loops-in-expire"]?.contains("at the hard deadline") == true)

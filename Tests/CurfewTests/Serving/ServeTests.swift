@@ -700,10 +700,7 @@ extension ProcessTests.First {
                 {"defaults": {"enabled": false}, "jobs": {"forks": {"enabled": true, "budget": "1h",
                  "params": {"children": "1", "setsid": "1", "stay": "1", "pidfile": "\#(pids)"}, "sandbox": {"write": ["\#(pidsFolder)"]}}}}
                 """#)
-            // The mark's path, without cgroups: any host starting beside this
-            // test would end a stray left in a dead host's cgroup folder.
-            let noCgroups = [WorkerCgroups.offVariable: "off"]
-            let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config], environment: noCgroups)
+            let first = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
             await first.wait(for: "\"event\":\"started\"")
             func strayPid() async throws -> pid_t? {
                 let give = ContinuousClock.now + .seconds(20)
@@ -752,7 +749,7 @@ extension ProcessTests.First {
             #expect(outlived == 0, "the stray outlived its host: errno \(errno), \((try? String(contentsOfFile: "/proc/\(stray)/stat", encoding: .utf8)) ?? "gone")")
 
             try FileManager.default.removeItem(atPath: pids)
-            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config], environment: noCgroups)
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
             await again.wait(for: "control socket")
             // Gone, or a zombie its new parent has not reaped yet.
             let give = ContinuousClock.now + .seconds(10)

@@ -31,8 +31,15 @@ enum Fixtures {
         environment["XDG_CACHE_HOME"] = workRoot + "/cache"
         environment["XDG_STATE_HOME"] = workRoot + "/state"
         environment.removeValue(forKey: "STATE_DIRECTORY")
+        // No cgroups but in the tests of them (which set it "on"): a host that
+        // makes them ends what any killed host left in its cgroup and says
+        // so, on another test's stderr.
+        environment[WorkerCgroups.offVariable] = "off"
         return environment
     }()
+
+    /// What a test of cgroups adds to a `curfew`'s environment.
+    static let withCgroups = [WorkerCgroups.offVariable: "on"]
 
     /// The environment for one `curfew` with `arguments`: a state folder of
     /// its own unless the test chose one, so what one test's run learns (a
@@ -86,17 +93,6 @@ enum Fixtures {
     static func allowingWrite(_ folder: String, in isolation: Isolation) -> [String] {
         isolation == .none ? [] : ["--allow-write", folder]
     }
-
-    /// What a `curfew` this process starts adds to an isolated run's
-    /// sandbox summary: "; cgroup" where its workers get cgroups (it is in
-    /// this process's cgroup, and that one is delegated), else "".
-    static let cgroupSuffix: String = {
-        guard ProcessInfo.processInfo.environment[WorkerCgroups.offVariable] != "off",
-            let (cgroup, isRoot) = WorkerCgroups.ownCgroup(), isRoot || WorkerCgroups.isDelegated(cgroup), access(cgroup, W_OK) == 0,
-            isRoot || Syscalls.exists(cgroup + "/cgroup.kill")
-        else { return "" }
-        return "; cgroup"
-    }()
 
     /// A fresh folder under the test run's work folder (see `workRoot`).
     static func temporaryFolder(_ name: String = "dir") -> String {

@@ -63,7 +63,10 @@ final class WorkerProcess: @unchecked Sendable {
         cgroup group: WorkerCgroup?
     ) {
         pid = child.pid
-        cgroup = Mutex((group, false))
+        // Moved in as it was forked, or never: once it exits its fork server
+        // reaps it at once, and a later move could take in another process
+        // that was given its pid.
+        cgroup = Mutex((group, group == nil))
         self.channel = channel
         self.exitPipe = exitPipe
         process = ForkedWorker(child, of: server) { end in
@@ -116,7 +119,9 @@ final class WorkerProcess: @unchecked Sendable {
     func confine(_ limits: ResourceLimits) -> String? {
         guard let cgroups = WorkerCgroups.current else { return nil }
         return cgroup.withLock { state -> String? in
-            guard !state.closed else { return nil }
+            guard !state.closed else {
+                return state.group == nil ? "its worker has no cgroup of its own: what the job starts ends by the subreaper walk" : nil
+            }
             let group: WorkerCgroup
             if let made = state.group {
                 group = made
