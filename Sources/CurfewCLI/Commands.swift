@@ -83,6 +83,8 @@ public enum CurfewMain {
             return state(options)
         case .history(let options):
             return history(options)
+        case .calendar(let options):
+            return CalendarCommand.run(options)
         }
     }
 

@@ -108,6 +108,16 @@ public struct HistoryOptions: Equatable, Sendable {
     public init() {}
 }
 
+/// What `curfew calendar` was asked to do.
+public struct CalendarOptions: Equatable, Sendable {
+    public var expressions: [String] = []
+    public var iterations = 1
+    /// `--base-time`, as given; `nil`: now.
+    public var baseTime: String?
+
+    public init() {}
+}
+
 /// What `curfew test` was asked to do.
 public struct TestOptions: Equatable, Sendable {
     public var plugin: String = ""

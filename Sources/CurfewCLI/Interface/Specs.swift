@@ -517,6 +517,37 @@ enum Specs {
         positional: { _, word throws(UsageError) in throw UsageError("Unexpected argument '\(word)'", command: .history) },
         finish: { options in .history(options) })
 
+    // MARK: calendar
+
+    static let calendar = SubcommandSpec.make(
+        .calendar, summary: "Show when calendar expressions elapse next, as systemd-analyze calendar does.",
+        usage: "curfew calendar <expression>...",
+        discussion: [
+            "An expression in systemd's calendar syntax (systemd.time(7)), as a job's",
+            "\"on\" takes in serve's config: [WEEKDAYS] [[YEAR-]MONTH-DAY]",
+            "[HOUR:MINUTE[:SECOND]] [ZONE], such as \"Mon..Fri *-*-* 02:00 Europe/Berlin\",",
+            "\"*-02~01\" (February's last day), \"*:0/15\" or \"hourly\". Each is printed",
+            "in its normalized form with its next elapses, in the local time zone.",
+        ],
+        arguments: [("<expression>", "A calendar expression; give several to see each.")],
+        options: [
+            OptionSpec(["--iterations"], value: "n", help: "Show the next n elapses. (default: 1)") { options, given throws(UsageError) in
+                guard let count = Int(given.text), (0...1000).contains(count) else { throw given.invalid("use a whole number from 0 to 1000") }
+                options.iterations = count
+            },
+            OptionSpec(["--base-time"], value: "time", help: "Count from this time, not now: a date and time such as \"2026-03-28 12:00:00 UTC\", or @ and seconds since 1970.") {
+                options, given throws(UsageError) in
+                options.baseTime = given.text
+            },
+        ],
+        exitStatus: [("0", "every expression was read"), ("1", "an expression is not one, or a time zone cannot be read"), ("64", "usage error")],
+        start: { CalendarOptions() },
+        positional: { options, word in options.expressions.append(word) },
+        finish: { options throws(UsageError) in
+            guard !options.expressions.isEmpty else { throw UsageError("Missing the calendar expression", command: .calendar) }
+            return .calendar(options)
+        })
+
     // MARK: completions and help
 
     static let completions = SubcommandSpec.make(
@@ -548,7 +579,7 @@ enum Specs {
     static let help = SubcommandSpec.make(
         .help, summary: "Show subcommand help information, the manual page (--man) or the reference (--markdown).",
         usage: "curfew help [<subcommand> | --man | --markdown]",
-        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state, history or completions.")],
+        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state, history, calendar or completions.")],
         options: [
             .flag("--man", help: "Print curfew(1), the manual page: every subcommand's help, in roff.", \HelpDraft.manual),
             .flag("--markdown", help: "Print the command-line reference, docs/cli.md: every subcommand's help, in Markdown.", \HelpDraft.markdown),

@@ -1,6 +1,6 @@
 /// The subcommands.
 public enum Subcommand: String, CaseIterable, Sendable {
-    case run, serve, status, ctl, list, test, new, state, history, completions, help
+    case run, serve, status, ctl, list, test, new, state, history, calendar, completions, help
 
     /// What the subcommand is, says and takes: the one description its
     /// parsing, `--help`, the man page, the completions and docs/cli.md
@@ -16,6 +16,7 @@ public enum Subcommand: String, CaseIterable, Sendable {
         case .new: Specs.new
         case .state: Specs.state
         case .history: Specs.history
+        case .calendar: Specs.calendar
         case .completions: Specs.completions
         case .help: Specs.help
         }
@@ -210,6 +211,8 @@ public enum Invocation: Equatable, Sendable {
     case test(TestOptions)
     case state(StateOptions)
     case history(HistoryOptions)
+    /// `curfew calendar EXPRESSION…`.
+    case calendar(CalendarOptions)
 
     /// Parses `curfew`'s arguments (without the program name).
     public init(parsing arguments: [String]) throws(UsageError) {
