@@ -19,6 +19,8 @@ enum FuzzTarget: String, CaseIterable {
     case serveConfig = "serve-config"
     /// A request on `curfew serve`'s control socket, answered by a server with no jobs.
     case controlRequest = "control-request"
+    /// A calendar expression and its next elapses; the same bytes as a TZif zone file.
+    case calendar
 
     /// The one input the target runs.
     func run(_ bytes: [UInt8]) {
@@ -45,6 +47,13 @@ enum FuzzTarget: String, CaseIterable {
             _ = FolderWatcher.parse(bytes[...], folders: [1: "/p", 2: "/q"])
         case .controlRequest:
             _ = Self.server?.answer(bytes)
+        case .calendar:
+            if let zone = ZoneRules(name: "fuzz", tzif: bytes) {
+                _ = zone.instants(local: 1_800_000_000)
+            }
+            if let spec = try? CalendarSpec(String(decoding: bytes, as: UTF8.self), zoneExists: { $0 == "Europe/Berlin" }) {
+                _ = spec.next(after: 1_796_601_600_000_000, in: .utc)
+            }
         }
     }
 

@@ -216,7 +216,7 @@ enum Specs {
                     "job: each run in a fresh worker process of its own. plugin is accepted and does the same here; none is refused. (default: job)"),
                 .text(
                     "--config", value: "file",
-                    help: "A JSON file of per-job policy: every, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled, modes, sandbox (see docs/serve.md). Read again on SIGHUP.",
+                    help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled, modes, sandbox (see docs/serve.md). Read again on SIGHUP.",
                     \ServeDraft.config),
                 socketOption.within(\ServeDraft.socket),
             ],

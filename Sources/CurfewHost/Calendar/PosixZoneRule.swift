@@ -43,6 +43,7 @@ struct PosixZoneRule: Sendable, Equatable {
         guard let daylight else { return [] }
         let first = CivilTime(microseconds: start.multipliedClamped(by: 1_000_000)).year - 1
         let last = CivilTime(microseconds: end.multipliedClamped(by: 1_000_000)).year + 1
+        guard first <= last else { return [] }
         var found: [(at: Int64, kind: ZoneRules.Kind)] = []
         for year in first...last {
             let (begins, ends) = bounds(year: year, daylight)

@@ -52,7 +52,7 @@ package struct ZoneRules: Sendable, Equatable {
     /// The instants (seconds since the epoch, earliest first) whose local
     /// time here is `local` seconds since 1970-01-01 on the local clock:
     /// none in a gap a change skipped, two where a change repeats it.
-    func instants(local: Int64) -> [Int64] {
+    package func instants(local: Int64) -> [Int64] {
         // No offset passes a day and a few hours: every instant that could
         // read `local` lies in this window, and so do the offsets to try.
         let reach: Int64 = 30 * 3600
@@ -86,7 +86,7 @@ package struct ZoneRules: Sendable, Equatable {
 
     /// Reads a TZif file's bytes; `nil` when they are not one this reader
     /// takes (no version 2 data, leap seconds, a count past the bytes).
-    init?(name: String, tzif bytes: [UInt8]) {
+    package init?(name: String, tzif bytes: [UInt8]) {
         var reader = TZifReader(bytes: bytes)
         // The version 1 block, skipped whole: its 32-bit times end in 2038.
         guard let first = reader.header(), first.version >= 2, reader.skip(first.blockSize(timeBytes: 4)) else { return nil }

@@ -13,8 +13,9 @@ public struct Schedule: Sendable {
         public let isContinuous: Bool
         /// When the job runs next; `nil`: not until asked (`curfew ctl run`).
         public var nextRun: WallTime?
-        /// The slot of a job with `every`, before jitter: slots come every
-        /// `every` from the first, whatever the runs take.
+        /// The slot of a job with `every` or `on`, before jitter: slots come
+        /// every `every` from the first, whatever the runs take, or at each
+        /// elapse of its calendar.
         public var slot: WallTime?
         /// Due (or started by hand) and not ended: running, or waiting for
         /// a `--jobs` slot until ``Schedule/started(job:now:)``.
@@ -53,6 +54,9 @@ public struct Schedule: Sendable {
     /// and the next wake, in O(log n) a step, not a walk of every job.
     /// Items go stale as entries change; each is checked when it surfaces.
     private var queue = DueQueue()
+    /// How far the wall clock is ahead of the schedules' timeline: calendars
+    /// name wall times, everything else here is on the timeline.
+    public private(set) var wallLead: Duration = .zero
 
     /// - Parameter seed: Seeds the jitter; tests give a fixed one.
     public init(seed: UInt64) {
@@ -77,26 +81,33 @@ public struct Schedule: Sendable {
         entry.skipped = persisted?.skipped ?? 0
         entry.isPaused = persisted?.isPaused ?? false
         let earliest = now.later(by: policy.earliestBegin ?? .zero)
-        let remembered = persisted == nil ? earliest : persisted?.nextRun
+        // A new calendar job waits for its calendar's first elapse.
+        let start = policy.calendar == nil ? earliest : elapse(policy, after: earliest)
+        let remembered = persisted == nil ? start : persisted?.nextRun
         guard let remembered else {
             // The store says it had no next run: it waits to be asked.
             put(job, entry)
             return
         }
         let first = max(remembered, earliest)
-        entry.slot = policy.every == nil ? nil : first
+        entry.slot = policy.every == nil && policy.calendar == nil ? nil : first
         entry.nextRun = first.later(by: jitter(policy))
         put(job, entry)
     }
 
     /// Gives a known job a new policy (the config was read again). A new
-    /// `every` starts its slots from `now`; one taken away leaves the job
-    /// its next run, if it has one, and then only its own requests.
+    /// `every` starts its slots from `now`, a new `on` at its next elapse;
+    /// one taken away leaves the job its next run, if it has one, and then
+    /// only its own requests.
     public mutating func update(job: String, policy: JobPolicy, now: WallTime) {
         guard var entry = entries[job] else { return }
         let changed = entry.policy.every != policy.every
+        let newCalendar = entry.policy.calendar != policy.calendar
         entry.policy = policy
-        if changed {
+        if newCalendar, policy.calendar != nil {
+            entry.slot = elapse(policy, after: now)
+            entry.nextRun = entry.slot.map { $0.later(by: jitter(policy)) }
+        } else if changed {
             entry.slot = policy.every.map { now.later(by: $0) }
             if let slot = entry.slot {
                 let next = slot.later(by: jitter(policy))
@@ -168,9 +179,37 @@ public struct Schedule: Sendable {
         return due
     }
 
-    /// Moves a job with `every` to its first slot after `now` (with jitter);
-    /// one without has no next run until its run ends.
+    /// The wall clock jumped by `moved` (forward when positive): calendar
+    /// slots are due at the wall times they name, so each job's next is
+    /// found again; `every` slots keep their periods.
+    public mutating func wallClockJumped(by moved: Duration, now: WallTime) {
+        wallLead += moved
+        for (name, var entry) in entries where entry.policy.calendar != nil && !entry.isRunning {
+            entry.slot = elapse(entry.policy, after: now)
+            entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
+            put(name, entry)
+        }
+    }
+
+    /// The first elapse of `policy`'s calendar after `time`, on the timeline.
+    private func elapse(_ policy: JobPolicy, after time: WallTime) -> WallTime? {
+        guard let calendar = policy.calendar else { return nil }
+        return CalendarEvent.next(of: calendar, after: time.later(by: wallLead))?.earlier(by: wallLead)
+    }
+
+    /// Moves a job with `every` or `on` to its first slot after `now` (with
+    /// jitter); one without has no next run until its run ends.
     private mutating func advanceSlot(_ entry: inout Entry, now: WallTime) {
+        if entry.policy.calendar != nil {
+            // A retry run between slots leaves the slots as they are.
+            if let slot = entry.slot, slot > now {
+                entry.nextRun = slot.later(by: jitter(entry.policy))
+                return
+            }
+            entry.slot = elapse(entry.policy, after: now)
+            entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
+            return
+        }
         guard let every = entry.policy.every, every > .zero else {
             entry.slot = nil
             entry.nextRun = nil

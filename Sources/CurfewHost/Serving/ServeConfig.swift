@@ -8,6 +8,9 @@ public struct JobPolicy: Sendable, Equatable {
     /// Run again this long after each run ends (the later of this and the
     /// job's own `request_next_run`, when it asks); `nil`: only when asked.
     public var every: Duration?
+    /// Run at each elapse of these calendar expressions (`on`), as a
+    /// systemd timer's `OnCalendar=`; never together with `every`.
+    public var calendar: [CalendarEvent]?
     /// The first run comes no sooner than this after the host starts (or
     /// the job appears in the folder).
     public var earliestBegin: Duration?
@@ -32,7 +35,11 @@ public struct JobPolicy: Sendable, Equatable {
     /// This policy with every field it leaves out taken from `base`.
     public func over(_ base: JobPolicy) -> JobPolicy {
         var merged = self
-        merged.every = every ?? base.every
+        // One way to say when: a job's own `every` or `on` replaces both of the defaults'.
+        if every == nil && calendar == nil {
+            merged.every = base.every
+            merged.calendar = base.calendar
+        }
         merged.earliestBegin = earliestBegin ?? base.earliestBegin
         merged.jitter = jitter ?? base.jitter
         merged.budget = budget ?? base.budget
@@ -182,7 +189,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
+        "every", "on", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -197,6 +204,7 @@ extension JobPolicy {
                 let every = try Self.duration(member, key, place)
                 guard every >= Schedule.minimumGap else { throw place.error(key, "must be at least 100ms") }
                 self.every = every
+            case "on": calendar = try Self.calendar(member, place)
             case "earliest_begin": earliestBegin = try Self.duration(member, key, place)
             case "jitter": jitter = try Self.duration(member, key, place)
             case "budget":
@@ -240,6 +248,9 @@ extension JobPolicy {
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }
         }
+        if every != nil && calendar != nil {
+            throw place.error("on", "a job runs on \"every\" or \"on\", not both")
+        }
         if let budget, let grace {
             do throws(CurfewError) {
                 _ = try GrantPolicy(budget: budget, grace: grace)
@@ -261,6 +272,29 @@ extension JobPolicy {
             throw place.error(key, "\(quote(text)) is not a duration such as \"500ms\", \"30s\" or \"1h\"")
         }
         return duration
+    }
+
+    /// A calendar expression, or an array of them (each elapse of any).
+    static func calendar(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> [CalendarEvent] {
+        let texts: [JSONValue]
+        switch value {
+        case .string: texts = [value]
+        case .array(let items) where !items.isEmpty && items.count <= 64: texts = items
+        default: throw place.error("on", "must be a calendar expression such as \"Mon..Fri *-*-* 02:00\", or an array of 1 to 64 of them")
+        }
+        var events: [CalendarEvent] = []
+        for text in texts {
+            guard let text = text.stringValue else { throw place.error("on", "must be a calendar expression, not \(text.kind)") }
+            do throws(CurfewError) {
+                events.append(try CalendarEvent(text))
+            } catch {
+                throw place.error("on", error.description)
+            }
+            guard events.last?.next(after: .now()) != nil else {
+                throw place.error("on", "\(quote(text)) never elapses again (see curfew calendar)")
+            }
+        }
+        return events
     }
 
     static func limits(_ value: JSONValue, _ place: PolicyPlace) throws(CurfewError) -> ResourceLimits {

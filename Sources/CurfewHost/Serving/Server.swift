@@ -524,7 +524,10 @@ public final class Server: @unchecked Sendable {
         guard var record, let next = record.nextRun else { return record }
         let policy = policy(for: name)
         let reach = [NextRunRequest.maximum, policy.every, policy.earliestBegin, policy.retry?.maximumDelay].compactMap { $0 }.max()!
-        let farthest = options.wallClock().later(by: reach).later(by: policy.jitter ?? .zero).later(by: .seconds(24 * 3600))
+        let wallNow = options.wallClock()
+        // A calendar may name a day years ahead.
+        let elapse = policy.calendar.flatMap { CalendarEvent.next(of: $0, after: wallNow) } ?? wallNow
+        let farthest = max(wallNow.later(by: reach), elapse).later(by: policy.jitter ?? .zero).later(by: .seconds(24 * 3600))
         guard next <= farthest else {
             let year = 1970 + next.milliseconds / 31_556_952_000  // Gregorian years
             onNotice(.warning("the store's next run of '\(name)' (in the year \(year)) is further ahead than any schedule sets; ignored as corrupt"))
@@ -592,7 +595,8 @@ public final class Server: @unchecked Sendable {
         if let jump = clock.jump() {
             // In whole seconds: the two clocks are read a moment apart.
             let seconds = Int64((jump > .zero ? jump : .zero - jump).seconds.rounded())
-            onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(seconds) s; schedules keep their periods."))
+            onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(seconds) s; schedules keep their periods, calendars follow it."))
+            schedule.wallClockJumped(by: jump, now: clock.now())
         }
         for due in schedule.takeDue(now: clock.now()) {
             switch due {

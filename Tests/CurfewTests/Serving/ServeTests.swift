@@ -506,8 +506,8 @@ extension ProcessTests.First {
                 let wall = options.wallClock()
                 #expect(abs(next.milliseconds - wall.milliseconds) < 5_000, "shown on the wall clock")
             }
-            #expect(notices.withLock { $0 }.contains("The wall clock jumped back by 3600 s; schedules keep their periods."))
-            #expect(notices.withLock { $0 }.contains("The wall clock jumped forward by 3600 s; schedules keep their periods."))
+            #expect(notices.withLock { $0 }.contains("The wall clock jumped back by 3600 s; schedules keep their periods, calendars follow it."))
+            #expect(notices.withLock { $0 }.contains("The wall clock jumped forward by 3600 s; schedules keep their periods, calendars follow it."))
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
