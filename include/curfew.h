@@ -131,7 +131,11 @@ typedef enum curfew_expire_reason {
     /* The host is shutting down (SIGINT or SIGTERM). */
     CURFEW_EXPIRE_SHUTDOWN = 2,
     /* The job was cancelled by whoever embeds the host. */
-    CURFEW_EXPIRE_CANCELLED = 3
+    CURFEW_EXPIRE_CANCELLED = 3,
+    /* Its progress (`report_progress`) did not move for the stall time its
+     * policy sets. A job built against an older header sees 4: any value
+     * it does not know is to be treated as CURFEW_EXPIRE_TIMEOUT. */
+    CURFEW_EXPIRE_STALLED = 4
 } curfew_expire_reason;
 
 /* An expiration handler given to `begin_background_task`.

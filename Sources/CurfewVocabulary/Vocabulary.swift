@@ -39,12 +39,15 @@ public enum ExpirationReason: String, Sendable, SpeltInC, CustomStringConvertibl
     case shutdown
     /// The job was cancelled.
     case cancelled
+    /// Its progress stopped moving for its policy's stall time.
+    case stalled
 
     public var description: String {
         switch self {
         case .timeout: "time ran out"
         case .shutdown: "host shutting down"
         case .cancelled: "cancelled"
+        case .stalled: "stalled: its progress stopped moving"
         }
     }
 
@@ -54,6 +57,7 @@ public enum ExpirationReason: String, Sendable, SpeltInC, CustomStringConvertibl
         case .timeout: CURFEW_EXPIRE_TIMEOUT
         case .shutdown: CURFEW_EXPIRE_SHUTDOWN
         case .cancelled: CURFEW_EXPIRE_CANCELLED
+        case .stalled: CURFEW_EXPIRE_STALLED
         }
     }
 

@@ -22,6 +22,13 @@ public struct GrantPolicy: Sendable, Equatable {
     /// The background modes allowed (`--allow-mode`): a continuous job runs
     /// when it declares modes and every one of them is here.
     public var allowedModes: Set<String> = []
+    /// A job whose progress does not move for this long is expired
+    /// (``ExpirationReason/stalled``), continuous or not, as iOS expires a
+    /// continued-processing task whose progress stops; `nil`: never.
+    public var stall: Duration?
+
+    /// The least stall time: progress events reach the host at most every 100 ms.
+    public static let minimumStall: Duration = .milliseconds(100)
 
     /// The default budget and lead.
     public init(allowsContinuous: Bool = false) {

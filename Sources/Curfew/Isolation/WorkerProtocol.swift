@@ -120,6 +120,7 @@ extension ExpirationReason {
         case .timeout: self = .timeout
         case .shutdown: self = .shutdown
         case .cancelled: self = .cancelled
+        case .stalled: self = .stalled
         }
     }
 
@@ -128,6 +129,7 @@ extension ExpirationReason {
         case .timeout: .timeout
         case .shutdown: .shutdown
         case .cancelled: .cancelled
+        case .stalled: .stalled
         }
     }
 }

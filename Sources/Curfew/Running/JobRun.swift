@@ -47,6 +47,10 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var chunks: UInt64 = 0
         var progress: JobProgress?
         var lastProgressEvent: CurfewInstant?
+        /// When the job's progress last moved (or it started): with a stall
+        /// time, the job is expired `stalled` that long after.
+        var progressMovedAt: CurfewInstant?
+        var stallTimer: (any CurfewTimer)?
         var lastError: String?
         var startedAt: CurfewInstant?
         /// What the chunks have taken so far (updated after each slice).
@@ -102,6 +106,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let onFinish: @Sendable (JobResult) -> Void
     private let control: Mutex<Control>
     private let checkpoints: (any CheckpointKeeper)?
+    /// The policy's stall time, if it has one.
+    private let stall: Duration?
 
     // Written by `create` and read by later hooks, all on the job's serial queue.
     private var jobState: UnsafeMutableRawPointer?
@@ -135,6 +141,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         self.onFinish = onFinish
         self.checkpoints = checkpoints
         self.control = Mutex(Control(estimate: estimate, appState: appState))
+        self.stall = manager.policy.stall
         self.grant = try manager.makeGrant(
             name: job.name, continuous: job.isContinuous, modes: job.backgroundModes, handlerQueue: handlers)
         sliceCount.initialize(to: 0)
@@ -159,7 +166,39 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             expiring: { [self] reason in requestExpire(reason) },
             drained: { [self] in tasksDrained() },
             deadline: { [self] open in reachDeadline(openTasks: open) }), at: grantStart)
+        if let stall {
+            let now = clock.now()
+            control.withLock { $0.progressMovedAt = now }
+            watchStall(until: now.advanced(by: stall))
+        }
         queue.enqueue { self.runCreate() }
+    }
+
+    /// Checks at `deadline` whether the progress moved in the stall time
+    /// before it: if not, the grant expires `stalled`; else the check moves
+    /// to a stall time after the last move. One timer a job, whatever its
+    /// progress reports, so reporting costs no timer.
+    private func watchStall(until deadline: CurfewInstant) {
+        let timer = clock.schedule(at: deadline) { [self] in
+            guard let stall else { return }
+            let due = control.withLock { c -> CurfewInstant? in
+                c.stallTimer = nil
+                guard !c.isOver, c.expiredBy == nil, c.pendingExpire == nil, let moved = c.progressMovedAt else { return nil }
+                return moved.advanced(by: stall)
+            }
+            guard let due else { return }
+            if due > clock.now() {
+                watchStall(until: due)
+            } else {
+                grant.expireNow(.stalled)
+            }
+        }
+        let armed = control.withLock { c -> Bool in
+            guard !c.isOver else { return false }
+            c.stallTimer = timer
+            return true
+        }
+        if !armed { timer.cancel() }
     }
 
     /// Expires the job now, for a shutdown or a cancellation (kept until the
@@ -501,7 +540,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             grant.finish()
             guard !c.reportedBeforeDestroy else { return }
             let (outcome, reason) = outcomeAndReason(c)
-            finish(makeResult(c, outcome: outcome, reason: reason))
+            finish(makeResult(c, outcome: outcome, reason: reason), &c)
         }
     }
 
@@ -574,7 +613,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 // ends (a worker, or a run, may end first).
                 c.reportedBeforeDestroy = true
                 let (outcome, reason) = outcomeAndReason(c)
-                finish(makeResult(c, outcome: outcome, reason: "\(reason); destroy was waiting for a thread at the hard deadline\(hostLate(c))"))
+                finish(makeResult(c, outcome: outcome, reason: "\(reason); destroy was waiting for a thread at the hard deadline\(hostLate(c))"), &c)
                 return
             case .pending, .creating:
                 what = c.waitingSince != nil ? "create was waiting for a thread" : "create was still running"
@@ -595,7 +634,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             let late = [.creating, .expiring].contains(c.stage) && !c.inAppEvent ? hostLate(c) : ""
             c.stage = .terminated
             grant.finish()
-            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline\(late)"))
+            finish(makeResult(c, outcome: .terminated, reason: "\(what) at the hard deadline\(late)"), &c)
         }
     }
 
@@ -646,7 +685,9 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     }
 
     /// With the control lock held, the stage already final: the job's last event.
-    private func finish(_ result: JobResult) {
+    private func finish(_ result: JobResult, _ c: inout Control) {
+        c.stallTimer?.cancel()
+        c.stallTimer = nil
         events.post(.finished(result)) { [onFinish] in onFinish(result) }
     }
 
@@ -725,6 +766,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         let now = clock.now()
         control.withLock { c in
             guard !c.isOver else { return }
+            if c.progress != progress { c.progressMovedAt = now }
             c.progress = progress
             if let last = c.lastProgressEvent, last.duration(to: now) < Self.progressInterval,
                 progress.completed != progress.total

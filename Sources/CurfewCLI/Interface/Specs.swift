@@ -13,6 +13,7 @@ enum Specs {
         var options = RunOptions()
         var budget = GrantPolicy.defaultBudget
         var grace: Duration?
+        var stall: Duration?
         /// `--sandbox` (true) or `--no-sandbox` (false), if given.
         var sandbox: Bool?
         /// What `--network`, `--allow-read`, `--allow-write` and `--allow-exec` grant.
@@ -45,6 +46,7 @@ enum Specs {
                 options.sandbox = grants
             }
             options.policy = try policy(budget: budget, grace: grace, command: command)
+            options.policy.stall = stall
             return options
         }
     }
@@ -52,6 +54,14 @@ enum Specs {
     static let runOptions: [OptionSpec<RunDraft>] = [
         budget(\RunDraft.budget, help: "Time each job's grant lasts, from its start to its hard deadline, e.g. 180s, 500ms, 2m. (default: 180s)"),
         grace(\RunDraft.grace, help: "Lead of the expiration handler before the deadline. (default: 5s, at most a quarter of the budget)"),
+        OptionSpec(
+            ["--stall"], value: "duration",
+            help: "Expire a job (stalled) whose progress does not move for this long, continuous jobs too. (default: never)"
+        ) { draft, given throws(UsageError) in
+            let stall = try duration(given)
+            guard stall >= GrantPolicy.minimumStall else { throw given.invalid("the stall time must be at least 100ms") }
+            draft.stall = stall
+        },
         OptionSpec(
             ["--jobs"], value: "n",
             help: "Run at most n jobs at once. (default: the number of processors it may run on, within its control group's CPU limit)"
@@ -216,7 +226,7 @@ enum Specs {
                     "job: each run in a fresh worker process of its own. plugin is accepted and does the same here; none is refused. (default: job)"),
                 .text(
                     "--config", value: "file",
-                    help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, budget, grace, params, isolate, limits, retry, enabled, modes, sandbox (see docs/serve.md). Read again on SIGHUP.",
+                    help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, budget, grace, stall, params, isolate, limits, retry, enabled, modes, sandbox (see docs/serve.md). Read again on SIGHUP.",
                     \ServeDraft.config),
                 socketOption.within(\ServeDraft.socket),
             ],
@@ -331,6 +341,7 @@ enum Specs {
         var expireAt: Int?
         var budget = GrantPolicy.defaultBudget
         var grace: Duration?
+        var stall: Duration?
     }
 
     static let test = SubcommandSpec.make(
@@ -350,6 +361,13 @@ enum Specs {
             grace(\TestDraft.grace, help: "Lead of the expiration before the deadline. (default: 5s, at most a quarter of the budget)"),
             OptionSpec(["--chunk-cost"], value: "duration", help: "Virtual time each chunk takes. (default: 1s)") { draft, given throws(UsageError) in
                 draft.cost = try duration(given)
+            },
+            OptionSpec(
+                ["--stall"], value: "duration", help: "Expire the job (stalled) when its progress does not move for this long, in virtual time, as serve's \"stall\" does."
+            ) { draft, given throws(UsageError) in
+                let stall = try duration(given)
+                guard stall >= GrantPolicy.minimumStall else { throw given.invalid("the stall time must be at least 100ms") }
+                draft.stall = stall
             },
             OptionSpec(
                 ["--expire-at-chunk"], value: "n", help: "Chunks take no time and the grant expires just before chunk n (from 1)."
@@ -379,6 +397,7 @@ enum Specs {
             if let cost = draft.cost { options.mode = .chunkCost(cost) }
             if let expireAt = draft.expireAt { options.mode = .expireAtChunk(expireAt) }
             options.policy = try policy(budget: draft.budget, grace: draft.grace, command: .test)
+            options.policy.stall = draft.stall
             return .test(options)
         })
 

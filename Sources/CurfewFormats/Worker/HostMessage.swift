@@ -29,6 +29,8 @@ package enum HostMessage: Equatable, Sendable {
         /// the default lead), in nanoseconds. The worker builds the same grant.
         package var budgetNanoseconds: Int64
         package var graceNanoseconds: Int64?
+        /// The policy's stall time (`nil`: none), in nanoseconds.
+        package var stallNanoseconds: Int64?
         /// When the host started the job's grant, on the shared monotonic clock.
         package var started: UInt64
         package var app: AppStateName
@@ -49,8 +51,9 @@ package enum HostMessage: Equatable, Sendable {
             plugin: String, job: String, index: Int?, budgetNanoseconds: Int64, graceNanoseconds: Int64?, started: UInt64,
             app: AppStateName,
             keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
-            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil
+            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil, stallNanoseconds: Int64? = nil
         ) {
+            self.stallNanoseconds = stallNanoseconds
             self.plugin = plugin
             self.job = job
             self.index = index
@@ -117,7 +120,7 @@ package enum HostMessage: Equatable, Sendable {
         }
     }
 
-    package enum ExpireReason: String, Sendable, CaseIterable { case timeout, shutdown, cancelled }
+    package enum ExpireReason: String, Sendable, CaseIterable { case timeout, shutdown, cancelled, stalled }
     package enum AppEventName: String, Sendable, CaseIterable {
         case launch, willEnterForeground = "will-enter-foreground", didBecomeActive = "did-become-active"
         case willResignActive = "will-resign-active", didEnterBackground = "did-enter-background", willTerminate = "will-terminate"
@@ -144,6 +147,7 @@ package enum HostMessage: Equatable, Sendable {
             if let index = run.index { line.add("index", Int64(index)) }
             line.add("budget_ns", run.budgetNanoseconds)
             if let grace = run.graceNanoseconds { line.add("grace_ns", grace) }
+            if let stall = run.stallNanoseconds { line.add("stall_ns", stall) }
             line.add("started", Int64(clamping: run.started))
             line.add("app", run.app.rawValue)
             line.addRaw("state", run.keepsState ? "true" : "false")
@@ -215,7 +219,7 @@ package enum HostMessage: Equatable, Sendable {
         switch type {
         case "run":
             try reader.only([
-                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "started", "app", "state", "checkpoint", "estimate",
+                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "stall_ns", "started", "app", "state", "checkpoint", "estimate",
                 "continuous", "last", "parameters", "limits", "sandbox",
             ])
             try reader.version(version)
@@ -232,6 +236,7 @@ package enum HostMessage: Equatable, Sendable {
             // Whether the two make a grant is the worker's to say (`GrantPolicy`).
             let budget = try reader.integer("budget_ns")
             let grace = reader.has("grace_ns") ? try reader.integer("grace_ns") : nil
+            let stall = reader.has("stall_ns") ? try reader.integer("stall_ns") : nil
             let started = try reader.count("started")
             let app = try reader.word("app", AppStateName.self)
             var checkpoint: [UInt8]?
@@ -274,7 +279,7 @@ package enum HostMessage: Equatable, Sendable {
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
                 continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
                 limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files")),
-                sandbox: sandbox))
+                sandbox: sandbox, stallNanoseconds: stall))
         case "expire":
             try reader.only(["type", "job", "reason"])
             return .expire(job: job, reason: try reader.word("reason", ExpireReason.self))

@@ -45,7 +45,7 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The hooks a crash report may name.
     package static let hooks: Set<String> = ["create", "chunk", "expire", "destroy", "app_event"]
     /// The expiration reasons a worker may report.
-    package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled"]
+    package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled", "stalled"]
     /// The longest job name a message may carry, in bytes (names are at most 64).
     package static let maximumJobNameBytes = 256
     /// The longest reason a `finished` message may carry, in bytes.

@@ -19,6 +19,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var jitter: Duration?
     public var budget: Duration?
     public var grace: Duration?
+    /// Expire a run whose progress does not move for this long (`stalled`).
+    public var stall: Duration?
     /// Parameters for this job only, over the host's `--param` values.
     public var parameters: [String: String] = [:]
     public var isolation: Isolation?
@@ -44,6 +46,7 @@ public struct JobPolicy: Sendable, Equatable {
         merged.jitter = jitter ?? base.jitter
         merged.budget = budget ?? base.budget
         merged.grace = grace ?? base.grace
+        merged.stall = stall ?? base.stall
         merged.parameters = base.parameters.merging(parameters) { _, own in own }
         merged.isolation = isolation ?? base.isolation
         merged.limits = ResourceLimits(
@@ -189,7 +192,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "on", "earliest_begin", "jitter", "budget", "grace", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
+        "every", "on", "earliest_begin", "jitter", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -215,6 +218,10 @@ extension JobPolicy {
                 let grace = try Self.duration(member, key, place)
                 guard grace > .zero else { throw place.error(key, "must be positive") }
                 self.grace = grace
+            case "stall":
+                let stall = try Self.duration(member, key, place)
+                guard stall >= GrantPolicy.minimumStall else { throw place.error(key, "must be at least 100ms") }
+                self.stall = stall
             case "params":
                 guard case .object(let pairs) = member else { throw place.error(key, "must be an object of strings, not \(member.kind)") }
                 for (name, text) in pairs {

@@ -584,6 +584,7 @@ public final class Server: @unchecked Sendable {
         }
         grant.allowsContinuous = base.allowsContinuous
         grant.allowedModes = base.allowedModes.union(policy.allowedModes)
+        grant.stall = policy.stall ?? base.stall
         return grant
     }
 

@@ -57,7 +57,7 @@ import Testing
             SIGINT, SIGTERM or SIGHUP expires every job at once and the host exits
             within the lead time; so does closing its output (| head).
 
-            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]
+            USAGE: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--stall <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]
 
             ARGUMENTS:
               <paths>                 Plugin folders (scanned for *.so and *.curfew.json),
@@ -68,6 +68,8 @@ import Testing
                                       hard deadline, e.g. 180s, 500ms, 2m. (default: 180s)
               --grace <duration>      Lead of the expiration handler before the deadline.
                                       (default: 5s, at most a quarter of the budget)
+              --stall <duration>      Expire a job (stalled) whose progress does not move
+                                      for this long, continuous jobs too. (default: never)
               --jobs <n>              Run at most n jobs at once. (default: the number of
                                       processors it may run on, within its control group's
                                       CPU limit)
@@ -219,7 +221,7 @@ import Testing
     }
 
     static let runUsage =
-        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]\n  See 'curfew run --help' for more information.\n"
+        "Usage: curfew run [<paths> ...] [--budget <duration>] [--grace <duration>] [--stall <duration>] [--jobs <n>] [--only <name> ...] [--param <key=value> ...] [--allow-continuous] [--allow-mode <mode> ...] [--allow-insecure-plugins] [--rescan] [--json] [--verbose] [--state <folder>] [--no-state] [--isolate <mode>] [--memory <size>] [--cpu-time <duration>] [--open-files <n>] [--sandbox] [--no-sandbox] [--network <access>] [--allow-read <path> ...] [--allow-write <path> ...] [--allow-exec]\n  See 'curfew run --help' for more information.\n"
 
     @Test func serveAndControlArguments() throws {
         guard case .serve(let serve) = try Invocation(parsing: ["serve", "plugins", "--config", "c.json", "--socket", "/run/s", "--budget", "2s"])

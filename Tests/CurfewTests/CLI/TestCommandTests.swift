@@ -69,7 +69,7 @@ extension ProcessTests.First {
                 that do not return (5 s of wall-clock time), host calls after destroy,
                 chunks that run into the hard deadline, negative or absurd progress.
 
-                USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
+                USAGE: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--stall <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]
 
                 ARGUMENTS:
                   <plugin>                A plugin (.so) or a foreign-job manifest
@@ -82,6 +82,9 @@ extension ProcessTests.First {
                                           5s, at most a quarter of the budget)
                   --chunk-cost <duration>
                                           Virtual time each chunk takes. (default: 1s)
+                  --stall <duration>      Expire the job (stalled) when its progress does not
+                                          move for this long, in virtual time, as serve's
+                                          "stall" does.
                   --expire-at-chunk <n>   Chunks take no time and the grant expires just before
                                           chunk n (from 1).
                   --param <key=value>     A parameter the job reads with param(); repeat for
@@ -100,7 +103,7 @@ extension ProcessTests.First {
         }
 
         @Test func usageErrors() {
-            let usage = "Usage: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]\n  See 'curfew test --help' for more information.\n"
+            let usage = "Usage: curfew test <plugin> [--job <name>] [--budget <duration>] [--grace <duration>] [--chunk-cost <duration>] [--stall <duration>] [--expire-at-chunk <n>] [--param <key=value> ...] [--json]\n  See 'curfew test --help' for more information.\n"
             #expect(usageErrorText(["test"]) == "Error: Missing expected argument '<plugin>'\n" + usage)
             #expect(usageErrorText(["test", "a.so", "--chunk-cost", "1s", "--expire-at-chunk", "2"]) == "Error: --chunk-cost and --expire-at-chunk cannot be used together\n" + usage)
             #expect(usageErrorText(["test", "a.so", "--expire-at-chunk", "0"]) == "Error: The value '0' is invalid for '--expire-at-chunk <n>': use a chunk number from 1\n" + usage)

@@ -104,7 +104,7 @@ import Testing
         #expect(CurfewJob.AppEvent.self == Curfew.AppEvent.self)
         #expect(CurfewJob.LogLevel.self == Curfew.LogLevel.self)
         #expect(CurfewJob.BackgroundTaskIdentifier.self == Curfew.BackgroundTaskIdentifier.self)
-        #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED])
+        #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED, CURFEW_EXPIRE_STALLED])
         #expect(AppState.allCases.map(\.cValue) == [CURFEW_APP_STATE_ACTIVE, CURFEW_APP_STATE_INACTIVE, CURFEW_APP_STATE_BACKGROUND])
         #expect(LogLevel.allCases.map(\.cValue) == [CURFEW_LOG_DEBUG, CURFEW_LOG_INFO, CURFEW_LOG_WARNING, CURFEW_LOG_ERROR])
         #expect(

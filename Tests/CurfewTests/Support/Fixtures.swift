@@ -375,6 +375,8 @@ struct OutputEvent: Decodable {
     let message: String?
     /// A `next-run` event's delay, in seconds.
     let after: Double?
+    /// Seconds since the run began.
+    let time: Double?
 
     /// Every line of `text`, decoded.
     static func all(in text: String) throws -> [OutputEvent] {

@@ -220,7 +220,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             last: endsWithItsWorker, parameters: configuration.parameters,
             limits: HostMessage.Limits(
                 memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0),
-            sandbox: sandbox)
+            sandbox: sandbox, stallNanoseconds: policy.stall.map { $0.nanoseconds })
         ).line
     }
 

@@ -58,11 +58,17 @@ final class WorkerHost: Sendable {
         let last = run.last
         // The host's policy and the instant it started the job's grant: this
         // grant is the same one, on the clock both processes read.
-        let policy: GrantPolicy
+        var policy: GrantPolicy
         do throws(CurfewError) {
             policy = try GrantPolicy(
                 budget: .nanoseconds(run.budgetNanoseconds), grace: run.graceNanoseconds.map { .nanoseconds($0) },
                 allowsContinuous: run.continuous)
+            if let stall = run.stallNanoseconds {
+                guard stall >= GrantPolicy.minimumStall.nanoseconds else {
+                    throw CurfewError(.invalidGrant, "A stall time of \(stall) ns is below the least, 100 ms.")
+                }
+                policy.stall = .nanoseconds(stall)
+            }
         } catch {
             refuse(jobName, "the host sent a grant the worker cannot keep: \(error.description)")
             return ended(job: nil, last: last, counted: false)
