@@ -48,14 +48,21 @@ enum FuzzTarget: String, CaseIterable {
         case .controlRequest:
             _ = Self.server?.answer(bytes)
         case .calendar:
-            if let zone = ZoneRules(name: "fuzz", tzif: bytes) {
-                _ = zone.instants(local: 1_800_000_000)
-            }
+            // An expression walked through a zone with clock changes (its
+            // gaps and repeated hours), and the bytes as a zone walked by a
+            // fixed expression.
             if let spec = try? CalendarSpec(String(decoding: bytes, as: UTF8.self), zoneExists: { $0 == "Europe/Berlin" }) {
-                _ = spec.next(after: 1_796_601_600_000_000, in: .utc)
+                _ = spec.next(after: 1_774_742_400_000_000, in: Self.berlin)
+            }
+            if let zone = ZoneRules(name: "fuzz", tzif: bytes), let spec = try? CalendarSpec("*:0/20") {
+                _ = zone.instants(local: 1_800_000_000)
+                _ = spec.next(after: 1_774_742_400_000_000, in: zone)
             }
         }
     }
+
+    /// Berlin's rule, read from no file.
+    private static let berlin = ZoneRules(name: "Europe/Berlin", rule: PosixZoneRule("CET-1CEST,M3.5.0,M10.5.0/3")!)
 
     /// A server that was never started: it answers from an empty catalog.
     private static let server = try? Server(options: Server.Options(folders: []), onEvent: { _, _ in }, onNotice: { _ in })

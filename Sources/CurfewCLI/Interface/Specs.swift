@@ -539,7 +539,7 @@ enum Specs {
     // MARK: calendar
 
     static let calendar = SubcommandSpec.make(
-        .calendar, summary: "Show when calendar expressions elapse next, as systemd-analyze calendar does.",
+        .calendar, summary: "Show when calendar expressions elapse next, laid out as systemd-analyze calendar lays it out.",
         usage: "curfew calendar <expression>...",
         discussion: [
             "An expression in systemd's calendar syntax (systemd.time(7)), as a job's",
@@ -547,10 +547,13 @@ enum Specs {
             "[HOUR:MINUTE[:SECOND]] [ZONE], such as \"Mon..Fri *-*-* 02:00 Europe/Berlin\",",
             "\"*-02~01\" (February's last day), \"*:0/15\" or \"hourly\". Each is printed",
             "in its normalized form with its next elapses, in the local time zone.",
+            "Where systemd 252 skips a time (a repetition carried over midnight, as",
+            "*:0/40 at 00:00; a time just past a clock change that crosses an hour),",
+            "curfew runs it.",
         ],
         arguments: [("<expression>", "A calendar expression; give several to see each.")],
         options: [
-            OptionSpec(["--iterations"], value: "n", help: "Show the next n elapses. (default: 1)") { options, given throws(UsageError) in
+            OptionSpec(["--iterations"], value: "n", help: "Show the next n elapses, 0 to 1000. (default: 1)") { options, given throws(UsageError) in
                 guard let count = Int(given.text), (0...1000).contains(count) else { throw given.invalid("use a whole number from 0 to 1000") }
                 options.iterations = count
             },

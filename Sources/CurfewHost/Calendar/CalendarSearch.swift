@@ -11,9 +11,10 @@ extension CalendarSpec {
         let start = instant &+ 1
         let kind = zone.kind(at: Self.seconds(start))
         var at = CivilTime(microseconds: start &+ Int64(kind.offset) * 1_000_000)
-        // Each turn moves `at` later; past the last year the walk ends. A
-        // gap's skipped times each cost a turn, hence the generous bound.
-        for _ in 0..<2_000_000 {
+        // Each turn moves `at` later, to a later month, day, hour or minute,
+        // or past a gap: a few turns a month at most, and past the last year
+        // the walk ends. The bound only guards that reasoning.
+        for _ in 0..<1_000_000 {
             guard at.year <= Self.maximumYear else { return nil }
             guard let year = Self.next(years, atLeast: at.year, upTo: Self.maximumYear) else { return nil }
             if year > at.year { at = CivilTime(year: year, month: 1, day: 1, hour: 0, minute: 0, microsecond: 0) }
@@ -47,10 +48,16 @@ extension CalendarSpec {
             at.microsecond = microsecond
             let local = at.microseconds
             let within = local - Self.seconds(local) * 1_000_000
-            let found = zone.instants(local: Self.seconds(local)).map { $0 * 1_000_000 + within }.first { $0 >= start }
-            if let found { return found }
-            // Skipped by a change of the clock, or repeated and already past.
-            at = CivilTime(microseconds: local + 1)
+            let instants = zone.instants(local: Self.seconds(local))
+            if let found = instants.map({ $0 * 1_000_000 + within }).first(where: { $0 >= start }) { return found }
+            // Skipped by a change of the clock: on from where the clock jumped
+            // to, in one turn however fine the expression's steps. Repeated
+            // and already past: on from the next microsecond.
+            if instants.isEmpty, let end = zone.gapEnd(containing: Self.seconds(local)) {
+                at = CivilTime(microseconds: end.multipliedClamped(by: 1_000_000))
+            } else {
+                at = CivilTime(microseconds: local + 1)
+            }
         }
         return nil
     }

@@ -90,12 +90,29 @@ package struct CalendarSpec: Sendable, Equatable {
             if word.uppercased() == "UTC" {
                 zone = "UTC"
                 body = body[..<space]
-            } else if TimeZones.isZoneName(word), !word.contains("."), zoneExists(word) {
-                zone = word
-                body = body[..<space]
+            } else if TimeZones.isZoneName(word), !word.contains(".") {
+                if zoneExists(word) {
+                    zone = word
+                    body = body[..<space]
+                } else if word.contains("/") {
+                    // Only a zone has a slash: say so, not that it is a bad time.
+                    throw refuse("\"\(word)\" is not a time zone this host can read (zones of the tz database without leap seconds)")
+                }
             }
         }
         guard !body.isEmpty else { throw refuse("it names no time") }
+        if body.hasPrefix("@") {
+            // Seconds since 1970: one moment, in UTC.
+            guard let epoch = Int(body.dropFirst()), epoch >= 0, epoch <= 7_258_118_399 else {
+                throw refuse("@ takes whole seconds since 1970, before the year 2200")
+            }
+            let time = CivilTime(microseconds: Int64(epoch) * 1_000_000)
+            let one = { (value: Int) in [CalendarComponent(start: value, stop: nil, step: nil)] }
+            (years, months, days) = (one(time.year), one(time.month), one(time.day))
+            (hours, minutes, seconds) = (one(time.hour), one(time.minute), one(time.microsecond))
+            zone = "UTC"
+            return
+        }
         if let shorthand = Self.shorthands.first(where: { $0.words.contains(body.lowercased()) }) {
             body = Substring(shorthand.expression)
         }
@@ -117,6 +134,8 @@ package struct CalendarSpec: Sendable, Equatable {
         default: throw refuse("\"\(words[2])\" follows its date and time")
         }
         if let date { try parseDate(date, refuse) } else { (years, months, days) = (nil, nil, nil) }
+        // `~*` is every day, counted from either end.
+        if days == nil { countsFromEnd = false }
         if let time { try parseTime(time, refuse) } else {
             hours = [CalendarComponent(start: 0, stop: nil, step: nil)]
             minutes = hours
@@ -217,7 +236,11 @@ package struct CalendarSpec: Sendable, Equatable {
             if let dots = body.firstRange(of: "..") {
                 start = try number(body[..<dots.lowerBound], name, unit, refuse)
                 stop = try number(body[dots.upperBound...], name, unit, refuse)
-                if step == nil { step = unit }
+                if step == nil {
+                    // As systemd: a range of seconds spans a second at least.
+                    guard unit == 1 || stop! - start >= unit else { throw refuse("its \(name) range \(body) spans less than a second") }
+                    step = unit
+                }
             } else {
                 start = try number(body, name, unit, refuse)
             }

@@ -3,7 +3,7 @@
 /// time (CEST, an hour more) from the last Sunday of March at 02:00 to the
 /// last Sunday of October at 03:00. Times of day may run from -167 to 167
 /// hours (RFC 8536's extension), so a rule can say "all year".
-struct PosixZoneRule: Sendable, Equatable {
+package struct PosixZoneRule: Sendable, Equatable {
     /// A day of the year a change comes on.
     enum Day: Sendable, Equatable {
         /// `Jn`: 1 to 365, February 29 never counted.
@@ -24,7 +24,7 @@ struct PosixZoneRule: Sendable, Equatable {
     /// The daylight time and when it starts and ends; `nil`: none.
     let daylight: (kind: ZoneRules.Kind, start: Change, end: Change)?
 
-    static func == (a: PosixZoneRule, b: PosixZoneRule) -> Bool {
+    package static func == (a: PosixZoneRule, b: PosixZoneRule) -> Bool {
         a.standard == b.standard && a.daylight?.kind == b.daylight?.kind && a.daylight?.start == b.daylight?.start
             && a.daylight?.end == b.daylight?.end
     }
@@ -38,8 +38,8 @@ struct PosixZoneRule: Sendable, Equatable {
         return inDaylight ? daylight.kind : standard
     }
 
-    /// The offsets that begin in (`start`, `end`], in order.
-    func changes(after start: Int64, through end: Int64) -> [ZoneRules.Kind] {
+    /// The changes in (`start`, `end`], in order: when, and the kind after.
+    func changes(after start: Int64, through end: Int64) -> [(at: Int64, kind: ZoneRules.Kind)] {
         guard let daylight else { return [] }
         let first = CivilTime(microseconds: start.multipliedClamped(by: 1_000_000)).year - 1
         let last = CivilTime(microseconds: end.multipliedClamped(by: 1_000_000)).year + 1
@@ -50,7 +50,7 @@ struct PosixZoneRule: Sendable, Equatable {
             if begins > start && begins <= end { found.append((begins, daylight.kind)) }
             if ends > start && ends <= end { found.append((ends, standard)) }
         }
-        return found.sorted { $0.at < $1.at }.map(\.kind)
+        return found.sorted { $0.at < $1.at }
     }
 
     /// When daylight time starts and ends in `year`, in seconds since the epoch.
@@ -83,7 +83,7 @@ struct PosixZoneRule: Sendable, Equatable {
     }
 
     /// Parses a rule; `nil` when it is not one.
-    init?(_ text: String) {
+    package init?(_ text: String) {
         var scanner = RuleScanner(Array(text.utf8))
         guard let standardName = scanner.name(), let standardOffset = scanner.offset() else { return nil }
         standard = ZoneRules.Kind(offset: -standardOffset, isDaylight: false, abbreviation: standardName)

@@ -30,7 +30,7 @@ package struct ZoneRules: Sendable, Equatable {
     }
 
     /// A zone from a POSIX `TZ` rule alone (`EST5EDT,M3.2.0,M11.1.0`).
-    init(name: String, rule: PosixZoneRule) {
+    package init(name: String, rule: PosixZoneRule) {
         self.init(name: name, transitions: [], kindAfter: [], kinds: [rule.standard], rule: rule)
     }
 
@@ -57,8 +57,8 @@ package struct ZoneRules: Sendable, Equatable {
         // read `local` lies in this window, and so do the offsets to try.
         let reach: Int64 = 30 * 3600
         var offsets = [kind(at: local &- reach).offset]
-        for change in changes(after: local &- reach, through: local &+ reach) where !offsets.contains(change) {
-            offsets.append(change)
+        for change in changes(after: local &- reach, through: local &+ reach) where !offsets.contains(change.offset) {
+            offsets.append(change.offset)
         }
         var found: [Int64] = []
         for offset in offsets {
@@ -68,20 +68,42 @@ package struct ZoneRules: Sendable, Equatable {
         return found.sorted()
     }
 
-    /// The offsets that begin in (`start`, `end`].
-    private func changes(after start: Int64, through end: Int64) -> [Int] {
-        var offsets: [Int] = []
-        if let first = transitions.firstIndex(where: { $0 > start }) {
-            var index = first
-            while index < transitions.count, transitions[index] <= end {
-                offsets.append(kinds[kindAfter[index]].offset)
-                index += 1
-            }
+    /// Where a local time a change skipped ends: the local time (seconds
+    /// since 1970-01-01 on the local clock) the clock jumped to, past
+    /// `local`; `nil` when no change skipped `local`.
+    func gapEnd(containing local: Int64) -> Int64? {
+        let reach: Int64 = 30 * 3600
+        var before = kind(at: local &- reach).offset
+        for change in changes(after: local &- reach, through: local &+ reach) {
+            // The clock read `at + before` just before and `at + offset` after.
+            let from = change.at &+ Int64(before)
+            let to = change.at &+ Int64(change.offset)
+            if from <= local && local < to { return to }
+            before = change.offset
+        }
+        return nil
+    }
+
+    /// The changes in (`start`, `end`], in order: when, and the offset after.
+    private func changes(after start: Int64, through end: Int64) -> [(at: Int64, offset: Int)] {
+        var found: [(at: Int64, offset: Int)] = []
+        // The first transition past `start`, by binary search.
+        var low = 0
+        var high = transitions.count
+        while low < high {
+            let middle = (low + high) / 2
+            if transitions[middle] > start { high = middle } else { low = middle + 1 }
+        }
+        var index = low
+        while index < transitions.count, transitions[index] <= end {
+            found.append((transitions[index], kinds[kindAfter[index]].offset))
+            index += 1
         }
         if let rule, transitions.last.map({ end >= $0 }) ?? true {
-            offsets += rule.changes(after: start, through: end).map(\.offset)
+            let after = max(start, transitions.last ?? .min)
+            found += rule.changes(after: after, through: end).map { ($0.at, $0.kind.offset) }
         }
-        return offsets
+        return found
     }
 
     /// Reads a TZif file's bytes; `nil` when they are not one this reader
@@ -197,6 +219,9 @@ extension ZoneRules {
     /// Whether every time here is UTC's (UTC, `Etc/UTC`, `GMT`): then a
     /// time needs no second reading in UTC.
     package var isUTC: Bool {
-        kinds.allSatisfy { $0.offset == 0 } && (rule.map { $0.standard.offset == 0 && $0.daylight == nil } ?? true)
+        // As systemd asks (`timezone` and `daylight`): the zone's rule of
+        // today, not its history (Abidjan kept local mean time until 1912).
+        if let rule { return rule.standard.offset == 0 && rule.daylight == nil }
+        return kinds.last.map { $0.offset == 0 && !$0.isDaylight } ?? true
     }
 }

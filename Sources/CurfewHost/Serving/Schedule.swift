@@ -32,6 +32,10 @@ public struct Schedule: Sendable {
         public var lastEnded: WallTime?
         /// When the running run began.
         public var runningSince: WallTime?
+        /// A job with `on`: the wall time its next elapse is sought after
+        /// (the last slot taken, or when the calendar was set). On the wall
+        /// clock, so a jump of it neither repeats a slot nor loses one.
+        public var calendarFrom: WallTime?
     }
 
     /// What a run that came due became.
@@ -82,8 +86,11 @@ public struct Schedule: Sendable {
         entry.isPaused = persisted?.isPaused ?? false
         let earliest = now.later(by: policy.earliestBegin ?? .zero)
         // A new calendar job waits for its calendar's first elapse.
-        let start = policy.calendar == nil ? earliest : elapse(policy, after: earliest)
-        let remembered = persisted == nil ? start : persisted?.nextRun
+        if policy.calendar != nil { entry.calendarFrom = earliest.later(by: wallLead) }
+        let start = policy.calendar == nil ? earliest : calendarSlot(entry)
+        // A job the store kept waiting to be asked runs on a schedule it has been given since.
+        let hasSchedule = policy.every != nil || policy.calendar != nil
+        let remembered = persisted == nil ? start : persisted?.nextRun ?? (hasSchedule ? start : nil)
         guard let remembered else {
             // The store says it had no next run: it waits to be asked.
             put(job, entry)
@@ -105,7 +112,8 @@ public struct Schedule: Sendable {
         let newCalendar = entry.policy.calendar != policy.calendar
         entry.policy = policy
         if newCalendar, policy.calendar != nil {
-            entry.slot = elapse(policy, after: now)
+            entry.calendarFrom = now.later(by: wallLead)
+            entry.slot = calendarSlot(entry)
             entry.nextRun = entry.slot.map { $0.later(by: jitter(policy)) }
         } else if changed {
             entry.slot = policy.every.map { now.later(by: $0) }
@@ -179,22 +187,29 @@ public struct Schedule: Sendable {
         return due
     }
 
-    /// The wall clock jumped by `moved` (forward when positive): calendar
-    /// slots are due at the wall times they name, so each job's next is
-    /// found again; `every` slots keep their periods.
-    public mutating func wallClockJumped(by moved: Duration, now: WallTime) {
-        wallLead += moved
-        for (name, var entry) in entries where entry.policy.calendar != nil && !entry.isRunning {
-            entry.slot = elapse(entry.policy, after: now)
-            entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
+    /// The wall clock is now `lead` ahead of the schedules' timeline (it
+    /// jumped): each calendar slot is found again from the wall time it was
+    /// sought after, so a jump forward past a slot runs it at once and one
+    /// back does not run a slot twice. `every` slots keep their periods; a
+    /// pending retry keeps its time. Returns the jobs whose next run moved.
+    public mutating func wallClockMoved(lead: Duration, now: WallTime) -> [String] {
+        wallLead = lead
+        var moved: [String] = []
+        for (name, var entry) in entries where entry.policy.calendar != nil {
+            entry.slot = calendarSlot(entry)
+            if entry.isRunning || entry.failures == 0 {
+                entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
+            }
             put(name, entry)
+            moved.append(name)
         }
+        return moved
     }
 
-    /// The first elapse of `policy`'s calendar after `time`, on the timeline.
-    private func elapse(_ policy: JobPolicy, after time: WallTime) -> WallTime? {
-        guard let calendar = policy.calendar else { return nil }
-        return CalendarEvent.next(of: calendar, after: time.later(by: wallLead))?.earlier(by: wallLead)
+    /// The next elapse of `entry`'s calendar after its `calendarFrom`, on the timeline.
+    private func calendarSlot(_ entry: Entry) -> WallTime? {
+        guard let calendar = entry.policy.calendar, let from = entry.calendarFrom else { return nil }
+        return CalendarEvent.next(of: calendar, after: from)?.earlier(by: wallLead)
     }
 
     /// Moves a job with `every` or `on` to its first slot after `now` (with
@@ -206,7 +221,11 @@ public struct Schedule: Sendable {
                 entry.nextRun = slot.later(by: jitter(entry.policy))
                 return
             }
-            entry.slot = elapse(entry.policy, after: now)
+            // The first elapse after now (missed ones are not made up one by
+            // one), and no sooner than `every`'s floor after the slot taken.
+            let floor = entry.slot.map { $0.later(by: Self.minimumGap).earlier(by: .milliseconds(1)) } ?? now
+            entry.calendarFrom = max(now, floor).later(by: wallLead)
+            entry.slot = calendarSlot(entry)
             entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
             return
         }

@@ -36,7 +36,7 @@ struct ScheduleClock: Sendable {
     }
 
     /// How far the wall clock is ahead of this one now.
-    private func currentLead() -> Duration {
+    func currentLead() -> Duration {
         .milliseconds(wall().milliseconds) - .milliseconds(now().milliseconds)
     }
 

@@ -597,7 +597,13 @@ public final class Server: @unchecked Sendable {
             // In whole seconds: the two clocks are read a moment apart.
             let seconds = Int64((jump > .zero ? jump : .zero - jump).seconds.rounded())
             onNotice(.info("The wall clock jumped \(jump > .zero ? "forward" : "back") by \(seconds) s; schedules keep their periods, calendars follow it."))
-            schedule.wallClockJumped(by: jump, now: clock.now())
+        }
+        // Calendars follow the wall clock: stepped, or slewed a second away
+        // since they were last found (NTP slews up to half a second an hour).
+        let lead = clock.currentLead()
+        let drift = lead - schedule.wallLead
+        if drift >= ScheduleClock.smallestJump || drift <= .zero - ScheduleClock.smallestJump {
+            for name in schedule.wallClockMoved(lead: lead, now: clock.now()) { save(name) }
         }
         for due in schedule.takeDue(now: clock.now()) {
             switch due {

@@ -35,8 +35,8 @@ import Testing
               state                   List, show or clear the checkpoints jobs saved, or
                                       back up the store.
               history                 Show how recent job runs ended, newest first.
-              calendar                Show when calendar expressions elapse next, as
-                                      systemd-analyze calendar does.
+              calendar                Show when calendar expressions elapse next, laid out
+                                      as systemd-analyze calendar lays it out.
               completions             Print a completion script for bash, zsh or fish.
               help                    Show subcommand help information, the manual page
                                       (--man) or the reference (--markdown).
