@@ -62,13 +62,7 @@ enum CalendarCommand {
 
     /// `Mon 2026-12-07 01:00:00 CET`: to the second, in `zone`.
     static func stamp(_ microseconds: Int64, in zone: ZoneRules) -> String {
-        let seconds = microseconds >= 0 ? microseconds / 1_000_000 : (microseconds + 1) / 1_000_000 - 1
-        let kind = zone.kind(at: seconds)
-        let local = CivilTime(microseconds: (seconds &+ Int64(kind.offset)) &* 1_000_000)
-        let weekday = CivilTime.weekday(days: CivilTime.days(year: local.year, month: local.month, day: local.day))
-        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(CalendarSpec.weekdayNames[weekday].prefix(3)) \(local.year)-\(two(local.month))-\(two(local.day)) "
-            + "\(two(local.hour)):\(two(local.minute)):\(two(local.microsecond / 1_000_000)) \(kind.abbreviation)"
+        zone.stamp(microseconds)
     }
 
     /// How far off a time is, in systemd's words: "1 day 3h left", "8 months 7 days ago".
@@ -112,17 +106,10 @@ enum CalendarCommand {
     /// `--base-time`: `@` and seconds since 1970, or an expression that
     /// names one moment (`2026-03-28 12:00:00 UTC`).
     static func baseTime(_ text: String) throws(CurfewError) -> Int64 {
-        if text.hasPrefix("@") {
-            guard let seconds = Int64(text.dropFirst()), seconds >= 0, seconds <= 7_258_118_399 else {
-                throw CurfewError(.badConfig, "--base-time \(Untrusted.line(text)): @ takes whole seconds since 1970, before the year 2200")
-            }
-            return seconds * 1_000_000
+        do throws(CurfewError) {
+            return try CalendarSpec.moment(text)
+        } catch {
+            throw CurfewError(.badConfig, "--base-time: \(error.description)")
         }
-        let spec = try CalendarSpec(text)
-        let zone = try spec.zone.map { name throws(CurfewError) in try TimeZones.zone(named: name) } ?? TimeZones.local()
-        guard let first = spec.next(after: -1, in: zone), spec.next(after: first, in: zone) == nil else {
-            throw CurfewError(.badConfig, "--base-time \(Untrusted.line(text)) does not name one moment, such as \"2026-03-28 12:00:00 UTC\"")
-        }
-        return first
     }
 }

@@ -49,6 +49,11 @@ extension CurfewMain {
         let path = options.socket.map(absolute) ?? ControlSocket.clientPath()
         var request = JSONLine("command", options.action?.verb ?? "status")
         if let job = options.action?.job { request.add("job", job) }
+        if case .runOnce(_, let parameters, let at)? = options.action {
+            let members = parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
+            request.addRaw("params", "{" + members.joined(separator: ",") + "}")
+            if let at { request.add("at", at.milliseconds) }
+        }
         let answer: JSONValue
         do throws(CurfewError) {
             let line = try ControlSocket.ask(path: path, request: request.text)

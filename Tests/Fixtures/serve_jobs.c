@@ -64,6 +64,12 @@ static curfew_status tally_create(curfew_context *ctx, void **state) {
     host->log(ctx, CURFEW_LOG_INFO, text);
     const char *next = host->param(ctx, "next");
     if (next) host->request_next_run(ctx, strtod(next, NULL));
+    const char *word = host->param(ctx, "word");
+    if (word) {
+        char said[160];
+        snprintf(said, sizeof said, "word %s", word);
+        host->log(ctx, CURFEW_LOG_INFO, said);
+    }
     *state = s;
     return CURFEW_OK;
 }

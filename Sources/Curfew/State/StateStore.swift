@@ -1,5 +1,6 @@
 import CCurfew
 import CSQLite
+import CurfewFormats
 import Synchronization
 
 /// What the host remembers between runs: each job's checkpoint, the history
@@ -20,7 +21,7 @@ public final class StateStore: @unchecked Sendable {
     // Safe because the connection is only used under `lock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
-    public static let schemaVersion = 5
+    public static let schemaVersion = 6
     /// The largest checkpoint a job may save: the header's `CURFEW_MAX_CHECKPOINT`.
     public static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
     /// How many finished runs of each job the history keeps by default.
@@ -247,6 +248,47 @@ public final class StateStore: @unchecked Sendable {
     }
 
     // MARK: Schedules
+
+    /// Keeps a one-off run asked of `curfew serve`; returns its id.
+    public func addRunRequest(job: String, parameters: [String: String], earliest: WallTime) throws(CurfewError) -> Int64 {
+        let text = "{" + parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }.joined(separator: ",") + "}"
+        return try locked { connection throws(CurfewError) in
+            try connection.query(
+                "INSERT INTO run_requests (job, parameters, earliest, made_at) VALUES (?, ?, ?, ?)",
+                [.text(job), .text(text), .integer(earliest.milliseconds), .integer(Self.wallMilliseconds())])
+            return try connection.query("SELECT last_insert_rowid()").first?.first?.integer ?? 0
+        }
+    }
+
+    /// The one-off runs not yet run, earliest first. A row that does not
+    /// read back (its parameters not an object of strings) is dropped.
+    public func runRequests() throws(CurfewError) -> [RunRequest] {
+        try locked { connection throws(CurfewError) in
+            guard schema >= 6 else { return [] }
+            var requests: [RunRequest] = []
+            let rows = try connection.query(
+                "SELECT id, job, parameters, earliest FROM run_requests ORDER BY earliest, id LIMIT \(RunRequest.maximumPending)")
+            for row in rows {
+                guard let id = row[0].integer, let job = row[1].text, let text = row[2].text, let earliest = row[3].integer,
+                    case .object(let members)? = try? JSONReader.parse(Array(text.utf8))
+                else { continue }
+                var parameters: [String: String] = [:]
+                for (name, value) in members {
+                    guard let value = value.stringValue else { continue }
+                    parameters[name] = value
+                }
+                requests.append(RunRequest(id: id, job: job, parameters: parameters, earliest: WallTime(milliseconds: earliest)))
+            }
+            return requests
+        }
+    }
+
+    /// Forgets a one-off run: it ran.
+    public func removeRunRequest(id: Int64) throws(CurfewError) {
+        try locked { connection throws(CurfewError) in
+            try connection.query("DELETE FROM run_requests WHERE id = ?", [.integer(id)])
+        }
+    }
 
     /// Keeps `job`'s schedule: its next run (`nil`: none until asked), its
     /// failures in a row and the runs skipped because it was still running.
@@ -603,6 +645,13 @@ public final class StateStore: @unchecked Sendable {
             // The sandbox each run had (``SandboxPolicy/summary(_:isolation:)``); '' before it was kept.
             "ALTER TABLE job_runs ADD COLUMN sandbox TEXT NOT NULL DEFAULT ''",
         ],
+        [
+            // One-off runs asked of `curfew serve` (`ctl run --at`), kept until they ran.
+            """
+            CREATE TABLE run_requests (id INTEGER PRIMARY KEY, job TEXT NOT NULL, parameters TEXT NOT NULL,
+                earliest INTEGER NOT NULL, made_at INTEGER NOT NULL)
+            """,
+        ],
     ]
 
     /// Brings the schema up to ``schemaVersion`` in one transaction, or
@@ -649,6 +698,27 @@ public final class StateStore: @unchecked Sendable {
 }
 
 /// One job's schedule as the store keeps it for `curfew serve`.
+/// A one-off run asked of `curfew serve` (`curfew ctl run JOB --param …
+/// --at …`): the job runs once, no sooner than `earliest`, with these
+/// parameters over its own.
+public struct RunRequest: Sendable, Equatable {
+    /// The store's id; 0 when no store keeps it.
+    public var id: Int64
+    public var job: String
+    public var parameters: [String: String]
+    public var earliest: WallTime
+
+    /// The most one-off runs kept waiting at once.
+    public static let maximumPending = 10_000
+
+    public init(id: Int64, job: String, parameters: [String: String], earliest: WallTime) {
+        self.id = id
+        self.job = job
+        self.parameters = parameters
+        self.earliest = earliest
+    }
+}
+
 public struct ScheduleRecord: Sendable, Equatable {
     public var job: String
     public var nextRun: WallTime?

@@ -256,6 +256,10 @@ enum Specs {
     struct ControlDraft: Sendable {
         var options = ControlOptions()
         var words: [String] = []
+        /// `run`'s `--param`, `--at` and `--in`.
+        var parameters: [String: String] = [:]
+        var at: String?
+        var wait: Duration?
     }
 
     static let status = SubcommandSpec.make(
@@ -278,7 +282,7 @@ enum Specs {
         .ctl, summary: "Tell a serving host to run, cancel, pause or resume a job, to rescan, or to change its app state.",
         usage: "curfew ctl (run | cancel | pause | resume) <job> | curfew ctl (reload | foreground | background)",
         arguments: [
-            ("run <job>", "Run the job now, whatever its schedule (not while it runs)."),
+            ("run <job>", "Run the job now, whatever its schedule (not while it runs); with --param, --at or --in, once at that time with those parameters, kept across restarts (after the run going then)."),
             ("cancel <job>", "Expire the job's running grant now, with the cancelled reason."),
             ("pause <job>", "Run the job no more on its schedule, across restarts (ctl run still does)."),
             ("resume <job>", "Put a paused job back on its schedule."),
@@ -286,7 +290,14 @@ enum Specs {
             ("foreground", "Move the host to the foreground (active): grants stop running down, and jobs hear will-enter-foreground and did-become-active."),
             ("background", "Move the host back to the background: each running grant's clock starts again with its whole budget."),
         ],
-        options: [socketOption.within(\ControlDraft.options.socket)],
+        options: [
+            parameter(\ControlDraft.parameters, help: "With run: a parameter of this run only, over the job's own; repeat for more."),
+            .text("--at", value: "time", help: "With run: run no sooner than this, such as \"2026-12-24 18:00\" (local time) or \"2026-12-24 17:00 UTC\".", \ControlDraft.at),
+            OptionSpec(["--in"], value: "duration", help: "With run: run no sooner than this long from now, such as 90m.") { draft, given throws(UsageError) in
+                draft.wait = try duration(given)
+            },
+            socketOption.within(\ControlDraft.options.socket),
+        ],
         exitStatus: [("0", "done"), ("1", "no host serves on the socket, or it refused (the reason is printed)"), ("64", "usage error")],
         words: Server.Command.jobVerbs + Server.Command.hostVerbs,
         start: { ControlDraft() },
@@ -308,6 +319,20 @@ enum Specs {
             guard words.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: .ctl) }
             guard words.count == 2 else { throw UsageError("Unexpected argument '\(words[2])'", command: .ctl) }
             options.action = Server.Command(verb: verb, job: words[1])
+            let once = !draft.parameters.isEmpty || draft.at != nil || draft.wait != nil
+            guard once else { return .control(options) }
+            guard verb == "run" else { throw UsageError("--param, --at and --in go with run", command: .ctl) }
+            guard draft.at == nil || draft.wait == nil else { throw UsageError("Give --at or --in, not both", command: .ctl) }
+            var at: WallTime?
+            if let text = draft.at {
+                do throws(CurfewError) {
+                    at = WallTime(milliseconds: try CalendarSpec.moment(text) / 1000)
+                } catch {
+                    throw UsageError("The value '\(text)' is invalid for '--at <time>': use a date and time such as \"2026-12-24 18:00\"", command: .ctl)
+                }
+            }
+            if let wait = draft.wait { at = WallTime.now().later(by: wait) }
+            options.action = .runOnce(words[1], parameters: draft.parameters, at: at)
             return .control(options)
         })
 

@@ -143,6 +143,18 @@ package struct CalendarSpec: Sendable, Equatable {
         }
     }
 
+    /// The one moment `text` names, in microseconds since the epoch: a
+    /// date and time (`2026-12-24 18:00`, local time unless a zone follows)
+    /// or `@` and seconds since 1970.
+    package static func moment(_ text: String) throws(CurfewError) -> Int64 {
+        let spec = try CalendarSpec(text)
+        let zone = try spec.zone.map { name throws(CurfewError) in try TimeZones.zone(named: name) } ?? TimeZones.local()
+        guard let first = spec.next(after: -1, in: zone), spec.next(after: first, in: zone) == nil else {
+            throw CurfewError(.badConfig, "\"\(Reason.cut(text, to: 120))\" does not name one moment, such as \"2026-03-28 12:00:00 UTC\"")
+        }
+        return first
+    }
+
     private static func weekdays(_ word: Substring, _ refuse: (String) -> CurfewError) throws(CurfewError) -> UInt8 {
         var set: UInt8 = 0
         var rest = word

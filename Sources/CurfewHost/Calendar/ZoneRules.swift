@@ -216,6 +216,18 @@ private struct TZifReader {
 }
 
 extension ZoneRules {
+    /// `Mon 2026-12-07 01:00:00 CET`: `microseconds` since the epoch, here,
+    /// to the second, as systemd prints a time.
+    package func stamp(_ microseconds: Int64) -> String {
+        let seconds = microseconds >= 0 ? microseconds / 1_000_000 : (microseconds + 1) / 1_000_000 - 1
+        let kind = kind(at: seconds)
+        let local = CivilTime(microseconds: (seconds &+ Int64(kind.offset)).multipliedClamped(by: 1_000_000))
+        let weekday = CivilTime.weekday(days: CivilTime.days(year: local.year, month: local.month, day: local.day))
+        func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(CalendarSpec.weekdayNames[weekday].prefix(3)) \(local.year)-\(two(local.month))-\(two(local.day)) "
+            + "\(two(local.hour)):\(two(local.minute)):\(two(local.microsecond / 1_000_000)) \(kind.abbreviation)"
+    }
+
     /// Whether every time here is UTC's (UTC, `Etc/UTC`, `GMT`): then a
     /// time needs no second reading in UTC.
     package var isUTC: Bool {

@@ -32,7 +32,7 @@ extension Server.Command {
     /// Its verb, as a request names it.
     public var verb: String {
         switch self {
-        case .run: "run"
+        case .run, .runOnce: "run"
         case .cancel: "cancel"
         case .pause: "pause"
         case .resume: "resume"
@@ -45,7 +45,7 @@ extension Server.Command {
     /// The job it acts on; `nil` for the host's verbs.
     public var job: String? {
         switch self {
-        case .run(let job), .cancel(let job), .pause(let job), .resume(let job): job
+        case .run(let job), .runOnce(let job, _, _), .cancel(let job), .pause(let job), .resume(let job): job
         case .reload, .foreground, .background: nil
         }
     }
@@ -61,7 +61,7 @@ extension Server {
             return Self.failure("the request is not JSON: \(error.message)")
         }
         guard case .object(let members) = value else { return Self.failure("the request must be an object") }
-        for member in members where member.key != "command" && member.key != "job" {
+        for member in members where !["command", "job", "params", "at"].contains(member.key) {
             return Self.failure("unknown key \"\(Reason.cut(member.key, to: 64))\" in the request")
         }
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
@@ -74,7 +74,42 @@ extension Server {
         guard let job = value["job"]?.stringValue, JobNaming.isValidName(job), let command = Command(verb: verb, job: job) else {
             return Self.failure("\(verb) needs a job name")
         }
+        if value["params"] != nil || value["at"] != nil {
+            guard verb == "run" else { return Self.failure("only run takes \"params\" and \"at\"") }
+            let (once, problem) = Self.runOnce(job, value)
+            guard let once else { return Self.failure(problem) }
+            return Self.reply(perform(once))
+        }
         return Self.reply(perform(command))
+    }
+
+    /// The most parameters a one-off run takes, and the longest name and value.
+    public static let maximumRequestParameters = 64
+    public static let maximumParameterBytes = 4096
+
+    /// A `run` with `params` (an object of strings) and `at` (milliseconds
+    /// since the epoch), each checked: they are kept, and given to a job.
+    private static func runOnce(_ job: String, _ value: JSONValue) -> (Command?, String) {
+        var parameters: [String: String] = [:]
+        if let given = value["params"] {
+            guard case .object(let pairs) = given else { return (nil, "\"params\" must be an object of strings") }
+            guard pairs.count <= maximumRequestParameters else { return (nil, "a run takes at most \(maximumRequestParameters) parameters") }
+            for (name, text) in pairs {
+                guard let text = text.stringValue, !name.isEmpty, name.utf8.count <= maximumParameterBytes, text.utf8.count <= maximumParameterBytes,
+                    !name.utf8.contains(0), !text.utf8.contains(0)
+                else { return (nil, "each parameter is a name and a string of 1 to \(maximumParameterBytes) bytes, no NUL") }
+                parameters[name] = text
+            }
+        }
+        var at: WallTime?
+        if let given = value["at"] {
+            // From 1970 to the year 2200, as a calendar reaches.
+            guard let milliseconds = given.integerValue, milliseconds >= 0, milliseconds <= 7_258_118_400_000 else {
+                return (nil, "\"at\" must be milliseconds since 1970, before the year 2200")
+            }
+            at = WallTime(milliseconds: milliseconds)
+        }
+        return (Command.runOnce(job, parameters: parameters, at: at), "")
     }
 
     private func status() -> String {

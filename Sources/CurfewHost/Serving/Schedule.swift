@@ -36,6 +36,9 @@ public struct Schedule: Sendable {
         /// (the last slot taken, or when the calendar was set). On the wall
         /// clock, so a jump of it neither repeats a slot nor loses one.
         public var calendarFrom: WallTime?
+        /// When a one-off run asked for it (`curfew ctl run --at`) is due:
+        /// it starts then even if the job is paused or not enabled.
+        public var requested: WallTime?
     }
 
     /// What a run that came due became.
@@ -132,12 +135,12 @@ public struct Schedule: Sendable {
     /// Stores `entry` for `name`, queued by its next run when it may start.
     private mutating func put(_ name: String, _ entry: Entry) {
         entries[name] = entry
-        if Self.mayStart(entry), let next = entry.nextRun { queue.push(next, name) }
+        if let next = Self.nextStart(entry) { queue.push(next, name) }
         // Stale items past twice the jobs: queued again from the entries.
         if queue.count > 2 * entries.count + 64 {
             queue = DueQueue()
-            for (name, entry) in entries where Self.mayStart(entry) {
-                if let next = entry.nextRun { queue.push(next, name) }
+            for (name, entry) in entries {
+                if let next = Self.nextStart(entry) { queue.push(next, name) }
             }
         }
     }
@@ -146,10 +149,18 @@ public struct Schedule: Sendable {
         entry.policy.enabled != false && !entry.isPaused
     }
 
+    /// When the job starts next: its next run if it may start on its own,
+    /// or a one-off run asked of it, whichever comes first.
+    private static func nextStart(_ entry: Entry) -> WallTime? {
+        let scheduled = mayStart(entry) ? entry.nextRun : nil
+        guard let requested = entry.requested else { return scheduled }
+        return scheduled.map { min($0, requested) } ?? requested
+    }
+
     /// Whether the queued item (`time`, `name`) still says when that job may start.
     private func isCurrent(_ time: WallTime, _ name: String) -> Bool {
         guard let entry = entries[name] else { return false }
-        return Self.mayStart(entry) && entry.nextRun == time
+        return Self.nextStart(entry) == time
     }
 
     /// The earliest next run of a job that may start, for the server's timer.
@@ -179,6 +190,9 @@ public struct Schedule: Sendable {
             } else {
                 entry.isRunning = true
                 entry.runningSince = now
+                // The run carries out the request that came due (the server
+                // asks for the job's next one when it ends).
+                if let requested = entry.requested, requested <= now { entry.requested = nil }
                 due.append(.start(name))
             }
             advanceSlot(&entry, now: now)
@@ -316,6 +330,15 @@ public struct Schedule: Sendable {
             case (nil, let scheduled): scheduled
             }
         return entry.nextRun
+    }
+
+    /// A one-off run of `job` asked for `time` (`curfew ctl run --at`):
+    /// its next run comes no later than that. One that is running takes it
+    /// when it ends (the server asks again then).
+    public mutating func requestRun(job: String, at time: WallTime) {
+        guard var entry = entries[job], !entry.isRunning else { return }
+        entry.requested = min(entry.requested ?? time, time)
+        put(job, entry)
     }
 
     public mutating func setPaused(job: String, _ paused: Bool) -> Bool {

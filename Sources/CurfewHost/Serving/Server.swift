@@ -112,11 +112,19 @@ public final class Server: @unchecked Sendable {
     private final class ActiveRun: Sendable {
         let runner: Runner
         let notes: RunNotes
-        init(runner: Runner, notes: RunNotes) {
+        /// The one-off run this run carries out, forgotten when it ends.
+        let request: RunRequest?
+        init(runner: Runner, notes: RunNotes, request: RunRequest?) {
             self.runner = runner
             self.notes = notes
+            self.request = request
         }
     }
+
+    /// One-off runs not yet run, by job, earliest first (the store's, read
+    /// at the first scan, and those asked since).
+    private var requests: [String: [RunRequest]] = [:]
+    private var requestsRead = false
 
     /// What a run's events leave for its end: the runner's event handler
     /// holds this, not the ``ActiveRun`` (which holds the runner).
@@ -234,6 +242,9 @@ public final class Server: @unchecked Sendable {
     /// What `curfew ctl` asks.
     public enum Command: Sendable, Equatable {
         case run(String)
+        /// Run the job once with these parameters over its own, no sooner
+        /// than the wall time (`nil`: now); kept in the store until it ran.
+        case runOnce(String, parameters: [String: String], at: WallTime?)
         case cancel(String)
         case pause(String)
         case resume(String)
@@ -267,6 +278,8 @@ public final class Server: @unchecked Sendable {
                 }
                 launch([name])
                 return .success("Started '\(name)'.")
+            case .runOnce(let name, let parameters, let at):
+                return request(name, parameters: parameters, at: at)
             case .cancel(let name):
                 guard catalog[name] != nil else { return .failure(unknown(name)) }
                 guard let run = active[name] else {
@@ -291,6 +304,63 @@ public final class Server: @unchecked Sendable {
         }
     }
 
+    /// Keeps a one-off run and puts it on the job's schedule: it starts at
+    /// its time, or when the run going then ends; a paused job takes it
+    /// once resumed. On the server's queue.
+    private func request(_ name: String, parameters: [String: String], at: WallTime?) -> Result<String, CurfewError> {
+        guard catalog[name] != nil else { return .failure(unknown(name)) }
+        let pending = requests.values.reduce(0) { $0 + $1.count }
+        guard pending < RunRequest.maximumPending else {
+            return .failure(CurfewError(.badConfig, "\(pending) one-off runs wait already; no more are kept"))
+        }
+        let wallNow = options.wallClock()
+        let earliest = at ?? wallNow
+        var request = RunRequest(id: 0, job: name, parameters: parameters, earliest: earliest)
+        if let store = options.run.state {
+            do throws(CurfewError) {
+                request.id = try store.addRunRequest(job: name, parameters: parameters, earliest: earliest)
+            } catch {
+                storeFailed("a one-off run of '\(name)' could not be kept: \(error.description)")
+                return .failure(CurfewError(.stateUnavailable, "the one-off run could not be kept in the state store: \(error.description)"))
+            }
+        } else {
+            request.id = Int64(-(pending + 1))
+        }
+        requests[name, default: []].append(request)
+        requests[name]!.sort { ($0.earliest, $0.id) < ($1.earliest, $1.id) }
+        schedule.requestRun(job: name, at: clock.scheduleTime(earliest))
+        tick()
+        let with = parameters.isEmpty ? "" : " with \(parameters.count) parameter\(parameters.count == 1 ? "" : "s")"
+        let running = active[name] != nil ? "; it runs once the run going now ends" : ""
+        if earliest <= wallNow { return .success("Asked for a run of '\(name)'\(with) now\(running).") }
+        let when = TimeZones.local().stamp(earliest.milliseconds.multipliedClamped(by: 1000))
+        return .success("Asked for a run of '\(name)'\(with) at \(when)\(running).")
+    }
+
+    /// The one-off run a run of `name` starting now carries out: the
+    /// earliest of its requests whose time has come.
+    private func dueRequest(_ name: String) -> RunRequest? {
+        let wallNow = clock.wallTime(clock.now())
+        return requests[name]?.first { $0.earliest <= wallNow }
+    }
+
+    /// A run that carried out `request` ended: forgotten, and the job's next
+    /// request goes on its schedule.
+    private func forget(_ request: RunRequest?, of name: String) {
+        if let request {
+            requests[name]?.removeAll { $0.id == request.id }
+            if requests[name]?.isEmpty == true { requests[name] = nil }
+            if request.id > 0, let store = options.run.state {
+                do throws(CurfewError) {
+                    try store.removeRunRequest(id: request.id)
+                } catch {
+                    storeFailed("a one-off run of '\(name)' ran but could not be forgotten; it may run again after a restart: \(error.description)")
+                }
+            }
+        }
+        if let next = requests[name]?.first { schedule.requestRun(job: name, at: clock.scheduleTime(next.earliest)) }
+    }
+
     private func unknown(_ name: String) -> CurfewError {
         let known = catalog.keys.sorted()
         return CurfewError(.badConfig, "no job is named '\(name)' (serving: \(known.isEmpty ? "none" : known.joined(separator: ", ")))")
@@ -307,7 +377,10 @@ public final class Server: @unchecked Sendable {
             let running = active[name]?.runner.status().first { $0.job == name }
             // Shown on the wall clock.
             var shown = entry
-            shown.nextRun = entry.nextRun.map(clock.wallTime)
+            // What `status` calls the next run: the sooner of the schedule's and a one-off run's.
+            shown.nextRun = (entry.requested.map { requested in entry.nextRun.map { min($0, requested) } ?? requested } ?? entry.nextRun)
+                .map(clock.wallTime)
+            shown.requested = entry.requested.map(clock.wallTime)
             shown.slot = entry.slot.map(clock.wallTime)
             shown.lastEnded = entry.lastEnded.map(clock.wallTime)
             shown.runningSince = entry.runningSince.map(clock.wallTime)
@@ -475,6 +548,10 @@ public final class Server: @unchecked Sendable {
             do throws(CurfewError) {
                 persisted = try store.schedules()
                 lastRuns = try store.lastRuns()
+                if !requestsRead {
+                    requestsRead = true
+                    for request in try store.runRequests() { requests[request.job, default: []].append(request) }
+                }
             } catch {
                 storeFailed("the kept schedules could not be read, so new jobs start on their defaults: \(error.description)")
             }
@@ -502,6 +579,7 @@ public final class Server: @unchecked Sendable {
             schedule.add(
                 job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: remembered(name, persisted[name]),
                 last: lastRuns[name].map { ($0.outcome, clock.scheduleTime($0.ended)) }, now: now)
+            if let first = requests[name]?.first { schedule.requestRun(job: name, at: clock.scheduleTime(first.earliest)) }
         }
         for name in catalog.keys where fresh[name] == nil {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
@@ -635,6 +713,8 @@ public final class Server: @unchecked Sendable {
         var configuration = options.run
         configuration.policy = grantPolicy(for: job.name, warn: true)
         configuration.parameters.merge(policy.parameters) { _, own in own }
+        let request = dueRequest(job.name)
+        if let request { configuration.parameters.merge(request.parameters) { _, asked in asked } }
         configuration.isolation = policy.isolation ?? configuration.isolation
         configuration.limits = ResourceLimits(
             memoryBytes: policy.limits.memoryBytes ?? configuration.limits.memoryBytes,
@@ -657,7 +737,7 @@ public final class Server: @unchecked Sendable {
             }
             forward(event, time)
         }
-        let run = ActiveRun(runner: runner, notes: notes)
+        let run = ActiveRun(runner: runner, notes: notes, request: request)
         active[job.name] = run
         runner.start { [self] results in
             queue.async { self.ended(job.name, run, results.first) }
@@ -674,6 +754,9 @@ public final class Server: @unchecked Sendable {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
             }
             schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: clock.now())
+            // A one-off run is done once it ran, whatever its outcome; one
+            // refused (the host stopping) waits for the next host.
+            forget(result.outcome == .refused ? nil : run.request, of: name)
             save(name)
         }
         if let finished = run.notes.finished.withLock({ $0 }) { onEvent(finished.event, finished.time) }

@@ -380,12 +380,14 @@ import Testing
         let store = try StateStore(folder: folder)
         try store.saveCheckpoint(job: "j", bytes: [7])
         let connection = try SQLiteConnection(path: store.path)
-        try connection.execute("DROP TABLE schedules; ALTER TABLE job_runs DROP COLUMN sandbox; PRAGMA user_version = 1")
+        try connection.execute("DROP TABLE schedules; ALTER TABLE job_runs DROP COLUMN sandbox; DROP TABLE run_requests; PRAGMA user_version = 1")
         // Its writer brings it up to date; a reader would read it as it is.
         let reopened = try StateStore(folder: folder, writer: .current())
         #expect(try reopened.checkpoint(job: "j") == [7])
         #expect(try reopened.schedules().isEmpty)
         try reopened.saveSchedule(ScheduleRecord(job: "j", nextRun: nil, failures: 0, skipped: 0))
+        #expect(try reopened.runRequests().isEmpty)
+        _ = try reopened.addRunRequest(job: "j", parameters: [:], earliest: WallTime(milliseconds: 5))
     }
 
     /// A store of schema 4 (before the sandbox was kept) is read as it is,
@@ -403,7 +405,7 @@ import Testing
             return store.path
         }()
         let connection = try SQLiteConnection(path: path)
-        try connection.execute("ALTER TABLE job_runs DROP COLUMN sandbox; PRAGMA user_version = 4")
+        try connection.execute("ALTER TABLE job_runs DROP COLUMN sandbox; DROP TABLE run_requests; PRAGMA user_version = 4")
         #expect(try StateStore(folder: folder).history().map(\.sandbox) == [""], "a reader reads it as it is")
         let writer = try StateStore(folder: folder, writer: .current())
         try writer.record(sandboxed)

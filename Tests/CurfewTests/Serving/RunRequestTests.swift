@@ -1,0 +1,102 @@
+import Foundation
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+@testable import CurfewHost
+
+/// One-off runs (`curfew ctl run JOB --param … --at …`): on the schedule,
+/// in the store, on the control socket and from the command line.
+@Suite struct RunRequestTests {
+    let start = WallTime(milliseconds: 1_000_000)
+
+    func at(_ seconds: Double) -> WallTime { start.later(by: .milliseconds(Int64(seconds * 1000))) }
+
+    @Test func aRequestRunsAJobThatIsNotEnabledOrPausedAtItsTime() {
+        var schedule = Schedule(seed: 1)
+        var off = JobPolicy()
+        off.enabled = false
+        schedule.add(job: "off", policy: off, isContinuous: false, persisted: nil, now: start)
+        schedule.add(job: "paused", policy: JobPolicy(), isContinuous: false, persisted: ScheduleRecord(job: "paused", nextRun: nil, failures: 0, skipped: 0, isPaused: true), now: start)
+        #expect(schedule.takeDue(now: at(100)).isEmpty)
+        schedule.requestRun(job: "off", at: at(200))
+        schedule.requestRun(job: "paused", at: at(300))
+        #expect(schedule.nextWake == at(200))
+        #expect(schedule.takeDue(now: at(250)) == [.start("off")])
+        // Taken: the request is not due again after the run.
+        schedule.finished(job: "off", outcome: .completed, requested: nil, now: at(260))
+        #expect(schedule.takeDue(now: at(400)) == [.start("paused")])
+        #expect(schedule.nextWake == nil)
+    }
+
+    @Test func theStoreKeepsRequestsUntilTheyRan() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let first = try store.addRunRequest(job: "tally", parameters: ["word": "later", "n": "2"], earliest: at(20))
+        let second = try store.addRunRequest(job: "tally", parameters: [:], earliest: at(10))
+        #expect(try store.runRequests() == [
+            RunRequest(id: second, job: "tally", parameters: [:], earliest: at(10)),
+            RunRequest(id: first, job: "tally", parameters: ["word": "later", "n": "2"], earliest: at(20)),
+        ])
+        try store.removeRunRequest(id: second)
+        // A row that does not read back is dropped, not trusted.
+        try SQLiteConnection(path: store.path).execute("INSERT INTO run_requests (job, parameters, earliest, made_at) VALUES ('x', '[1', 5, 5)")
+        #expect(try store.runRequests().map(\.id) == [first])
+    }
+
+    @Test func theControlSocketChecksWhatARequestCarries() throws {
+        let server = try Server(options: Server.Options(folders: []), onEvent: { _, _ in }, onNotice: { _ in })
+        func answer(_ text: String) -> String { server.answer(Array(text.utf8)) }
+        #expect(answer(#"{"command": "cancel", "job": "a", "params": {}}"#).contains(#"only run takes \"params\" and \"at\""#))
+        #expect(answer(#"{"command": "run", "job": "a", "params": [1]}"#).contains(#"\"params\" must be an object of strings"#))
+        #expect(answer(#"{"command": "run", "job": "a", "params": {"k": 1}}"#).contains("each parameter is a name and a string"))
+        #expect(answer(#"{"command": "run", "job": "a", "at": -5}"#).contains(#"\"at\" must be milliseconds since 1970"#))
+        let many = (0..<65).map { "\"k\($0)\": \"v\"" }.joined(separator: ",")
+        #expect(answer(#"{"command": "run", "job": "a", "params": {"# + many + "}}").contains("at most 64 parameters"))
+        // Well formed, for a job this server does not have.
+        #expect(answer(#"{"command": "run", "job": "a", "params": {"k": "v"}, "at": 5}"#).contains("no job is named 'a'"))
+    }
+
+    @Test func theCommandLineReadsParametersAndATime() throws {
+        let parsed = try Invocation(parsing: ["ctl", "run", "tally", "--param", "word=hi", "--at", "2026-12-24 17:00 UTC"])
+        guard case .control(let options) = parsed else {
+            Issue.record("not ctl")
+            return
+        }
+        #expect(options.action == .runOnce("tally", parameters: ["word": "hi"], at: WallTime(milliseconds: 1_798_131_600_000)))
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "cancel", "tally", "--param", "a=b"]) }
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "run", "tally", "--at", "2026-12-24 17:00 UTC", "--in", "5m"]) }
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "run", "tally", "--at", "every day"]) }
+    }
+}
+
+extension ProcessTests.First {
+    @Suite(.timeLimit(.minutes(2))) struct RunRequestServeTests {
+        /// Asked for in three seconds, the server stopped at once: the next
+        /// server on the store runs it with its parameter, and forgets it.
+        @Test func aRequestWithAParameterSurvivesARestart() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            let config = Fixtures.temporaryFolder("config") + "/curfew.json"
+            try #"{"jobs": {"tally": {"enabled": false, "budget": "150ms"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("serve_jobs.c", defines: ["VERSION=1"]), toPath: folder + "/jobs.so")
+            let serve = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await serve.wait(for: "control socket")
+            let asked = try await serve.control(["ctl", "run", "tally", "--param", "word=later", "--in", "3s"])
+            #expect(asked.status == 0 && asked.out.contains("Asked for a run of 'tally' with 1 parameter at"), "\(asked.out)")
+            #expect(await serve.stop() == 0)
+            #expect(try serve.logs("tally").isEmpty, "not yet due")
+
+            let again = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await again.wait(for: "control socket")
+            let now = try await again.control(["ctl", "run", "tally", "--param", "word=now"])
+            #expect(now.status == 0, "\(now.out)")
+            await again.wait(for: "\"message\":\"word now\"")
+            await again.wait(for: "\"message\":\"word later\"")
+            await again.wait(for: "\"event\":\"finished\"", count: 2)
+            #expect(await again.stop() == 0)
+            #expect(try again.logs("tally").filter { $0.hasPrefix("word") } == ["word now", "word later"])
+            #expect(try StateStore(folder: state).runRequests().isEmpty, "each forgotten once it ran")
+        }
+    }
+}
