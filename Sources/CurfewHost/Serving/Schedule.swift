@@ -26,8 +26,12 @@ public struct Schedule: Sendable {
         public var failures = 0
         /// Paused by the operator: it runs only when asked.
         public var isPaused = false
-        /// Runs that came due while the last was still going.
+        /// Runs that came due while the last was still going, or too late
+        /// for the policy's starting deadline.
         public var skipped = 0
+        /// A run came due while the last was still going, and the policy's
+        /// `overlap` is queue or replace: it runs when that one ends.
+        public var runsAgain = false
         public var lastOutcome: Outcome?
         public var lastEnded: WallTime?
         /// When the running run began.
@@ -49,6 +53,14 @@ public struct Schedule: Sendable {
         /// Due again while its last due run still waits for a slot: that one
         /// run covers both, and nothing is skipped.
         case merged(String)
+        /// Due while its last run is going, with `overlap: queue`: it runs
+        /// once that one ends.
+        case queued(String)
+        /// Due while its last run is going, with `overlap: replace`: the
+        /// server cancels that run, and this one runs once it has ended.
+        case replace(String)
+        /// Due longer ago than the policy's starting deadline: skipped.
+        case late(String)
     }
 
     /// The least time between a job's runs that its schedule (`every`) or
@@ -96,6 +108,16 @@ public struct Schedule: Sendable {
         let remembered = persisted == nil ? start : persisted?.nextRun ?? (hasSchedule ? start : nil)
         guard let remembered else {
             // The store says it had no next run: it waits to be asked.
+            put(job, entry)
+            return
+        }
+        if let deadline = policy.startingDeadline, earliest.milliseconds &- remembered.milliseconds > deadline.milliseconds {
+            // Missed while the host was down, longer ago than the starting
+            // deadline: skipped; the job goes on from its next slot.
+            entry.skipped += 1
+            entry.slot = hasSchedule ? remembered : nil
+            entry.nextRun = nil
+            if hasSchedule { advanceSlot(&entry, now: earliest) }
             put(job, entry)
             return
         }
@@ -185,8 +207,23 @@ public struct Schedule: Sendable {
             if entry.isRunning && !entry.hasStarted {
                 due.append(.merged(name))
             } else if entry.isRunning {
+                switch entry.policy.overlap ?? .skip {
+                case .skip:
+                    entry.skipped += 1
+                    due.append(.skip(name))
+                case .queue:
+                    entry.runsAgain = true
+                    due.append(.queued(name))
+                case .replace:
+                    entry.runsAgain = true
+                    due.append(.replace(name))
+                }
+            } else if let deadline = entry.policy.startingDeadline, now.milliseconds &- top.time.milliseconds > deadline.milliseconds,
+                entry.requested.map({ $0 > now }) ?? true
+            {
+                // A one-off run asked for is never too late; a slot is.
                 entry.skipped += 1
-                due.append(.skip(name))
+                due.append(.late(name))
             } else {
                 entry.isRunning = true
                 entry.runningSince = now
@@ -262,6 +299,17 @@ public struct Schedule: Sendable {
         entry.nextRun = entry.slot!.later(by: jitter(entry.policy))
     }
 
+    /// A due run of `job` waited for a slot past its starting deadline: it
+    /// does not run, and counts as skipped. False when it is not waiting.
+    public mutating func abandon(job: String) -> Bool {
+        guard var entry = entries[job], entry.isRunning, !entry.hasStarted else { return false }
+        entry.isRunning = false
+        entry.runningSince = nil
+        entry.skipped += 1
+        put(job, entry)
+        return true
+    }
+
     /// A due run of `job` has left the wait for a slot and started: from now
     /// on, a slot that comes before its end is skipped.
     public mutating func started(job: String, now: WallTime) {
@@ -300,6 +348,19 @@ public struct Schedule: Sendable {
         entry.hasStarted = false
         entry.lastOutcome = outcome
         entry.lastEnded = now
+        if entry.runsAgain && !stopped {
+            // Queued, or replacing this run: the next comes now, and the
+            // slots go on as they were.
+            entry.runsAgain = false
+            entry.failures = 0
+            entry.runningSince = nil
+            entry.nextRun = now
+            if let slot = entry.slot, slot <= now { advanceSlot(&entry, now: now) }
+            entry.nextRun = now
+            put(job, entry)
+            return now
+        }
+        entry.runsAgain = false
         let retry = entry.policy.retry ?? .standard
         defer {
             entry.runningSince = nil

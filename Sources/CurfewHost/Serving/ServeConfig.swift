@@ -14,6 +14,13 @@ public struct JobPolicy: Sendable, Equatable {
     /// The first run comes no sooner than this after the host starts (or
     /// the job appears in the folder).
     public var earliestBegin: Duration?
+    /// What a run that comes due while the last is still going does
+    /// (Kubernetes' `concurrencyPolicy`); `nil`: skip.
+    public var overlap: Overlap?
+    /// A due run that cannot start within this long of its time (the host
+    /// was down, or every `--jobs` slot was taken) is skipped, not run late
+    /// (Kubernetes' `startingDeadlineSeconds`); `nil`: run however late.
+    public var startingDeadline: Duration?
     /// Each scheduled run moves a random amount from zero to this later, so
     /// that jobs of many hosts do not all start at once.
     public var jitter: Duration?
@@ -44,6 +51,8 @@ public struct JobPolicy: Sendable, Equatable {
         }
         merged.earliestBegin = earliestBegin ?? base.earliestBegin
         merged.jitter = jitter ?? base.jitter
+        merged.overlap = overlap ?? base.overlap
+        merged.startingDeadline = startingDeadline ?? base.startingDeadline
         merged.budget = budget ?? base.budget
         merged.grace = grace ?? base.grace
         merged.stall = stall ?? base.stall
@@ -58,6 +67,16 @@ public struct JobPolicy: Sendable, Equatable {
         merged.sandbox = sandbox ?? base.sandbox
         return merged
     }
+}
+
+/// What a run that comes due while the job's last run is still going does.
+public enum Overlap: String, Sendable, Equatable {
+    /// It is skipped (counted in `status`).
+    case skip
+    /// It runs once the last run ends (one such run waits at most).
+    case queue
+    /// The last run is cancelled (expired, reason cancelled), and it runs once that one ends.
+    case replace
 }
 
 /// A job's `sandbox` in the config.
@@ -192,7 +211,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "on", "earliest_begin", "jitter", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
+        "every", "on", "earliest_begin", "jitter", "overlap", "starting_deadline", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -209,6 +228,15 @@ extension JobPolicy {
                 self.every = every
             case "on": calendar = try Self.calendar(member, place)
             case "earliest_begin": earliestBegin = try Self.duration(member, key, place)
+            case "overlap":
+                guard let text = member.stringValue, let overlap = Overlap(rawValue: text) else {
+                    throw place.error(key, "must be \"skip\", \"queue\" or \"replace\"")
+                }
+                self.overlap = overlap
+            case "starting_deadline":
+                let deadline = try Self.duration(member, key, place)
+                guard deadline >= .seconds(1) else { throw place.error(key, "must be at least 1s") }
+                startingDeadline = deadline
             case "jitter": jitter = try Self.duration(member, key, place)
             case "budget":
                 let budget = try Self.duration(member, key, place)

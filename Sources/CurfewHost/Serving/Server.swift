@@ -692,6 +692,14 @@ public final class Server: @unchecked Sendable {
                 save(name)
             case .merged:
                 break  // still waiting for a slot: its one run is this one too
+            case .queued(let name):
+                onNotice(.info("'\(name)' came due while its last run was still going; it runs again once that run ends"))
+            case .replace(let name):
+                onNotice(.info("'\(name)' came due while its last run was still going; that run is cancelled and a new one follows"))
+                active[name]?.runner.cancel(job: name)
+            case .late(let name):
+                onNotice(.info("'\(name)' came due longer ago than its starting deadline; this run is skipped"))
+                save(name)
             }
         }
         launch([])
@@ -703,6 +711,14 @@ public final class Server: @unchecked Sendable {
         waiting.putFirst(names)
         while active.count < options.run.maxConcurrentJobs, let name = waiting.popFirst() {
             guard let job = catalog[name] else { continue }
+            // A one-off run asked for is never too late; a slot is.
+            if !names.contains(name), let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince,
+                clock.now().milliseconds &- due.milliseconds > deadline.milliseconds, dueRequest(name) == nil, schedule.abandon(job: name)
+            {
+                onNotice(.info("'\(name)' waited for a --jobs slot longer than its starting deadline; this run is skipped"))
+                save(name)
+                continue
+            }
             start(job)
         }
     }

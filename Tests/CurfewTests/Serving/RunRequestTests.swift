@@ -100,3 +100,75 @@ extension ProcessTests.First {
         }
     }
 }
+
+/// `overlap` and `starting_deadline`: what a run that comes due while the
+/// last is going, or too late, does.
+@Suite struct OverlapTests {
+    let start = WallTime(milliseconds: 1_000_000)
+
+    func at(_ seconds: Double) -> WallTime { start.later(by: .milliseconds(Int64(seconds * 1000))) }
+
+    func every(_ seconds: Int64, overlap: Overlap? = nil, deadline: Duration? = nil) -> JobPolicy {
+        var policy = JobPolicy()
+        policy.every = .seconds(seconds)
+        policy.overlap = overlap
+        policy.startingDeadline = deadline
+        return policy
+    }
+
+    @Test(arguments: [Overlap.queue, .replace])
+    func aSlotThatMeetsARunningRunRunsOnceItEnds(overlap: Overlap) {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "j", policy: every(10, overlap: overlap), isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("j")])
+        schedule.started(job: "j", now: start)
+        let expected: Schedule.Due = overlap == .queue ? .queued("j") : .replace("j")
+        #expect(schedule.takeDue(now: at(10)) == [expected])
+        #expect(schedule.takeDue(now: at(20)) == [expected], "one run waits, however many slots pass")
+        #expect(schedule.finished(job: "j", outcome: .expired, requested: nil, now: at(25)) == at(25))
+        #expect(schedule.takeDue(now: at(25)) == [.start("j")])
+        schedule.started(job: "j", now: at(25))
+        // Then back on its slots.
+        #expect(schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(26)) == at(30))
+        #expect(schedule.entries["j"]?.skipped == 0)
+    }
+
+    @Test func skipIsTheDefault() {
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "j", policy: every(10), isContinuous: false, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        schedule.started(job: "j", now: start)
+        #expect(schedule.takeDue(now: at(10)) == [.skip("j")])
+        #expect(schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(15)) == at(20))
+    }
+
+    @Test func aSlotMissedPastItsStartingDeadlineIsSkipped() {
+        var schedule = Schedule(seed: 1)
+        let missed = ScheduleRecord(job: "j", nextRun: at(-100), failures: 0, skipped: 0)
+        schedule.add(job: "j", policy: every(1000, deadline: .seconds(30)), isContinuous: false, persisted: missed, now: start)
+        #expect(schedule.takeDue(now: start).isEmpty)
+        #expect(schedule.entries["j"]?.skipped == 1)
+        #expect(schedule.entries["j"]?.nextRun == at(900), "on from its next slot")
+        // A slot taken late at run time (the host busy) is skipped too.
+        var busy = Schedule(seed: 1)
+        busy.add(job: "j", policy: every(1000, deadline: .seconds(30)), isContinuous: false, persisted: nil, now: start)
+        #expect(busy.takeDue(now: at(31)) == [.late("j")])
+        #expect(busy.entries["j"]?.isRunning == false)
+        // Within the deadline, it runs.
+        var other = Schedule(seed: 1)
+        other.add(job: "j", policy: every(1000, deadline: .seconds(30)), isContinuous: false, persisted: ScheduleRecord(job: "j", nextRun: at(-10), failures: 0, skipped: 0), now: start)
+        #expect(other.takeDue(now: start) == [.start("j")])
+        // One waiting for a --jobs slot past the deadline is abandoned.
+        let abandoned = other.abandon(job: "j")
+        #expect(abandoned)
+        #expect(other.entries["j"]?.skipped == 1)
+    }
+
+    @Test func theConfigReadsThem() throws {
+        let config = try ServeConfig.parse(Array(#"{"jobs": {"a": {"overlap": "replace", "starting_deadline": "5m"}}}"#.utf8), file: "c.json")
+        #expect(config.policy(for: "a").overlap == .replace)
+        #expect(config.policy(for: "a").startingDeadline == .seconds(300))
+        #expect(throws: CurfewError.self) { try ServeConfig.parse(Array(#"{"jobs": {"a": {"overlap": "allow"}}}"#.utf8), file: "c.json") }
+        #expect(throws: CurfewError.self) { try ServeConfig.parse(Array(#"{"jobs": {"a": {"starting_deadline": "10ms"}}}"#.utf8), file: "c.json") }
+    }
+}
