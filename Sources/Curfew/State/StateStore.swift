@@ -256,12 +256,17 @@ public final class StateStore: @unchecked Sendable {
             try connection.query(
                 "INSERT INTO run_requests (job, parameters, earliest, made_at) VALUES (?, ?, ?, ?)",
                 [.text(job), .text(text), .integer(earliest.milliseconds), .integer(Self.wallMilliseconds())])
-            return try connection.query("SELECT last_insert_rowid()").first?.first?.integer ?? 0
+            guard let id = try connection.query("SELECT last_insert_rowid()").first?.first?.integer, id > 0 else {
+                throw CurfewError(.stateUnavailable, "the state store \(path) gave no id to the one-off run it kept")
+            }
+            return id
         }
     }
 
-    /// The one-off runs not yet run, earliest first. A row that does not
-    /// read back (its parameters not an object of strings) is dropped.
+    /// The one-off runs not yet run, earliest first. The rows are outside
+    /// data: one that does not read back as a request the control socket
+    /// would take (a job name, at most 64 parameters of at most 1024 bytes
+    /// each with no NUL, a time from 1970 to 2200) is left out.
     public func runRequests() throws(CurfewError) -> [RunRequest] {
         try locked { connection throws(CurfewError) in
             guard schema >= 6 else { return [] }
@@ -269,14 +274,17 @@ public final class StateStore: @unchecked Sendable {
             let rows = try connection.query(
                 "SELECT id, job, parameters, earliest FROM run_requests ORDER BY earliest, id LIMIT \(RunRequest.maximumPending)")
             for row in rows {
-                guard let id = row[0].integer, let job = row[1].text, let text = row[2].text, let earliest = row[3].integer,
-                    case .object(let members)? = try? JSONReader.parse(Array(text.utf8))
+                guard let id = row[0].integer, id > 0, let job = row[1].text, JobNaming.isValidName(job), let text = row[2].text,
+                    let earliest = row[3].integer, (0...RunRequest.latest.milliseconds).contains(earliest),
+                    text.utf8.count <= 1 << 20, case .object(let members)? = try? JSONReader.parse(Array(text.utf8)),
+                    members.count <= RunRequest.maximumParameters
                 else { continue }
                 var parameters: [String: String] = [:]
                 for (name, value) in members {
-                    guard let value = value.stringValue else { continue }
+                    guard let value = value.stringValue, RunRequest.isParameter(name, value) else { break }
                     parameters[name] = value
                 }
+                guard parameters.count == members.count else { continue }
                 requests.append(RunRequest(id: id, job: job, parameters: parameters, earliest: WallTime(milliseconds: earliest)))
             }
             return requests
@@ -710,6 +718,18 @@ public struct RunRequest: Sendable, Equatable {
 
     /// The most one-off runs kept waiting at once.
     public static let maximumPending = 10_000
+    /// The most parameters one takes, and the longest name or value in bytes
+    /// (a request to the control socket is at most 4 KiB whole).
+    public static let maximumParameters = 64
+    public static let maximumParameterBytes = 1024
+    /// The latest time one may be asked for: the year 2200, as calendars reach.
+    public static let latest = WallTime(milliseconds: 7_258_118_400_000)
+
+    /// Whether `name` = `value` is a parameter a one-off run may carry.
+    public static func isParameter(_ name: String, _ value: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= maximumParameterBytes && value.utf8.count <= maximumParameterBytes
+            && !name.utf8.contains(0) && !value.utf8.contains(0)
+    }
 
     public init(id: Int64, job: String, parameters: [String: String], earliest: WallTime) {
         self.id = id

@@ -308,6 +308,8 @@ enum Specs {
             guard let verb = words.first else {
                 throw UsageError("Missing the action: run, cancel, pause or resume a job, or reload, foreground or background", command: .ctl)
             }
+            let once = !draft.parameters.isEmpty || draft.at != nil || draft.wait != nil
+            if once && verb != "run" { throw UsageError("--param, --at and --in go with run", command: .ctl) }
             if let action = Server.Command(verb: verb, job: nil) {
                 guard words.count == 1 else { throw UsageError("Unexpected argument '\(words[1])'", command: .ctl) }
                 options.action = action
@@ -319,9 +321,7 @@ enum Specs {
             guard words.count >= 2 else { throw UsageError("Missing the job: curfew ctl \(verb) <job>", command: .ctl) }
             guard words.count == 2 else { throw UsageError("Unexpected argument '\(words[2])'", command: .ctl) }
             options.action = Server.Command(verb: verb, job: words[1])
-            let once = !draft.parameters.isEmpty || draft.at != nil || draft.wait != nil
             guard once else { return .control(options) }
-            guard verb == "run" else { throw UsageError("--param, --at and --in go with run", command: .ctl) }
             guard draft.at == nil || draft.wait == nil else { throw UsageError("Give --at or --in, not both", command: .ctl) }
             var at: WallTime?
             if let text = draft.at {

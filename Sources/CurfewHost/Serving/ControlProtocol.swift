@@ -83,28 +83,24 @@ extension Server {
         return Self.reply(perform(command))
     }
 
-    /// The most parameters a one-off run takes, and the longest name and value.
-    public static let maximumRequestParameters = 64
-    public static let maximumParameterBytes = 4096
-
     /// A `run` with `params` (an object of strings) and `at` (milliseconds
     /// since the epoch), each checked: they are kept, and given to a job.
     private static func runOnce(_ job: String, _ value: JSONValue) -> (Command?, String) {
         var parameters: [String: String] = [:]
         if let given = value["params"] {
             guard case .object(let pairs) = given else { return (nil, "\"params\" must be an object of strings") }
-            guard pairs.count <= maximumRequestParameters else { return (nil, "a run takes at most \(maximumRequestParameters) parameters") }
+            guard pairs.count <= RunRequest.maximumParameters else { return (nil, "a run takes at most \(RunRequest.maximumParameters) parameters") }
             for (name, text) in pairs {
-                guard let text = text.stringValue, !name.isEmpty, name.utf8.count <= maximumParameterBytes, text.utf8.count <= maximumParameterBytes,
-                    !name.utf8.contains(0), !text.utf8.contains(0)
-                else { return (nil, "each parameter is a name and a string of 1 to \(maximumParameterBytes) bytes, no NUL") }
+                guard let text = text.stringValue, RunRequest.isParameter(name, text) else {
+                    return (nil, "each parameter is a name and a string of up to \(RunRequest.maximumParameterBytes) bytes, no NUL")
+                }
                 parameters[name] = text
             }
         }
         var at: WallTime?
         if let given = value["at"] {
             // From 1970 to the year 2200, as a calendar reaches.
-            guard let milliseconds = given.integerValue, milliseconds >= 0, milliseconds <= 7_258_118_400_000 else {
+            guard let milliseconds = given.integerValue, milliseconds >= 0, milliseconds <= RunRequest.latest.milliseconds else {
                 return (nil, "\"at\" must be milliseconds since 1970, before the year 2200")
             }
             at = WallTime(milliseconds: milliseconds)

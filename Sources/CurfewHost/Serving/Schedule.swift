@@ -41,8 +41,12 @@ public struct Schedule: Sendable {
         /// clock, so a jump of it neither repeats a slot nor loses one.
         public var calendarFrom: WallTime?
         /// When a one-off run asked for it (`curfew ctl run --at`) is due:
-        /// it starts then even if the job is paused or not enabled.
+        /// it starts then even if the job is paused or not enabled; while
+        /// the job runs, it waits for that run's end.
         public var requested: WallTime?
+        /// The run going now carries out the job's earliest one-off run:
+        /// the schedule alone says so, on its one clock.
+        public var carriesRequest = false
     }
 
     /// What a run that came due became.
@@ -175,7 +179,9 @@ public struct Schedule: Sendable {
     /// or a one-off run asked of it, whichever comes first.
     private static func nextStart(_ entry: Entry) -> WallTime? {
         let scheduled = mayStart(entry) ? entry.nextRun : nil
-        guard let requested = entry.requested else { return scheduled }
+        // A running job's request is queued again when the run ends (`put`):
+        // queued now, it would come due, be put back and come due again.
+        guard let requested = entry.requested, !entry.isRunning else { return scheduled }
         return scheduled.map { min($0, requested) } ?? requested
     }
 
@@ -229,7 +235,8 @@ public struct Schedule: Sendable {
                 entry.runningSince = now
                 // The run carries out the request that came due (the server
                 // asks for the job's next one when it ends).
-                if let requested = entry.requested, requested <= now { entry.requested = nil }
+                entry.carriesRequest = entry.requested.map { $0 <= now } ?? false
+                if entry.carriesRequest { entry.requested = nil }
                 due.append(.start(name))
             }
             advanceSlot(&entry, now: now)
@@ -302,7 +309,8 @@ public struct Schedule: Sendable {
     /// A due run of `job` waited for a slot past its starting deadline: it
     /// does not run, and counts as skipped. False when it is not waiting.
     public mutating func abandon(job: String) -> Bool {
-        guard var entry = entries[job], entry.isRunning, !entry.hasStarted else { return false }
+        // A one-off run asked for is never too late; a slot is.
+        guard var entry = entries[job], entry.isRunning, !entry.hasStarted, !entry.carriesRequest else { return false }
         entry.isRunning = false
         entry.runningSince = nil
         entry.skipped += 1
@@ -323,6 +331,8 @@ public struct Schedule: Sendable {
     /// is running: returns whether it started.
     public mutating func startNow(job: String, now: WallTime) -> Bool {
         guard var entry = entries[job], !entry.isRunning else { return false }
+        // A run asked for by hand carries no one-off run: that one waits.
+        entry.carriesRequest = false
         entry.isRunning = true
         entry.runningSince = now
         if entry.slot == nil { entry.nextRun = nil }
@@ -346,6 +356,7 @@ public struct Schedule: Sendable {
         guard var entry = entries[job] else { return nil }
         entry.isRunning = false
         entry.hasStarted = false
+        entry.carriesRequest = false
         entry.lastOutcome = outcome
         entry.lastEnded = now
         if entry.runsAgain && !stopped {
@@ -397,7 +408,7 @@ public struct Schedule: Sendable {
     /// its next run comes no later than that. One that is running takes it
     /// when it ends (the server asks again then).
     public mutating func requestRun(job: String, at time: WallTime) {
-        guard var entry = entries[job], !entry.isRunning else { return }
+        guard var entry = entries[job] else { return }
         entry.requested = min(entry.requested ?? time, time)
         put(job, entry)
     }

@@ -125,6 +125,8 @@ public final class Server: @unchecked Sendable {
     /// at the first scan, and those asked since).
     private var requests: [String: [RunRequest]] = [:]
     private var requestsRead = false
+    /// The ids of requests no store keeps: -1, -2, …
+    private var localRequestIDs: Int64 = 0
 
     /// What a run's events leave for its end: the runner's event handler
     /// holds this, not the ``ActiveRun`` (which holds the runner).
@@ -305,10 +307,13 @@ public final class Server: @unchecked Sendable {
     }
 
     /// Keeps a one-off run and puts it on the job's schedule: it starts at
-    /// its time, or when the run going then ends; a paused job takes it
-    /// once resumed. On the server's queue.
+    /// its time, or when the run going then ends, paused or not. On the
+    /// server's queue.
     private func request(_ name: String, parameters: [String: String], at: WallTime?) -> Result<String, CurfewError> {
-        guard catalog[name] != nil else { return .failure(unknown(name)) }
+        guard let job = catalog[name] else { return .failure(unknown(name)) }
+        guard !job.isContinuous else {
+            return .failure(CurfewError(.badConfig, "job '\(name)' is continuous: it runs until stopped, so a one-off run of it would never end"))
+        }
         let pending = requests.values.reduce(0) { $0 + $1.count }
         guard pending < RunRequest.maximumPending else {
             return .failure(CurfewError(.badConfig, "\(pending) one-off runs wait already; no more are kept"))
@@ -324,24 +329,26 @@ public final class Server: @unchecked Sendable {
                 return .failure(CurfewError(.stateUnavailable, "the one-off run could not be kept in the state store: \(error.description)"))
             }
         } else {
-            request.id = Int64(-(pending + 1))
+            // Never reused, so forgetting one never forgets another.
+            localRequestIDs -= 1
+            request.id = localRequestIDs
         }
         requests[name, default: []].append(request)
         requests[name]!.sort { ($0.earliest, $0.id) < ($1.earliest, $1.id) }
         schedule.requestRun(job: name, at: clock.scheduleTime(earliest))
         tick()
         let with = parameters.isEmpty ? "" : " with \(parameters.count) parameter\(parameters.count == 1 ? "" : "s")"
-        let running = active[name] != nil ? "; it runs once the run going now ends" : ""
+        let running = (active[name] != nil ? "; it runs once the run going now ends" : "")
+            + (options.run.state == nil ? " (not kept across a restart: this server keeps no state)" : "")
         if earliest <= wallNow { return .success("Asked for a run of '\(name)'\(with) now\(running).") }
         let when = TimeZones.local().stamp(earliest.milliseconds.multipliedClamped(by: 1000))
         return .success("Asked for a run of '\(name)'\(with) at \(when)\(running).")
     }
 
-    /// The one-off run a run of `name` starting now carries out: the
-    /// earliest of its requests whose time has come.
+    /// The one-off run a run of `name` starting now carries out: its
+    /// earliest, when the schedule started the run for it.
     private func dueRequest(_ name: String) -> RunRequest? {
-        let wallNow = clock.wallTime(clock.now())
-        return requests[name]?.first { $0.earliest <= wallNow }
+        schedule.entries[name]?.carriesRequest == true ? requests[name]?.first : nil
     }
 
     /// A run that carried out `request` ended: forgotten, and the job's next
@@ -549,8 +556,12 @@ public final class Server: @unchecked Sendable {
                 persisted = try store.schedules()
                 lastRuns = try store.lastRuns()
                 if !requestsRead {
-                    requestsRead = true
-                    for request in try store.runRequests() { requests[request.job, default: []].append(request) }
+                    do throws(CurfewError) {
+                        for request in try store.runRequests() { requests[request.job, default: []].append(request) }
+                        requestsRead = true
+                    } catch {
+                        storeFailed("the one-off runs asked for could not be read; they are read again at the next scan: \(error.description)")
+                    }
                 }
             } catch {
                 storeFailed("the kept schedules could not be read, so new jobs start on their defaults: \(error.description)")
@@ -711,9 +722,8 @@ public final class Server: @unchecked Sendable {
         waiting.putFirst(names)
         while active.count < options.run.maxConcurrentJobs, let name = waiting.popFirst() {
             guard let job = catalog[name] else { continue }
-            // A one-off run asked for is never too late; a slot is.
             if !names.contains(name), let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince,
-                clock.now().milliseconds &- due.milliseconds > deadline.milliseconds, dueRequest(name) == nil, schedule.abandon(job: name)
+                clock.now().milliseconds &- due.milliseconds > deadline.milliseconds, schedule.abandon(job: name)
             {
                 onNotice(.info("'\(name)' waited for a --jobs slot longer than its starting deadline; this run is skipped"))
                 save(name)
@@ -770,9 +780,19 @@ public final class Server: @unchecked Sendable {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
             }
             schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: clock.now())
-            // A one-off run is done once it ran, whatever its outcome; one
-            // refused (the host stopping) waits for the next host.
-            forget(result.outcome == .refused ? nil : run.request, of: name)
+            // A one-off run is done once it ran, whatever its outcome. One
+            // refused waits: for the next host when this one stops, else a
+            // minute (its plugin would not load, its checkpoint not read),
+            // not at once, again and again.
+            if result.outcome == .refused, let request = run.request {
+                if !stopping {
+                    onNotice(.warning("a one-off run of '\(name)' was refused (\(result.reason)); it is tried again in a minute"))
+                    schedule.requestRun(job: name, at: clock.now().later(by: .seconds(60)))
+                }
+                _ = request
+            } else {
+                forget(run.request, of: name)
+            }
             save(name)
         }
         if let finished = run.notes.finished.withLock({ $0 }) { onEvent(finished.event, finished.time) }

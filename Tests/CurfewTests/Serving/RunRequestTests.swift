@@ -172,3 +172,80 @@ extension ProcessTests.First {
         #expect(throws: CurfewError.self) { try ServeConfig.parse(Array(#"{"jobs": {"a": {"starting_deadline": "10ms"}}}"#.utf8), file: "c.json") }
     }
 }
+
+/// The schedule, not a second clock, says which run carries a request.
+@Suite struct RunRequestEdgeTests {
+    let start = WallTime(milliseconds: 1_000_000)
+
+    func at(_ seconds: Double) -> WallTime { start.later(by: .milliseconds(Int64(seconds * 1000))) }
+
+    /// A request due while the job runs waits for the run's end: taking
+    /// what is due returns, and the request is the next start after it.
+    @Test func aRequestDueWhileTheJobRunsWaitsForItsEnd() {
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.every = .seconds(600)
+        schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("j")])
+        schedule.started(job: "j", now: start)
+        schedule.requestRun(job: "j", at: at(60))
+        #expect(schedule.takeDue(now: at(120)).isEmpty)
+        #expect(schedule.entries["j"]?.carriesRequest == false)
+        schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(300))
+        #expect(schedule.takeDue(now: at(300)) == [.start("j")])
+        #expect(schedule.entries["j"]?.carriesRequest == true)
+        // A run asked for by hand carries none; the request waits for it.
+        var other = Schedule(seed: 1)
+        other.add(job: "j", policy: JobPolicy(), isContinuous: false, persisted: nil, now: start)
+        _ = other.takeDue(now: start)
+        other.finished(job: "j", outcome: .completed, requested: nil, now: start)
+        other.requestRun(job: "j", at: at(10))
+        let started = other.startNow(job: "j", now: at(20))
+        #expect(started && other.entries["j"]?.carriesRequest == false)
+        #expect(other.takeDue(now: at(30)).isEmpty)
+        other.finished(job: "j", outcome: .completed, requested: nil, now: at(40))
+        #expect(other.takeDue(now: at(40)) == [.start("j")])
+        #expect(other.entries["j"]?.carriesRequest == true)
+        // A run that carries a request is never abandoned as late.
+        let abandoned = other.abandon(job: "j")
+        #expect(!abandoned)
+    }
+
+    /// Asked for 12:00, while the 10:00 slot's run goes on past it: taking
+    /// what is due at 12:00 returns (it once put the request back and took
+    /// it again for ever), and the request runs after that run.
+    @Test(.timeLimit(.minutes(1))) func aRequestComingDueDuringARunStartedBeforeItDoesNotSpin() {
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.every = .seconds(600)
+        schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(1))
+        schedule.requestRun(job: "j", at: at(720))
+        #expect(schedule.takeDue(now: at(600)) == [.start("j")])
+        #expect(schedule.entries["j"]?.carriesRequest == false)
+        schedule.started(job: "j", now: at(600))
+        #expect(schedule.takeDue(now: at(720)).isEmpty)
+        schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(900))
+        #expect(schedule.takeDue(now: at(900)) == [.start("j")])
+        #expect(schedule.entries["j"]?.carriesRequest == true)
+    }
+
+    @Test func storeRowsAreCheckedAsTheSocketChecksThem() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let kept = try store.addRunRequest(job: "tally", parameters: ["a": "b"], earliest: at(1))
+        let connection = try SQLiteConnection(path: store.path)
+        for row in [
+            "('../x', '{}', 5, 5)", "('x', '{\"a\": 1}', 5, 5)", "('x', '{}', -5, 5)", "('x', '{}', 9999999999999, 5)",
+            "('x', '{\"\": \"v\"}', 5, 5)",
+        ] {
+            try connection.execute("INSERT INTO run_requests (job, parameters, earliest, made_at) VALUES \(row)")
+        }
+        #expect(try store.runRequests().map(\.id) == [kept])
+    }
+
+    @Test func onlyRunTakesParametersAndATime() {
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "reload", "--param", "a=b"]) }
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "foreground", "--in", "5m"]) }
+    }
+}
