@@ -311,6 +311,9 @@ typedef struct curfew_host {
  * CURFEW_CHUNK_CONTINUE  call me again as soon as possible;
  * CURFEW_CHUNK_DONE      the work is complete;
  * CURFEW_CHUNK_FAILED    the work failed (log the reason first);
+ * CURFEW_CHUNK_FAILED_FINAL  the work failed and another run cannot help
+ *                        (bad input, say): `curfew serve` does not retry it
+ *                        (an older host reads it as CURFEW_CHUNK_FAILED);
  * a positive value N     call me again after N nanoseconds, without holding a
  *                        worker thread meanwhile (a timer-like job).
  * Any other negative value is treated as a failure. */
@@ -319,6 +322,7 @@ typedef int64_t curfew_chunk_result;
 #define CURFEW_CHUNK_CONTINUE ((curfew_chunk_result)0)
 #define CURFEW_CHUNK_DONE ((curfew_chunk_result)-1)
 #define CURFEW_CHUNK_FAILED ((curfew_chunk_result)-2)
+#define CURFEW_CHUNK_FAILED_FINAL ((curfew_chunk_result)-3)
 /* Continue after `ms` milliseconds (`ms` > 0). */
 #define CURFEW_CHUNK_AFTER_MS(ms) ((curfew_chunk_result)(ms) * 1000000)
 

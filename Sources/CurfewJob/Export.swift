@@ -150,6 +150,7 @@ private let chunkHook: curfew_chunk_fn = { _, state in
     case .continue: return 0
     case .done: return -1
     case .failed: return -2
+    case .failedForGood: return -3
     case .continueAfter(let delay): return delayNanoseconds(delay)
     }
 }

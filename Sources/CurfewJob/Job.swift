@@ -13,6 +13,10 @@ public enum ChunkResult: Sendable, Equatable {
     /// The work failed: log the reason at `.error` first, and the outcome
     /// reads `failed (chunk returned failed: <the reason>)`.
     case failed
+    /// The work failed and another run cannot help (bad input, say):
+    /// `curfew serve` does not retry it. The outcome reads `failed (chunk
+    /// returned failed, not to be retried: <the reason>)`.
+    case failedForGood
     /// Call me again after this long, without holding a worker thread meanwhile.
     case continueAfter(Duration)
 }

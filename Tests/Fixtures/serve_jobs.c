@@ -94,7 +94,8 @@ static void tally_destroy(curfew_context *ctx, void *state) {
 static curfew_chunk_result flaky_chunk(curfew_context *ctx, void *state) {
     (void)state;
     host->log(ctx, CURFEW_LOG_ERROR, "flaky failed");
-    return CURFEW_CHUNK_FAILED;
+    /* With `final`: a failure another run cannot help. */
+    return host->param(ctx, "final") ? CURFEW_CHUNK_FAILED_FINAL : CURFEW_CHUNK_FAILED;
 }
 
 static void no_cleanup(curfew_context *ctx, void *state, curfew_expire_reason reason) {

@@ -372,7 +372,12 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 if result == -1 {
                     return workEnded(&c, failure: nil)
                 }
-                let why = result == -2 ? "chunk returned failed" : "chunk returned \(result), not a valid result"
+                let why =
+                    switch result {
+                    case -2: "chunk returned failed"
+                    case -3: Reason.failedForGood
+                    default: "chunk returned \(result), not a valid result"
+                    }
                 return workEnded(&c, failure: c.lastError.map { "\(why): \($0)" } ?? why)
             }
             if c.pendingExpire != nil {

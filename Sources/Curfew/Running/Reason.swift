@@ -2,6 +2,10 @@
 /// event, table and log, and its parts (task names, logged errors) come
 /// from plugin code.
 package enum Reason {
+    /// How a run that returned CURFEW_CHUNK_FAILED_FINAL ends: the words
+    /// that tell a scheduler not to retry it, in process or from a worker.
+    package static let failedForGood = "chunk returned failed, not to be retried"
+
     /// The most bytes of UTF-8 a reason has.
     static let maximumBytes = 1024
     /// The most bytes of one name quoted in a reason.

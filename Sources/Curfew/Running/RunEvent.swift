@@ -62,6 +62,12 @@ public struct JobResult: Sendable {
     /// What the job's chunks were seen to take, this run and before
     /// (`nil` for a job that ran no chunk).
     public internal(set) var estimate: ChunkEstimate? = nil
+
+    /// The job failed and said another run cannot help
+    /// (CURFEW_CHUNK_FAILED_FINAL): a scheduler does not retry it.
+    public var isFailedForGood: Bool {
+        outcome == .failed && reason.hasPrefix(Reason.failedForGood)
+    }
 }
 
 /// What happens to the jobs of a run, in order, per job.

@@ -341,7 +341,8 @@ public struct Schedule: Sendable {
     }
 
     /// Records a run's end and returns the job's next run:
-    /// - failed, crashed or terminated: retried with backoff while the
+    /// - failed (unless `retry` is false: the job said another run cannot
+    ///   help), crashed or terminated: retried with backoff while the
     ///   policy's attempts last, then back on its schedule;
     /// - completed or expired (not a failure: the next run resumes from the
     ///   checkpoint): the later of its next `every` slot and the time the
@@ -351,7 +352,7 @@ public struct Schedule: Sendable {
     /// - refused (the host was stopping), or a stop: as completed.
     @discardableResult
     public mutating func finished(
-        job: String, outcome: Outcome, requested: Duration?, stopped: Bool = false, now: WallTime
+        job: String, outcome: Outcome, requested: Duration?, stopped: Bool = false, retry retriable: Bool = true, now: WallTime
     ) -> WallTime? {
         guard var entry = entries[job] else { return nil }
         entry.isRunning = false
@@ -384,7 +385,7 @@ public struct Schedule: Sendable {
             return entry.nextRun
         }
         let isFailure = outcome == .failed || outcome == .crashed || outcome == .terminated
-        if isFailure && !stopped && entry.failures < retry.attempts {
+        if isFailure && retriable && !stopped && entry.failures < retry.attempts {
             entry.failures += 1
             entry.nextRun = now.later(by: backoff(retry, attempt: entry.failures))
             return entry.nextRun

@@ -779,7 +779,8 @@ public final class Server: @unchecked Sendable {
             if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
             }
-            schedule.finished(job: name, outcome: result.outcome, requested: requested, stopped: stopping, now: clock.now())
+            schedule.finished(
+                job: name, outcome: result.outcome, requested: requested, stopped: stopping, retry: !result.isFailedForGood, now: clock.now())
             // A one-off run is done once it ran, whatever its outcome. One
             // refused waits: for the next host when this one stops, else a
             // minute (its plugin would not load, its checkpoint not read),

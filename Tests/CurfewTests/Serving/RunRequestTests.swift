@@ -249,3 +249,36 @@ extension ProcessTests.First {
         #expect(throws: UsageError.self) { try Invocation(parsing: ["ctl", "foreground", "--in", "5m"]) }
     }
 }
+
+/// CURFEW_CHUNK_FAILED_FINAL: a failure the job says another run cannot
+/// help is not retried, in process or from a worker.
+extension ProcessTests.Second {
+    @Suite(.timeLimit(.minutes(1))) struct FailedForGoodTests {
+        @Test(arguments: [Isolation.none, .job])
+        func itEndsFailedWithTheWordsThatStopARetry(isolation: Isolation) async throws {
+            let plugin = try Fixtures.compile("serve_jobs.c", defines: ["VERSION=1"])
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--json", "--isolate", isolation.rawValue, "--only", "flaky", "--param", "final=1"], timeout: .seconds(30))
+            let finished = try #require(try OutputEvent.all(in: result.stdout).first { $0.event == "finished" }, "\(result.stderr.prefix(300))")
+            #expect(finished.outcome == "failed")
+            #expect(finished.reason == "chunk returned failed, not to be retried: flaky failed")
+            let ended = JobResult(
+                job: "flaky", pluginPath: plugin, loadPath: plugin, isChunked: true, outcome: .failed, chunks: 1, elapsed: .zero,
+                reason: finished.reason ?? "", progress: nil)
+            #expect(ended.isFailedForGood)
+        }
+
+        @Test func theScheduleDoesNotRetryIt() {
+            var schedule = Schedule(seed: 1)
+            var policy = JobPolicy()
+            policy.every = .seconds(600)
+            let start = WallTime(milliseconds: 1_000_000)
+            schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+            _ = schedule.takeDue(now: start)
+            let next = schedule.finished(job: "j", outcome: .failed, requested: nil, retry: false, now: start.later(by: .seconds(1)))
+            #expect(next == start.later(by: .seconds(600)), "back on its slots, no retry")
+            #expect(schedule.entries["j"]?.failures == 0)
+        }
+    }
+}
