@@ -47,6 +47,8 @@ public struct Schedule: Sendable {
         /// The run going now carries out the job's earliest one-off run:
         /// the schedule alone says so, on its one clock.
         public var carriesRequest = false
+        /// The run going now was asked for by `curfew ctl run`.
+        public var byHand = false
     }
 
     /// What a run that came due became.
@@ -115,13 +117,16 @@ public struct Schedule: Sendable {
             put(job, entry)
             return
         }
-        if let deadline = policy.startingDeadline, earliest.milliseconds &- remembered.milliseconds > deadline.milliseconds {
-            // Missed while the host was down, longer ago than the starting
-            // deadline: skipped; the job goes on from its next slot.
+        if let deadline = policy.startingDeadline, hasSchedule, !isContinuous, entry.failures == 0,
+            now.milliseconds &- remembered.milliseconds > deadline.milliseconds
+        {
+            // A slot missed while the host was down, longer ago than the
+            // starting deadline: skipped; the job goes on from its next slot.
+            // (A retry, a job's own request and a continuous job's restart
+            // are not slots: they run late rather than never.)
             entry.skipped += 1
-            entry.slot = hasSchedule ? remembered : nil
-            entry.nextRun = nil
-            if hasSchedule { advanceSlot(&entry, now: earliest) }
+            entry.slot = remembered
+            advanceSlot(&entry, now: earliest)
             put(job, entry)
             return
         }
@@ -171,6 +176,13 @@ public struct Schedule: Sendable {
         }
     }
 
+    /// Whether the run that comes due is one of the job's slots (`every`,
+    /// `on`), which a starting deadline may skip: not a retry, a job's own
+    /// request or a continuous job's restart.
+    private static func isSlot(_ entry: Entry) -> Bool {
+        (entry.policy.every != nil || entry.policy.calendar != nil) && !entry.isContinuous && entry.failures == 0
+    }
+
     private static func mayStart(_ entry: Entry) -> Bool {
         entry.policy.enabled != false && !entry.isPaused
     }
@@ -213,7 +225,10 @@ public struct Schedule: Sendable {
             if entry.isRunning && !entry.hasStarted {
                 due.append(.merged(name))
             } else if entry.isRunning {
-                switch entry.policy.overlap ?? .skip {
+                // A continuous job is not replaced or queued by its slots; a run
+                // that carries a one-off run is not cancelled by one.
+                let overlap = entry.isContinuous ? .skip : entry.policy.overlap ?? .skip
+                switch overlap == .replace && entry.carriesRequest ? .queue : overlap {
                 case .skip:
                     entry.skipped += 1
                     due.append(.skip(name))
@@ -224,8 +239,8 @@ public struct Schedule: Sendable {
                     entry.runsAgain = true
                     due.append(.replace(name))
                 }
-            } else if let deadline = entry.policy.startingDeadline, now.milliseconds &- top.time.milliseconds > deadline.milliseconds,
-                entry.requested.map({ $0 > now }) ?? true
+            } else if let deadline = entry.policy.startingDeadline, Self.isSlot(entry),
+                now.milliseconds &- top.time.milliseconds > deadline.milliseconds, entry.requested.map({ $0 > now }) ?? true
             {
                 // A one-off run asked for is never too late; a slot is.
                 entry.skipped += 1
@@ -255,7 +270,9 @@ public struct Schedule: Sendable {
         var moved: [String] = []
         for (name, var entry) in entries where entry.policy.calendar != nil {
             entry.slot = calendarSlot(entry)
-            if entry.isRunning || entry.failures == 0 {
+            // A run due now (queued behind the last, or caught up) stays due.
+            let dueNow = !entry.isRunning && (entry.nextRun.map { $0 <= now } ?? false)
+            if entry.isRunning || (entry.failures == 0 && !dueNow) {
                 entry.nextRun = entry.slot.map { $0.later(by: jitter(entry.policy)) }
             }
             put(name, entry)
@@ -309,8 +326,9 @@ public struct Schedule: Sendable {
     /// A due run of `job` waited for a slot past its starting deadline: it
     /// does not run, and counts as skipped. False when it is not waiting.
     public mutating func abandon(job: String) -> Bool {
-        // A one-off run asked for is never too late; a slot is.
-        guard var entry = entries[job], entry.isRunning, !entry.hasStarted, !entry.carriesRequest else { return false }
+        // A one-off run asked for, or one started by hand, is never too late; a slot is.
+        guard var entry = entries[job], entry.isRunning, !entry.hasStarted, !entry.carriesRequest, !entry.byHand, Self.isSlot(entry)
+        else { return false }
         entry.isRunning = false
         entry.runningSince = nil
         entry.skipped += 1
@@ -333,6 +351,7 @@ public struct Schedule: Sendable {
         guard var entry = entries[job], !entry.isRunning else { return false }
         // A run asked for by hand carries no one-off run: that one waits.
         entry.carriesRequest = false
+        entry.byHand = true
         entry.isRunning = true
         entry.runningSince = now
         if entry.slot == nil { entry.nextRun = nil }
@@ -358,6 +377,7 @@ public struct Schedule: Sendable {
         entry.isRunning = false
         entry.hasStarted = false
         entry.carriesRequest = false
+        entry.byHand = false
         entry.lastOutcome = outcome
         entry.lastEnded = now
         if entry.runsAgain && !stopped {
@@ -377,6 +397,12 @@ public struct Schedule: Sendable {
         defer {
             entry.runningSince = nil
             put(job, entry)
+        }
+        if entry.isContinuous && !stopped && !retriable {
+            // It said another run cannot help: it waits to be asked.
+            entry.failures = 0
+            entry.nextRun = nil
+            return nil
         }
         if entry.isContinuous && !stopped {
             let ranLong = entry.runningSince.map { now.milliseconds &- $0.milliseconds >= retry.maximumDelay.milliseconds } ?? false
@@ -405,12 +431,12 @@ public struct Schedule: Sendable {
         return entry.nextRun
     }
 
-    /// A one-off run of `job` asked for `time` (`curfew ctl run --at`):
-    /// its next run comes no later than that. One that is running takes it
-    /// when it ends (the server asks again then).
-    public mutating func requestRun(job: String, at time: WallTime) {
+    /// When `job`'s next one-off run (`curfew ctl run --at`) is due, or
+    /// that none is: it starts then, paused or not; one that is running
+    /// takes it when it ends. The server, which keeps the requests, says.
+    public mutating func setRequest(job: String, at time: WallTime?) {
         guard var entry = entries[job] else { return }
-        entry.requested = min(entry.requested ?? time, time)
+        entry.requested = time
         put(job, entry)
     }
 

@@ -125,6 +125,9 @@ public final class Server: @unchecked Sendable {
     /// at the first scan, and those asked since).
     private var requests: [String: [RunRequest]] = [:]
     private var requestsRead = false
+    /// When a one-off run refused once (its plugin would not load) may be
+    /// tried again, by id.
+    private var requestRetries: [Int64: WallTime] = [:]
     /// The ids of requests no store keeps: -1, -2, …
     private var localRequestIDs: Int64 = 0
 
@@ -335,7 +338,7 @@ public final class Server: @unchecked Sendable {
         }
         requests[name, default: []].append(request)
         requests[name]!.sort { ($0.earliest, $0.id) < ($1.earliest, $1.id) }
-        schedule.requestRun(job: name, at: clock.scheduleTime(earliest))
+        armRequest(name)
         tick()
         let with = parameters.isEmpty ? "" : " with \(parameters.count) parameter\(parameters.count == 1 ? "" : "s")"
         let running = (active[name] != nil ? "; it runs once the run going now ends" : "")
@@ -345,10 +348,29 @@ public final class Server: @unchecked Sendable {
         return .success("Asked for a run of '\(name)'\(with) at \(when)\(running).")
     }
 
-    /// The one-off run a run of `name` starting now carries out: its
-    /// earliest, when the schedule started the run for it.
+    /// The one-off run of `name` to come next, and when it may: the one
+    /// whose time (or, refused once, its time to be tried again) is
+    /// soonest, but the one the run going now carries.
+    private func nextRequest(_ name: String) -> (request: RunRequest, at: WallTime)? {
+        let carried = active[name]?.request?.id
+        var best: (request: RunRequest, at: WallTime)?
+        for request in requests[name] ?? [] where request.id != carried {
+            let at = max(request.earliest, requestRetries[request.id] ?? request.earliest)
+            if best.map({ at < $0.at }) ?? true { best = (request, at) }
+        }
+        return best
+    }
+
+    /// Tells the schedule when `name`'s next one-off run is due (or that
+    /// none is): the server's list is the one place that says.
+    private func armRequest(_ name: String) {
+        schedule.setRequest(job: name, at: nextRequest(name).map { clock.scheduleTime($0.at) })
+    }
+
+    /// The one-off run a run of `name` starting now carries out, when the
+    /// schedule started the run for it: the one it was told of.
     private func dueRequest(_ name: String) -> RunRequest? {
-        schedule.entries[name]?.carriesRequest == true ? requests[name]?.first : nil
+        schedule.entries[name]?.carriesRequest == true ? nextRequest(name)?.request : nil
     }
 
     /// A run that carried out `request` ended: forgotten, and the job's next
@@ -356,6 +378,7 @@ public final class Server: @unchecked Sendable {
     private func forget(_ request: RunRequest?, of name: String) {
         if let request {
             requests[name]?.removeAll { $0.id == request.id }
+            requestRetries[request.id] = nil
             if requests[name]?.isEmpty == true { requests[name] = nil }
             if request.id > 0, let store = options.run.state {
                 do throws(CurfewError) {
@@ -365,7 +388,7 @@ public final class Server: @unchecked Sendable {
                 }
             }
         }
-        if let next = requests[name]?.first { schedule.requestRun(job: name, at: clock.scheduleTime(next.earliest)) }
+        armRequest(name)
     }
 
     private func unknown(_ name: String) -> CurfewError {
@@ -547,6 +570,20 @@ public final class Server: @unchecked Sendable {
             }
         }
         self.rejections = rejections
+        // The one-off runs the store kept: read at the first scan, and at
+        // each one after until a read succeeds; merged with those asked
+        // for meanwhile.
+        if !requestsRead, let store = options.run.state {
+            do throws(CurfewError) {
+                for request in try store.runRequests() where !(requests[request.job]?.contains { $0.id == request.id } ?? false) {
+                    requests[request.job, default: []].append(request)
+                }
+                for name in requests.keys { requests[name]!.sort { ($0.earliest, $0.id) < ($1.earliest, $1.id) } }
+                requestsRead = true
+            } catch {
+                storeFailed("the one-off runs asked for could not be read; they are read again at the next scan: \(error.description)")
+            }
+        }
         // What the store kept: read only when a job is new to this server.
         let known = fresh.keys.allSatisfy { catalog[$0] != nil }
         var persisted: [String: ScheduleRecord] = [:]
@@ -555,14 +592,6 @@ public final class Server: @unchecked Sendable {
             do throws(CurfewError) {
                 persisted = try store.schedules()
                 lastRuns = try store.lastRuns()
-                if !requestsRead {
-                    do throws(CurfewError) {
-                        for request in try store.runRequests() { requests[request.job, default: []].append(request) }
-                        requestsRead = true
-                    } catch {
-                        storeFailed("the one-off runs asked for could not be read; they are read again at the next scan: \(error.description)")
-                    }
-                }
             } catch {
                 storeFailed("the kept schedules could not be read, so new jobs start on their defaults: \(error.description)")
             }
@@ -590,7 +619,7 @@ public final class Server: @unchecked Sendable {
             schedule.add(
                 job: name, policy: policy(for: name), isContinuous: job.isContinuous, persisted: remembered(name, persisted[name]),
                 last: lastRuns[name].map { ($0.outcome, clock.scheduleTime($0.ended)) }, now: now)
-            if let first = requests[name]?.first { schedule.requestRun(job: name, at: clock.scheduleTime(first.earliest)) }
+            armRequest(name)
         }
         for name in catalog.keys where fresh[name] == nil {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
@@ -788,9 +817,9 @@ public final class Server: @unchecked Sendable {
             if result.outcome == .refused, let request = run.request {
                 if !stopping {
                     onNotice(.warning("a one-off run of '\(name)' was refused (\(result.reason)); it is tried again in a minute"))
-                    schedule.requestRun(job: name, at: clock.now().later(by: .seconds(60)))
+                    requestRetries[request.id] = clock.wallTime(clock.now()).later(by: .seconds(60))
                 }
-                _ = request
+                forget(nil, of: name)
             } else {
                 forget(run.request, of: name)
             }

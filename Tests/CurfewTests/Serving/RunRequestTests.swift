@@ -19,8 +19,8 @@ import Testing
         schedule.add(job: "off", policy: off, isContinuous: false, persisted: nil, now: start)
         schedule.add(job: "paused", policy: JobPolicy(), isContinuous: false, persisted: ScheduleRecord(job: "paused", nextRun: nil, failures: 0, skipped: 0, isPaused: true), now: start)
         #expect(schedule.takeDue(now: at(100)).isEmpty)
-        schedule.requestRun(job: "off", at: at(200))
-        schedule.requestRun(job: "paused", at: at(300))
+        schedule.setRequest(job: "off", at: at(200))
+        schedule.setRequest(job: "paused", at: at(300))
         #expect(schedule.nextWake == at(200))
         #expect(schedule.takeDue(now: at(250)) == [.start("off")])
         // Taken: the request is not due again after the run.
@@ -188,7 +188,7 @@ extension ProcessTests.First {
         schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
         #expect(schedule.takeDue(now: start) == [.start("j")])
         schedule.started(job: "j", now: start)
-        schedule.requestRun(job: "j", at: at(60))
+        schedule.setRequest(job: "j", at: at(60))
         #expect(schedule.takeDue(now: at(120)).isEmpty)
         #expect(schedule.entries["j"]?.carriesRequest == false)
         schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(300))
@@ -199,7 +199,7 @@ extension ProcessTests.First {
         other.add(job: "j", policy: JobPolicy(), isContinuous: false, persisted: nil, now: start)
         _ = other.takeDue(now: start)
         other.finished(job: "j", outcome: .completed, requested: nil, now: start)
-        other.requestRun(job: "j", at: at(10))
+        other.setRequest(job: "j", at: at(10))
         let started = other.startNow(job: "j", now: at(20))
         #expect(started && other.entries["j"]?.carriesRequest == false)
         #expect(other.takeDue(now: at(30)).isEmpty)
@@ -221,7 +221,7 @@ extension ProcessTests.First {
         schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
         _ = schedule.takeDue(now: start)
         schedule.finished(job: "j", outcome: .completed, requested: nil, now: at(1))
-        schedule.requestRun(job: "j", at: at(720))
+        schedule.setRequest(job: "j", at: at(720))
         #expect(schedule.takeDue(now: at(600)) == [.start("j")])
         #expect(schedule.entries["j"]?.carriesRequest == false)
         schedule.started(job: "j", now: at(600))
@@ -280,5 +280,79 @@ extension ProcessTests.Second {
             #expect(next == start.later(by: .seconds(600)), "back on its slots, no retry")
             #expect(schedule.entries["j"]?.failures == 0)
         }
+    }
+}
+
+/// Where a policy edge meets another: what a review found.
+@Suite struct PolicyEdgeTests {
+    let start = WallTime(milliseconds: 1_000_000)
+
+    func at(_ seconds: Double) -> WallTime { start.later(by: .milliseconds(Int64(seconds * 1000))) }
+
+    @Test func aStartingDeadlineSkipsSlotsOnly() {
+        var schedule = Schedule(seed: 1)
+        var asks = JobPolicy()
+        asks.startingDeadline = .seconds(30)
+        // A job that asked for its own next run, missed by hours: it runs.
+        let missed = ScheduleRecord(job: "asks", nextRun: at(-7200), failures: 0, skipped: 0)
+        schedule.add(job: "asks", policy: asks, isContinuous: false, persisted: missed, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("asks")])
+        // A retry missed by hours runs too.
+        var every = asks
+        every.every = .seconds(3600)
+        let retrying = ScheduleRecord(job: "every", nextRun: at(-7200), failures: 1, skipped: 0)
+        schedule.add(job: "every", policy: every, isContinuous: false, persisted: retrying, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("every")])
+        // A run started by hand that waits for a --jobs slot is never late.
+        var hand = Schedule(seed: 1)
+        hand.add(job: "j", policy: every, isContinuous: false, persisted: nil, now: start)
+        _ = hand.takeDue(now: start)
+        hand.finished(job: "j", outcome: .completed, requested: nil, now: start)
+        _ = hand.startNow(job: "j", now: at(10))
+        let abandoned = hand.abandon(job: "j")
+        #expect(!abandoned)
+    }
+
+    @Test func replaceDoesNotCancelARunThatCarriesARequest() {
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.every = .seconds(60)
+        policy.overlap = .replace
+        schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+        schedule.setRequest(job: "j", at: start)
+        #expect(schedule.takeDue(now: start) == [.start("j")])
+        #expect(schedule.entries["j"]?.carriesRequest == true)
+        schedule.started(job: "j", now: start)
+        #expect(schedule.takeDue(now: at(60)) == [.queued("j")])
+    }
+
+    @Test func continuousJobsKeepTheirOwnRules() {
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.every = .seconds(60)
+        policy.overlap = .replace
+        schedule.add(job: "c", policy: policy, isContinuous: true, persisted: nil, now: start)
+        _ = schedule.takeDue(now: start)
+        schedule.started(job: "c", now: start)
+        #expect(schedule.takeDue(now: at(60)) == [.skip("c")], "a slot never replaces a continuous job")
+        // One that fails for good is not restarted.
+        #expect(schedule.finished(job: "c", outcome: .failed, requested: nil, retry: false, now: at(61)) == nil)
+    }
+
+    @Test func aJumpKeepsAQueuedRunDue() throws {
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.calendar = [try CalendarEvent("*:0/10 UTC")]
+        policy.overlap = .queue
+        schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+        let first = try #require(schedule.entries["j"]?.nextRun)
+        _ = schedule.takeDue(now: first)
+        schedule.started(job: "j", now: first)
+        let second = try #require(schedule.entries["j"]?.nextRun)
+        #expect(schedule.takeDue(now: second) == [.queued("j")])
+        let end = second.later(by: .seconds(1))
+        #expect(schedule.finished(job: "j", outcome: .completed, requested: nil, now: end) == end)
+        _ = schedule.wallClockMoved(lead: .seconds(5), now: end)
+        #expect(schedule.takeDue(now: end) == [.start("j")])
     }
 }
