@@ -302,6 +302,20 @@ typedef struct curfew_host {
      * $TMPDIR. NULL when the job runs without a sandbox. Valid for the life
      * of the process. */
     const char *(*scratch_dir)(curfew_context *ctx);
+
+    /* Added after ABI 2: check `struct_size` first. Asks `curfew serve` to
+     * run the job named `job` once, no sooner than `earliest_seconds` from
+     * now, with `params` over its own: NULL, or an array of key, value,
+     * key, value, … strings ended by NULL (at most 64 pairs of at most 1024
+     * bytes each), copied. As BGTaskScheduler's `submit`: kept in the state
+     * store until it ran. Only a job the operator's config lets this one
+     * start (its "submits") may be asked for. Returns CURFEW_OK once the
+     * host has it; CURFEW_ERROR for a bad name, parameter or time (logged)
+     * or a job this one may not start; CURFEW_UNAVAILABLE when the host
+     * takes no such request (`curfew run`, a batch) or the job is over. */
+    curfew_status (*submit_run)(curfew_context *ctx, const char *job,
+                                const char *const *params,
+                                double earliest_seconds);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */

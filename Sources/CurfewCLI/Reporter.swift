@@ -166,6 +166,8 @@ final class Reporter: Sendable {
         case .nextRunRequested(let job, let delay):
             guard verbose else { return nil }
             return tag("next run") + "\(job) asks to run again in \(format(delay))"
+        case .runSubmitted(let job, let run):
+            return tag("submit") + "\(job) asks for a run of \(run.job) in \(format(run.after))"
         case .finished(let result):
             var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(Untrusted.line(result.reason)))"
             if result.outcome != .refused {
@@ -206,6 +208,12 @@ final class Reporter: Sendable {
             var line = line("next-run")
             line.add("job", job)
             line.add("after", delay.seconds)
+            return line.text
+        case .runSubmitted(let job, let run):
+            var line = line("submit")
+            line.add("job", job)
+            line.add("target", run.job)
+            line.add("after", run.after.seconds)
             return line.text
         case .output(let plugin, let stream, let text):
             var line = line("output")

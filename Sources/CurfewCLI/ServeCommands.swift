@@ -50,8 +50,7 @@ extension CurfewMain {
         var request = JSONLine("command", options.action?.verb ?? "status")
         if let job = options.action?.job { request.add("job", job) }
         if case .runOnce(_, let parameters, let at)? = options.action {
-            let members = parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
-            request.addRaw("params", "{" + members.joined(separator: ",") + "}")
+            request.addRaw("params", JSONLine.object(parameters))
             if let at { request.add("at", at.milliseconds) }
         }
         let answer: JSONValue

@@ -178,6 +178,54 @@ public struct JobContext: @unchecked Sendable {
         default: throw .invalidDelay
         }
     }
+
+    /// Asks `curfew serve` to run the job named `job` once, no sooner than
+    /// `delay` from now, with `parameters` over its own, as BGTaskScheduler's
+    /// `submit`: kept until it ran. Only a job the operator's config lets
+    /// this one start (its "submits") may be asked for.
+    ///
+    /// - Throws: ``SubmitError/refused`` for a job this one may not start, a
+    ///   bad name, parameter or delay (the host logs which);
+    ///   ``SubmitError/unavailable`` when the host takes no such request (a
+    ///   batch `curfew run`, an older host) or the job is over.
+    public func submitRun(of job: String, parameters: [String: String] = [:], after delay: Duration = .zero) throws(SubmitError) {
+        // A host table that ends before the entry (an older host's) has none.
+        let end = MemoryLayout<curfew_host>.offset(of: \curfew_host.submit_run)! + MemoryLayout<UnsafeRawPointer>.size
+        guard Int(host.pointee.struct_size) >= end else { throw .unavailable }
+        let (seconds, attoseconds) = delay.components
+        // key, value, key, value, …, NULL: copies that live through the call.
+        let strings = parameters.sorted { $0.key < $1.key }.flatMap { [$0.key, $0.value] }.map { text in
+            let bytes = Array(text.utf8CString)
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+            copy.initialize(from: bytes, count: bytes.count)
+            return copy
+        }
+        defer { strings.forEach { $0.deallocate() } }
+        let pairs: [UnsafePointer<CChar>?] = strings.map { UnsafePointer($0) } + [nil]
+        let status = pairs.withUnsafeBufferPointer { list in
+            host.pointee.submit_run(raw, job, list.baseAddress, Double(seconds) + Double(attoseconds) * 1e-18)
+        }
+        switch status {
+        case CURFEW_OK: return
+        case CURFEW_UNAVAILABLE: throw .unavailable
+        default: throw .refused
+        }
+    }
+}
+
+/// Why `submitRun(of:parameters:after:)` was not taken.
+public enum SubmitError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// A job this one may not start, or a bad name, parameter or delay.
+    case refused
+    /// The host takes no such request, or the job is over.
+    case unavailable
+
+    public var description: String {
+        switch self {
+        case .refused: "the run was refused: the config does not let this job start it, or its name, parameters or delay are not valid"
+        case .unavailable: "this host takes no submitted runs (a batch, or an older host), or the job is over"
+        }
+    }
 }
 
 /// Why a checkpoint was not saved, or not loaded.

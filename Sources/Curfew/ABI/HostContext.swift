@@ -55,6 +55,25 @@ class HostContext: @unchecked Sendable {
     func loadCheckpoint() -> [UInt8]? { nil }
     /// Asks for the job's next run `delay` from now (checked by the caller).
     func requestNextRun(after delay: Duration) -> curfew_status { CURFEW_UNAVAILABLE }
+    /// Asks for a run of another job (checked by the caller).
+    func submitRun(_ run: SubmittedRun) -> curfew_status { CURFEW_UNAVAILABLE }
+}
+
+/// A run of another job a job asked for (`submit_run`), checked.
+public struct SubmittedRun: Sendable, Equatable {
+    public var job: String
+    public var parameters: [String: String]
+    public var after: Duration
+
+    /// As a one-off run asked of the control socket takes them.
+    package static let maximumParameters = 64
+    package static let maximumParameterBytes = 1024
+
+    public init(job: String, parameters: [String: String], after: Duration) {
+        self.job = job
+        self.parameters = parameters
+        self.after = after
+    }
 }
 
 /// `request_next_run`'s argument, checked: plugin code may pass anything.

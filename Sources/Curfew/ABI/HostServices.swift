@@ -80,7 +80,34 @@ enum HostServices {
                 }
                 return run.requestNextRun(after: delay)
             },
-            scratch_dir: { _ in UnsafePointer(bitPattern: scratchFolder.load(ordering: .acquiring)) }
+            scratch_dir: { _ in UnsafePointer(bitPattern: scratchFolder.load(ordering: .acquiring)) },
+            submit_run: { context, job, params, seconds in
+                guard let run = HostContext.from(context) else { return CURFEW_UNAVAILABLE }
+                guard let job, let name = CStrings.bounded(job, limit: 64), JobNaming.isValidName(name) else {
+                    run.log(.error, "run not submitted: the job's name is not one (1 to 64 of a-z, 0-9, '.', '_', '-')")
+                    return CURFEW_ERROR
+                }
+                guard let delay = NextRunRequest.delay(seconds: seconds) else {
+                    run.log(.error, "run of '\(name)' not submitted: \(seconds) seconds is not a delay from 0 to ten years")
+                    return CURFEW_ERROR
+                }
+                var parameters: [String: String] = [:]
+                if let params {
+                    var index = 0
+                    while let key = params[index] {
+                        guard index < 2 * SubmittedRun.maximumParameters, let value = params[index + 1],
+                            let keyText = CStrings.bounded(key, limit: SubmittedRun.maximumParameterBytes),
+                            let valueText = CStrings.bounded(value, limit: SubmittedRun.maximumParameterBytes), !keyText.isEmpty
+                        else {
+                            run.log(.error, "run of '\(name)' not submitted: its parameters are not pairs of non-empty keys and values (at most \(SubmittedRun.maximumParameters), \(SubmittedRun.maximumParameterBytes) bytes each) ended by NULL")
+                            return CURFEW_ERROR
+                        }
+                        parameters[keyText] = valueText
+                        index += 2
+                    }
+                }
+                return run.submitRun(SubmittedRun(job: name, parameters: parameters, after: delay))
+            }
         ))
         return UnsafePointer(table)
     }()

@@ -108,6 +108,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let checkpoints: (any CheckpointKeeper)?
     /// The policy's stall time, if it has one.
     private let stall: Duration?
+    /// The jobs this one may ask to run; `nil`: none, the host takes no such request.
+    private let submits: Set<String>?
 
     // Written by `create` and read by later hooks, all on the job's serial queue.
     private var jobState: UnsafeMutableRawPointer?
@@ -129,8 +131,9 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
         appState: AppState = .background, grantStart: CurfewInstant? = nil, hooks: DispatchQueue = SerialQueue.hooks,
-        chunkProbe: ChunkProbe? = nil, onFinish: @escaping @Sendable (JobResult) -> Void
+        chunkProbe: ChunkProbe? = nil, submits: Set<String>? = nil, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
+        self.submits = submits
         self.grantStart = grantStart
         self.chunkProbe = chunkProbe
         self.clock = manager.clock
@@ -789,6 +792,19 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         control.withLock { c in
             guard !c.isOver else { return CURFEW_UNAVAILABLE }
             events.post(.nextRunRequested(job: job.name, after: delay))
+            return CURFEW_OK
+        }
+    }
+
+    override func submitRun(_ run: SubmittedRun) -> curfew_status {
+        guard let submits else { return CURFEW_UNAVAILABLE }
+        guard submits.contains(run.job) else {
+            hostLog(.error, "run of '\(run.job)' not submitted: the config does not let this job start it (its \"submits\")")
+            return CURFEW_ERROR
+        }
+        return control.withLock { c in
+            guard !c.isOver else { return CURFEW_UNAVAILABLE }
+            events.post(.runSubmitted(job: job.name, run: run))
             return CURFEW_OK
         }
     }

@@ -31,6 +31,9 @@ public struct RunConfiguration: Sendable {
     public var state: StateStore? {
         didSet { checkpoints = state }
     }
+    /// The jobs these jobs may ask to run (`submit_run`); `nil`: the host
+    /// takes no such request (a batch), and `submit_run` is unavailable.
+    public var submits: Set<String>?
     /// The host's app state and its events (see ``AppLifecycle``); `nil`:
     /// the jobs stay in the background, as a batch of background jobs does.
     public var lifecycle: AppLifecycle?

@@ -83,6 +83,9 @@ public enum RunEvent: Sendable {
     /// The job asked for its next run no sooner than `after` from when it asked
     /// (`request_next_run`); the last request of a run is the one that counts.
     case nextRunRequested(job: String, after: Duration)
+    /// The job asked for a run of another (`submit_run`), one its policy
+    /// lets it start: the serving host keeps it as a one-off run.
+    case runSubmitted(job: String, run: SubmittedRun)
     /// The job ended. Its last event.
     case finished(JobResult)
     /// A line plugin code wrote to stdout or stderr (`stream`) that no single

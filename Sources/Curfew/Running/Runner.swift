@@ -269,7 +269,8 @@ public final class Runner: Sendable {
                                 job: jobs[index], manager: manager, parameters: parameters, timeSlice: configuration.timeSlice,
                                 events: events, checkpoints: configuration.checkpoints,
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
-                                grantStart: configuration.grantStart, hooks: configuration.hooks, onFinish: onFinish)
+                                grantStart: configuration.grantStart, hooks: configuration.hooks, submits: configuration.submits,
+                                onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(
                                 job: jobs[index], configuration: configuration, manager: manager, workers: workers!, events: events,

@@ -251,7 +251,7 @@ public final class StateStore: @unchecked Sendable {
 
     /// Keeps a one-off run asked of `curfew serve`; returns its id.
     public func addRunRequest(job: String, parameters: [String: String], earliest: WallTime) throws(CurfewError) -> Int64 {
-        let text = "{" + parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }.joined(separator: ",") + "}"
+        let text = JSONLine.object(parameters)
         return try locked { connection throws(CurfewError) in
             try connection.query(
                 "INSERT INTO run_requests (job, parameters, earliest, made_at) VALUES (?, ?, ?, ?)",

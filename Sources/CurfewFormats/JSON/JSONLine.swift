@@ -60,6 +60,11 @@ public struct JSONLine: Sendable {
         return micro == micro.rounded() && abs(micro) < 1e15 ? String(Int64(micro)) : "\(micro)"
     }
 
+    /// An object of strings, its keys in order: one text for one table.
+    public static func object(_ pairs: [String: String]) -> String {
+        "{" + pairs.sorted { $0.key < $1.key }.map { quote($0.key) + ":" + quote($0.value) }.joined(separator: ",") + "}"
+    }
+
     public static func quote(_ text: String) -> String {
         var out = ""
         append(quoted: text, to: &out)

@@ -31,6 +31,8 @@ package enum HostMessage: Equatable, Sendable {
         package var graceNanoseconds: Int64?
         /// The policy's stall time (`nil`: none), in nanoseconds.
         package var stallNanoseconds: Int64?
+        /// The jobs the job may ask to run (`nil`: the host takes no such request).
+        package var submits: [String]?
         /// When the host started the job's grant, on the shared monotonic clock.
         package var started: UInt64
         package var app: AppStateName
@@ -51,8 +53,9 @@ package enum HostMessage: Equatable, Sendable {
             plugin: String, job: String, index: Int?, budgetNanoseconds: Int64, graceNanoseconds: Int64?, started: UInt64,
             app: AppStateName,
             keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
-            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil, stallNanoseconds: Int64? = nil
+            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil, stallNanoseconds: Int64? = nil, submits: [String]? = nil
         ) {
+            self.submits = submits
             self.stallNanoseconds = stallNanoseconds
             self.plugin = plugin
             self.job = job
@@ -133,6 +136,8 @@ package enum HostMessage: Equatable, Sendable {
     /// The most files a scan may name, and the longest path, in bytes.
     package static let maximumScanFiles = 1 << 16
     package static let maximumPathBytes = 4096
+    /// The most jobs one job may ask to run (its policy's `submits`).
+    package static let maximumSubmits = 256
     /// The longest message an answer to a checkpoint may carry, in bytes.
     package static let maximumAnswerBytes = 64 * 1024
 
@@ -148,6 +153,7 @@ package enum HostMessage: Equatable, Sendable {
             line.add("budget_ns", run.budgetNanoseconds)
             if let grace = run.graceNanoseconds { line.add("grace_ns", grace) }
             if let stall = run.stallNanoseconds { line.add("stall_ns", stall) }
+            if let submits = run.submits { line.add("submits", submits) }
             line.add("started", Int64(clamping: run.started))
             line.add("app", run.app.rawValue)
             line.addRaw("state", run.keepsState ? "true" : "false")
@@ -157,10 +163,7 @@ package enum HostMessage: Equatable, Sendable {
             }
             line.addRaw("continuous", run.continuous ? "true" : "false")
             line.addRaw("last", run.last ? "true" : "false")
-            line.addRaw(
-                "parameters",
-                "{" + run.parameters.sorted { $0.key < $1.key }.map { JSONLine.quote($0.key) + ":" + JSONLine.quote($0.value) }
-                    .joined(separator: ",") + "}")
+            line.addRaw("parameters", JSONLine.object(run.parameters))
             let limits = run.limits
             line.addRaw("limits", "{\"memory\":\(limits.memoryBytes),\"cpu\":\(limits.cpuSeconds),\"files\":\(limits.openFiles)}")
             if let sandbox = run.sandbox {
@@ -219,7 +222,7 @@ package enum HostMessage: Equatable, Sendable {
         switch type {
         case "run":
             try reader.only([
-                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "stall_ns", "started", "app", "state", "checkpoint", "estimate",
+                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "stall_ns", "submits", "started", "app", "state", "checkpoint", "estimate",
                 "continuous", "last", "parameters", "limits", "sandbox",
             ])
             try reader.version(version)
@@ -237,6 +240,7 @@ package enum HostMessage: Equatable, Sendable {
             let budget = try reader.integer("budget_ns")
             let grace = reader.has("grace_ns") ? try reader.integer("grace_ns") : nil
             let stall = reader.has("stall_ns") ? try reader.integer("stall_ns") : nil
+            let submits = reader.has("submits") ? try reader.strings("submits", most: maximumSubmits, longest: 64) : nil
             let started = try reader.count("started")
             let app = try reader.word("app", AppStateName.self)
             var checkpoint: [UInt8]?
@@ -279,7 +283,7 @@ package enum HostMessage: Equatable, Sendable {
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
                 continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
                 limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files")),
-                sandbox: sandbox, stallNanoseconds: stall))
+                sandbox: sandbox, stallNanoseconds: stall, submits: submits))
         case "expire":
             try reader.only(["type", "job", "reason"])
             return .expire(job: job, reason: try reader.word("reason", ExpireReason.self))

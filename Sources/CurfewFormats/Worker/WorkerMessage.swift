@@ -28,6 +28,9 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The job asks for its next run `milliseconds` from now (at most
     /// ``maximumNextRunMilliseconds``).
     case nextRun(job: String, time: UInt64?, milliseconds: UInt64)
+    /// The job asks for a run of `target` `milliseconds` from now, with
+    /// `parameters` (`submit_run`; the host checks it may).
+    case submit(job: String, time: UInt64?, target: String, parameters: [String: String], milliseconds: UInt64)
 
     /// Work done out of work to do, as a job reported it.
     package struct Progress: Equatable, Sendable {
@@ -52,6 +55,9 @@ package enum WorkerMessage: Equatable, Sendable {
     package static let maximumReasonBytes = 64 * 1024
     /// The longest delay a `next-run` message may ask for: ten years of 366 days.
     package static let maximumNextRunMilliseconds: UInt64 = 10 * 366 * 24 * 3600 * 1000
+    /// A submitted run's parameters: how many, and how long each name and value.
+    package static let maximumSubmittedParameters = 64
+    package static let maximumSubmittedParameterBytes = 1024
     /// The largest checkpoint a message may carry, in bytes (decoded): the
     /// header's, the one limit every hop checks (the host's services, both
     /// messages, the store, the SDK).
@@ -131,6 +137,23 @@ package enum WorkerMessage: Equatable, Sendable {
             let milliseconds = try reader.count("ms")
             guard milliseconds <= maximumNextRunMilliseconds else { throw Invalid(reason: "a next run more than ten years away") }
             return .nextRun(job: job, time: time, milliseconds: milliseconds)
+        case "submit":
+            try reader.only(["type", "job", "t", "target", "parameters", "ms"])
+            let target = try reader.string("target")
+            guard (1...64).contains(target.utf8.count) else { throw Invalid(reason: "a target job's name of other than 1 to 64 bytes") }
+            let milliseconds = try reader.count("ms")
+            guard milliseconds <= maximumNextRunMilliseconds else { throw Invalid(reason: "a submitted run more than ten years away") }
+            let fields = try reader.object("parameters")
+            guard fields.keys.count <= maximumSubmittedParameters else { throw Invalid(reason: "more than \(maximumSubmittedParameters) parameters") }
+            var parameters: [String: String] = [:]
+            for key in fields.keys {
+                let value = try fields.string(key)
+                guard !key.isEmpty, key.utf8.count <= maximumSubmittedParameterBytes, value.utf8.count <= maximumSubmittedParameterBytes else {
+                    throw Invalid(reason: "a parameter of other than 1 to \(maximumSubmittedParameterBytes) bytes")
+                }
+                parameters[key] = value
+            }
+            return .submit(job: job, time: time, target: target, parameters: parameters, milliseconds: milliseconds)
         default:
             throw Invalid(reason: "unknown type \(quoted(type))")
         }
@@ -151,7 +174,7 @@ extension WorkerMessage {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
             .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _),
-            .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _):
+            .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _), .submit(let job, _, _, _, _):
             job
         }
     }

@@ -36,6 +36,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var enabled: Bool?
     /// Background modes this job may run in, besides those of `--allow-mode`.
     public var allowedModes: Set<String> = []
+    /// The jobs this one may ask to run (`submit_run`), besides the defaults'.
+    public var submits: Set<String> = []
     /// The job's sandbox; `nil`: as the defaults, then `serve`'s options, say.
     public var sandbox: SandboxSetting?
 
@@ -64,6 +66,7 @@ public struct JobPolicy: Sendable, Equatable {
         merged.retry = retry ?? base.retry
         merged.enabled = enabled ?? base.enabled
         merged.allowedModes = allowedModes.union(base.allowedModes)
+        merged.submits = submits.union(base.submits)
         merged.sandbox = sandbox ?? base.sandbox
         return merged
     }
@@ -211,7 +214,7 @@ struct PolicyPlace {
 extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
-        "every", "on", "earliest_begin", "jitter", "overlap", "starting_deadline", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "sandbox",
+        "every", "on", "earliest_begin", "jitter", "overlap", "starting_deadline", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "submits", "sandbox",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -279,6 +282,16 @@ extension JobPolicy {
                     allowedModes.insert(name)
                 }
             case "sandbox": sandbox = try Self.sandbox(member, place)
+            case "submits":
+                guard case .array(let names) = member, names.count <= 256 else {
+                    throw place.error(key, "must be an array of at most 256 job names, not \(member.kind)")
+                }
+                for name in names {
+                    guard let name = name.stringValue, JobNaming.isValidName(name) else {
+                        throw place.error(key, "each is a job name (1 to 64 of a-z, 0-9, '.', '_', '-')")
+                    }
+                    submits.insert(name)
+                }
             default:
                 throw place.error(key, "unknown key (a job's policy has \(Self.keys.map { "\"\($0)\"" }.joined(separator: ", ")))")
             }

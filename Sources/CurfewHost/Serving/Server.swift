@@ -338,11 +338,12 @@ public final class Server: @unchecked Sendable {
         }
         requests[name, default: []].append(request)
         requests[name]!.sort { ($0.earliest, $0.id) < ($1.earliest, $1.id) }
+        // Said of the job as it was asked, before it may start below.
+        let running = (active[name] != nil ? "; it runs once the run going now ends" : "")
+            + (options.run.state == nil ? " (not kept across a restart: this server keeps no state)" : "")
         armRequest(name)
         tick()
         let with = parameters.isEmpty ? "" : " with \(parameters.count) parameter\(parameters.count == 1 ? "" : "s")"
-        let running = (active[name] != nil ? "; it runs once the run going now ends" : "")
-            + (options.run.state == nil ? " (not kept across a restart: this server keeps no state)" : "")
         if earliest <= wallNow { return .success("Asked for a run of '\(name)'\(with) now\(running).") }
         let when = TimeZones.local().stamp(earliest.milliseconds.multipliedClamped(by: 1000))
         return .success("Asked for a run of '\(name)'\(with) at \(when)\(running).")
@@ -778,12 +779,22 @@ public final class Server: @unchecked Sendable {
         configuration.sandbox = sandbox(for: policy)
         configuration.maxConcurrentJobs = 1
         configuration.lifecycle = lifecycle
+        // This host takes runs a job asks for, of the jobs its policy names.
+        configuration.submits = policy.submits
         let notes = RunNotes()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in
             switch event {
             case .nextRunRequested(_, let delay):
                 notes.delay.withLock { $0 = delay }
+            case .runSubmitted(let asker, let run):
+                self.queue.async { [self] in
+                    let at = options.wallClock().later(by: run.after)
+                    switch self.request(run.job, parameters: run.parameters, at: at) {
+                    case .success(let said): onNotice(.info("'\(asker)' submitted a run: \(said)"))
+                    case .failure(let error): onNotice(.warning("'\(asker)' submitted a run that was not kept: \(error.description)"))
+                    }
+                }
             case .finished:
                 notes.finished.withLock { $0 = FinishedEvent(event: event, time: time) }
                 return  // said once the outcome is booked (``ended``)

@@ -19,6 +19,14 @@ package enum CStrings {
         Glibc.free(pointer)
     }
 
+    /// The string at `pointer` when it ends within `limit` bytes (plugin
+    /// memory: never read past the limit), else `nil`.
+    package static func bounded(_ pointer: UnsafePointer<CChar>, limit: Int) -> String? {
+        let count = length(pointer, limit: limit + 1)
+        guard count <= limit else { return nil }
+        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: count), as: UTF8.self)
+    }
+
     /// The length of the C string at `pointer`, reading at most `limit` bytes.
     package static func length(_ pointer: UnsafePointer<CChar>, limit: Int) -> Int {
         strnlen(pointer, limit)

@@ -356,3 +356,33 @@ extension ProcessTests.Second {
         #expect(schedule.takeDue(now: end) == [.start("j")])
     }
 }
+
+/// `submit_run`: a job asks the serving host for a run of another.
+extension ProcessTests.First {
+    @Suite(.timeLimit(.minutes(2))) struct SubmitRunTests {
+        @Test func aJobSubmitsARunOfAnotherItsConfigLetsItStart() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            let config = Fixtures.temporaryFolder("config") + "/curfew.json"
+            try #"{"jobs": {"target": {"enabled": false}, "submits": {"submits": ["target"]}}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("submit_jobs.c"), toPath: folder + "/jobs.so")
+            let serve = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await serve.wait(for: "\"message\":\"target got submitted\"")
+            #expect(await serve.stop() == 0)
+            // CURFEW_OK, then CURFEW_ERROR for a job it may not start and for an odd list.
+            #expect(try serve.logs("submits").filter { $0.contains("answered") } == ["target answered 0", "other answered 1", "odd answered 1"])
+            #expect(try serve.logs("submits").contains("run of 'other' not submitted: the config does not let this job start it (its \"submits\")"))
+            #expect(try serve.logs("target") == ["target got submitted"])
+            #expect(try StateStore(folder: state).runRequests().isEmpty)
+        }
+
+        @Test func aBatchTakesNoSubmittedRun() async throws {
+            let plugin = try Fixtures.compile("submit_jobs.c")
+            let result = try await Fixtures.run(Fixtures.curfewExecutable, ["run", plugin, "--json", "--only", "submits"], timeout: .seconds(30))
+            let logs = try OutputEvent.all(in: result.stdout).filter { $0.event == "log" }.compactMap(\.message)
+            // CURFEW_UNAVAILABLE (3) each time: nobody would keep it.
+            #expect(logs.filter { $0.hasSuffix("answered 3") }.count == 2, "\(logs)")
+            #expect(logs.contains("odd answered 1"))
+        }
+    }
+}

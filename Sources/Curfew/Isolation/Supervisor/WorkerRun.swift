@@ -220,7 +220,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             last: endsWithItsWorker, parameters: configuration.parameters,
             limits: HostMessage.Limits(
                 memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0),
-            sandbox: sandbox, stallNanoseconds: policy.stall.map { $0.nanoseconds })
+            sandbox: sandbox, stallNanoseconds: policy.stall.map { $0.nanoseconds },
+            submits: configuration.submits.map { $0.sorted() })
         ).line
     }
 
@@ -368,6 +369,14 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 // the expiration forward): so does this one, never to be held again.
                 grant.expireNow(reason)
                 events.post(.expiring(job: job.name, reason: reason), at: reportedTime(t, c))
+            case .submit(_, let t, let target, let parameters, let milliseconds):
+                // Bounded by the decoder; the name and whether this job may ask are checked here.
+                guard JobNaming.isValidName(target), let allowed = configuration.submits, allowed.contains(target) else {
+                    events.post(.log(job: job.name, level: .error, message: "its worker submitted a run of a job it may not start; ignored"), at: reportedTime(t, c))
+                    return
+                }
+                let run = SubmittedRun(job: target, parameters: parameters, after: .milliseconds(Int64(milliseconds)))
+                events.post(.runSubmitted(job: job.name, run: run), at: reportedTime(t, c))
             case .nextRun(_, let t, let milliseconds):
                 // Bounded by the decoder: ten years of milliseconds fits an Int64.
                 events.post(.nextRunRequested(job: job.name, after: .milliseconds(Int64(milliseconds))), at: reportedTime(t, c))

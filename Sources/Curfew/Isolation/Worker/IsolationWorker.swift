@@ -204,6 +204,12 @@ public enum IsolationWorker {
             line = JSONLine("type", "next-run")
             line.add("job", job)
             line.add("ms", delay.milliseconds)
+        case .runSubmitted(let job, let run):
+            line = JSONLine("type", "submit")
+            line.add("job", job)
+            line.add("target", run.job)
+            line.addRaw("parameters", JSONLine.object(run.parameters))
+            line.add("ms", run.after.milliseconds)
         case .finished(let result):
             line = finishedLine(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
             line.add("t", Int64(clamping: time.nanoseconds))
