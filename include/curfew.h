@@ -13,7 +13,9 @@
  *   carries) `struct_size`. ABI 1 is every field below; a field added later
  *   is only ever appended and names the ABI version that added it. A host
  *   refuses a plugin built for a newer ABI than its own, so a plugin never
- *   meets a host table shorter than its header's; it reads an older
+ *   meets a host table shorter than its header's ABI made it, but for a
+ *   field appended within an ABI, which says so: a plugin checks the host
+ *   table's `struct_size` before it uses one. A host reads an older
  *   plugin's structs only up to their `struct_size`, a field a shorter
  *   struct lacks counting as NULL.
  * - Strings are UTF-8 and NUL-terminated. Nothing crosses the boundary that
@@ -303,16 +305,20 @@ typedef struct curfew_host {
      * of the process. */
     const char *(*scratch_dir)(curfew_context *ctx);
 
-    /* Added after ABI 2: check `struct_size` first. Asks `curfew serve` to
-     * run the job named `job` once, no sooner than `earliest_seconds` from
-     * now, with `params` over its own: NULL, or an array of key, value,
-     * key, value, … strings ended by NULL (at most 64 pairs of at most 1024
-     * bytes each), copied. As BGTaskScheduler's `submit`: kept in the state
-     * store until it ran. Only a job the operator's config lets this one
-     * start (its "submits") may be asked for. Returns CURFEW_OK once the
-     * host has it; CURFEW_ERROR for a bad name, parameter or time (logged)
-     * or a job this one may not start; CURFEW_UNAVAILABLE when the host
-     * takes no such request (`curfew run`, a batch) or the job is over. */
+    /* Appended within ABI 2: check `struct_size` first. Asks `curfew serve`
+     * to run the job named `job` once, no sooner than `earliest_seconds`
+     * from now, with `params` over its own: NULL, or an array of key, value,
+     * key, value, … UTF-8 strings ended by NULL (at most 64 pairs of at
+     * most 1024 bytes each), copied. As BGTaskScheduler's `submit`, the
+     * host then keeps it as a one-off run (in the state store, when it has
+     * one) until it ran, unless it cannot: a target it does not serve or
+     * that is continuous, too many runs waiting, a store that fails (each
+     * logged). Only a job the operator's config lets this one start (its
+     * "submits") may be asked for, at most 64 times a run. Returns
+     * CURFEW_OK once the request is on its way to the host; CURFEW_ERROR
+     * for a bad name, parameter or time, a job this one may not start, or
+     * past 64 a run (logged); CURFEW_UNAVAILABLE when the host takes no
+     * such request (`curfew run`, a batch) or the job is over. */
     curfew_status (*submit_run)(curfew_context *ctx, const char *job,
                                 const char *const *params,
                                 double earliest_seconds);

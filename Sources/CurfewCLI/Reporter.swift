@@ -167,6 +167,7 @@ final class Reporter: Sendable {
             guard verbose else { return nil }
             return tag("next run") + "\(job) asks to run again in \(format(delay))"
         case .runSubmitted(let job, let run):
+            guard verbose else { return nil }
             return tag("submit") + "\(job) asks for a run of \(run.job) in \(format(run.after))"
         case .finished(let result):
             var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(Untrusted.line(result.reason)))"

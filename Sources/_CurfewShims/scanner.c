@@ -288,6 +288,10 @@ static curfew_status no_save(curfew_context *ctx, const void *bytes, size_t leng
 static size_t no_load(curfew_context *ctx, void *buffer, size_t capacity) { (void)ctx; (void)buffer; (void)capacity; return 0; }
 static curfew_status no_next_run(curfew_context *ctx, double seconds) { (void)ctx; (void)seconds; return CURFEW_UNAVAILABLE; }
 static const char *no_scratch(curfew_context *ctx) { (void)ctx; return NULL; }
+static curfew_status no_submit(curfew_context *ctx, const char *job, const char *const *params, double seconds) {
+    (void)ctx; (void)job; (void)params; (void)seconds;
+    return CURFEW_UNAVAILABLE;
+}
 
 /* No job runs in a scanner: every function answers as the host does for a
  * context that is no job's. */
@@ -307,6 +311,7 @@ static const curfew_host scanner_host = {
     .checkpoint_load = no_load,
     .request_next_run = no_next_run,
     .scratch_dir = no_scratch,
+    .submit_run = no_submit,
 };
 
 /* ---- One file ------------------------------------------------------------ */

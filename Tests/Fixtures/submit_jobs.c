@@ -13,6 +13,22 @@ static void said(curfew_context *ctx, const char *what, int status) {
     host->log(ctx, CURFEW_LOG_INFO, line);
 }
 
+/* With `flood`: asks 100 times for a run of `target` in an hour, then
+ * once with a value that is not UTF-8; logs how many were taken. */
+static curfew_chunk_result flood(curfew_context *ctx) {
+    int taken = 0, refused = 0;
+    for (int i = 0; i < 100; i++) {
+        if (host->submit_run(ctx, "target", NULL, 3600.0) == CURFEW_OK) taken++; else refused++;
+    }
+    char line[96];
+    snprintf(line, sizeof line, "flood: %d taken, %d refused", taken, refused);
+    host->log(ctx, CURFEW_LOG_INFO, line);
+    const char *latin[] = {"word", "caf\xe9", NULL};
+    said(ctx, "latin", host->submit_run(ctx, "target", latin, 0.0));
+    host->log(ctx, CURFEW_LOG_INFO, "flood done");
+    return CURFEW_CHUNK_DONE;
+}
+
 /* submits: asks for `target` with word=submitted, and for `other`, which
  * its config does not let it start; logs each answer. */
 static curfew_chunk_result submits_chunk(curfew_context *ctx, void *state) {
@@ -21,6 +37,7 @@ static curfew_chunk_result submits_chunk(curfew_context *ctx, void *state) {
         host->log(ctx, CURFEW_LOG_INFO, "this host has no submit_run");
         return CURFEW_CHUNK_DONE;
     }
+    if (host->param(ctx, "flood")) return flood(ctx);
     const char *params[] = {"word", "submitted", NULL};
     said(ctx, "target", host->submit_run(ctx, "target", params, 0.0));
     said(ctx, "other", host->submit_run(ctx, "other", NULL, 0.0));

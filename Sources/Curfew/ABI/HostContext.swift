@@ -68,6 +68,8 @@ public struct SubmittedRun: Sendable, Equatable {
     /// As a one-off run asked of the control socket takes them.
     package static let maximumParameters = 64
     package static let maximumParameterBytes = 1024
+    /// The most runs one run of a job may submit.
+    package static let maximumPerRun = 64
 
     public init(job: String, parameters: [String: String], after: Duration) {
         self.job = job

@@ -138,6 +138,7 @@ final class EventChannel: Sendable {
         switch event {
         case .log(_, _, let message): eventWeight + message.utf8.count
         case .output(_, _, let line): eventWeight + line.utf8.count
+        case .runSubmitted(_, let run): eventWeight + run.parameters.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
         default: eventWeight
         }
     }

@@ -50,6 +50,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         /// When the job's progress last moved (or it started): with a stall
         /// time, the job is expired `stalled` that long after.
         var progressMovedAt: CurfewInstant?
+        /// Runs of other jobs this run asked for (`submit_run`).
+        var submitted = 0
         var stallTimer: (any CurfewTimer)?
         var lastError: String?
         var startedAt: CurfewInstant?
@@ -798,15 +800,23 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     override func submitRun(_ run: SubmittedRun) -> curfew_status {
         guard let submits else { return CURFEW_UNAVAILABLE }
-        guard submits.contains(run.job) else {
-            hostLog(.error, "run of '\(run.job)' not submitted: the config does not let this job start it (its \"submits\")")
-            return CURFEW_ERROR
-        }
-        return control.withLock { c in
-            guard !c.isOver else { return CURFEW_UNAVAILABLE }
+        let answer = control.withLock { c -> (status: curfew_status, problem: String?) in
+            guard !c.isOver else { return (CURFEW_UNAVAILABLE, nil) }
+            guard submits.contains(run.job) else {
+                return (CURFEW_ERROR, "run of '\(run.job)' not submitted: the config does not let this job start it (its \"submits\")")
+            }
+            // A run that asks in a loop asks no more: what a host keeps stays bounded.
+            let first = c.submitted == SubmittedRun.maximumPerRun
+            c.submitted += 1
+            guard c.submitted <= SubmittedRun.maximumPerRun else {
+                // Said once a run.
+                return (CURFEW_ERROR, first ? "runs not submitted: a run may submit \(SubmittedRun.maximumPerRun)" : nil)
+            }
             events.post(.runSubmitted(job: job.name, run: run))
-            return CURFEW_OK
+            return (CURFEW_OK, nil)
         }
+        if let problem = answer.problem { hostLog(.error, problem) }
+        return answer.status
     }
 
     override func saveCheckpoint(_ bytes: UnsafeRawBufferPointer) -> curfew_status {

@@ -136,8 +136,9 @@ package enum HostMessage: Equatable, Sendable {
     /// The most files a scan may name, and the longest path, in bytes.
     package static let maximumScanFiles = 1 << 16
     package static let maximumPathBytes = 4096
-    /// The most jobs one job may ask to run (its policy's `submits`).
-    package static let maximumSubmits = 256
+    /// The most jobs one job may ask to run: its policy's `submits` and
+    /// the defaults', 256 each.
+    package static let maximumSubmits = 512
     /// The longest message an answer to a checkpoint may carry, in bytes.
     package static let maximumAnswerBytes = 64 * 1024
 

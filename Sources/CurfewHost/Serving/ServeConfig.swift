@@ -283,9 +283,8 @@ extension JobPolicy {
                 }
             case "sandbox": sandbox = try Self.sandbox(member, place)
             case "submits":
-                guard case .array(let names) = member, names.count <= 256 else {
-                    throw place.error(key, "must be an array of at most 256 job names, not \(member.kind)")
-                }
+                guard case .array(let names) = member else { throw place.error(key, "must be an array of job names, not \(member.kind)") }
+                guard names.count <= 256 else { throw place.error(key, "names more than 256 jobs") }
                 for name in names {
                     guard let name = name.stringValue, JobNaming.isValidName(name) else {
                         throw place.error(key, "each is a job name (1 to 64 of a-z, 0-9, '.', '_', '-')")

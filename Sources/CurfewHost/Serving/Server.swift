@@ -789,6 +789,10 @@ public final class Server: @unchecked Sendable {
                 notes.delay.withLock { $0 = delay }
             case .runSubmitted(let asker, let run):
                 self.queue.async { [self] in
+                    guard !stopping else {
+                        onNotice(.info("'\(asker)' submitted a run of '\(run.job)' as the host stopped; not kept"))
+                        return
+                    }
                     let at = options.wallClock().later(by: run.after)
                     switch self.request(run.job, parameters: run.parameters, at: at) {
                     case .success(let said): onNotice(.info("'\(asker)' submitted a run: \(said)"))

@@ -19,12 +19,15 @@ package enum CStrings {
         Glibc.free(pointer)
     }
 
-    /// The string at `pointer` when it ends within `limit` bytes (plugin
-    /// memory: never read past the limit), else `nil`.
+    /// The string at `pointer` when it ends within `limit` bytes and is
+    /// UTF-8 (plugin memory: never read past the limit), else `nil`.
     package static func bounded(_ pointer: UnsafePointer<CChar>, limit: Int) -> String? {
         let count = length(pointer, limit: limit + 1)
         guard count <= limit else { return nil }
-        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: count), as: UTF8.self)
+        let text = String(decoding: UnsafeRawBufferPointer(start: pointer, count: count), as: UTF8.self)
+        // A byte that is not UTF-8 reads as U+FFFD, three bytes: refused,
+        // not grown past the limit.
+        return text.utf8.count == count ? text : nil
     }
 
     /// The length of the C string at `pointer`, reading at most `limit` bytes.

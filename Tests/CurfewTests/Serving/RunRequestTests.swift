@@ -386,3 +386,29 @@ extension ProcessTests.First {
         }
     }
 }
+
+/// What a job that submits in a loop, or with bytes that are not UTF-8,
+/// gets: bounded, refused, never a killed worker.
+extension ProcessTests.First {
+    @Suite(.timeLimit(.minutes(2))) struct SubmitRunLimitTests {
+        @Test func aRunSubmitsAtMost64AndNoBytesThatAreNotUTF8() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            let state = Fixtures.temporaryFolder("state")
+            let config = Fixtures.temporaryFolder("config") + "/curfew.json"
+            try #"{"jobs": {"target": {"enabled": false}, "submits": {"submits": ["target"], "params": {"flood": "1"}}}}"#
+                .write(toFile: config, atomically: true, encoding: .utf8)
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("submit_jobs.c"), toPath: folder + "/jobs.so")
+            let serve = try ServeProcess(folder: folder, state: state, extra: ["--config", config])
+            await serve.wait(for: "\"message\":\"flood done\"")
+            await serve.wait(for: "\"event\":\"finished\"")
+            #expect(await serve.stop() == 0)
+            let logs = try serve.logs("submits")
+            #expect(logs.contains("flood: 64 taken, 36 refused"), "\(logs.suffix(5))")
+            #expect(logs.filter { $0.hasPrefix("runs not submitted: a run may submit 64") }.count == 1, "said once")
+            #expect(logs.contains("latin answered 1"))
+            #expect(try serve.events().filter { $0.event == "finished" && $0.job == "submits" }.first?.outcome == "completed")
+            // Kept as asked, at most 64, to run in an hour.
+            #expect(try StateStore(folder: state).runRequests().count == 64)
+        }
+    }
+}

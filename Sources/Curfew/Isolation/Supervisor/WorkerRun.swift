@@ -21,6 +21,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     struct Control {
         var started = false
         var finished = false
+        /// The runs of other jobs its worker said the job submitted.
+        var submitted = 0
         var reported: (outcome: Outcome, reason: String)?
         /// When the worker says the job ended.
         var reportedAt: CurfewInstant?
@@ -370,9 +372,15 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 grant.expireNow(reason)
                 events.post(.expiring(job: job.name, reason: reason), at: reportedTime(t, c))
             case .submit(_, let t, let target, let parameters, let milliseconds):
-                // Bounded by the decoder; the name and whether this job may ask are checked here.
-                guard JobNaming.isValidName(target), let allowed = configuration.submits, allowed.contains(target) else {
-                    events.post(.log(job: job.name, level: .error, message: "its worker submitted a run of a job it may not start; ignored"), at: reportedTime(t, c))
+                // Bounded by the decoder; the name, whether this job may ask and
+                // how often it did are checked here: the worker runs plugin code.
+                c.submitted += 1
+                guard JobNaming.isValidName(target), let allowed = configuration.submits, allowed.contains(target),
+                    c.submitted <= SubmittedRun.maximumPerRun
+                else {
+                    if c.submitted <= SubmittedRun.maximumPerRun + 1 {
+                        events.post(.log(job: job.name, level: .error, message: "its worker submitted a run it may not (a job it may not start, or past \(SubmittedRun.maximumPerRun) a run); ignored"), at: reportedTime(t, c))
+                    }
                     return
                 }
                 let run = SubmittedRun(job: target, parameters: parameters, after: .milliseconds(Int64(milliseconds)))
