@@ -386,7 +386,6 @@ public struct Schedule: Sendable {
             entry.runsAgain = false
             entry.failures = 0
             entry.runningSince = nil
-            entry.nextRun = now
             if let slot = entry.slot, slot <= now { advanceSlot(&entry, now: now) }
             entry.nextRun = now
             put(job, entry)

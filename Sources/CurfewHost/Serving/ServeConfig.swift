@@ -26,7 +26,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var jitter: Duration?
     public var budget: Duration?
     public var grace: Duration?
-    /// Expire a run whose progress does not move for this long (`stalled`).
+    /// Expire a run whose progress does not move for this long (`stalled`);
+    /// zero (`false` in the config): never, whatever the defaults say.
     public var stall: Duration?
     /// Parameters for this job only, over the host's `--param` values.
     public var parameters: [String: String] = [:]
@@ -250,6 +251,10 @@ extension JobPolicy {
                 guard grace > .zero else { throw place.error(key, "must be positive") }
                 self.grace = grace
             case "stall":
+                if case .bool(false) = member {
+                    stall = .zero
+                    continue
+                }
                 let stall = try Self.duration(member, key, place)
                 guard stall >= GrantPolicy.minimumStall else { throw place.error(key, "must be at least 100ms") }
                 self.stall = stall

@@ -703,7 +703,8 @@ public final class Server: @unchecked Sendable {
         }
         grant.allowsContinuous = base.allowsContinuous
         grant.allowedModes = base.allowedModes.union(policy.allowedModes)
-        grant.stall = policy.stall ?? base.stall
+        // Zero is a job's own "stall": false, over the defaults' or the command line's.
+        grant.stall = (policy.stall ?? base.stall).flatMap { $0 > .zero ? $0 : nil }
         return grant
     }
 

@@ -54,6 +54,10 @@ extension ProcessTests.Second {
             let config = try ServeConfig.parse(Array(#"{"defaults": {"stall": "30s"}, "jobs": {"a": {"stall": "1s"}}}"#.utf8), file: "c.json")
             #expect(config.policy(for: "a").stall == .seconds(1))
             #expect(config.policy(for: "b").stall == .seconds(30))
+            // A job's own false turns the defaults' off.
+            let off = try ServeConfig.parse(Array(#"{"defaults": {"stall": "30s"}, "jobs": {"a": {"stall": false}}}"#.utf8), file: "c.json")
+            #expect(off.policy(for: "a").stall == .zero)
+            #expect(throws: CurfewError.self) { try ServeConfig.parse(Array(#"{"jobs": {"a": {"stall": true}}}"#.utf8), file: "c.json") }
             #expect(throws: CurfewError.self) {
                 try ServeConfig.parse(Array(#"{"jobs": {"a": {"stall": "50ms"}}}"#.utf8), file: "c.json")
             }
