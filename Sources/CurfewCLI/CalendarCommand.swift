@@ -46,8 +46,8 @@ enum CalendarCommand {
                     if iteration == 0 { lines.append(label("Next elapse") + "never") }
                     break
                 }
-                lines.append(label(iteration == 0 ? "Next elapse" : "Iter. #\(iteration + 1)") + stamp(next, in: local))
-                if !local.isUTC { lines.append(label("(in UTC)") + stamp(next, in: .utc)) }
+                lines.append(label(iteration == 0 ? "Next elapse" : "Iter. #\(iteration + 1)") + local.stamp(next))
+                if !local.isUTC { lines.append(label("(in UTC)") + ZoneRules.utc.stamp(next)) }
                 lines.append(label("From now") + relative(next &- nowMicroseconds))
                 after = next
             }
@@ -58,11 +58,6 @@ enum CalendarCommand {
     /// `name:`, right-aligned as systemd-analyze aligns its labels.
     private static func label(_ name: String) -> String {
         String(repeating: " ", count: max(0, 15 - name.count)) + name + ": "
-    }
-
-    /// `Mon 2026-12-07 01:00:00 CET`: to the second, in `zone`.
-    static func stamp(_ microseconds: Int64, in zone: ZoneRules) -> String {
-        zone.stamp(microseconds)
     }
 
     /// How far off a time is, in systemd's words: "1 day 3h left", "8 months 7 days ago".

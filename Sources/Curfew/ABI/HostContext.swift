@@ -65,9 +65,9 @@ public struct SubmittedRun: Sendable, Equatable {
     public var parameters: [String: String]
     public var after: Duration
 
-    /// As a one-off run asked of the control socket takes them.
-    package static let maximumParameters = 64
-    package static let maximumParameterBytes = 1024
+    /// As a one-off run asked of the control socket takes them: one limit.
+    package static let maximumParameters = RunRequest.maximumParameters
+    package static let maximumParameterBytes = RunRequest.maximumParameterBytes
     /// The most runs one run of a job may submit.
     package static let maximumPerRun = 64
 

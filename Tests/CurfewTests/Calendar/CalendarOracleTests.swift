@@ -109,7 +109,7 @@ import Testing
         var after = start
         for _ in 0..<iterations {
             guard let next = spec.next(after: after, in: zone) else { break }
-            elapses.append(CalendarCommand.stamp(next, in: local))
+            elapses.append(local.stamp(next))
             after = next
         }
         return (spec.description, elapses)
@@ -123,7 +123,7 @@ import Testing
         func first(_ expression: String, after base: String) throws -> String? {
             let spec = try CalendarSpec(expression)
             let zone = try spec.zone.map { name throws(CurfewError) in try TimeZones.zone(named: name) } ?? .utc
-            return spec.next(after: try CalendarCommand.baseTime(base), in: zone).map { CalendarCommand.stamp($0, in: .utc) }
+            return spec.next(after: try CalendarCommand.baseTime(base), in: zone).map { ZoneRules.utc.stamp($0) }
         }
         // systemd: 00:40.
         #expect(try first("*:0/40 UTC", after: "2026-03-01 23:40:00 UTC") == "Mon 2026-03-02 00:00:00 UTC")
