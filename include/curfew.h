@@ -137,8 +137,32 @@ typedef enum curfew_expire_reason {
     /* Its progress (`report_progress`) did not move for the stall time its
      * policy sets. A job built against an older header sees 4: any value
      * it does not know is to be treated as CURFEW_EXPIRE_TIMEOUT. */
-    CURFEW_EXPIRE_STALLED = 4
+    CURFEW_EXPIRE_STALLED = 4,
+    /* A condition its runs wait for (the policy's "conditions", or
+     * `require_conditions`) stopped holding: the machine left external
+     * power, lost its network, ran low on storage, and so on. */
+    CURFEW_EXPIRE_CONDITIONS = 5
 } curfew_expire_reason;
+
+/* What a job's runs may wait for, as bits of `require_conditions`' mask
+ * (after BGProcessingTaskRequest and WorkManager's constraints). A run
+ * waits until each holds and is expired (CURFEW_EXPIRE_CONDITIONS) when
+ * one stops holding. */
+typedef enum curfew_condition {
+    /* On mains power or a charger; a machine with no battery always is. */
+    CURFEW_CONDITION_EXTERNAL_POWER = 1 << 0,
+    /* A default route (IPv4 or IPv6) is up. */
+    CURFEW_CONDITION_NETWORK = 1 << 1,
+    /* Storage is not low on the state store's and the scratch folders'
+     * file systems. */
+    CURFEW_CONDITION_STORAGE = 1 << 2,
+    /* The CPU is not busy (pressure, or the load per core). */
+    CURFEW_CONDITION_CPU = 1 << 3,
+    /* Memory is not under pressure. */
+    CURFEW_CONDITION_MEMORY = 1 << 4,
+    /* The battery is not low (or charging, or there is none). */
+    CURFEW_CONDITION_BATTERY = 1 << 5
+} curfew_condition;
 
 /* An expiration handler given to `begin_background_task`.
  * [expiration-queue] Called at most once, when the job's grant starts to
@@ -322,6 +346,19 @@ typedef struct curfew_host {
     curfew_status (*submit_run)(curfew_context *ctx, const char *job,
                                 const char *const *params,
                                 double earliest_seconds);
+
+    /* Appended within ABI 2: check `struct_size` first. Asks `curfew serve`
+     * to hold this job's runs to `conditions` (CURFEW_CONDITION_* bits, at
+     * the host's thresholds) besides those its policy names, as
+     * BGProcessingTaskRequest's `requiresExternalPower`: this run is
+     * expired with CURFEW_EXPIRE_CONDITIONS when one stops holding, and
+     * later runs wait until all hold. The last call wins (0: the policy's
+     * only), until the host restarts. Returns CURFEW_OK once the request
+     * is on its way to the host; CURFEW_ERROR for a bit this host does not
+     * know (logged); CURFEW_UNAVAILABLE when the host watches no
+     * conditions (`curfew run`, a batch) or the job is over. */
+    curfew_status (*require_conditions)(curfew_context *ctx,
+                                        uint32_t conditions);
 } curfew_host;
 
 /* ------------------------------------------------------------------------ */

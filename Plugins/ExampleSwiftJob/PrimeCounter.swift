@@ -4,7 +4,8 @@
 // and its next run goes on from there.
 //
 // Parameters: --param limit=N (default 3,000,000); --param again=S asks
-// `curfew serve` to run it again S seconds after it completes.
+// `curfew serve` to run it again S seconds after it completes;
+// --param on-power=1 asks it to run only on external power.
 import CurfewJob
 
 struct PrimeCounter: Job {
@@ -31,6 +32,13 @@ struct PrimeCounter: Job {
         {
             (next, primes) = (saved.next, saved.primes)
             context.log("resumed at \(next) with \(primes) primes so far, from its checkpoint")
+        }
+        if context.parameter("on-power") == "1" {
+            do throws(ConditionsError) {
+                try context.requireConditions([.externalPower])
+            } catch {
+                context.log("runs whatever the power: \(error)")
+            }
         }
     }
 

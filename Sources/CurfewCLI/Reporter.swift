@@ -169,6 +169,10 @@ final class Reporter: Sendable {
         case .runSubmitted(let job, let run):
             guard verbose else { return nil }
             return tag("submit") + "\(job) asks for a run of \(run.job) in \(format(run.after))"
+        case .conditionsRequired(let job, let conditions):
+            guard verbose else { return nil }
+            let named = conditions.sorted().map(\.description).joined(separator: ", ")
+            return tag("conditions") + "\(job) asks to run only with \(named.isEmpty ? "its policy's conditions" : named)"
         case .finished(let result):
             var text = tag("finished") + "\(result.job): " + paint(result.outcome) + " (\(Untrusted.line(result.reason)))"
             if result.outcome != .refused {
@@ -215,6 +219,11 @@ final class Reporter: Sendable {
             line.add("job", job)
             line.add("target", run.job)
             line.add("after", run.after.seconds)
+            return line.text
+        case .conditionsRequired(let job, let conditions):
+            var line = line("conditions")
+            line.add("job", job)
+            line.add("conditions", conditions.sorted().map(\.rawValue))
             return line.text
         case .output(let plugin, let stream, let text):
             var line = line("output")

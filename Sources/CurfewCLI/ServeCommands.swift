@@ -100,6 +100,11 @@ extension CurfewMain {
             let name = Untrusted.line(job["job"]?.stringValue ?? "?")
             let state = job["state"]?.stringValue ?? "?"
             var parts = [state]
+            if case .array(let names)? = job["waiting_for"] {
+                // What it waits for, in the host's words: "waiting: external power".
+                let said = names.compactMap { $0.stringValue.flatMap(Condition.init(rawValue:))?.description }
+                if !said.isEmpty { parts[0] += ": " + said.joined(separator: ", ") }
+            }
             if state == "running", let remaining = job["remaining"]?.numberValue {
                 parts[0] += " (\(formatSeconds(remaining))s left)"
             }

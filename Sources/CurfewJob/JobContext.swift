@@ -213,6 +213,45 @@ public struct JobContext: @unchecked Sendable {
     }
 }
 
+extension JobContext {
+    /// Asks `curfew serve` to hold this job's runs to `conditions` besides
+    /// those its policy names, at the host's thresholds, as
+    /// BGProcessingTaskRequest's `requiresExternalPower`: this run is
+    /// expired (``ExpirationReason/conditions``) when one stops holding, and
+    /// later runs wait until all hold. The last call wins (an empty set:
+    /// the policy's only), until the host restarts.
+    ///
+    /// - Throws: ``ConditionsError/refused`` when the host does not know a
+    ///   condition asked for (an older host; it logs which);
+    ///   ``ConditionsError/unavailable`` when it holds runs to no
+    ///   conditions (a batch `curfew run`, an older host) or the job is over.
+    public func requireConditions(_ conditions: Set<Condition>) throws(ConditionsError) {
+        // A host table that ends before the entry (an older host's) has none.
+        let end = MemoryLayout<curfew_host>.offset(of: \curfew_host.require_conditions)! + MemoryLayout<UnsafeRawPointer>.size
+        guard Int(host.pointee.struct_size) >= end else { throw .unavailable }
+        switch host.pointee.require_conditions(raw, Condition.mask(of: conditions)) {
+        case CURFEW_OK: return
+        case CURFEW_UNAVAILABLE: throw .unavailable
+        default: throw .refused
+        }
+    }
+}
+
+/// Why `requireConditions(_:)` was not taken.
+public enum ConditionsError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The host does not know a condition asked for.
+    case refused
+    /// The host holds runs to no conditions, or the job is over.
+    case unavailable
+
+    public var description: String {
+        switch self {
+        case .refused: "the host does not know a condition asked for"
+        case .unavailable: "this host holds runs to no conditions (a batch, or an older host), or the job is over"
+        }
+    }
+}
+
 /// Why `submitRun(of:parameters:after:)` was not taken.
 public enum SubmitError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A job this one may not start, or a bad name, parameter or delay.

@@ -41,6 +41,8 @@ public enum ExpirationReason: String, Sendable, SpeltInC, CustomStringConvertibl
     case cancelled
     /// Its progress stopped moving for its policy's stall time.
     case stalled
+    /// A condition its runs wait for stopped holding.
+    case conditions
 
     public var description: String {
         switch self {
@@ -48,6 +50,7 @@ public enum ExpirationReason: String, Sendable, SpeltInC, CustomStringConvertibl
         case .shutdown: "host shutting down"
         case .cancelled: "cancelled"
         case .stalled: "stalled: its progress stopped moving"
+        case .conditions: "a condition it runs under stopped holding"
         }
     }
 
@@ -58,12 +61,65 @@ public enum ExpirationReason: String, Sendable, SpeltInC, CustomStringConvertibl
         case .shutdown: CURFEW_EXPIRE_SHUTDOWN
         case .cancelled: CURFEW_EXPIRE_CANCELLED
         case .stalled: CURFEW_EXPIRE_STALLED
+        case .conditions: CURFEW_EXPIRE_CONDITIONS
         }
     }
 
     /// A reason this build does not know reads as ``timeout``.
     package init(_ reason: curfew_expire_reason) {
         self = .known(reason) ?? .timeout
+    }
+}
+
+/// What a job's runs may wait for (`curfew_condition`): a run waits until
+/// each holds, and is expired (``ExpirationReason/conditions``) when one
+/// stops holding.
+public enum Condition: String, Sendable, SpeltInC, CustomStringConvertible, Comparable {
+    case externalPower = "power"
+    case network
+    case storage
+    case cpu
+    case memory
+    case battery
+
+    /// What a run waits for, as `status` says it.
+    public var description: String {
+        switch self {
+        case .externalPower: "external power"
+        case .network: "network"
+        case .storage: "storage"
+        case .cpu: "CPU not busy"
+        case .memory: "memory pressure"
+        case .battery: "battery"
+        }
+    }
+
+    package var cValue: UInt32 {
+        switch self {
+        case .externalPower: CURFEW_CONDITION_EXTERNAL_POWER.rawValue
+        case .network: CURFEW_CONDITION_NETWORK.rawValue
+        case .storage: CURFEW_CONDITION_STORAGE.rawValue
+        case .cpu: CURFEW_CONDITION_CPU.rawValue
+        case .memory: CURFEW_CONDITION_MEMORY.rawValue
+        case .battery: CURFEW_CONDITION_BATTERY.rawValue
+        }
+    }
+
+    /// The conditions in a mask; `nil` when it holds a bit this build does not know.
+    package static func set(of mask: UInt32) -> Set<Condition>? {
+        let known = allCases.filter { mask & $0.cValue != 0 }
+        guard known.reduce(0, { $0 | $1.cValue }) == mask else { return nil }
+        return Set(known)
+    }
+
+    /// The mask of `conditions`.
+    package static func mask(of conditions: some Sequence<Condition>) -> UInt32 {
+        conditions.reduce(0) { $0 | $1.cValue }
+    }
+
+    /// In the order `curfew_condition` lists them.
+    public static func < (a: Condition, b: Condition) -> Bool {
+        a.cValue < b.cValue
     }
 }
 

@@ -18,6 +18,7 @@
 #include <sys/statvfs.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <linux/netlink.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -1102,4 +1103,18 @@ int curfew_shim_mounted_noexec(const char *path) {
 
 int curfew_shim_set_thread_nice(int nice) {
     return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) == 0 ? 0 : errno;
+}
+
+int curfew_shim_netlink_socket(int family, uint32_t groups) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, family);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_nl address = {.nl_family = AF_NETLINK, .nl_groups = groups};
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        int error = errno;
+        close(fd);
+        errno = error;
+        return -1;
+    }
+    return fd;
 }

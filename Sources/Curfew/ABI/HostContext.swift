@@ -57,6 +57,8 @@ class HostContext: @unchecked Sendable {
     func requestNextRun(after delay: Duration) -> curfew_status { CURFEW_UNAVAILABLE }
     /// Asks for a run of another job (checked by the caller).
     func submitRun(_ run: SubmittedRun) -> curfew_status { CURFEW_UNAVAILABLE }
+    /// Asks that the job's runs be held to `conditions` (checked by the caller).
+    func requireConditions(_ conditions: Set<Condition>) -> curfew_status { CURFEW_UNAVAILABLE }
 }
 
 /// A run of another job a job asked for (`submit_run`), checked.

@@ -107,6 +107,14 @@ enum HostServices {
                     }
                 }
                 return run.submitRun(SubmittedRun(job: name, parameters: parameters, after: delay))
+            },
+            require_conditions: { context, mask in
+                guard let run = HostContext.from(context) else { return CURFEW_UNAVAILABLE }
+                guard let conditions = Condition.set(of: mask) else {
+                    run.log(.error, "conditions not required: the mask 0x\(String(mask, radix: 16)) has a bit this host does not know")
+                    return CURFEW_ERROR
+                }
+                return run.requireConditions(conditions)
             }
         ))
         return UnsafePointer(table)

@@ -121,6 +121,7 @@ extension ExpirationReason {
         case .shutdown: self = .shutdown
         case .cancelled: self = .cancelled
         case .stalled: self = .stalled
+        case .conditions: self = .conditions
         }
     }
 
@@ -130,6 +131,7 @@ extension ExpirationReason {
         case .shutdown: .shutdown
         case .cancelled: .cancelled
         case .stalled: .stalled
+        case .conditions: .conditions
         }
     }
 }

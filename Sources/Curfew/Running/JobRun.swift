@@ -112,6 +112,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     private let stall: Duration?
     /// The jobs this one may ask to run; `nil`: none, the host takes no such request.
     private let submits: Set<String>?
+    /// Whether the host holds runs to conditions (`require_conditions`).
+    private let watchesConditions: Bool
 
     // Written by `create` and read by later hooks, all on the job's serial queue.
     private var jobState: UnsafeMutableRawPointer?
@@ -133,9 +135,10 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         job: PluginJob, manager: GrantManager, parameters: ParameterTable, timeSlice: Duration,
         events: EventChannel, checkpoints: (any CheckpointKeeper)? = nil, estimate: ChunkEstimate = .empty,
         appState: AppState = .background, grantStart: CurfewInstant? = nil, hooks: DispatchQueue = SerialQueue.hooks,
-        chunkProbe: ChunkProbe? = nil, submits: Set<String>? = nil, onFinish: @escaping @Sendable (JobResult) -> Void
+        chunkProbe: ChunkProbe? = nil, submits: Set<String>? = nil, watchesConditions: Bool = false, onFinish: @escaping @Sendable (JobResult) -> Void
     ) throws(CurfewError) {
         self.submits = submits
+        self.watchesConditions = watchesConditions
         self.grantStart = grantStart
         self.chunkProbe = chunkProbe
         self.clock = manager.clock
@@ -794,6 +797,15 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         control.withLock { c in
             guard !c.isOver else { return CURFEW_UNAVAILABLE }
             events.post(.nextRunRequested(job: job.name, after: delay))
+            return CURFEW_OK
+        }
+    }
+
+    override func requireConditions(_ conditions: Set<Condition>) -> curfew_status {
+        guard watchesConditions else { return CURFEW_UNAVAILABLE }
+        return control.withLock { c in
+            guard !c.isOver else { return CURFEW_UNAVAILABLE }
+            events.post(.conditionsRequired(job: job.name, conditions: conditions))
             return CURFEW_OK
         }
     }

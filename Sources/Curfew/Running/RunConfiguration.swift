@@ -34,6 +34,9 @@ public struct RunConfiguration: Sendable {
     /// The jobs these jobs may ask to run (`submit_run`); `nil`: the host
     /// takes no such request (a batch), and `submit_run` is unavailable.
     public var submits: Set<String>?
+    /// Whether the host holds runs to conditions and takes a job's own
+    /// (`require_conditions`, else unavailable): `curfew serve` does.
+    public var watchesConditions = false
     /// The host's app state and its events (see ``AppLifecycle``); `nil`:
     /// the jobs stay in the background, as a batch of background jobs does.
     public var lifecycle: AppLifecycle?

@@ -86,6 +86,9 @@ public enum RunEvent: Sendable {
     /// The job asked for a run of another (`submit_run`), one its policy
     /// lets it start: the serving host keeps it as a one-off run.
     case runSubmitted(job: String, run: SubmittedRun)
+    /// The job asked that its runs, this one included, be held to
+    /// `conditions` besides its policy's (`require_conditions`).
+    case conditionsRequired(job: String, conditions: Set<Condition>)
     /// The job ended. Its last event.
     case finished(JobResult)
     /// A line plugin code wrote to stdout or stderr (`stream`) that no single

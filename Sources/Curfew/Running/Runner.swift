@@ -177,8 +177,16 @@ public final class Runner: Sendable {
     /// - Returns: Whether a job of that name was running.
     @discardableResult
     public func cancel(job name: String) -> Bool {
+        expire(job: name, reason: .cancelled)
+    }
+
+    /// Expires one running job now with `reason`.
+    ///
+    /// - Returns: Whether a job of that name was running.
+    @discardableResult
+    public func expire(job name: String, reason: ExpirationReason) -> Bool {
         let run = state.withLock { $0.running.values.first { $0.job.name == name } }
-        run?.expireNow(.cancelled)
+        run?.expireNow(reason)
         return run != nil
     }
 
@@ -270,6 +278,7 @@ public final class Runner: Sendable {
                                 events: events, checkpoints: configuration.checkpoints,
                                 estimate: configuration.estimates[jobs[index].name] ?? .empty, appState: state.appState,
                                 grantStart: configuration.grantStart, hooks: configuration.hooks, submits: configuration.submits,
+                                watchesConditions: configuration.watchesConditions,
                                 onFinish: onFinish)
                         case .job, .plugin:
                             try WorkerRun(

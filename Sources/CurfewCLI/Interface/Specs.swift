@@ -226,7 +226,7 @@ enum Specs {
                     "job: each run in a fresh worker process of its own. plugin is accepted and does the same here; none is refused. (default: job)"),
                 .text(
                     "--config", value: "file",
-                    help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, overlap, starting_deadline, budget, grace, stall, params, isolate, limits, retry, enabled, modes, submits, sandbox (see docs/serve.md). Read again on SIGHUP.",
+                    help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, overlap, starting_deadline, budget, grace, stall, params, isolate, limits, retry, enabled, modes, submits, sandbox, conditions (see docs/serve.md). Read again on SIGHUP.",
                     \ServeDraft.config),
                 socketOption.within(\ServeDraft.socket),
             ],

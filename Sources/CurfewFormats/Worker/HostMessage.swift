@@ -33,6 +33,8 @@ package enum HostMessage: Equatable, Sendable {
         package var stallNanoseconds: Int64?
         /// The jobs the job may ask to run (`nil`: the host takes no such request).
         package var submits: [String]?
+        /// Whether the host holds runs to conditions (`require_conditions` is available).
+        package var watchesConditions: Bool
         /// When the host started the job's grant, on the shared monotonic clock.
         package var started: UInt64
         package var app: AppStateName
@@ -53,9 +55,11 @@ package enum HostMessage: Equatable, Sendable {
             plugin: String, job: String, index: Int?, budgetNanoseconds: Int64, graceNanoseconds: Int64?, started: UInt64,
             app: AppStateName,
             keepsState: Bool, checkpoint: [UInt8]?, estimate: Estimate?, continuous: Bool, last: Bool,
-            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil, stallNanoseconds: Int64? = nil, submits: [String]? = nil
+            parameters: [String: String], limits: Limits, sandbox: Sandbox? = nil, stallNanoseconds: Int64? = nil, submits: [String]? = nil,
+            watchesConditions: Bool = false
         ) {
             self.submits = submits
+            self.watchesConditions = watchesConditions
             self.stallNanoseconds = stallNanoseconds
             self.plugin = plugin
             self.job = job
@@ -123,7 +127,7 @@ package enum HostMessage: Equatable, Sendable {
         }
     }
 
-    package enum ExpireReason: String, Sendable, CaseIterable { case timeout, shutdown, cancelled, stalled }
+    package enum ExpireReason: String, Sendable, CaseIterable { case timeout, shutdown, cancelled, stalled, conditions }
     package enum AppEventName: String, Sendable, CaseIterable {
         case launch, willEnterForeground = "will-enter-foreground", didBecomeActive = "did-become-active"
         case willResignActive = "will-resign-active", didEnterBackground = "did-enter-background", willTerminate = "will-terminate"
@@ -155,6 +159,7 @@ package enum HostMessage: Equatable, Sendable {
             if let grace = run.graceNanoseconds { line.add("grace_ns", grace) }
             if let stall = run.stallNanoseconds { line.add("stall_ns", stall) }
             if let submits = run.submits { line.add("submits", submits) }
+            if run.watchesConditions { line.addRaw("conditions", "true") }
             line.add("started", Int64(clamping: run.started))
             line.add("app", run.app.rawValue)
             line.addRaw("state", run.keepsState ? "true" : "false")
@@ -223,7 +228,7 @@ package enum HostMessage: Equatable, Sendable {
         switch type {
         case "run":
             try reader.only([
-                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "stall_ns", "submits", "started", "app", "state", "checkpoint", "estimate",
+                "type", "protocol", "plugin", "job", "index", "budget_ns", "grace_ns", "stall_ns", "submits", "conditions", "started", "app", "state", "checkpoint", "estimate",
                 "continuous", "last", "parameters", "limits", "sandbox",
             ])
             try reader.version(version)
@@ -242,6 +247,7 @@ package enum HostMessage: Equatable, Sendable {
             let grace = reader.has("grace_ns") ? try reader.integer("grace_ns") : nil
             let stall = reader.has("stall_ns") ? try reader.integer("stall_ns") : nil
             let submits = reader.has("submits") ? try reader.strings("submits", most: maximumSubmits, longest: 64) : nil
+            let watchesConditions = reader.has("conditions") ? try reader.bool("conditions") : false
             let started = try reader.count("started")
             let app = try reader.word("app", AppStateName.self)
             var checkpoint: [UInt8]?
@@ -284,7 +290,8 @@ package enum HostMessage: Equatable, Sendable {
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,
                 continuous: try reader.bool("continuous"), last: try reader.bool("last"), parameters: table,
                 limits: Limits(memoryBytes: try limits.count("memory"), cpuSeconds: try limits.count("cpu"), openFiles: try limits.count("files")),
-                sandbox: sandbox, stallNanoseconds: stall, submits: submits))
+                sandbox: sandbox, stallNanoseconds: stall, submits: submits,
+                watchesConditions: watchesConditions))
         case "expire":
             try reader.only(["type", "job", "reason"])
             return .expire(job: job, reason: try reader.word("reason", ExpireReason.self))

@@ -31,6 +31,9 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The job asks for a run of `target` `milliseconds` from now, with
     /// `parameters` (`submit_run`; the host checks it may).
     case submit(job: String, time: UInt64?, target: String, parameters: [String: String], milliseconds: UInt64)
+    /// The job asks that its runs be held to the conditions in `mask`
+    /// (`require_conditions`; bits the host checks it knows).
+    case conditions(job: String, time: UInt64?, mask: UInt32)
 
     /// Work done out of work to do, as a job reported it.
     package struct Progress: Equatable, Sendable {
@@ -48,7 +51,7 @@ package enum WorkerMessage: Equatable, Sendable {
     /// The hooks a crash report may name.
     package static let hooks: Set<String> = ["create", "chunk", "expire", "destroy", "app_event"]
     /// The expiration reasons a worker may report.
-    package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled", "stalled"]
+    package static let expirationReasons: Set<String> = ["timeout", "shutdown", "cancelled", "stalled", "conditions"]
     /// The longest job name a message may carry, in bytes (names are at most 64).
     package static let maximumJobNameBytes = 256
     /// The longest reason a `finished` message may carry, in bytes.
@@ -137,6 +140,11 @@ package enum WorkerMessage: Equatable, Sendable {
             let milliseconds = try reader.count("ms")
             guard milliseconds <= maximumNextRunMilliseconds else { throw Invalid(reason: "a next run more than ten years away") }
             return .nextRun(job: job, time: time, milliseconds: milliseconds)
+        case "conditions":
+            try reader.only(["type", "job", "t", "mask"])
+            let mask = try reader.count("mask")
+            guard mask <= UInt64(UInt32.max) else { throw Invalid(reason: "a condition mask wider than 32 bits") }
+            return .conditions(job: job, time: time, mask: UInt32(mask))
         case "submit":
             try reader.only(["type", "job", "t", "target", "parameters", "ms"])
             let target = try reader.string("target")
@@ -174,7 +182,8 @@ extension WorkerMessage {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
             .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _),
-            .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _), .submit(let job, _, _, _, _):
+            .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _), .submit(let job, _, _, _, _),
+            .conditions(let job, _, _):
             job
         }
     }

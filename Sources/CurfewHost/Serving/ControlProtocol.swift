@@ -113,10 +113,11 @@ extension Server {
             var line = JSONLine("job", state.job)
             line.add("plugin", state.pluginPath)
             let word =
-                if state.running != nil { "running" } else if state.isWaiting { "waiting" } else if state.entry.policy.enabled == false {
+                if state.running != nil { "running" } else if state.isWaiting || !state.heldFor.isEmpty { "waiting" } else if state.entry.policy.enabled == false {
                     "disabled"
                 } else if state.entry.isPaused { "paused" } else { "idle" }
             line.add("state", word)
+            if !state.heldFor.isEmpty { line.add("waiting_for", state.heldFor.map(\.rawValue)) }
             if let next = state.entry.nextRun { line.add("next_run", next.milliseconds) } else { line.addRaw("next_run", "null") }
             line.add("last_outcome", state.entry.lastOutcome?.rawValue)
             line.add("failures", Int64(state.entry.failures))

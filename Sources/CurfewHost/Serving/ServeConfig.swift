@@ -41,6 +41,8 @@ public struct JobPolicy: Sendable, Equatable {
     public var submits: Set<String> = []
     /// The job's sandbox; `nil`: as the defaults, then `serve`'s options, say.
     public var sandbox: SandboxSetting?
+    /// What its runs wait for, and are expired (`conditions`) when it stops holding.
+    public var conditions = JobConditions()
 
     public init() {}
 
@@ -69,6 +71,7 @@ public struct JobPolicy: Sendable, Equatable {
         merged.allowedModes = allowedModes.union(base.allowedModes)
         merged.submits = submits.union(base.submits)
         merged.sandbox = sandbox ?? base.sandbox
+        merged.conditions = conditions.over(base.conditions)
         return merged
     }
 }
@@ -216,6 +219,7 @@ extension JobPolicy {
     /// The keys a policy may have.
     static let keys = [
         "every", "on", "earliest_begin", "jitter", "overlap", "starting_deadline", "budget", "grace", "stall", "params", "isolate", "limits", "retry", "enabled", "modes", "submits", "sandbox",
+        "conditions",
     ]
 
     init(_ value: JSONValue, at place: PolicyPlace) throws(CurfewError) {
@@ -287,6 +291,7 @@ extension JobPolicy {
                     allowedModes.insert(name)
                 }
             case "sandbox": sandbox = try Self.sandbox(member, place)
+            case "conditions": conditions = try JobConditions(member, at: place)
             case "submits":
                 guard case .array(let names) = member else { throw place.error(key, "must be an array of job names, not \(member.kind)") }
                 guard names.count <= 256 else { throw place.error(key, "names more than 256 jobs") }

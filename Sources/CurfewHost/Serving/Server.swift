@@ -38,6 +38,10 @@ public final class Server: @unchecked Sendable {
         public var appState: AppState = .background
         /// The wall clock: schedules read it once, at start (see ``ScheduleClock``).
         public var wallClock: @Sendable () -> WallTime = { .now() }
+        /// Where jobs' conditions are read (a test gives a folder of fake
+        /// kernel files); its storage paths, when it names none: the state
+        /// store's folder and the scratch folders'.
+        public var machine = MachineReader()
 
         public init(folders: [String]) {
             self.folders = folders
@@ -54,6 +58,8 @@ public final class Server: @unchecked Sendable {
         public let running: JobStatus?
         /// Due, waiting for a `--jobs` slot.
         public let isWaiting: Bool
+        /// Due, held until these conditions hold (empty: none).
+        public let heldFor: [Condition]
         /// The sandbox its runs get (`nil`: none).
         public let sandbox: SandboxPolicy?
         /// How its runs are isolated.
@@ -87,6 +93,20 @@ public final class Server: @unchecked Sendable {
     private var active: [String: ActiveRun] = [:]
     /// Due jobs waiting for a slot, in the order they came due.
     private var waiting = WaitingJobs()
+    /// Due jobs held until their conditions hold, in the order they came
+    /// due, and what each waits for.
+    private var held: [String] = []
+    private var heldFor: [String: [Condition]] = [:]
+    /// The conditions each job asked for itself (`require_conditions`).
+    private var askedConditions: [String: Set<Condition>] = [:]
+    /// Runs expired for a lost condition, not ended yet.
+    private var lostConditions: Set<String> = []
+    private let machine: MachineReader
+    /// Reads the machine again while a job is held or runs under
+    /// conditions; netlink events (``Syscalls/netlinkSocket(_:)``) read it at once.
+    private var conditionTimer: (any DispatchSourceTimer)?
+    private var conditionTimerArmed = false
+    private var machineEvents: [any DispatchSourceRead] = []
     private var watcher: FolderWatcher?
     private var timer: (any DispatchSourceTimer)?
     private var rescanPending = false
@@ -114,10 +134,13 @@ public final class Server: @unchecked Sendable {
         let notes: RunNotes
         /// The one-off run this run carries out, forgotten when it ends.
         let request: RunRequest?
-        init(runner: Runner, notes: RunNotes, request: RunRequest?) {
+        /// Whether it is held to its job's conditions (a run started by hand is not).
+        let keepsConditions: Bool
+        init(runner: Runner, notes: RunNotes, request: RunRequest?, keepsConditions: Bool) {
             self.runner = runner
             self.notes = notes
             self.request = request
+            self.keepsConditions = keepsConditions
         }
     }
 
@@ -156,6 +179,11 @@ public final class Server: @unchecked Sendable {
         self.config = options.config
         self.schedule = Schedule(seed: options.seed)
         self.clock = ScheduleClock(wall: options.wallClock)
+        var machine = options.machine
+        if machine.storagePaths.isEmpty {
+            machine.storagePaths = [options.run.state.map { Syscalls.folder(of: $0.path) }, Syscalls.temporaryFolder].compactMap { $0 }
+        }
+        self.machine = machine
         self.onEvent = onEvent
         self.onNotice = onNotice
     }
@@ -190,6 +218,11 @@ public final class Server: @unchecked Sendable {
             timer.setEventHandler { [unowned self] in self.tick() }
             timer.activate()
             self.timer = timer
+            let conditionTimer = DispatchSource.makeTimerSource(queue: queue)
+            conditionTimer.setEventHandler { [unowned self] in self.checkConditions() }
+            conditionTimer.activate()
+            self.conditionTimer = conditionTimer
+            if machine.isLive { listenToMachine() }
             // The first scan on this thread: the server is ready once it is done.
             scansStarted += 1
             apply(scan(full: false), full: false)
@@ -230,7 +263,12 @@ public final class Server: @unchecked Sendable {
                 watcher?.cancel()
                 watcher = nil
                 timer?.cancel()
+                conditionTimer?.cancel()
+                machineEvents.forEach { $0.cancel() }
+                machineEvents = []
                 waiting.removeAll()
+                held = []
+                heldFor = [:]
                 // Each running job hears will-terminate before its grant expires.
                 if reason == .shutdown { lifecycle.terminate() }
                 for run in active.values {
@@ -278,6 +316,13 @@ public final class Server: @unchecked Sendable {
             switch command {
             case .run(let name):
                 guard catalog[name] != nil else { return .failure(unknown(name)) }
+                if heldFor[name] != nil {
+                    // Asked for by hand, it runs now whatever its conditions.
+                    held.removeAll { $0 == name }
+                    heldFor[name] = nil
+                    launch([name])
+                    return .success("Started '\(name)', which was waiting for its conditions.")
+                }
                 guard schedule.startNow(job: name, now: clock.now()) else {
                     return .failure(CurfewError(.badConfig, "job '\(name)' is running already; one run of a job at a time"))
                 }
@@ -416,7 +461,7 @@ public final class Server: @unchecked Sendable {
             shown.lastEnded = entry.lastEnded.map(clock.wallTime)
             shown.runningSince = entry.runningSince.map(clock.wallTime)
             return JobState(
-                job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name),
+                job: name, pluginPath: job.pluginPath, entry: shown, running: running, isWaiting: waiting.contains(name), heldFor: heldFor[name] ?? [],
                 sandbox: sandbox(for: policy(for: name)), isolation: policy(for: name).isolation ?? options.run.isolation)
         }
     }
@@ -626,6 +671,9 @@ public final class Server: @unchecked Sendable {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
             schedule.remove(job: name)
             waiting.remove(name)
+            held.removeAll { $0 == name }
+            heldFor[name] = nil
+            askedConditions[name] = nil
             active[name]?.runner.cancel(job: name)
         }
         catalog = fresh
@@ -748,23 +796,115 @@ public final class Server: @unchecked Sendable {
         armTimer()
     }
 
-    /// Starts `names` now, then waiting jobs while `--jobs` allows.
+    /// Starts `names` now, then waiting jobs while `--jobs` allows; one
+    /// whose conditions do not hold is held (`names`, started by hand, are not).
     private func launch(_ names: [String]) {
         waiting.putFirst(names)
+        var reading: MachineReading?
         while active.count < options.run.maxConcurrentJobs, let name = waiting.popFirst() {
             guard let job = catalog[name] else { continue }
-            if !names.contains(name), let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince,
+            let byHand = names.contains(name)
+            if !byHand, let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince,
                 clock.now().milliseconds &- due.milliseconds > deadline.milliseconds, schedule.abandon(job: name)
             {
-                onNotice(.info("'\(name)' waited for a --jobs slot longer than its starting deadline; this run is skipped"))
+                onNotice(.info("'\(name)' waited for a --jobs slot or its conditions longer than its starting deadline; this run is skipped"))
                 save(name)
                 continue
             }
-            start(job)
+            let needs = conditions(for: name)
+            if !byHand, !needs.isEmpty {
+                if reading == nil { reading = machine.read(for: Set(Condition.allCases)) }
+                let unmet = needs.unmet(on: reading!)
+                if !unmet.isEmpty {
+                    if heldFor.updateValue(unmet, forKey: name) == nil { held.append(name) }
+                    continue
+                }
+            }
+            // A job that asks for conditions mid-run holds this run to them too.
+            start(job, keepsConditions: !byHand)
+        }
+        watchConditions()
+    }
+
+    // MARK: Conditions
+
+    /// What `name`'s runs wait for: its policy's, and what it asked for.
+    private func conditions(for name: String) -> JobConditions {
+        policy(for: name).conditions.adding(askedConditions[name] ?? [])
+    }
+
+    /// Reads the machine: held jobs whose conditions hold go back in line
+    /// (first come, first served), and each run whose condition stopped
+    /// holding is expired (`conditions`).
+    private func checkConditions() {
+        guard !stopping else { return }
+        let reading = machine.read(for: Set(Condition.allCases))
+        var released: [String] = []
+        for name in held {
+            let unmet = catalog[name] == nil ? [] : conditions(for: name).unmet(on: reading)
+            if unmet.isEmpty { released.append(name) } else { heldFor[name] = unmet }
+        }
+        if !released.isEmpty {
+            let gone = Set(released)
+            held.removeAll { gone.contains($0) }
+            for name in released {
+                heldFor[name] = nil
+                waiting.append(name)
+            }
+        }
+        for (name, run) in active where run.keepsConditions && !lostConditions.contains(name) {
+            let unmet = conditions(for: name).unmet(on: reading)
+            guard !unmet.isEmpty else { continue }
+            lostConditions.insert(name)
+            onNotice(.info("'\(name)' runs only with \(Self.list(unmet)), which stopped holding; its run expires (conditions)"))
+            run.runner.expire(job: name, reason: .conditions)
+        }
+        launch([])
+    }
+
+    /// Reads the machine every half second while a job is held or runs
+    /// under conditions, and not at all otherwise.
+    private func watchConditions() {
+        guard let conditionTimer, !stopping else { return }
+        let needed = !held.isEmpty
+            || active.contains { $0.value.keepsConditions && !lostConditions.contains($0.key) && !conditions(for: $0.key).isEmpty }
+        guard needed != conditionTimerArmed else { return }
+        conditionTimerArmed = needed
+        if needed {
+            conditionTimer.schedule(deadline: .now() + Self.conditionPoll, repeating: Self.conditionPoll, leeway: .milliseconds(50))
+        } else {
+            conditionTimer.schedule(deadline: .distantFuture)
         }
     }
 
-    private func start(_ job: PluginJob) {
+    /// How often the machine is read while it matters: a held run starts
+    /// within this (and a scheduling delay) of its conditions holding.
+    static let conditionPoll = DispatchTimeInterval.milliseconds(500)
+
+    /// Listens to the kernel's route and device events, so a lost network
+    /// or a charger plugged in is read at once; where netlink is closed
+    /// (a seccomp filter, an old kernel) the half-second poll is all.
+    private func listenToMachine() {
+        for kind in [Syscalls.NetlinkKind.routes, .deviceEvents] {
+            guard let fd = try? Syscalls.netlinkSocket(kind) else { continue }
+            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            source.setEventHandler { [unowned self] in
+                // A socket at its end or failed is heard no more (the poll goes on).
+                if !Syscalls.drain(fd) { machineEvents.first { $0.handle == fd }?.cancel() }
+                if conditionTimerArmed { checkConditions() }
+            }
+            source.setCancelHandler { Syscalls.close(fd) }
+            source.activate()
+            machineEvents.append(source)
+        }
+    }
+
+    /// Conditions as `status` names them: "external power, network".
+    static func list(_ conditions: [Condition]) -> String {
+        conditions.map(\.description).joined(separator: ", ")
+    }
+
+    private func start(_ job: PluginJob, keepsConditions: Bool) {
         schedule.started(job: job.name, now: clock.now())
         let policy = policy(for: job.name)
         var configuration = options.run
@@ -782,6 +922,7 @@ public final class Server: @unchecked Sendable {
         configuration.lifecycle = lifecycle
         // This host takes runs a job asks for, of the jobs its policy names.
         configuration.submits = policy.submits
+        configuration.watchesConditions = true
         let notes = RunNotes()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in
@@ -800,6 +941,13 @@ public final class Server: @unchecked Sendable {
                     case .failure(let error): onNotice(.warning("'\(asker)' submitted a run that was not kept: \(error.description)"))
                     }
                 }
+            case .conditionsRequired(let name, let conditions):
+                self.queue.async { [self] in
+                    guard catalog[name] != nil, !stopping else { return }
+                    askedConditions[name] = conditions.isEmpty ? nil : conditions
+                    checkConditions()
+                    watchConditions()
+                }
             case .finished:
                 notes.finished.withLock { $0 = FinishedEvent(event: event, time: time) }
                 return  // said once the outcome is booked (``ended``)
@@ -808,7 +956,7 @@ public final class Server: @unchecked Sendable {
             }
             forward(event, time)
         }
-        let run = ActiveRun(runner: runner, notes: notes, request: request)
+        let run = ActiveRun(runner: runner, notes: notes, request: request, keepsConditions: keepsConditions)
         active[job.name] = run
         runner.start { [self] results in
             queue.async { self.ended(job.name, run, results.first) }
@@ -816,7 +964,10 @@ public final class Server: @unchecked Sendable {
     }
 
     private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
-        if active[name] === run { active[name] = nil }
+        if active[name] === run {
+            active[name] = nil
+            lostConditions.remove(name)
+        }
         for problem in run.runner.stateProblems { storeFailed(problem) }
         if stopping, let result, result.outcome == .terminated || result.outcome == .crashed { uncleanAtStop.append(name) }
         if let result {

@@ -196,6 +196,18 @@ extension Syscalls {
 
     package static var processID: Int32 { getpid() }
 
+    /// The bytes an unprivileged user may still write on the file system
+    /// that holds `path`; `nil` when it cannot be read (or overflows).
+    package static func availableBytes(_ path: String) -> UInt64? {
+        var status = statvfs()
+        guard retryingEINTR({ statvfs(path, &status) }) == 0 else { return nil }
+        let (bytes, overflow) = UInt64(status.f_bavail).multipliedReportingOverflow(by: UInt64(status.f_frsize))
+        return overflow ? nil : bytes
+    }
+
+    /// The processors online, at least 1.
+    package static var processorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+
     /// Gives `fd` the access and modification times in `status`.
     package static func setTimes(of fd: Int32, like status: FileStatus) throws(SystemError) {
         func time(_ nanoseconds: Int64) -> timespec {

@@ -248,4 +248,41 @@ extension Syscalls {
             }
         }
     }
+
+    /// What a netlink socket of ``netlinkSocket(_:)`` listens to.
+    package enum NetlinkKind {
+        /// Route and link changes (rtnetlink's IPv4 and IPv6 route and link groups).
+        case routes
+        /// The kernel's device events (a power supply plugged in or out).
+        case deviceEvents
+    }
+
+    /// A non-blocking, close-on-exec netlink socket bound to `kind`'s
+    /// multicast groups: readable when the kernel says something changed.
+    package static func netlinkSocket(_ kind: NetlinkKind) throws(SystemError) -> Int32 {
+        let fd = switch kind {
+        // NETLINK_ROUTE; RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE.
+        case .routes: curfew_shim_netlink_socket(0, 0x1 | 0x40 | 0x400)
+        // NETLINK_KOBJECT_UEVENT; the kernel's own events, not udev's.
+        case .deviceEvents: curfew_shim_netlink_socket(15, 1)
+        }
+        guard fd >= 0 else { throw .last }
+        return fd
+    }
+
+    /// Reads and drops what a non-blocking socket holds; whether it is
+    /// still open (not at its end, nor failed but for want of data or room).
+    package static func drain(_ fd: Int32) -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { retryingEINTRRead(fd, $0) }
+            if count > 0 { continue }
+            // ENOBUFS: the kernel dropped events; the caller reads the machine anew anyway.
+            return count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+        }
+    }
+
+    private static func retryingEINTRRead(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int {
+        Syscalls.retryingEINTR { recv(fd, buffer.baseAddress, buffer.count, 0) }
+    }
 }

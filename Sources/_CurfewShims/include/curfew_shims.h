@@ -125,6 +125,11 @@ int curfew_shim_set_thread_nice(int nice);
  * `top -H` and `perf` show it. 0, or errno. */
 int curfew_shim_name_thread(const char *name);
 
+/* A non-blocking, close-on-exec netlink socket of `family` (NETLINK_ROUTE
+ * is 0, NETLINK_KOBJECT_UEVENT 15) bound to the multicast `groups`: the fd,
+ * or -1 with errno. */
+int curfew_shim_netlink_socket(int family, uint32_t groups);
+
 /* How many CPUs the calling thread may run on (its affinity: `taskset`, a
  * container's cpuset), at least 1; the online CPUs when the affinity cannot
  * be read. */

@@ -51,6 +51,26 @@ import Testing
         #expect(!report.trace[(end + 1)...].contains { $0.fromJobThread }, "nothing from the queue after it")
     }
 
+    /// swift-primes asks to run on external power: a host that watches
+    /// conditions hears it, a batch says it cannot.
+    @Test func aSwiftJobRequiresConditions() async throws {
+        let primes = try jobs().filter { $0.name == "swift-primes" }
+        for watches in [true, false] {
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(10)), parameters: ["limit": "100", "on-power": "1"])
+            configuration.watchesConditions = watches
+            let heard = Mutex<[String]>([])
+            let result = try #require(await Runner(jobs: primes, configuration: configuration) { event, _ in
+                switch event {
+                case .conditionsRequired(_, let conditions): heard.withLock { $0.append("required \(conditions.sorted())") }
+                case .log(_, _, let text) where text.hasPrefix("runs whatever"): heard.withLock { $0.append(text) }
+                default: break
+                }
+            }.run().first)
+            #expect(result.outcome == .completed)
+            #expect(heard.withLock { $0 } == [watches ? "required [external power]" : "runs whatever the power: \(ConditionsError.unavailable)"])
+        }
+    }
+
     /// swift-primes saves a Codable position when its grant expires; the next run decodes it and goes on.
     @Test func aCodableCheckpointCarriesASwiftJobAcrossRuns() async throws {
         let primes = try jobs().filter { $0.name == "swift-primes" }
@@ -104,7 +124,12 @@ import Testing
         #expect(CurfewJob.AppEvent.self == Curfew.AppEvent.self)
         #expect(CurfewJob.LogLevel.self == Curfew.LogLevel.self)
         #expect(CurfewJob.BackgroundTaskIdentifier.self == Curfew.BackgroundTaskIdentifier.self)
-        #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED, CURFEW_EXPIRE_STALLED])
+        #expect(CurfewJob.Condition.self == Curfew.Condition.self)
+        #expect(Condition.allCases.map(\.cValue) == [
+            CURFEW_CONDITION_EXTERNAL_POWER, CURFEW_CONDITION_NETWORK, CURFEW_CONDITION_STORAGE, CURFEW_CONDITION_CPU, CURFEW_CONDITION_MEMORY,
+            CURFEW_CONDITION_BATTERY,
+        ].map(\.rawValue))
+        #expect(ExpirationReason.allCases.map(\.cValue) == [CURFEW_EXPIRE_TIMEOUT, CURFEW_EXPIRE_SHUTDOWN, CURFEW_EXPIRE_CANCELLED, CURFEW_EXPIRE_STALLED, CURFEW_EXPIRE_CONDITIONS])
         #expect(AppState.allCases.map(\.cValue) == [CURFEW_APP_STATE_ACTIVE, CURFEW_APP_STATE_INACTIVE, CURFEW_APP_STATE_BACKGROUND])
         #expect(LogLevel.allCases.map(\.cValue) == [CURFEW_LOG_DEBUG, CURFEW_LOG_INFO, CURFEW_LOG_WARNING, CURFEW_LOG_ERROR])
         #expect(

@@ -223,7 +223,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             limits: HostMessage.Limits(
                 memoryBytes: limits.memoryBytes ?? 0, cpuSeconds: limits.cpuSeconds ?? 0, openFiles: limits.openFiles ?? 0),
             sandbox: sandbox, stallNanoseconds: policy.stall.map { $0.nanoseconds },
-            submits: configuration.submits.map { $0.sorted() })
+            submits: configuration.submits.map { $0.sorted() }, watchesConditions: configuration.watchesConditions)
         ).line
     }
 
@@ -385,6 +385,13 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 }
                 let run = SubmittedRun(job: target, parameters: parameters, after: .milliseconds(Int64(milliseconds)))
                 events.post(.runSubmitted(job: job.name, run: run), at: reportedTime(t, c))
+            case .conditions(_, let t, let mask):
+                // The worker runs plugin code: its mask is checked again here.
+                guard configuration.watchesConditions, let conditions = Condition.set(of: mask) else {
+                    events.post(.log(job: job.name, level: .error, message: "its worker asked for conditions this host does not hold runs to; ignored"), at: reportedTime(t, c))
+                    return
+                }
+                events.post(.conditionsRequired(job: job.name, conditions: conditions), at: reportedTime(t, c))
             case .nextRun(_, let t, let milliseconds):
                 // Bounded by the decoder: ten years of milliseconds fits an Int64.
                 events.post(.nextRunRequested(job: job.name, after: .milliseconds(Int64(milliseconds))), at: reportedTime(t, c))

@@ -204,6 +204,10 @@ public enum IsolationWorker {
             line = JSONLine("type", "next-run")
             line.add("job", job)
             line.add("ms", delay.milliseconds)
+        case .conditionsRequired(let job, let conditions):
+            line = JSONLine("type", "conditions")
+            line.add("job", job)
+            line.add("mask", Int64(Condition.mask(of: conditions)))
         case .runSubmitted(let job, let run):
             line = JSONLine("type", "submit")
             line.add("job", job)

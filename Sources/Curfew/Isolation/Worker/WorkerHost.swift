@@ -84,6 +84,7 @@ final class WorkerHost: Sendable {
         var configuration = RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: parameters)
         configuration.grantStart = CurfewInstant(nanoseconds: run.started)
         configuration.submits = run.submits.map(Set.init)
+        configuration.watchesConditions = run.watchesConditions
         // In the foreground, the job's grant waits for the host's word that the app is in the background.
         configuration.appState = AppState(run.app)
         // A host that keeps no state says so: the job hears it as in process.
