@@ -353,9 +353,11 @@ typedef struct curfew_host {
      * BGProcessingTaskRequest's `requiresExternalPower`: this run is
      * expired with CURFEW_EXPIRE_CONDITIONS when one stops holding, and
      * later runs wait until all hold. The last call wins (0: the policy's
-     * only), until the host restarts. Returns CURFEW_OK once the request
-     * is on its way to the host; CURFEW_ERROR for a bit this host does not
-     * know (logged); CURFEW_UNAVAILABLE when the host watches no
+     * only), until the host restarts; asking for the same again is free,
+     * and a run may change what it asks for at most 64 times. Returns
+     * CURFEW_OK once the request is on its way to the host (or the host has
+     * it already); CURFEW_ERROR for a bit this host does not know, or past
+     * 64 changes (logged); CURFEW_UNAVAILABLE when the host watches no
      * conditions (`curfew run`, a batch) or the job is over. */
     curfew_status (*require_conditions)(curfew_context *ctx,
                                         uint32_t conditions);

@@ -4,6 +4,7 @@
 #include <curfew.h>
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -28,11 +29,27 @@ static curfew_chunk_result steady_chunk(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_CONTINUE;
 }
 
+/* With `flood`: changes the conditions it asks for 100 times (power,
+ * network, power, …), then asks for power 100 times more; logs how many
+ * were taken. */
+static curfew_chunk_result flood(curfew_context *ctx) {
+    int taken = 0, refused = 0;
+    for (int i = 0; i < 200; i++) {
+        uint32_t mask = i < 100 && i % 2 ? CURFEW_CONDITION_NETWORK : CURFEW_CONDITION_EXTERNAL_POWER;
+        if (host->require_conditions(ctx, mask) == CURFEW_OK) taken++; else refused++;
+    }
+    char line[64];
+    snprintf(line, sizeof line, "flood: %d taken, %d refused", taken, refused);
+    host->log(ctx, CURFEW_LOG_INFO, line);
+    return CURFEW_CHUNK_DONE;
+}
+
 /* asks: in its first chunk asks to run only on external power, then for a
  * bit no host knows, logging each answer; then as steady. */
 static curfew_chunk_result asks_chunk(curfew_context *ctx, void *state) {
     static int asked;
     (void)state;
+    if (host->param(ctx, "flood")) return flood(ctx);
     if (!asked) {
         asked = 1;
         if (host->struct_size < offsetof(curfew_host, require_conditions) + sizeof host->require_conditions) {

@@ -61,6 +61,12 @@ class HostContext: @unchecked Sendable {
     func requireConditions(_ conditions: Set<Condition>) -> curfew_status { CURFEW_UNAVAILABLE }
 }
 
+extension Condition {
+    /// How often one run may change the conditions it asks for
+    /// (`require_conditions`): each change is work for the serving host.
+    package static let maximumChangesPerRun = 64
+}
+
 /// A run of another job a job asked for (`submit_run`), checked.
 public struct SubmittedRun: Sendable, Equatable {
     public var job: String

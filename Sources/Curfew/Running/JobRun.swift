@@ -52,6 +52,9 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var progressMovedAt: CurfewInstant?
         /// Runs of other jobs this run asked for (`submit_run`).
         var submitted = 0
+        /// The conditions this run last asked for (`require_conditions`), and how often it changed them.
+        var conditions: Set<Condition>?
+        var conditionChanges = 0
         var stallTimer: (any CurfewTimer)?
         var lastError: String?
         var startedAt: CurfewInstant?
@@ -803,11 +806,21 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
 
     override func requireConditions(_ conditions: Set<Condition>) -> curfew_status {
         guard watchesConditions else { return CURFEW_UNAVAILABLE }
-        return control.withLock { c in
-            guard !c.isOver else { return CURFEW_UNAVAILABLE }
+        let answer = control.withLock { c -> (status: curfew_status, problem: String?) in
+            guard !c.isOver else { return (CURFEW_UNAVAILABLE, nil) }
+            // The host has these already: asking again costs it nothing.
+            guard c.conditions != conditions else { return (CURFEW_OK, nil) }
+            c.conditionChanges += 1
+            guard c.conditionChanges <= Condition.maximumChangesPerRun else {
+                let first = c.conditionChanges == Condition.maximumChangesPerRun + 1
+                return (CURFEW_ERROR, first ? "conditions not required: a run may change them \(Condition.maximumChangesPerRun) times" : nil)
+            }
+            c.conditions = conditions
             events.post(.conditionsRequired(job: job.name, conditions: conditions))
-            return CURFEW_OK
+            return (CURFEW_OK, nil)
         }
+        if let problem = answer.problem { hostLog(.error, problem) }
+        return answer.status
     }
 
     override func submitRun(_ run: SubmittedRun) -> curfew_status {

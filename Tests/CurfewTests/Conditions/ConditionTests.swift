@@ -302,6 +302,31 @@ extension ProcessTests.First {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Before, each call was an event, and a read of the machine by the
+        /// server: a job asking in a loop flooded both. A run may change what
+        /// it asks for 64 times; asking for the same again is free.
+        @Test func aJobThatAsksInALoopIsBounded() async throws {
+            let plugin = try Fixtures.compile("condition_jobs.c")
+            let job = try #require(try PluginLoader().load(plugin).jobs.first { $0.name == "asks" })
+            var configuration = RunConfiguration()
+            configuration.policy = try GrantPolicy(budget: .seconds(10))
+            configuration.parameters = ["flood": "1"]
+            configuration.watchesConditions = true
+            let heard = Mutex<(events: Int, logs: [String])>((0, []))
+            let runner = Runner(jobs: [job], configuration: configuration) { event, _ in
+                switch event {
+                case .conditionsRequired: heard.withLock { $0.events += 1 }
+                case .log(_, _, let text): heard.withLock { $0.logs.append(text) }
+                default: break
+                }
+            }
+            _ = await runner.run()
+            // 64 changes taken; then only the set the host has (network, half
+            // of the remaining 36), and never power again.
+            #expect(heard.withLock { $0.events } == 64)
+            #expect(heard.withLock { $0.logs } == ["conditions not required: a run may change them 64 times", "flood: 82 taken, 118 refused"])
+        }
+
         /// A batch holds no run to conditions: the call says so.
         @Test func aBatchHasNoConditions() async throws {
             let plugin = try Fixtures.compile("condition_jobs.c")

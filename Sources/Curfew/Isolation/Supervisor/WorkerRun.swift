@@ -23,6 +23,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var finished = false
         /// The runs of other jobs its worker said the job submitted.
         var submitted = 0
+        /// The conditions its worker last said the job asked for, and how often they changed.
+        var conditions: Set<Condition>?
+        var conditionChanges = 0
         var reported: (outcome: Outcome, reason: String)?
         /// When the worker says the job ended.
         var reportedAt: CurfewInstant?
@@ -391,6 +394,16 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                     events.post(.log(job: job.name, level: .error, message: "its worker asked for conditions this host does not hold runs to; ignored"), at: reportedTime(t, c))
                     return
                 }
+                // Bounded as in the worker: a flood of lines is not a flood of work for the server.
+                guard c.conditions != conditions else { return }
+                c.conditionChanges += 1
+                guard c.conditionChanges <= Condition.maximumChangesPerRun else {
+                    if c.conditionChanges == Condition.maximumChangesPerRun + 1 {
+                        events.post(.log(job: job.name, level: .error, message: "its worker changed the conditions it asks for more than \(Condition.maximumChangesPerRun) times; ignored"), at: reportedTime(t, c))
+                    }
+                    return
+                }
+                c.conditions = conditions
                 events.post(.conditionsRequired(job: job.name, conditions: conditions), at: reportedTime(t, c))
             case .nextRun(_, let t, let milliseconds):
                 // Bounded by the decoder: ten years of milliseconds fits an Int64.
