@@ -350,10 +350,11 @@ typedef struct curfew_host {
     /* Appended within ABI 2: check `struct_size` first. Asks `curfew serve`
      * to hold this job's runs to `conditions` (CURFEW_CONDITION_* bits, at
      * the host's thresholds) besides those its policy names, as
-     * BGProcessingTaskRequest's `requiresExternalPower`: this run is
-     * expired with CURFEW_EXPIRE_CONDITIONS when one stops holding, and
-     * later runs wait until all hold. The last call wins (0: the policy's
-     * only), until the host restarts; asking for the same again is free,
+     * BGProcessingTaskRequest's `requiresExternalPower`: this run (unless
+     * `curfew ctl run` started it) is expired with CURFEW_EXPIRE_CONDITIONS
+     * when one stops holding, and later runs wait until all hold. The last
+     * call wins (0: the policy's only), until the host restarts or the job
+     * leaves its folder; asking for the same again is free,
      * and a run may change what it asks for at most 64 times. Returns
      * CURFEW_OK once the request is on its way to the host (or the host has
      * it already); CURFEW_ERROR for a bit this host does not know, or past

@@ -216,13 +216,15 @@ public struct JobContext: @unchecked Sendable {
 extension JobContext {
     /// Asks `curfew serve` to hold this job's runs to `conditions` besides
     /// those its policy names, at the host's thresholds, as
-    /// BGProcessingTaskRequest's `requiresExternalPower`: this run is
-    /// expired (``ExpirationReason/conditions``) when one stops holding, and
-    /// later runs wait until all hold. The last call wins (an empty set:
-    /// the policy's only), until the host restarts.
+    /// BGProcessingTaskRequest's `requiresExternalPower`: this run (unless
+    /// `ctl run` started it) is expired (``ExpirationReason/conditions``)
+    /// when one stops holding, and later runs wait until all hold. The last
+    /// call wins (an empty set: the policy's only), until the host restarts
+    /// or the job leaves its folder; asking for the same again is free.
     ///
     /// - Throws: ``ConditionsError/refused`` when the host does not know a
-    ///   condition asked for (an older host; it logs which);
+    ///   condition asked for (an older host), or this run changed them 64
+    ///   times already (the host logs which);
     ///   ``ConditionsError/unavailable`` when it holds runs to no
     ///   conditions (a batch `curfew run`, an older host) or the job is over.
     public func requireConditions(_ conditions: Set<Condition>) throws(ConditionsError) {
@@ -239,14 +241,14 @@ extension JobContext {
 
 /// Why `requireConditions(_:)` was not taken.
 public enum ConditionsError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// The host does not know a condition asked for.
+    /// The host does not know a condition asked for, or the run changed them too often.
     case refused
     /// The host holds runs to no conditions, or the job is over.
     case unavailable
 
     public var description: String {
         switch self {
-        case .refused: "the host does not know a condition asked for"
+        case .refused: "the host does not know a condition asked for, or this run changed them 64 times already"
         case .unavailable: "this host holds runs to no conditions (a batch, or an older host), or the job is over"
         }
     }

@@ -292,6 +292,10 @@ static curfew_status no_submit(curfew_context *ctx, const char *job, const char 
     (void)ctx; (void)job; (void)params; (void)seconds;
     return CURFEW_UNAVAILABLE;
 }
+static curfew_status no_require_conditions(curfew_context *ctx, uint32_t conditions) {
+    (void)ctx; (void)conditions;
+    return CURFEW_UNAVAILABLE;
+}
 
 /* No job runs in a scanner: every function answers as the host does for a
  * context that is no job's. */
@@ -312,6 +316,7 @@ static const curfew_host scanner_host = {
     .request_next_run = no_next_run,
     .scratch_dir = no_scratch,
     .submit_run = no_submit,
+    .require_conditions = no_require_conditions,
 };
 
 /* ---- One file ------------------------------------------------------------ */

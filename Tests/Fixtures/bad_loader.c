@@ -10,7 +10,9 @@
  * descriptor whose job name ends a readable page that an unreadable one
  * follows, with its NUL as the page's last byte (8) or without one (9),
  * 10 a constructor writes 5 MiB of well-formed "loading" frames on the
- * scanner's channel (fd 3). VICTIM and SPARE are built in, not read from
+ * scanner's channel (fd 3), 11 the entry calls each host service appended
+ * after ABI 1 that `struct_size` says the table has, as a plugin may
+ * while it loads, then returns one job. VICTIM and SPARE are built in, not read from
  * the environment: a test would set them with setenv while other threads
  * read the environment. */
 #define _DEFAULT_SOURCE
@@ -82,8 +84,31 @@ static const curfew_plugin *edge(void) {
 }
 #endif
 
+#if VARIANT == 11
+#include <stddef.h>
+static curfew_chunk_result calls_chunk(curfew_context *ctx, void *state) {
+    (void)ctx; (void)state;
+    return CURFEW_CHUNK_DONE;
+}
+static void calls_expire(curfew_context *ctx, void *state, curfew_expire_reason reason) {
+    (void)ctx; (void)state; (void)reason;
+}
+static const curfew_job calls_job = {.struct_size = sizeof(curfew_job), .name = "calls-at-entry", .summary = "Calls the host as it loads.", .chunk = calls_chunk, .expire = calls_expire};
+static const curfew_job *const calls_jobs[] = {&calls_job};
+static const curfew_plugin calls_plugin = {
+    .abi_version = CURFEW_ABI_VERSION, .struct_size = sizeof(curfew_plugin), .job_count = 1, .jobs = calls_jobs};
+#define HAS(field) (host->struct_size >= offsetof(curfew_host, field) + sizeof host->field)
+#endif
+
 CURFEW_EXPORT const curfew_plugin *curfew_plugin_entry(const curfew_host *host) {
     (void)host;
+#if VARIANT == 11
+    if (HAS(request_next_run)) host->request_next_run(NULL, 1.0);
+    if (HAS(scratch_dir)) (void)host->scratch_dir(NULL);
+    if (HAS(submit_run)) host->submit_run(NULL, "other", NULL, 0.0);
+    if (HAS(require_conditions)) host->require_conditions(NULL, CURFEW_CONDITION_EXTERNAL_POWER);
+    return &calls_plugin;
+#endif
 #if VARIANT == 7
     return (const curfew_plugin *)(unsigned long)4096;
 #elif VARIANT == 8 || VARIANT == 9

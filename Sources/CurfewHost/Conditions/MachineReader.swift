@@ -7,7 +7,7 @@ public struct MachineReading: Sendable, Equatable {
     public var externalPower: Bool?
     /// The system batteries' mean charge, in percent; `nil`: none there.
     public var batteryPercent: Int?
-    /// Whether an IPv4 or IPv6 default route is up.
+    /// Whether an IPv4 or IPv6 default route is up; `nil`: neither table could be read.
     public var defaultRoute: Bool?
     /// `some avg10` of the CPU's and memory's pressure, in percent.
     public var cpuPressure: Double?
@@ -51,10 +51,13 @@ public struct MachineReader: Sendable {
     /// events say when to read again).
     public var isLive: Bool { root.isEmpty }
 
-    private static let limit = 64 << 10
+    /// What is read of a file at most: a `/proc` file says it is empty, so
+    /// its size is no bound; a route table is read up to this, its default
+    /// routes first.
+    private static let limit = 256 << 10
 
     private func text(_ path: String) -> Substring? {
-        guard let bytes = try? Syscalls.readFile(root + path, limit: Self.limit) else { return nil }
+        guard let bytes = try? Syscalls.readPrefix(root + path, count: Self.limit) else { return nil }
         return Substring(decoding: bytes, as: UTF8.self)
     }
 
@@ -85,11 +88,10 @@ public struct MachineReader: Sendable {
 
     // MARK: Power
 
-    /// What `/sys/class/power_supply` says: on external power when a
-    /// mains, USB or other non-battery supply is online, or a system
-    /// battery charges or is full; off it when a system battery
-    /// discharges, or when mains supplies are there and all offline; a
-    /// machine with neither (a server) is on it. The battery level is the
+    /// What `/sys/class/power_supply` says: a machine without a system
+    /// battery (a server, a desktop) is on external power; one with a
+    /// battery is when a non-battery supply (mains, USB) is online or no
+    /// battery discharges (charging, full, held below a charge threshold). The battery level is the
     /// mean of the system batteries' (a mouse's is not the machine's).
     func powerSupplies() -> (external: Bool, battery: Int?) {
         let folder = root + "/sys/class/power_supply"
@@ -97,8 +99,7 @@ public struct MachineReader: Sendable {
         defer { Syscalls.close(fd) }
         let names = ((try? Syscalls.directoryEntries(in: fd)) ?? []).map(\.name).filter { !$0.hasPrefix(".") }.prefix(64)
         var online = false
-        var supplies = 0
-        var charging = false
+        var batteries = 0
         var discharging = false
         var levels: [Int] = []
         for name in names {
@@ -106,37 +107,39 @@ public struct MachineReader: Sendable {
             guard let type = text(base + "/type").map(Self.trimmed) else { continue }
             if text(base + "/scope").map(Self.trimmed) == "Device" { continue }
             if type == "Battery" {
-                let status = text(base + "/status").map(Self.trimmed) ?? ""
-                if status == "Charging" || status == "Full" || status == "Not charging" { charging = true }
-                if status == "Discharging" { discharging = true }
+                batteries += 1
+                if text(base + "/status").map(Self.trimmed) == "Discharging" { discharging = true }
                 if let level = text(base + "/capacity").map(Self.trimmed).flatMap({ Int($0) }), (0...100).contains(level) { levels.append(level) }
-            } else {
-                supplies += 1
-                if text(base + "/online").map(Self.trimmed) == "1" { online = true }
+            } else if text(base + "/online").map(Self.trimmed) == "1" {
+                online = true
             }
         }
-        let external = online || charging || (!discharging && supplies == 0)
+        let external = batteries == 0 || online || !discharging
         return (external, levels.isEmpty ? nil : levels.reduce(0, +) / levels.count)
     }
 
     // MARK: Network
 
     /// Whether `/proc/net/route` or `/proc/net/ipv6_route` has a default
-    /// route that is up (and, for IPv6, not a reject route on `lo`).
-    func defaultRoute() -> Bool {
-        if let table = text("/proc/net/route") {
+    /// route that is up and not a reject route (`unreachable default`, or
+    /// IPv6's on `lo`); `nil` when neither can be read.
+    func defaultRoute() -> Bool? {
+        let ipv4 = text("/proc/net/route")
+        let ipv6 = text("/proc/net/ipv6_route")
+        guard ipv4 != nil || ipv6 != nil else { return nil }
+        if let table = ipv4 {
             // Iface Destination Gateway Flags RefCnt Use Metric Mask …, hex.
-            for line in table.split(separator: "\n").dropFirst().prefix(4096) {
+            for line in table.split(separator: "\n").dropFirst() {
                 let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
                 guard fields.count >= 8, fields[1] == "00000000", fields[7] == "00000000",
-                    let flags = UInt32(fields[3], radix: 16), flags & 0x1 != 0
+                    let flags = UInt32(fields[3], radix: 16), flags & 0x1 != 0, flags & 0x200 == 0
                 else { continue }
                 return true
             }
         }
-        if let table = text("/proc/net/ipv6_route") {
+        if let table = ipv6 {
             // destination, its prefix length, source, its length, next hop, metric, refs, use, flags, device.
-            for line in table.split(separator: "\n").prefix(4096) {
+            for line in table.split(separator: "\n") {
                 let fields = line.split(separator: " ", omittingEmptySubsequences: true)
                 guard fields.count >= 10, fields[1] == "00", fields[0].utf8.allSatisfy({ $0 == UInt8(ascii: "0") }),
                     fields[9] != "lo", let flags = UInt32(fields[8], radix: 16), flags & 0x1 != 0, flags & 0x200 == 0

@@ -345,6 +345,14 @@ public struct Schedule: Sendable {
         put(job, entry)
     }
 
+    /// Makes `job`'s due run, not started yet, one asked for by hand (`ctl
+    /// run` of a job held for its conditions): no starting deadline drops it.
+    public mutating func takeByHand(job: String) {
+        guard var entry = entries[job], entry.isRunning, !entry.hasStarted else { return }
+        entry.byHand = true
+        put(job, entry)
+    }
+
     /// Starts `job` now whatever its schedule (`curfew ctl run`), unless it
     /// is running: returns whether it started.
     public mutating func startNow(job: String, now: WallTime) -> Bool {
@@ -360,6 +368,8 @@ public struct Schedule: Sendable {
     }
 
     /// Records a run's end and returns the job's next run:
+    /// - a continuous job expired because a condition stopped holding
+    ///   (`lostConditions`): again now, held until they hold, no failure;
     /// - failed (unless `retry` is false: the job said another run cannot
     ///   help), crashed or terminated: retried with backoff while the
     ///   policy's attempts last, then back on its schedule;
@@ -371,7 +381,8 @@ public struct Schedule: Sendable {
     /// - refused (the host was stopping), or a stop: as completed.
     @discardableResult
     public mutating func finished(
-        job: String, outcome: Outcome, requested: Duration?, stopped: Bool = false, retry retriable: Bool = true, now: WallTime
+        job: String, outcome: Outcome, requested: Duration?, stopped: Bool = false, retry retriable: Bool = true,
+        lostConditions: Bool = false, now: WallTime
     ) -> WallTime? {
         guard var entry = entries[job] else { return nil }
         entry.isRunning = false
@@ -396,6 +407,12 @@ public struct Schedule: Sendable {
         defer {
             entry.runningSince = nil
             put(job, entry)
+        }
+        if entry.isContinuous && !stopped && lostConditions {
+            // Expired for a condition, not a fault: it starts again once they hold, no backoff.
+            entry.failures = 0
+            entry.nextRun = now
+            return now
         }
         if entry.isContinuous && !stopped && !retriable {
             // It said another run cannot help: it waits to be asked.

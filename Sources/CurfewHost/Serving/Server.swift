@@ -95,7 +95,7 @@ public final class Server: @unchecked Sendable {
     private var waiting = WaitingJobs()
     /// Due jobs held until their conditions hold, in the order they came
     /// due, and what each waits for.
-    private var held: [String] = []
+    private var held = WaitingJobs()
     private var heldFor: [String: [Condition]] = [:]
     /// The conditions each job asked for itself (`require_conditions`).
     private var askedConditions: [String: Set<Condition>] = [:]
@@ -107,6 +107,7 @@ public final class Server: @unchecked Sendable {
     private var conditionTimer: (any DispatchSourceTimer)?
     private var conditionTimerArmed = false
     private var machineEvents: [any DispatchSourceRead] = []
+    private var machineEventPending = false
     private var watcher: FolderWatcher?
     private var timer: (any DispatchSourceTimer)?
     private var rescanPending = false
@@ -267,7 +268,7 @@ public final class Server: @unchecked Sendable {
                 machineEvents.forEach { $0.cancel() }
                 machineEvents = []
                 waiting.removeAll()
-                held = []
+                held.removeAll()
                 heldFor = [:]
                 // Each running job hears will-terminate before its grant expires.
                 if reason == .shutdown { lifecycle.terminate() }
@@ -318,8 +319,9 @@ public final class Server: @unchecked Sendable {
                 guard catalog[name] != nil else { return .failure(unknown(name)) }
                 if heldFor[name] != nil {
                     // Asked for by hand, it runs now whatever its conditions.
-                    held.removeAll { $0 == name }
+                    held.remove(name)
                     heldFor[name] = nil
+                    schedule.takeByHand(job: name)
                     launch([name])
                     return .success("Started '\(name)', which was waiting for its conditions.")
                 }
@@ -671,7 +673,7 @@ public final class Server: @unchecked Sendable {
             onNotice(.info("'\(name)' is gone from the folders; it runs no more"))
             schedule.remove(job: name)
             waiting.remove(name)
-            held.removeAll { $0 == name }
+            held.remove(name)
             heldFor[name] = nil
             askedConditions[name] = nil
             active[name]?.runner.cancel(job: name)
@@ -797,24 +799,28 @@ public final class Server: @unchecked Sendable {
     }
 
     /// Starts `names` now, then waiting jobs while `--jobs` allows; one
-    /// whose conditions do not hold is held (`names`, started by hand, are not).
+    /// whose conditions do not hold is held (a run asked for by hand is not).
     private func launch(_ names: [String]) {
         waiting.putFirst(names)
-        var reading: MachineReading?
+        var reading = MachineReading()
+        var read: Set<Condition> = []
         while active.count < options.run.maxConcurrentJobs, let name = waiting.popFirst() {
             guard let job = catalog[name] else { continue }
-            let byHand = names.contains(name)
-            if !byHand, let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince,
-                clock.now().milliseconds &- due.milliseconds > deadline.milliseconds, schedule.abandon(job: name)
-            {
-                onNotice(.info("'\(name)' waited for a --jobs slot or its conditions longer than its starting deadline; this run is skipped"))
+            // `ctl run`: now, or once a slot is free, whatever the deadline and conditions.
+            let byHand = names.contains(name) || schedule.entries[name]?.byHand == true
+            if !byHand, pastDeadline(name) {
+                onNotice(.info("'\(name)' waited for a --jobs slot longer than its starting deadline; this run is skipped"))
                 save(name)
                 continue
             }
-            let needs = conditions(for: name)
-            if !byHand, !needs.isEmpty {
-                if reading == nil { reading = machine.read(for: Set(Condition.allCases)) }
-                let unmet = needs.unmet(on: reading!)
+            let needs = byHand ? JobConditions() : conditions(for: name)
+            if !needs.isEmpty {
+                // Read once a launch, and only what its jobs need.
+                if !needs.required.isSubset(of: read) {
+                    read.formUnion(needs.required)
+                    reading = machine.read(for: read)
+                }
+                let unmet = needs.unmet(on: reading)
                 if !unmet.isEmpty {
                     if heldFor.updateValue(unmet, forKey: name) == nil { held.append(name) }
                     continue
@@ -826,6 +832,13 @@ public final class Server: @unchecked Sendable {
         watchConditions()
     }
 
+    /// Whether `name`'s due run, not started yet, came due longer ago than
+    /// its starting deadline: then it is dropped from the schedule.
+    private func pastDeadline(_ name: String) -> Bool {
+        guard let deadline = policy(for: name).startingDeadline, let due = schedule.entries[name]?.runningSince else { return false }
+        return clock.now().milliseconds &- due.milliseconds > deadline.milliseconds && schedule.abandon(job: name)
+    }
+
     // MARK: Conditions
 
     /// What `name`'s runs wait for: its policy's, and what it asked for.
@@ -833,25 +846,42 @@ public final class Server: @unchecked Sendable {
         policy(for: name).conditions.adding(askedConditions[name] ?? [])
     }
 
+    /// The conditions the held jobs and the runs kept to them need read.
+    private func watchedConditions() -> Set<Condition> {
+        var needed: Set<Condition> = []
+        for name in heldFor.keys { needed.formUnion(conditions(for: name).required) }
+        for (name, run) in active where run.keepsConditions && !lostConditions.contains(name) {
+            needed.formUnion(conditions(for: name).required)
+        }
+        return needed
+    }
+
     /// Reads the machine: held jobs whose conditions hold go back in line
-    /// (first come, first served), and each run whose condition stopped
-    /// holding is expired (`conditions`).
+    /// (first come, first served), one held past its starting deadline is
+    /// dropped, and each run whose condition stopped holding is expired
+    /// (`conditions`).
     private func checkConditions() {
         guard !stopping else { return }
-        let reading = machine.read(for: Set(Condition.allCases))
-        var released: [String] = []
-        for name in held {
-            let unmet = catalog[name] == nil ? [] : conditions(for: name).unmet(on: reading)
-            if unmet.isEmpty { released.append(name) } else { heldFor[name] = unmet }
-        }
-        if !released.isEmpty {
-            let gone = Set(released)
-            held.removeAll { gone.contains($0) }
-            for name in released {
+        let reading = machine.read(for: watchedConditions())
+        var still = WaitingJobs()
+        while let name = held.popFirst() {
+            guard catalog[name] != nil else { continue }
+            if pastDeadline(name) {
+                heldFor[name] = nil
+                onNotice(.info("'\(name)' waited for its conditions longer than its starting deadline; this run is skipped"))
+                save(name)
+                continue
+            }
+            let unmet = conditions(for: name).unmet(on: reading)
+            if unmet.isEmpty {
                 heldFor[name] = nil
                 waiting.append(name)
+            } else {
+                heldFor[name] = unmet
+                still.append(name)
             }
         }
+        held = still
         for (name, run) in active where run.keepsConditions && !lostConditions.contains(name) {
             let unmet = conditions(for: name).unmet(on: reading)
             guard !unmet.isEmpty else { continue }
@@ -860,6 +890,7 @@ public final class Server: @unchecked Sendable {
             run.runner.expire(job: name, reason: .conditions)
         }
         launch([])
+        armTimer()
     }
 
     /// Reads the machine every half second while a job is held or runs
@@ -891,7 +922,13 @@ public final class Server: @unchecked Sendable {
             source.setEventHandler { [unowned self] in
                 // A socket at its end or failed is heard no more (the poll goes on).
                 if !Syscalls.drain(fd) { machineEvents.first { $0.handle == fd }?.cancel() }
-                if conditionTimerArmed { checkConditions() }
+                guard conditionTimerArmed, !machineEventPending else { return }
+                // A burst of events (a link coming up brings several) is one read.
+                machineEventPending = true
+                queue.asyncAfter(deadline: .now() + .milliseconds(50)) { [self] in
+                    machineEventPending = false
+                    if conditionTimerArmed { checkConditions() }
+                }
             }
             source.setCancelHandler { Syscalls.close(fd) }
             source.activate()
@@ -964,6 +1001,7 @@ public final class Server: @unchecked Sendable {
     }
 
     private func ended(_ name: String, _ run: ActiveRun, _ result: JobResult?) {
+        let lost = active[name] === run && lostConditions.contains(name)
         if active[name] === run {
             active[name] = nil
             lostConditions.remove(name)
@@ -976,7 +1014,8 @@ public final class Server: @unchecked Sendable {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))
             }
             schedule.finished(
-                job: name, outcome: result.outcome, requested: requested, stopped: stopping, retry: !result.isFailedForGood, now: clock.now())
+                job: name, outcome: result.outcome, requested: requested, stopped: stopping, retry: !result.isFailedForGood,
+                lostConditions: lost, now: clock.now())
             // A one-off run is done once it ran, whatever its outcome. One
             // refused waits: for the next host when this one stops, else a
             // minute (its plugin would not load, its checkpoint not read),

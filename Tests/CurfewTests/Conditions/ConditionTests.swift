@@ -68,6 +68,11 @@ final class FakeMachine: Sendable {
         machine.write("/sys/class/power_supply/AC/online", "0\n")
         machine.write("/sys/class/power_supply/BAT0/status", "Not charging\n")
         #expect(machine.reader.read(for: [.externalPower]).externalPower == true)
+        // A desktop: an offline USB-C supply, no battery: on external power.
+        let desktop = FakeMachine()
+        desktop.write("/sys/class/power_supply/ucsi-source-psy-1/type", "USB\n")
+        desktop.write("/sys/class/power_supply/ucsi-source-psy-1/online", "0\n")
+        #expect(desktop.reader.read(for: [.externalPower]).externalPower == true)
         // A mouse's battery is not the machine's.
         machine.write("/sys/class/power_supply/BAT0/status", "Discharging\n")
         machine.write("/sys/class/power_supply/hid-mouse/type", "Battery\n")
@@ -78,11 +83,14 @@ final class FakeMachine: Sendable {
 
     @Test func aDefaultRouteIsTheNetwork() {
         let machine = FakeMachine()
-        #expect(machine.reader.read(for: [.network]).defaultRoute == false, "no table read: no route")
+        #expect(machine.reader.read(for: [.network]).defaultRoute == nil, "no table read: unknown, which holds")
         machine.route(up: false)
         #expect(machine.reader.read(for: [.network]).defaultRoute == false)
         machine.route(up: true)
         #expect(machine.reader.read(for: [.network]).defaultRoute == true)
+        // `ip route add unreachable default`: a route, but no way out.
+        machine.write("/proc/net/route", "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n*\t00000000\t00000000\t0201\t0\t0\t0\t00000000\t0\t0\t0\n")
+        #expect(machine.reader.read(for: [.network]).defaultRoute == false)
         // An IPv6 default route alone is one too.
         machine.route(up: false)
         machine.write("/proc/net/ipv6_route", "00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00450003     eth0\n")
@@ -114,6 +122,24 @@ final class FakeMachine: Sendable {
         needs.cpuPercent = 50
         needs.memoryPercent = 10
         #expect(needs.unmet(on: reading).isEmpty)
+    }
+
+    /// The kernel's `/proc` files say they are empty. Before, a read sized
+    /// by that saw one byte of each: no route, no pressure, no memory.
+    @Test func theLiveMachineReadsWhole() throws {
+        var reader = MachineReader()
+        reader.storagePaths = [NSTemporaryDirectory()]
+        let reading = reader.read(for: Set(Condition.allCases))
+        if FileManager.default.fileExists(atPath: "/proc/pressure/cpu") {
+            #expect(reading.cpuPressure != nil && reading.memoryPressure != nil)
+        } else {
+            #expect(reading.loadPerCore != nil && reading.memoryAvailablePercent != nil)
+        }
+        let table = try String(contentsOfFile: "/proc/net/route", encoding: .utf8)
+        let routes = table.split(separator: "\n").dropFirst().map { $0.split(whereSeparator: \.isWhitespace) }
+        let expected = routes.contains { $0.count >= 8 && $0[1] == "00000000" && $0[7] == "00000000" } || reading.defaultRoute == true
+        #expect(reading.defaultRoute == expected)
+        #expect(reading.freeBytes != nil)
     }
 
     @Test func eachConditionIsMetOrNamed() {
@@ -169,6 +195,33 @@ final class FakeMachine: Sendable {
         }
     }
 
+    /// Before, a continuous job expired off the charger counted a failure
+    /// and backed off, each time, even once power was back.
+    @Test func aContinuousJobThatLostItsConditionsRestartsWithoutBackoff() {
+        let start = WallTime(milliseconds: 1_000_000)
+        var schedule = Schedule(seed: 1)
+        schedule.add(job: "c", policy: JobPolicy(), isContinuous: true, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("c")])
+        schedule.started(job: "c", now: start)
+        let later = start.later(by: .seconds(5))
+        #expect(schedule.finished(job: "c", outcome: .expired, requested: nil, lostConditions: true, now: later) == later)
+        #expect(schedule.entries["c"]?.failures == 0)
+    }
+
+    /// `ctl run` of a run held for its conditions: no starting deadline drops it.
+    @Test func aHeldRunTakenByHandIsNotAbandoned() {
+        let start = WallTime(milliseconds: 1_000_000)
+        var schedule = Schedule(seed: 1)
+        var policy = JobPolicy()
+        policy.every = .seconds(600)
+        policy.startingDeadline = .seconds(1)
+        schedule.add(job: "j", policy: policy, isContinuous: false, persisted: nil, now: start)
+        #expect(schedule.takeDue(now: start) == [.start("j")])
+        schedule.takeByHand(job: "j")
+        let abandoned = schedule.abandon(job: "j")
+        #expect(!abandoned)
+    }
+
     @Test func aMaskIsReadBitByBit() {
         #expect(Condition.set(of: 0) == [])
         #expect(Condition.set(of: 0b10_0001) == [.externalPower, .battery])
@@ -182,7 +235,8 @@ extension ProcessTests.First {
     /// expires a run whose condition stops holding.
     @Suite(.timeLimit(.minutes(2))) struct ConditionServeTests {
         /// What each condition's fake files say when it does not hold, and
-        /// when it does.
+        /// when it does. Each asks for 1K free too (always there), so each
+        /// read of the machine counts in ``FakeMachine/reads``.
         struct Case: Sendable, CustomStringConvertible {
             let condition: Condition
             let policy: String
@@ -192,13 +246,13 @@ extension ProcessTests.First {
         }
 
         static let cases: [Case] = [
-            Case(condition: .externalPower, policy: #"{"power": true}"#, unmet: { $0.power(online: false) }, met: { $0.power(online: true) }),
-            Case(condition: .network, policy: #"{"network": true}"#, unmet: { $0.route(up: false) }, met: { $0.route(up: true) }),
+            Case(condition: .externalPower, policy: #"{"power": true, "storage": "1K"}"#, unmet: { $0.power(online: false) }, met: { $0.power(online: true) }),
+            Case(condition: .network, policy: #"{"network": true, "storage": "1K"}"#, unmet: { $0.route(up: false) }, met: { $0.route(up: true) }),
             Case(condition: .storage, policy: #"{"storage": "1GiB"}"#, unmet: { $0.free.store(1 << 20, ordering: .relaxed) },
                  met: { $0.free.store(2 << 30, ordering: .relaxed) }),
-            Case(condition: .cpu, policy: #"{"cpu": 40}"#, unmet: { $0.pressure("cpu", some: 75) }, met: { $0.pressure("cpu", some: 5) }),
-            Case(condition: .memory, policy: #"{"memory": true}"#, unmet: { $0.pressure("memory", some: 30) }, met: { $0.pressure("memory", some: 0) }),
-            Case(condition: .battery, policy: #"{"battery": 30}"#, unmet: { $0.power(online: false, level: 12) },
+            Case(condition: .cpu, policy: #"{"cpu": 40, "storage": "1K"}"#, unmet: { $0.pressure("cpu", some: 75) }, met: { $0.pressure("cpu", some: 5) }),
+            Case(condition: .memory, policy: #"{"memory": true, "storage": "1K"}"#, unmet: { $0.pressure("memory", some: 30) }, met: { $0.pressure("memory", some: 0) }),
+            Case(condition: .battery, policy: #"{"battery": 30, "storage": "1K"}"#, unmet: { $0.power(online: false, level: 12) },
                  met: { $0.power(online: false, level: 80) }),
         ]
 
@@ -262,6 +316,22 @@ extension ProcessTests.First {
             let started = try #require(seen.started("once"))
             #expect(told.duration(to: started) < .seconds(1), "started \(told.duration(to: started)) after its condition held")
             #expect(seen.logs("once") == ["once ran"])
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// `ctl run` starts a held job now, and its run is not held to the
+        /// conditions; before, it answered that the job was running already.
+        @Test func aHeldJobRunsWhenAskedByHand() async throws {
+            let job = "once"
+            let machine = FakeMachine()
+            machine.power(online: false)
+            let seen = Seen()
+            let server = try serve(#"{"once": {"enabled": true, "budget": "2s", "conditions": {"power": true}}}"#, on: machine, seen: seen)
+            try await until { server.states().first { $0.job == job }?.heldFor == [.externalPower] }
+            #expect(server.perform(.run("once")) == .success("Started 'once', which was waiting for its conditions."))
+            try await until { seen.finished("once") == 1 }
+            #expect(seen.logs("once") == ["once ran"])
+            #expect(server.states().first { $0.job == job }?.heldFor == [])
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 

@@ -113,6 +113,15 @@ extension ProcessTests.Second {
             #expect(report.scan.jobs.map(\.name) == ["edge-job"], "\(report.scan.rejected.map(\.error.description))")
         }
 
+        /// A plugin may call the host's services as it loads; the scanner's
+        /// table has each. Before, its `require_conditions` was NULL and the
+        /// scanner died of SIGSEGV.
+        @Test func anEntryThatCallsEveryHostServiceLoads() async throws {
+            let plugin = try Fixtures.compile("bad_loader.c", defines: ["VARIANT=11"])
+            let report = try await scan([plugin], with: SafeScanner(workerExecutable: Fixtures.curfewExecutable, cacheFolder: nil))
+            #expect(report.scan.jobs.map(\.name) == ["calls-at-entry"], "\(report.scan.rejected.map(\.error.description))")
+        }
+
         /// A scan stopped while scanners hang ends its batch server at once:
         /// the server kills them and leaves by itself. Before, it took the
         /// stop for the end of the requests, started the rest and was killed
