@@ -46,6 +46,11 @@ let package = Package(
         .target(name: "_CurfewFFI", dependencies: ["CLibFFI"]),
         // SQLite, from Debian's libsqlite3-dev: the state store (checkpoints, history).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // libmicrohttpd, from Debian's libmicrohttpd-dev: the HTTP side of
+        // `serve --metrics`, so no parser of ours faces the network; the C
+        // glue calls its variadic start, which Swift cannot.
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .target(name: "_CurfewHTTP", dependencies: ["CMicroHTTPD"]),
         // Formats: the readers every outside text goes through (JSON, worker
         // messages, manifests, sizes and durations) and the line writer: pure,
         // depending on nothing of the host's but the ABI's constants (the
@@ -66,7 +71,7 @@ let package = Package(
         // The hosts an app embeds: a batch run (RunHost) and a resident
         // server (ServeHost: schedules, the config, inotify, the control
         // socket), each with the process's end.
-        .target(name: "CurfewHost", dependencies: ["Curfew", "CurfewFormats", "CurfewSystem", "_CurfewShims"]),
+        .target(name: "CurfewHost", dependencies: ["Curfew", "CurfewFormats", "CurfewSystem", "_CurfewShims", "_CurfewHTTP"]),
         // The command line, as a library so its parsing and texts are testable.
         .target(name: "CurfewCLI", dependencies: ["CurfewHost", "Curfew", "CurfewFormats", "_CurfewShims"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "CurfewHost", "Curfew", "_CurfewShims"]),

@@ -27,6 +27,10 @@ extension CurfewMain {
         host.keepsState = !options.run.noState
         host.stateFolder = options.run.stateFolder.map(absolute)
         host.ownsProcess = true
+        host.metrics = options.metrics.map { address in
+            if case .local(let path) = address { return .local(path: absolute(path)) }
+            return address
+        }
         let output = ServeOutput(console: console, options: options, service: ServiceLink(environment: environment), socketPath: host.socketPath)
         defer { output.service.cancel() }
         let outcome = await ServeHost(host) { output.handle($0) }.run()
@@ -47,7 +51,7 @@ extension CurfewMain {
     static func control(_ options: ControlOptions) -> Int32 {
         let console = Console(json: options.json)
         let path = options.socket.map(absolute) ?? ControlSocket.clientPath()
-        var request = JSONLine("command", options.action?.verb ?? "status")
+        var request = JSONLine("command", options.action?.verb ?? (options.metrics ? "metrics" : "status"))
         if let job = options.action?.job { request.add("job", job) }
         if case .runOnce(_, let parameters, let at)? = options.action {
             request.addRaw("params", JSONLine.object(parameters))
@@ -72,6 +76,15 @@ extension CurfewMain {
         }
         if options.action != nil {
             console.human(Untrusted.line(answer["message"]?.stringValue ?? "Done."))
+            return ExitCode.success
+        }
+        if options.metrics {
+            guard let text = answer["metrics"]?.stringValue else {
+                console.error("Error: the host's answer has no metrics.")
+                return ExitCode.failure
+            }
+            // Line by line, each made safe for a terminal: the host is another process.
+            for line in Untrusted.lines(text) where !line.isEmpty { console.machine(line) }
             return ExitCode.success
         }
         guard case .array(let jobs)? = answer["jobs"] else {
@@ -158,6 +171,10 @@ struct ServeOutput: Sendable {
         case .serving(let server):
             reporter.notice(.info("serving \(CurfewMain.pathList(folders)); control socket \(socketPath)"))
             service.ready(server)
+        case .metrics(let address, let port):
+            var at = address.description
+            if case .tcp(let host, 0) = address, let port { at = MetricsAddress.tcp(host: host, port: port).description }
+            reporter.notice(.info("metrics at http://\(at)/metrics" + (address.isExposed ? " (reachable from other machines)" : "")))
         case .processes(let setup):
             reporter.notice(.info(RunOutput.text(setup)))
         case .stopping(let reason):

@@ -52,14 +52,18 @@ public struct ServeOptions: Equatable, Sendable {
     public var config: String?
     /// The control socket (default: see ``ControlSocket/defaultPath``).
     public var socket: String?
+    /// Where to serve metrics over HTTP.
+    public var metrics: MetricsAddress?
 
     public init() { run.isolation = .job }
 }
 
 /// What `curfew status` or `curfew ctl` was asked to do.
 public struct ControlOptions: Equatable, Sendable {
-    /// `ctl`'s action; `nil` for `status`.
+    /// `ctl`'s action; `nil` for `status` and `metrics`.
     public var action: Server.Command?
+    /// `curfew metrics`: the host's metrics, not its status.
+    public var metrics = false
     public var json = false
     public var socket: String?
 

@@ -194,6 +194,7 @@ enum Specs {
         }()
         var config: String?
         var socket: String?
+        var metrics: MetricsAddress?
     }
 
     static let socketOption = OptionSpec<String?>(
@@ -229,6 +230,15 @@ enum Specs {
                     help: "A JSON file of per-job policy: every, on, earliest_begin, jitter, overlap, starting_deadline, budget, grace, stall, params, isolate, limits, retry, enabled, modes, submits, sandbox, conditions (see docs/serve.md). Read again on SIGHUP.",
                     \ServeDraft.config),
                 socketOption.within(\ServeDraft.socket),
+                OptionSpec(
+                    ["--metrics"], value: "address",
+                    help: "Serve the host's metrics over HTTP at /metrics (Prometheus' text format), at 127.0.0.1:PORT, [::1]:PORT, a port alone (on 127.0.0.1), another IP and port (reachable from other machines), or a Unix socket's absolute path."
+                ) { draft, given throws(UsageError) in
+                    guard let address = MetricsAddress(given.text) else {
+                        throw given.invalid("use 127.0.0.1:9464, [::1]:9464, 9464 or an absolute path")
+                    }
+                    draft.metrics = address
+                },
             ],
         exitStatus: [
             ("0", "stopped by SIGINT or SIGTERM after the running jobs cleaned up"),
@@ -243,6 +253,7 @@ enum Specs {
             options.run = try draft.run.finished(.serve)
             options.config = draft.config
             options.socket = draft.socket
+            options.metrics = draft.metrics
             guard !options.run.paths.isEmpty else { throw UsageError("Missing expected argument '<folders>'", command: .serve) }
             if options.run.isolation == .none {
                 throw UsageError(
@@ -277,6 +288,23 @@ enum Specs {
         start: { ControlDraft() },
         positional: { _, word throws(UsageError) in throw UsageError("Unexpected argument '\(word)'", command: .status) },
         finish: { draft in .control(draft.options) })
+
+    static let metrics = SubcommandSpec.make(
+        .metrics, summary: "Print a serving host's metrics in Prometheus' text exposition format.", usage: "curfew metrics",
+        discussion: [
+            "Runs started and ended by job and outcome, expirations by reason, retries,",
+            "run durations, worker starts, each job's state, next run and failures in",
+            "a row, and the host's memory, threads and descriptors, as a scrape sees them.",
+        ],
+        options: [socketOption.within(\ControlDraft.options.socket)],
+        exitStatus: [("0", "done"), ("1", "no host serves on the socket, or it refused"), ("64", "usage error")],
+        start: { ControlDraft() },
+        positional: { _, word throws(UsageError) in throw UsageError("Unexpected argument '\(word)'", command: .metrics) },
+        finish: { draft in
+            var options = draft.options
+            options.metrics = true
+            return .control(options)
+        })
 
     static let ctl = SubcommandSpec.make(
         .ctl, summary: "Tell a serving host to run, cancel, pause or resume a job, to rescan, or to change its app state.",
@@ -626,7 +654,7 @@ enum Specs {
     static let help = SubcommandSpec.make(
         .help, summary: "Show subcommand help information, the manual page (--man) or the reference (--markdown).",
         usage: "curfew help [<subcommand> | --man | --markdown]",
-        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, ctl, list, test, new, state, history, calendar or completions.")],
+        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, metrics, ctl, list, test, new, state, history, calendar or completions.")],
         options: [
             .flag("--man", help: "Print curfew(1), the manual page: every subcommand's help, in roff.", \HelpDraft.manual),
             .flag("--markdown", help: "Print the command-line reference, docs/cli.md: every subcommand's help, in Markdown.", \HelpDraft.markdown),

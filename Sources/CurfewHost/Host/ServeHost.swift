@@ -14,6 +14,8 @@ public final class ServeHost: Sendable {
         public var server: Server.Options
         /// The control socket's path.
         public var socketPath: String
+        /// Where to serve metrics over HTTP (`--metrics`); `nil`: nowhere.
+        public var metrics: MetricsAddress?
         /// Keep checkpoints, history and schedules.
         public var keepsState = true
         /// The state store's folder, absolute; `nil` for the default one.
@@ -36,6 +38,8 @@ public final class ServeHost: Sendable {
         case run(RunEvent, at: CurfewInstant)
         /// The server runs and the socket answers.
         case serving(Server)
+        /// Metrics are served over HTTP at this address.
+        case metrics(MetricsAddress, port: UInt16?)
         /// A stop was asked for: every running job expires now.
         case stopping(reason: String)
         /// How what the jobs start is ended (see ``RunHost/Event/processes(_:)``).
@@ -134,12 +138,23 @@ public final class ServeHost: Sendable {
         }
         defer { socket.close() }
         reloads.withLock { $0 = { server.reload() } }
+        // Listening before any job starts: an address in use fails the start, not a running host.
+        let metrics: MetricsServer?
+        do throws(CurfewError) {
+            metrics = try options.metrics.map { address throws(CurfewError) in
+                try MetricsServer(address: address) { path in MetricsServer.page(path, of: server) }
+            }
+        } catch {
+            return Outcome(failure: .server(error.description), status: ExitCode.failure)
+        }
+        defer { metrics?.stop() }
         do throws(CurfewError) {
             try server.start()
         } catch {
             return Outcome(failure: .server(error.description), status: ExitCode.failure)
         }
         events(.serving(server))
+        if let metrics, let address = options.metrics { events(.metrics(address, port: metrics.port)) }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             stop.onRequest { [events] reason in
                 events(.stopping(reason: reason))

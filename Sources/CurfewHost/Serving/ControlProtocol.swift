@@ -3,7 +3,7 @@ import CurfewFormats
 
 /// The control socket's requests and answers: one JSON object each way.
 ///
-/// Requests: `{"command": "status"}`, `{"command": "run" | "cancel" |
+/// Requests: `{"command": "status" | "metrics"}`, `{"command": "run" | "cancel" |
 /// "pause" | "resume", "job": NAME}`, `{"command": "reload" | "foreground"
 /// | "background"}`. Answers: `{"ok": true, "message": …}`, `{"ok": true,
 /// "app_state": …, "store_failures": N, "jobs": [...]}` for status, or `{"ok": false, "error": …}`.
@@ -66,6 +66,11 @@ extension Server {
         }
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
         if verb == "status" { return status() }
+        if verb == "metrics" {
+            var line = JSONLine("metrics", metricsText())
+            line.addRaw("ok", "true")
+            return line.text
+        }
         if let command = Command(verb: verb, job: nil) {
             guard value["job"] == nil else { return Self.failure("\(verb) takes no job") }
             return Self.reply(perform(command))

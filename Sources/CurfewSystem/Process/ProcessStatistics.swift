@@ -26,4 +26,12 @@ package enum ProcessStatistics {
         }
         return nil
     }
+
+    /// Open descriptors (the entries of `/proc/self/fd`, less the one that reads it), or `nil`.
+    package static func openDescriptors() -> Int? {
+        guard let fd = try? Syscalls.openFolder("/proc/self/fd") else { return nil }
+        defer { Syscalls.close(fd) }
+        guard let entries = try? Syscalls.directoryEntries(in: fd) else { return nil }
+        return max(0, entries.filter { $0.name != "." && $0.name != ".." }.count - 1)
+    }
 }

@@ -168,6 +168,62 @@ extension Syscalls {
         return fd
     }
 
+    /// A TCP socket bound to the IPv4 or IPv6 literal `host` (no name is
+    /// looked up) and `port` (0: any free one), listening: non-blocking,
+    /// close-on-exec, its address reusable at once after a restart.
+    package static func listenTCP(host: String, port: UInt16, backlog: Int32) throws(SystemError) -> Int32 {
+        var v4 = sockaddr_in()
+        var v6 = sockaddr_in6()
+        let family: Int32
+        if inet_pton(AF_INET, host, &v4.sin_addr) == 1 {
+            family = AF_INET
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = port.bigEndian
+        } else if inet_pton(AF_INET6, host, &v6.sin6_addr) == 1 {
+            family = AF_INET6
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = port.bigEndian
+        } else {
+            throw .invalid
+        }
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { throw .last }
+        var on: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        let bound =
+            family == AF_INET
+            ? withUnsafePointer(to: &v4) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            : withUnsafePointer(to: &v6) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+        guard bound == 0, listen(fd, backlog) == 0 else {
+            let error = SystemError.last
+            Glibc.close(fd)
+            throw error
+        }
+        return fd
+    }
+
+    /// Whether `text` is an IPv4 or IPv6 address literal (no name is looked up).
+    package static func isIPAddress(_ text: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
+    }
+
+    /// The port a TCP socket is bound to, or `nil`.
+    package static func localPort(_ fd: Int32) -> UInt16? {
+        var address = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let got = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        guard got == 0 else { return nil }
+        return withUnsafePointer(to: &address) { pointer -> UInt16? in
+            switch Int32(pointer.pointee.ss_family) {
+            case AF_INET: pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
+            case AF_INET6: pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+            default: nil
+            }
+        }
+    }
+
     /// The next connection waiting on `listening`, close-on-exec.
     package static func accept(_ listening: Int32) throws(SystemError) -> Int32 {
         let client = retryingEINTR { curfew_shim_accept(listening) }

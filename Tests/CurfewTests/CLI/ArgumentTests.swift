@@ -25,6 +25,8 @@ import Testing
                                       job on its schedule.
               status                  Show what a serving host runs, and when each job runs
                                       next.
+              metrics                 Print a serving host's metrics in Prometheus' text
+                                      exposition format.
               ctl                     Tell a serving host to run, cancel, pause or resume a
                                       job, to rescan, or to change its app state.
               list                    List plugins, their jobs, and the files rejected with

@@ -1,0 +1,142 @@
+import Curfew
+import Synchronization
+import _CurfewHTTP
+
+/// Where `serve --metrics` listens: a TCP address (an IP literal and a
+/// port; a port alone is loopback's) or a Unix socket's path.
+public enum MetricsAddress: Sendable, Equatable, CustomStringConvertible {
+    case tcp(host: String, port: UInt16)
+    case local(path: String)
+
+    /// `127.0.0.1:9464`, `[::1]:9464`, `9464` (on 127.0.0.1), `0.0.0.0:9464`
+    /// (every address: said so), or an absolute path; `nil` for anything else.
+    public init?(_ text: String) {
+        if text.hasPrefix("/") {
+            guard !text.utf8.contains(0), text.utf8.count <= Syscalls.maximumSocketPathBytes else { return nil }
+            self = .local(path: text)
+            return
+        }
+        let host: Substring
+        let port: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else { return nil }
+            host = text[text.index(after: text.startIndex)..<close]
+            port = text[text.index(close, offsetBy: 2)...]
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            port = text[text.index(after: colon)...]
+            guard !host.contains(":") else { return nil }  // IPv6 takes brackets
+        } else {
+            host = "127.0.0.1"
+            port = Substring(text)
+        }
+        guard !host.isEmpty, host.utf8.count <= 64, Syscalls.isIPAddress(String(host)), !port.isEmpty, port.utf8.count <= 5, port.utf8.allSatisfy({ (0x30...0x39).contains($0) }),
+            let number = UInt16(port)
+        else { return nil }
+        self = .tcp(host: String(host), port: number)
+    }
+
+    public var description: String {
+        switch self {
+        case .tcp(let host, let port): host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        case .local(let path): path
+        }
+    }
+
+    /// Whether it is reachable from other machines (not loopback, not a path).
+    public var isExposed: Bool {
+        guard case .tcp(let host, _) = self else { return false }
+        return !(host.hasPrefix("127.") || host == "::1")
+    }
+}
+
+/// `curfew serve --metrics`: a read-only HTTP server (libmicrohttpd, on a
+/// thread of its own) that answers `GET /metrics` with the host's metrics.
+/// Bounded: at most ``maximumConnections`` at once, each cut off after
+/// ``idleTimeoutSeconds`` without progress, a request's line and headers
+/// held to ``maximumRequestBytes``; a body is never read.
+public final class MetricsServer: @unchecked Sendable {
+    // Safe because `handle` is used by `stop` only, once (`stopped`).
+    public static let maximumConnections: UInt32 = 256
+    public static let idleTimeoutSeconds: UInt32 = 10
+    public static let maximumRequestBytes = 16 << 10
+
+    /// What one path answers: a status, a content type and a body.
+    public struct Page: Sendable {
+        public var status: UInt32
+        public var contentType: String
+        public var body: String
+
+        public init(status: UInt32, contentType: String, body: String) {
+            self.status = status
+            self.contentType = contentType
+            self.body = body
+        }
+    }
+
+    private final class Pages: Sendable {
+        let page: @Sendable (String) -> Page
+        init(_ page: @escaping @Sendable (String) -> Page) { self.page = page }
+    }
+
+    private let handle: UnsafeMutableRawPointer
+    private let pages: Unmanaged<Pages>
+    /// The TCP port it listens on (the one the system chose for port 0).
+    public let port: UInt16?
+    private let socketPath: String?
+    private let stopped = Atomic<Bool>(false)
+
+    public init(address: MetricsAddress, page: @escaping @Sendable (String) -> Page) throws(CurfewError) {
+        let fd: Int32
+        do throws(SystemError) {
+            switch address {
+            case .tcp(let host, let port): fd = try Syscalls.listenTCP(host: host, port: port, backlog: 128)
+            case .local(let path):
+                // A socket a last server left is replaced; any other file is not.
+                if let status = try? Syscalls.linkStatus(path), status.isSocket, status.owner == Syscalls.userID { try? Syscalls.unlink(path) }
+                fd = try Syscalls.listenLocal(at: path, backlog: 128)
+            }
+        } catch {
+            throw CurfewError(.unreadable, "cannot listen for metrics on \(address): \(error.message)")
+        }
+        port = Syscalls.localPort(fd)
+        if case .local(let path) = address { socketPath = path } else { socketPath = nil }
+        let pages = Unmanaged.passRetained(Pages(page))
+        let started = curfew_http_start(
+            fd, Self.maximumConnections, Self.idleTimeoutSeconds, Self.maximumRequestBytes,
+            { context, path, reply in
+                let pages = Unmanaged<Pages>.fromOpaque(context!).takeUnretainedValue()
+                let page = pages.page(path.map { String(cString: $0) } ?? "/")
+                var body = Array(page.body.utf8)
+                body.withUnsafeMutableBytes { bytes in
+                    curfew_http_reply_set(reply, page.status, page.contentType, bytes.baseAddress, bytes.count)
+                }
+            }, pages.toOpaque())
+        guard let started else {
+            pages.release()
+            Syscalls.close(fd)
+            throw CurfewError(.unreadable, "cannot serve metrics on \(address): libmicrohttpd did not start")
+        }
+        handle = started
+        self.pages = pages
+    }
+
+    /// Stops serving; no page is asked for after it returns.
+    public func stop() {
+        guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        curfew_http_stop(handle)
+        pages.release()
+        if let socketPath { try? Syscalls.unlink(socketPath) }
+    }
+}
+
+extension MetricsServer {
+    /// What `serve --metrics` answers: `/metrics`, the host's metrics; any
+    /// other path, 404.
+    public static func page(_ path: String, of server: Server) -> Page {
+        switch path {
+        case "/metrics": Page(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: server.metricsText())
+        default: Page(status: 404, contentType: "text/plain; charset=utf-8", body: "Not found: the metrics are at /metrics.\n")
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import Curfew
+
+/// What `curfew serve` counts, kept on the server's queue and written in
+/// Prometheus' text exposition format (`curfew metrics`). Labels are job
+/// names, outcomes and reasons, never run ids: a series per job, bounded by
+/// the jobs the host has served.
+struct ServeMetrics {
+    /// Upper bounds of the run-duration histogram's buckets, in seconds.
+    static let durationBounds: [Double] = [0.01, 0.1, 1, 10, 60, 300, 1800, 3600]
+
+    struct Histogram {
+        /// Observations at most each bound (not cumulative: summed as written).
+        var counts = [UInt64](repeating: 0, count: ServeMetrics.durationBounds.count)
+        var count: UInt64 = 0
+        var sum: Double = 0
+
+        mutating func observe(_ seconds: Double) {
+            if let bucket = ServeMetrics.durationBounds.firstIndex(where: { seconds <= $0 }) { counts[bucket] &+= 1 }
+            count &+= 1
+            sum += seconds
+        }
+    }
+
+    struct Outcome: Hashable {
+        let job: String
+        let word: String
+    }
+
+    private(set) var started: [String: UInt64] = [:]
+    private(set) var retries: [String: UInt64] = [:]
+    private(set) var finished: [Outcome: UInt64] = [:]
+    private(set) var expirations: [Outcome: UInt64] = [:]
+    private(set) var durations: [String: Histogram] = [:]
+    private(set) var workerStarts: (forked: UInt64, spawned: UInt64) = (0, 0)
+
+    mutating func runStarted(_ job: String, isRetry: Bool) {
+        started[job, default: 0] &+= 1
+        if isRetry { retries[job, default: 0] &+= 1 }
+    }
+
+    mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: (forked: Int, spawned: Int)) {
+        finished[Outcome(job: result.job, word: result.outcome.rawValue), default: 0] &+= 1
+        if let reason { expirations[Outcome(job: result.job, word: reason.rawValue), default: 0] &+= 1 }
+        durations[result.job, default: Histogram()].observe(max(0, result.elapsed.seconds))
+        workerStarts.forked &+= UInt64(max(0, workers.forked))
+        workerStarts.spawned &+= UInt64(max(0, workers.spawned))
+    }
+}
+
+/// Prometheus' text exposition format (version 0.0.4): each family's
+/// `# HELP` and `# TYPE`, then its samples, label values escaped.
+struct Exposition {
+    private(set) var text = ""
+
+    mutating func family(_ name: String, _ type: String, _ help: String) {
+        text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+    }
+
+    mutating func sample(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
+        text += name
+        if !labels.isEmpty {
+            text += "{" + labels.map { "\($0.0)=\"\(Self.escaped($0.1))\"" }.joined(separator: ",") + "}"
+        }
+        text += " " + Self.number(value) + "\n"
+    }
+
+    mutating func sample(_ name: String, _ labels: [(String, String)] = [], _ value: UInt64) {
+        sample(name, labels, Double(value))
+    }
+
+    /// A label value with `\`, `"` and newlines escaped.
+    static func escaped(_ value: String) -> String {
+        var out = ""
+        for character in value.unicodeScalars {
+            switch character {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.unicodeScalars.append(character)
+            }
+        }
+        return out
+    }
+
+    /// A sample value: integers without a fraction, `+Inf`, `-Inf`, `NaN`.
+    static func number(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value > 0 ? "+Inf" : "-Inf" }
+        if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) }
+        return "\(value)"
+    }
+}
+
+extension ServeMetrics {
+    /// The job-level families, written into `out`.
+    func write(into out: inout Exposition) {
+        out.family("curfew_runs_started_total", "counter", "Runs started, by job.")
+        for (job, count) in started.sorted(by: { $0.key < $1.key }) { out.sample("curfew_runs_started_total", [("job", job)], count) }
+        out.family("curfew_runs_total", "counter", "Runs ended, by job and outcome.")
+        for (key, count) in finished.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
+            out.sample("curfew_runs_total", [("job", key.job), ("outcome", key.word)], count)
+        }
+        out.family("curfew_run_expirations_total", "counter", "Runs whose grant expired, by job and reason.")
+        for (key, count) in expirations.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
+            out.sample("curfew_run_expirations_total", [("job", key.job), ("reason", key.word)], count)
+        }
+        out.family("curfew_run_retries_total", "counter", "Runs started as a retry of a failed one, by job.")
+        for (job, count) in retries.sorted(by: { $0.key < $1.key }) { out.sample("curfew_run_retries_total", [("job", job)], count) }
+        out.family("curfew_run_duration_seconds", "histogram", "How long runs took, from start to end, by job.")
+        for (job, histogram) in durations.sorted(by: { $0.key < $1.key }) {
+            var cumulative: UInt64 = 0
+            for (bound, count) in zip(Self.durationBounds, histogram.counts) {
+                cumulative &+= count
+                out.sample("curfew_run_duration_seconds_bucket", [("job", job), ("le", Exposition.number(bound))], cumulative)
+            }
+            out.sample("curfew_run_duration_seconds_bucket", [("job", job), ("le", "+Inf")], histogram.count)
+            out.sample("curfew_run_duration_seconds_sum", [("job", job)], histogram.sum)
+            out.sample("curfew_run_duration_seconds_count", [("job", job)], histogram.count)
+        }
+        out.family("curfew_worker_starts_total", "counter", "Worker processes started for runs, forked by the fork server or spawned.")
+        out.sample("curfew_worker_starts_total", [("how", "forked")], workerStarts.forked)
+        out.sample("curfew_worker_starts_total", [("how", "spawned")], workerStarts.spawned)
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+@testable import CurfewHost
+
+/// `serve --metrics`: the exposition, the addresses it takes, and the HTTP
+/// server facing whatever connects.
+@Suite struct MetricsFormatTests {
+    @Test func addressesAreLoopbackUnlessSaidOtherwise() {
+        #expect(MetricsAddress("9464") == .tcp(host: "127.0.0.1", port: 9464))
+        #expect(MetricsAddress("127.0.0.1:9464") == .tcp(host: "127.0.0.1", port: 9464))
+        #expect(MetricsAddress("[::1]:0") == .tcp(host: "::1", port: 0))
+        #expect(MetricsAddress("/run/curfew/metrics.sock") == .local(path: "/run/curfew/metrics.sock"))
+        #expect(MetricsAddress("0.0.0.0:9464")?.isExposed == true)
+        #expect(MetricsAddress("127.0.0.1:9464")?.isExposed == false)
+        for bad in ["", ":", "host:", "::1:9464", "127.0.0.1:65536", "127.0.0.1:-1", "[::1]9464", "relative/path", "9464x"] {
+            #expect(MetricsAddress(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func labelValuesAreEscapedAndNumbersPlain() {
+        var out = Exposition()
+        out.family("x_total", "counter", "X.")
+        out.sample("x_total", [("job", "a\"b\\c\nd")], UInt64(3))
+        out.sample("x_total", [("le", "+Inf")], 0.25)
+        #expect(out.text == "# HELP x_total X.\n# TYPE x_total counter\nx_total{job=\"a\\\"b\\\\c\\nd\"} 3\nx_total{le=\"+Inf\"} 0.25\n")
+        #expect(Exposition.number(.infinity) == "+Inf" && Exposition.number(.nan) == "NaN" && Exposition.number(1e20) == "1e+20")
+    }
+
+    @Test func theCommandLineTakesMetrics() throws {
+        guard case .serve(let options) = try Invocation(parsing: ["serve", "f", "--metrics", "9464"]) else {
+            Issue.record("not serve")
+            return
+        }
+        #expect(options.metrics == .tcp(host: "127.0.0.1", port: 9464))
+        #expect(throws: UsageError.self) { try Invocation(parsing: ["serve", "f", "--metrics", "localhost:9464"]) }
+        guard case .control(let control) = try Invocation(parsing: ["metrics"]) else {
+            Issue.record("not control")
+            return
+        }
+        #expect(control.metrics && control.action == nil)
+    }
+}
+
+extension ProcessTests.First {
+    @Suite(.timeLimit(.minutes(2))) struct MetricsServeTests {
+        /// One HTTP/1.0 exchange on loopback: what came back, whole.
+        static func fetch(_ port: UInt16, _ request: String) throws -> String {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(fd) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard connected == 0 else { throw POSIXError(.ECONNREFUSED) }
+            _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            var answer: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = recv(fd, &buffer, buffer.count, 0)
+                if count <= 0 { break }
+                answer += buffer[..<count]
+            }
+            return String(decoding: answer, as: UTF8.self)
+        }
+
+        /// A connection that says nothing, held open (connected without
+        /// waiting: a full listen queue must not hang the test).
+        static func idle(_ port: UInt16) -> Int32 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            return fd
+        }
+
+        final class Count: Sendable {
+            let value = Atomic<Int>(0)
+            func load(ordering _: AtomicLoadOrdering) -> Int { value.load(ordering: .relaxed) }
+        }
+
+        func served() async throws -> (Server, MetricsServer, Count) {
+            let folder = Fixtures.temporaryFolder("served")
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("condition_jobs.c"), toPath: folder + "/jobs.so")
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(
+                Array(#"{"defaults": {"enabled": false}, "jobs": {"once": {"enabled": true, "every": "200ms", "budget": "2s"}}}"#.utf8), file: "test.json")
+            let finished = Count()
+            let server = try Server(options: options, onEvent: { event, _ in
+                if case .finished = event { finished.value.add(1, ordering: .relaxed) }
+            }, onNotice: { _ in })
+            let metrics = try MetricsServer(address: .tcp(host: "127.0.0.1", port: 0)) { MetricsServer.page($0, of: server) }
+            try server.start()
+            return (server, metrics, finished)
+        }
+
+        func until(_ done: () -> Bool) async throws {
+            let give = ContinuousClock.now + .seconds(30)
+            while !done() && ContinuousClock.now < give { try await Task.sleep(for: .milliseconds(5)) }
+        }
+
+        /// A scrape taken while a job runs every 200 ms counts its runs, and
+        /// promtool (Prometheus' own checker) finds nothing wrong with it.
+        @Test func aScrapeCountsRunsAndPassesPromtool() async throws {
+            let (server, metrics, finished) = try await served()
+            try await until { finished.load(ordering: .relaxed) >= 2 }
+            let port = try #require(metrics.port)
+            let answer = try Self.fetch(port, "GET /metrics HTTP/1.0\r\n\r\n")
+            #expect(answer.hasPrefix("HTTP/1.1 200 OK"), "\(answer.prefix(200))")
+            #expect(answer.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"))
+            let body = String(answer[try #require(answer.range(of: "\r\n\r\n")).upperBound...])
+            #expect(body.contains("curfew_runs_total{job=\"once\",outcome=\"completed\"} "), "\(body)")
+            #expect(body.contains("curfew_run_duration_seconds_count{job=\"once\"} "))
+            #expect(body.contains("curfew_jobs{state=\"idle\"} "))
+            if let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: promtool)
+                process.arguments = ["check", "metrics"]
+                let input = Pipe()
+                let output = Pipe()
+                process.standardInput = input
+                process.standardOutput = output
+                process.standardError = output
+                try process.run()
+                input.fileHandleForWriting.write(Data(body.utf8))
+                try input.fileHandleForWriting.close()
+                let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                process.waitUntilExit()
+                #expect(process.terminationStatus == 0, "promtool: \(said)")
+            } else {
+                // CI installs Debian's prometheus: there, a missing promtool fails.
+                #expect(ProcessInfo.processInfo.environment["CI"] == nil, "promtool is not installed")
+            }
+            metrics.stop()
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// Whatever connects: no method but GET and HEAD, no body, no
+        /// request line or headers past 16 KiB, 1,000 idle connections and a
+        /// client that dribbles; the host runs on and answers each time.
+        @Test func hostileClientsNeitherCrashNorStallTheHost() async throws {
+            let (server, metrics, finished) = try await served()
+            let port = try #require(metrics.port)
+            #expect(try Self.fetch(port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").hasPrefix("HTTP/1.1 405"))
+            #expect(try Self.fetch(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello").hasPrefix("HTTP/1.1 413"))
+            let huge = try Self.fetch(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + String(repeating: "a", count: 64 << 10) + "\r\n\r\n")
+            #expect(huge.isEmpty || huge.hasPrefix("HTTP/1.1 4"), "\(huge.prefix(100))")
+            let garbage = try Self.fetch(port, "\u{1}\u{2}not http at all\r\n\r\n")
+            #expect(garbage.isEmpty || garbage.hasPrefix("HTTP/1.1 400"), "\(garbage.prefix(100))")
+            #expect(try Self.fetch(port, "GET /nothing HTTP/1.0\r\n\r\n").hasPrefix("HTTP/1.1 404"))
+            // 1,000 connections that say nothing, and one that sends a byte now and then.
+            let idle = (0..<1000).map { _ in Self.idle(port) }
+            defer { idle.forEach { close($0) } }
+            let slow = Self.idle(port)
+            defer { close(slow) }
+            for byte in "GET /met".utf8 {
+                var one = byte
+                _ = send(slow, &one, 1, Int32(MSG_NOSIGNAL))
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            // The host runs on: more runs end, and its control socket answers.
+            let before = finished.load(ordering: .relaxed)
+            try await until { finished.load(ordering: .relaxed) >= before + 2 }
+            #expect(finished.load(ordering: .relaxed) >= before + 2)
+            #expect(server.answer(Array(#"{"command": "metrics"}"#.utf8)).contains("curfew_runs_total"))
+            // Once they go, the page answers again.
+            idle.forEach { shutdown($0, Int32(SHUT_RDWR)) }
+            var answered = false
+            let give = ContinuousClock.now + .seconds(20)
+            while !answered && ContinuousClock.now < give {
+                answered = (try? Self.fetch(port, "GET /metrics HTTP/1.0\r\n\r\n"))?.hasPrefix("HTTP/1.1 200") == true
+                if !answered { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(answered)
+            metrics.stop()
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+    }
+}
