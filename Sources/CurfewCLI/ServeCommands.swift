@@ -51,6 +51,7 @@ extension CurfewMain {
     static func control(_ options: ControlOptions) -> Int32 {
         let console = Console(json: options.json)
         let path = options.socket.map(absolute) ?? ControlSocket.clientPath()
+        if let events = options.events { return Self.events(events, json: options.json, path: path, console: console) }
         var request = JSONLine("command", options.action?.verb ?? (options.metrics ? "metrics" : "status"))
         if let job = options.action?.job { request.add("job", job) }
         if case .runOnce(_, let parameters, let at)? = options.action {
@@ -140,6 +141,56 @@ extension CurfewMain {
             console.human("\(name)  " + parts.joined(separator: ", "))
         }
         return ExitCode.success
+    }
+}
+
+extension CurfewMain {
+    /// `curfew events`: the host's lines as they come, as JSON or one
+    /// line each for a person.
+    static func events(_ events: EventsRequest, json: Bool, path: String, console: Console) -> Int32 {
+        var request = JSONLine("command", "events")
+        if let job = events.job { request.add("job", job) }
+        if events.follow { request.addRaw("follow", "true") }
+        var refused: String?
+        do throws(CurfewError) {
+            try ControlSocket.stream(path: path, request: request.text, follows: events.follow) { bytes in
+                guard let value = try? JSONReader.parse(Array(bytes)) else { return }
+                if value["ok"] == .bool(false) {
+                    refused = value["error"]?.stringValue ?? "the host refused"
+                    return
+                }
+                if json {
+                    console.machine(Untrusted.line(String(decoding: bytes, as: UTF8.self)))
+                } else {
+                    console.human(Untrusted.line(eventText(value)))
+                }
+            }
+        } catch {
+            console.error("Error: \(Untrusted.line(error.description))")
+            return ExitCode.failure
+        }
+        if let refused {
+            console.error("Error: \(Untrusted.line(refused))")
+            return ExitCode.failure
+        }
+        return ExitCode.success
+    }
+
+    /// One event for a person: its time, what happened, the job and the rest.
+    static func eventText(_ value: JSONValue) -> String {
+        let time = value["time"]?.integerValue.map { TimeZones.local().stamp($0.multipliedClamped(by: 1000)) } ?? "?"
+        var parts = [time, value["event"]?.stringValue ?? "?"]
+        if let job = value["job"]?.stringValue { parts.append(job) }
+        for key in ["outcome", "reason", "level", "message", "completed", "total", "after", "target", "for", "conditions", "line"] {
+            guard let field = value[key] else { continue }
+            switch field {
+            case .string(let text): parts.append(text)
+            case .number(let digits): parts.append("\(key) \(digits)")
+            case .array(let items): parts.append(items.compactMap(\.stringValue).joined(separator: ", "))
+            default: break
+            }
+        }
+        return parts.joined(separator: "  ")
     }
 }
 

@@ -64,8 +64,20 @@ public struct ControlOptions: Equatable, Sendable {
     public var action: Server.Command?
     /// `curfew metrics`: the host's metrics, not its status.
     public var metrics = false
+    /// `curfew events`: its events (`nil`: not asked for).
+    public var events: EventsRequest?
     public var json = false
     public var socket: String?
+
+    public init() {}
+}
+
+/// What `curfew events` asks for.
+public struct EventsRequest: Equatable, Sendable {
+    /// Stay, printing each event as it comes, until the host stops.
+    public var follow = false
+    /// Only this job's events (`nil`: every event, the host's notices too).
+    public var job: String?
 
     public init() {}
 }

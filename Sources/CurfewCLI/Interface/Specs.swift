@@ -306,6 +306,38 @@ enum Specs {
             return .control(options)
         })
 
+    struct EventsDraft: Sendable {
+        var options = ControlOptions()
+        var request = EventsRequest()
+    }
+
+    static let events = SubcommandSpec.make(
+        .events, summary: "Print a serving host's recent events, or follow them as they come.", usage: "curfew events",
+        discussion: [
+            "Runs started and finished (with outcome and reason), logs, progress,",
+            "expirations, runs waiting for their conditions, and the host's notices",
+            "(schedules, reloads, app-state moves): the last 1,000, then with --follow",
+            "each as it comes, until the host stops. A reader more than 1 MiB behind is",
+            "cut off with a notice; the host never waits for one.",
+        ],
+        options: [
+            .flag("--follow", help: "Stay, and print each event as it comes.", \EventsDraft.request.follow),
+            .flag("--json", help: "Print each event as the host sends it: a JSON line.", \EventsDraft.options.json),
+            OptionSpec(["--job"], value: "name", help: "Only this job's events.") { draft, given throws(UsageError) in
+                guard JobNaming.isValidName(given.text) else { throw given.invalid("a job name is 1 to 64 of a-z, 0-9, '.', '_', '-'") }
+                draft.request.job = given.text
+            },
+            socketOption.within(\EventsDraft.options.socket),
+        ],
+        exitStatus: [("0", "done, or the host stopped"), ("1", "no host serves on the socket, or it refused"), ("64", "usage error")],
+        start: { EventsDraft() },
+        positional: { _, word throws(UsageError) in throw UsageError("Unexpected argument '\(word)'", command: .events) },
+        finish: { draft in
+            var options = draft.options
+            options.events = draft.request
+            return .control(options)
+        })
+
     static let ctl = SubcommandSpec.make(
         .ctl, summary: "Tell a serving host to run, cancel, pause or resume a job, to rescan, or to change its app state.",
         usage: "curfew ctl (run | cancel | pause | resume) <job> | curfew ctl (reload | foreground | background)",
@@ -654,7 +686,7 @@ enum Specs {
     static let help = SubcommandSpec.make(
         .help, summary: "Show subcommand help information, the manual page (--man) or the reference (--markdown).",
         usage: "curfew help [<subcommand> | --man | --markdown]",
-        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, metrics, ctl, list, test, new, state, history, calendar or completions.")],
+        arguments: [("<subcommand>", "The subcommand to describe: run, serve, status, metrics, events, ctl, list, test, new, state, history, calendar or completions.")],
         options: [
             .flag("--man", help: "Print curfew(1), the manual page: every subcommand's help, in roff.", \HelpDraft.manual),
             .flag("--markdown", help: "Print the command-line reference, docs/cli.md: every subcommand's help, in Markdown.", \HelpDraft.markdown),

@@ -1,6 +1,6 @@
 /// The subcommands.
 public enum Subcommand: String, CaseIterable, Sendable {
-    case run, serve, status, metrics, ctl, list, test, new, state, history, calendar, completions, help
+    case run, serve, status, metrics, events, ctl, list, test, new, state, history, calendar, completions, help
 
     /// What the subcommand is, says and takes: the one description its
     /// parsing, `--help`, the man page, the completions and docs/cli.md
@@ -11,6 +11,7 @@ public enum Subcommand: String, CaseIterable, Sendable {
         case .serve: Specs.serve
         case .status: Specs.status
         case .metrics: Specs.metrics
+        case .events: Specs.events
         case .ctl: Specs.ctl
         case .list: Specs.list
         case .test: Specs.test

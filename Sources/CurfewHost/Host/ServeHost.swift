@@ -130,7 +130,10 @@ public final class ServeHost: Sendable {
             server = try Server(
                 options: serverOptions, onEvent: { [events] event, time in events(.run(event, at: time)) },
                 onNotice: { [events] notice in events(.notice(notice)) })
-            socket = try ControlSocket(path: options.socketPath, refused: { [events] in events(.notice(.warning($0))) }) { request in
+            socket = try ControlSocket(
+                path: options.socketPath, refused: { [events] in events(.notice(.warning($0))) },
+                takes: { request, client in server.takeReader(request, client: client) }
+            ) { request in
                 server.answer(request)
             }
         } catch {

@@ -61,11 +61,13 @@ extension Server {
             return Self.failure("the request is not JSON: \(error.message)")
         }
         guard case .object(let members) = value else { return Self.failure("the request must be an object") }
-        for member in members where !["command", "job", "params", "at"].contains(member.key) {
+        for member in members where !["command", "job", "params", "at", "follow"].contains(member.key) {
             return Self.failure("unknown key \"\(Reason.cut(member.key, to: 64))\" in the request")
         }
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
         if verb == "status" { return status() }
+        // Answered here only when the stream did not take the reader (``takeReader(_:_:)``).
+        if verb == "events" { return Self.failure("at most \(EventStream.maximumReaders) readers follow the events at once") }
         if verb == "metrics" {
             var line = JSONLine("metrics", metricsText())
             line.addRaw("ok", "true")
@@ -111,6 +113,26 @@ extension Server {
             at = WallTime(milliseconds: milliseconds)
         }
         return (Command.runOnce(job, parameters: parameters, at: at), "")
+    }
+
+    /// Takes the client of an `events` request as a reader of the event
+    /// stream (the kept events, then each new one with `"follow": true`):
+    /// whether it did. A request that is not one, or is malformed, is left
+    /// to ``answer(_:)``.
+    public func takeReader(_ request: [UInt8], client: Int32) -> Bool {
+        guard let value = try? JSONReader.parse(request), value["command"]?.stringValue == "events" else { return false }
+        guard case .object(let members) = value, members.allSatisfy({ ["command", "job", "follow"].contains($0.key) }) else { return false }
+        var job: String?
+        if let given = value["job"] {
+            guard let name = given.stringValue, JobNaming.isValidName(name) else { return false }
+            job = name
+        }
+        var follows = false
+        if let given = value["follow"] {
+            guard case .bool(let flag) = given else { return false }
+            follows = flag
+        }
+        return eventStream.attach(client, job: job, follows: follows)
     }
 
     private func status() -> String {

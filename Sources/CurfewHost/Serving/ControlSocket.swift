@@ -50,7 +50,7 @@ public final class ControlSocket: Sendable {
         }
 
         /// Answers each request with `handle` until closed.
-        func run(_ handle: @Sendable ([UInt8]) -> String) {
+        func run(_ handle: @Sendable ([UInt8]) -> String, takes: (@Sendable ([UInt8], Int32) -> Bool)?) {
             while true {
                 ready.wait()
                 let next = waiting.withLock { state -> (client: Int32, request: [UInt8])?? in
@@ -62,7 +62,7 @@ public final class ControlSocket: Sendable {
                 }
                 guard let next else { continue }
                 guard let next else { return }
-                ControlSocket.reply(next.client, handle(next.request))
+                if takes?(next.request, next.client) != true { ControlSocket.reply(next.client, handle(next.request)) }
                 count.subtract(1, ordering: .relaxed)
             }
         }
@@ -155,6 +155,7 @@ public final class ControlSocket: Sendable {
     ///     job of the host (an operator wants to know a job tried).
     public init(
         path: String, refusesJobs: Bool = true, refused: @escaping @Sendable (String) -> Void = { _ in },
+        takes: (@Sendable (_ request: [UInt8], _ client: Int32) -> Bool)? = nil,
         handle: @escaping @Sendable (_ request: [UInt8]) -> String
     ) throws(CurfewError) {
         self.path = path
@@ -183,7 +184,7 @@ public final class ControlSocket: Sendable {
         let owner = Syscalls.userID
         let host = refusesJobs ? Syscalls.processID : nil
         let answering = Answers()
-        let started = OSThread.detach({ answering.run(handle) }) && OSThread.detach {
+        let started = OSThread.detach({ answering.run(handle, takes: takes) }) && OSThread.detach {
             Self.serve(listening: fd, closed: closed, owner: owner, host: host, refused: refused, answering: answering)
         }
         guard started else {
@@ -382,6 +383,45 @@ public final class ControlSocket: Sendable {
         }
         if let end = answer.firstIndex(of: UInt8(ascii: "\n")) { return Array(answer[..<end]) }
         throw CurfewError(.unreadable, "the host on \(path) closed the connection without an answer")
+    }
+
+    /// Sends `request` and hands `line` each line the host sends until it
+    /// closes the connection (`curfew events`): within ``answerTimeout`` in
+    /// all, unless `follows`, when it goes on until the host ends the stream.
+    /// Each line is at most 1 MiB; a longer one ends the reading.
+    public static func stream(path: String, request: String, follows: Bool, line: (ArraySlice<UInt8>) -> Void) throws(CurfewError) {
+        if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
+        let deadline = ContinuousClock.now + answerTimeout
+        let fd = try connect(path, by: deadline)
+        defer { Syscalls.close(fd) }
+        if let server = Syscalls.peerUserID(fd), server != Syscalls.userID, server != 0,
+            (try? Syscalls.linkStatus(Syscalls.folder(of: path)))?.owner != server
+        {
+            throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
+        }
+        Syscalls.setSendTimeout(fd, answerTimeout)
+        send(fd, request)
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let wait: Int32
+            if follows {
+                wait = -1
+            } else {
+                guard let left = milliseconds(until: deadline) else { throw timedOut(path) }
+                wait = left
+            }
+            guard Syscalls.waitForInput(fd, milliseconds: wait) else { continue }
+            guard let count = try? Syscalls.receive(fd, into: &buffer), count > 0 else { break }
+            pending += buffer[..<count]
+            var start = pending.startIndex
+            while let end = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                line(pending[start..<end])
+                start = end + 1
+            }
+            pending.removeFirst(start - pending.startIndex)
+            guard pending.count <= 1 << 20 else { break }
+        }
     }
 
     private static func timedOut(_ path: String) -> CurfewError {

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewFormats
 import Dispatch
 import Synchronization
 
@@ -71,6 +72,8 @@ public final class Server: @unchecked Sendable {
     public let lifecycle: AppLifecycle
     private let queue = DispatchQueue(label: "curfew.serve", target: SerialQueue.host)
     private let onEvent: @Sendable (RunEvent, CurfewInstant) -> Void
+    /// What `curfew events` reads.
+    let eventStream: EventStream
     private let onNotice: @Sendable (Notice) -> Void
 
     private var config: ServeConfig
@@ -190,9 +193,26 @@ public final class Server: @unchecked Sendable {
             machine.storagePaths = [options.run.state.map { Syscalls.folder(of: $0.path) }, Syscalls.temporaryFolder].compactMap { $0 }
         }
         self.machine = machine
-        self.onEvent = onEvent
-        self.onNotice = onNotice
+        // Every event and notice goes to the followers of `curfew events` too.
+        let stream = EventStream()
+        let wall = options.wallClock
+        self.eventStream = stream
+        self.onEvent = { event, time in
+            onEvent(event, time)
+            // Stamped when it happened, not when it reached the server.
+            let now = MonotonicClock().now().nanoseconds
+            let ago = now > time.nanoseconds ? now - time.nanoseconds : 0
+            let at = WallTime(milliseconds: wall().milliseconds &- Int64(clamping: ago / 1_000_000))
+            let line = EventStream.line(event, at: at)
+            stream.publish(line.text, job: line.job)
+        }
+        self.onNotice = { notice in
+            onNotice(notice)
+            stream.publish(EventStream.line(notice, at: wall()), job: nil)
+        }
     }
+
+    deinit { eventStream.close() }
 
     /// Refuses what serve cannot do: a job in process could never load a
     /// replaced plugin's new code.
@@ -885,7 +905,14 @@ public final class Server: @unchecked Sendable {
                 }
                 let unmet = needs.unmet(on: reading)
                 if !unmet.isEmpty {
-                    if heldFor.updateValue(unmet, forKey: name) == nil { held.append(name) }
+                    if heldFor.updateValue(unmet, forKey: name) == nil {
+                        held.append(name)
+                        var line = JSONLine("event", "waiting")
+                        line.add("time", options.wallClock().milliseconds)
+                        line.add("job", name)
+                        line.add("for", unmet.map(\.rawValue))
+                        eventStream.publish(line.text, job: name)
+                    }
                     continue
                 }
             }
@@ -1109,6 +1136,8 @@ public final class Server: @unchecked Sendable {
     private func finishStopIfIdle() {
         guard stopping, active.isEmpty, let done = onStopped else { return }
         onStopped = nil
+        // Followers have heard the last run end: their streams end with the host.
+        eventStream.close()
         done()
     }
 

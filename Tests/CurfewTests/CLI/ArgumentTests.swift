@@ -27,6 +27,8 @@ import Testing
                                       next.
               metrics                 Print a serving host's metrics in Prometheus' text
                                       exposition format.
+              events                  Print a serving host's recent events, or follow them
+                                      as they come.
               ctl                     Tell a serving host to run, cancel, pause or resume a
                                       job, to rescan, or to change its app state.
               list                    List plugins, their jobs, and the files rejected with

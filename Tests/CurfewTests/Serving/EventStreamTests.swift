@@ -1,0 +1,128 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+
+@testable import Curfew
+@testable import CurfewCLI
+@testable import CurfewFormats
+@testable import CurfewHost
+
+/// `curfew events`: the kept lines, the followers, and the reader that
+/// never reads.
+@Suite(.timeLimit(.minutes(1))) struct EventStreamTests {
+    /// Reads `fd` to its end: the lines it carried.
+    static func readAll(_ fd: Int32) -> [String] {
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            bytes += buffer[..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
+    @Test func aReaderGetsTheKeptLinesOfItsJobThenTheEnd() throws {
+        let stream = EventStream()
+        defer { stream.close() }
+        for index in 0..<(EventStream.recentLimit + 5) { stream.publish("{\"n\":\(index)}", job: index % 2 == 0 ? "even" : "odd") }
+        let pair = try Syscalls.socketPair(.stream)
+        #expect(stream.attach(pair[0], job: "odd", follows: false))
+        let lines = Self.readAll(pair[1])
+        close(pair[1])
+        // The last 1,000 kept, of which the odd ones, oldest first.
+        #expect(lines.count == EventStream.recentLimit / 2)
+        #expect(lines.first == "{\"n\":5}" && lines.last == "{\"n\":1003}")
+    }
+
+    /// Before, a follower that never read would have held every line the
+    /// host made. It gets at most 1 MiB, then a notice, then the end;
+    /// publishing never waits for it.
+    @Test func aReaderThatNeverReadsIsCutOff() throws {
+        let stream = EventStream()
+        defer { stream.close() }
+        let pair = try Syscalls.socketPair(.stream)
+        #expect(stream.attach(pair[0], job: nil, follows: true))
+        let line = "{\"event\":\"log\",\"message\":\"" + String(repeating: "x", count: 1000) + "\"}"
+        for _ in 0..<3000 { stream.publish(line, job: "j") }  // 3 MB
+        let lines = Self.readAll(pair[1])
+        close(pair[1])
+        #expect(lines.last?.contains("\"event\":\"cut-off\"") == true, "\(lines.last ?? "none")")
+        // 1 MiB held for it, and what the socket's own buffers took: not 3 MB.
+        #expect(lines.count > 100 && lines.count < 1600, "lines: \(lines.count)")
+        #expect(lines.dropLast().allSatisfy { $0 == line }, "whole lines only")
+    }
+
+    @Test func atMostSixteenReadersFollow() throws {
+        let stream = EventStream()
+        defer { stream.close() }
+        var ends: [Int32] = []
+        defer { ends.forEach { close($0) } }
+        for _ in 0..<EventStream.maximumReaders {
+            let pair = try Syscalls.socketPair(.stream)
+            ends.append(pair[1])
+            #expect(stream.attach(pair[0], job: nil, follows: true))
+        }
+        let pair = try Syscalls.socketPair(.stream)
+        defer { close(pair[0]); close(pair[1]) }
+        let taken = stream.attach(pair[0], job: nil, follows: true)
+        #expect(!taken)
+    }
+}
+
+extension ProcessTests.First {
+    @Suite(.timeLimit(.minutes(2))) struct EventFollowTests {
+        /// `curfew events --follow --json` over a real control socket: a
+        /// job's runs start and end in order, each stamped when it happened;
+        /// the stream ends when the host stops.
+        @Test func aFollowerSeesRunsStartAndEnd() async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("condition_jobs.c"), toPath: folder + "/jobs.so")
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.config = try ServeConfig.parse(
+                Array(#"{"defaults": {"enabled": false}, "jobs": {"once": {"enabled": true, "every": "200ms", "budget": "2s"}}}"#.utf8), file: "test.json")
+            let server = try Server(options: options, onEvent: { _, _ in }, onNotice: { _ in })
+            let path = Fixtures.temporaryFolder("socket") + "/serve.sock"
+            let socket = try ControlSocket(path: path, refusesJobs: false, takes: { server.takeReader($0, client: $1) }) { server.answer($0) }
+            defer { socket.close() }
+            let seen = Mutex<[(line: String, at: Int64)]>([])
+            let reading = Task.detached {
+                try ControlSocket.stream(path: path, request: #"{"command":"events","follow":true,"job":"once"}"#, follows: true) { bytes in
+                    seen.withLock { $0.append((String(decoding: bytes, as: UTF8.self), WallTime.now().milliseconds)) }
+                }
+            }
+            try server.start()
+            let give = ContinuousClock.now + .seconds(30)
+            while seen.withLock({ $0.filter { $0.line.contains("\"event\":\"finished\"") }.count }) < 2 && ContinuousClock.now < give {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+            try await reading.value  // ended by the host's stop
+            let lines = seen.withLock { $0 }
+            let kinds = lines.compactMap { line -> String? in
+                guard let value = try? JSONReader.parse(Array(line.line.utf8)) else { return nil }
+                #expect(value["job"]?.stringValue == "once", "only its job's: \(line.line)")
+                return value["event"]?.stringValue
+            }
+            let runs = kinds.filter { $0 == "started" || $0 == "finished" }
+            #expect(runs.count >= 4 && runs.prefix(4) == ["started", "finished", "started", "finished"], "\(kinds)")
+            // Each stamped when it happened: never after it arrived.
+            for line in lines {
+                let value = try #require(try? JSONReader.parse(Array(line.line.utf8)) as JSONValue?)
+                let time = try #require(value["time"]?.integerValue)
+                #expect(time <= line.at)
+            }
+        }
+
+        @Test func theCommandLineAsksForEvents() throws {
+            guard case .control(let options) = try Invocation(parsing: ["events", "--follow", "--job", "tally", "--json"]) else {
+                Issue.record("not control")
+                return
+            }
+            #expect(options.events?.follow == true && options.events?.job == "tally" && options.json)
+            #expect(throws: UsageError.self) { try Invocation(parsing: ["events", "--job", "Not A Name"]) }
+        }
+    }
+}
