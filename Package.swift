@@ -47,9 +47,11 @@ let package = Package(
         // SQLite, from Debian's libsqlite3-dev: the state store (checkpoints, history).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         // libmicrohttpd, from Debian's libmicrohttpd-dev: the HTTP side of
-        // `serve --metrics`, so no parser of ours faces the network; the C
-        // glue calls its variadic start, which Swift cannot.
-        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // `serve --metrics`, so no parser of ours faces the network. Its
+        // header only: the C glue loads it when asked (it brings GnuTLS,
+        // which no worker should pay for) and calls its variadic start,
+        // which Swift cannot.
+        .systemLibrary(name: "CMicroHTTPD", providers: [.apt(["libmicrohttpd-dev"])]),
         .target(name: "_CurfewHTTP", dependencies: ["CMicroHTTPD"]),
         // Formats: the readers every outside text goes through (JSON, worker
         // messages, manifests, sizes and durations) and the line writer: pure,

@@ -223,9 +223,13 @@ struct ServeOutput: Sendable {
             reporter.notice(.info("serving \(CurfewMain.pathList(folders)); control socket \(socketPath)"))
             service.ready(server)
         case .metrics(let address, let port):
-            var at = address.description
-            if case .tcp(let host, 0) = address, let port { at = MetricsAddress.tcp(host: host, port: port).description }
-            reporter.notice(.info("metrics at http://\(at)/metrics" + (address.isExposed ? " (reachable from other machines)" : "")))
+            switch address {
+            case .tcp(let host, let given):
+                let at = MetricsAddress.tcp(host: host, port: given == 0 ? port ?? 0 : given)
+                reporter.notice(.info("metrics at http://\(at)/metrics" + (address.isExposed ? " (reachable from other machines)" : "")))
+            case .local(let path):
+                reporter.notice(.info("metrics at /metrics over HTTP on the Unix socket \(path)"))
+            }
         case .processes(let setup):
             reporter.notice(.info(RunOutput.text(setup)))
         case .stopping(let reason):

@@ -50,14 +50,16 @@ public enum MetricsAddress: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// `curfew serve --metrics`: a read-only HTTP server (libmicrohttpd, on a
-/// thread of its own) that answers `GET /metrics` with the host's metrics.
-/// Bounded: at most ``maximumConnections`` at once, each cut off after
+/// `curfew serve --metrics`: a read-only HTTP server (libmicrohttpd, loaded
+/// when one starts, on a thread of its own) that answers `GET /metrics`
+/// with the host's metrics. Bounded: at most ``maximumConnections`` at
+/// once and ``maximumPerAddress`` from one address, each cut off after
 /// ``idleTimeoutSeconds`` without progress, a request's line and headers
 /// held to ``maximumRequestBytes``; a body is never read.
 public final class MetricsServer: @unchecked Sendable {
     // Safe because `handle` is used by `stop` only, once (`stopped`).
-    public static let maximumConnections: UInt32 = 256
+    public static let maximumConnections: UInt32 = 32
+    public static let maximumPerAddress: UInt32 = 8
     public static let idleTimeoutSeconds: UInt32 = 10
     public static let maximumRequestBytes = 16 << 10
 
@@ -83,27 +85,24 @@ public final class MetricsServer: @unchecked Sendable {
     private let pages: Unmanaged<Pages>
     /// The TCP port it listens on (the one the system chose for port 0).
     public let port: UInt16?
-    private let socketPath: String?
+    /// The Unix socket it made, to remove at the stop while it is still that file.
+    private let socketFile: (path: String, device: UInt64, inode: UInt64)?
     private let stopped = Atomic<Bool>(false)
 
     public init(address: MetricsAddress, page: @escaping @Sendable (String) -> Page) throws(CurfewError) {
-        let fd: Int32
-        do throws(SystemError) {
-            switch address {
-            case .tcp(let host, let port): fd = try Syscalls.listenTCP(host: host, port: port, backlog: 128)
-            case .local(let path):
-                // A socket a last server left is replaced; any other file is not.
-                if let status = try? Syscalls.linkStatus(path), status.isSocket, status.owner == Syscalls.userID { try? Syscalls.unlink(path) }
-                fd = try Syscalls.listenLocal(at: path, backlog: 128)
-            }
-        } catch {
-            throw CurfewError(.unreadable, "cannot listen for metrics on \(address): \(error.message)")
+        if let problem = curfew_http_load() {
+            throw CurfewError(.unreadable, "cannot serve metrics: \(String(cString: problem))")
         }
+        let fd = try Self.listen(address)
         port = Syscalls.localPort(fd)
-        if case .local(let path) = address { socketPath = path } else { socketPath = nil }
+        if case .local(let path) = address, let status = try? Syscalls.linkStatus(path) {
+            socketFile = (path, status.device, status.inode)
+        } else {
+            socketFile = nil
+        }
         let pages = Unmanaged.passRetained(Pages(page))
         let started = curfew_http_start(
-            fd, Self.maximumConnections, Self.idleTimeoutSeconds, Self.maximumRequestBytes,
+            fd, Self.maximumConnections, Self.maximumPerAddress, Self.idleTimeoutSeconds, Self.maximumRequestBytes,
             { context, path, reply in
                 let pages = Unmanaged<Pages>.fromOpaque(context!).takeUnretainedValue()
                 let page = pages.page(path.map { String(cString: $0) } ?? "/")
@@ -113,12 +112,34 @@ public final class MetricsServer: @unchecked Sendable {
                 }
             }, pages.toOpaque())
         guard let started else {
+            // Not closed here: libmicrohttpd may have closed it as it failed,
+            // and a second close could close another thread's new descriptor.
             pages.release()
-            Syscalls.close(fd)
             throw CurfewError(.unreadable, "cannot serve metrics on \(address): libmicrohttpd did not start")
         }
         handle = started
         self.pages = pages
+    }
+
+    /// A listening socket at `address`. A Unix socket's path may hold only
+    /// a socket no server answers on (one a stopped host left), which is replaced.
+    private static func listen(_ address: MetricsAddress) throws(CurfewError) -> Int32 {
+        if case .local(let path) = address, let status = try? Syscalls.linkStatus(path) {
+            guard status.isSocket else { throw CurfewError(.unreadable, "\(path) exists and is not a socket; it was left as it is") }
+            if let live = try? Syscalls.connectLocal(to: path, by: nil) {
+                Syscalls.close(live)
+                throw CurfewError(.unreadable, "another server answers on \(path); choose another --metrics path")
+            }
+            try? Syscalls.unlink(path)
+        }
+        do throws(SystemError) {
+            switch address {
+            case .tcp(let host, let port): return try Syscalls.listenTCP(host: host, port: port, backlog: 128)
+            case .local(let path): return try Syscalls.listenLocal(at: path, backlog: 128)
+            }
+        } catch {
+            throw CurfewError(.unreadable, "cannot listen for metrics on \(address): \(error.message)")
+        }
     }
 
     /// Stops serving; no page is asked for after it returns.
@@ -126,7 +147,12 @@ public final class MetricsServer: @unchecked Sendable {
         guard !stopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         curfew_http_stop(handle)
         pages.release()
-        if let socketPath { try? Syscalls.unlink(socketPath) }
+        // Only the socket this server made: a file put there since is not its own.
+        if let socketFile, let status = try? Syscalls.linkStatus(socketFile.path), status.device == socketFile.device,
+            status.inode == socketFile.inode
+        {
+            try? Syscalls.unlink(socketFile.path)
+        }
     }
 }
 

@@ -2,8 +2,9 @@ import Curfew
 
 /// What `curfew serve` counts, kept on the server's queue and written in
 /// Prometheus' text exposition format (`curfew metrics`). Labels are job
-/// names, outcomes and reasons, never run ids: a series per job, bounded by
-/// the jobs the host has served.
+/// names (`curfew_job`: Prometheus sets `job` to the scrape's own),
+/// outcomes and reasons, never run ids: a series per job, bounded by the
+/// jobs the host has served.
 struct ServeMetrics {
     /// Upper bounds of the run-duration histogram's buckets, in seconds.
     static let durationBounds: [Double] = [0.01, 0.1, 1, 10, 60, 300, 1800, 3600]
@@ -31,6 +32,9 @@ struct ServeMetrics {
     private(set) var finished: [Outcome: UInt64] = [:]
     private(set) var expirations: [Outcome: UInt64] = [:]
     private(set) var durations: [String: Histogram] = [:]
+    /// Runs that failed, crashed or were terminated since the job's last
+    /// that completed or expired, by job.
+    private(set) var failuresInARow: [String: UInt64] = [:]
     private(set) var workerStarts: (forked: UInt64, spawned: UInt64) = (0, 0)
 
     mutating func runStarted(_ job: String, isRetry: Bool) {
@@ -41,7 +45,13 @@ struct ServeMetrics {
     mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: (forked: Int, spawned: Int)) {
         finished[Outcome(job: result.job, word: result.outcome.rawValue), default: 0] &+= 1
         if let reason { expirations[Outcome(job: result.job, word: reason.rawValue), default: 0] &+= 1 }
-        durations[result.job, default: Histogram()].observe(max(0, result.elapsed.seconds))
+        switch result.outcome {
+        case .failed, .crashed, .terminated: failuresInARow[result.job, default: 0] &+= 1
+        case .completed, .expired: failuresInARow[result.job] = 0
+        default: break
+        }
+        // A refused run never ran: no duration of its own.
+        if result.outcome != .refused { durations[result.job, default: Histogram()].observe(max(0, result.elapsed.seconds)) }
         workerStarts.forked &+= UInt64(max(0, workers.forked))
         workerStarts.spawned &+= UInt64(max(0, workers.spawned))
     }
@@ -92,31 +102,34 @@ struct Exposition {
 }
 
 extension ServeMetrics {
-    /// The job-level families, written into `out`.
-    func write(into out: inout Exposition) {
+    /// The job-level families, written into `out`; failures in a row for
+    /// each of `jobs` (those served now).
+    func write(into out: inout Exposition, jobs: [String]) {
         out.family("curfew_runs_started_total", "counter", "Runs started, by job.")
-        for (job, count) in started.sorted(by: { $0.key < $1.key }) { out.sample("curfew_runs_started_total", [("job", job)], count) }
+        for (job, count) in started.sorted(by: { $0.key < $1.key }) { out.sample("curfew_runs_started_total", [("curfew_job", job)], count) }
         out.family("curfew_runs_total", "counter", "Runs ended, by job and outcome.")
         for (key, count) in finished.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
-            out.sample("curfew_runs_total", [("job", key.job), ("outcome", key.word)], count)
+            out.sample("curfew_runs_total", [("curfew_job", key.job), ("outcome", key.word)], count)
         }
         out.family("curfew_run_expirations_total", "counter", "Runs whose grant expired, by job and reason.")
         for (key, count) in expirations.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
-            out.sample("curfew_run_expirations_total", [("job", key.job), ("reason", key.word)], count)
+            out.sample("curfew_run_expirations_total", [("curfew_job", key.job), ("reason", key.word)], count)
         }
         out.family("curfew_run_retries_total", "counter", "Runs started as a retry of a failed one, by job.")
-        for (job, count) in retries.sorted(by: { $0.key < $1.key }) { out.sample("curfew_run_retries_total", [("job", job)], count) }
+        for (job, count) in retries.sorted(by: { $0.key < $1.key }) { out.sample("curfew_run_retries_total", [("curfew_job", job)], count) }
         out.family("curfew_run_duration_seconds", "histogram", "How long runs took, from start to end, by job.")
         for (job, histogram) in durations.sorted(by: { $0.key < $1.key }) {
             var cumulative: UInt64 = 0
             for (bound, count) in zip(Self.durationBounds, histogram.counts) {
                 cumulative &+= count
-                out.sample("curfew_run_duration_seconds_bucket", [("job", job), ("le", Exposition.number(bound))], cumulative)
+                out.sample("curfew_run_duration_seconds_bucket", [("curfew_job", job), ("le", Exposition.number(bound))], cumulative)
             }
-            out.sample("curfew_run_duration_seconds_bucket", [("job", job), ("le", "+Inf")], histogram.count)
-            out.sample("curfew_run_duration_seconds_sum", [("job", job)], histogram.sum)
-            out.sample("curfew_run_duration_seconds_count", [("job", job)], histogram.count)
+            out.sample("curfew_run_duration_seconds_bucket", [("curfew_job", job), ("le", "+Inf")], histogram.count)
+            out.sample("curfew_run_duration_seconds_sum", [("curfew_job", job)], histogram.sum)
+            out.sample("curfew_run_duration_seconds_count", [("curfew_job", job)], histogram.count)
         }
+        out.family("curfew_job_consecutive_failures", "gauge", "Runs of each job that failed, crashed or were terminated since its last that completed or expired.")
+        for job in jobs { out.sample("curfew_job_consecutive_failures", [("curfew_job", job)], failuresInARow[job] ?? 0) }
         out.family("curfew_worker_starts_total", "counter", "Worker processes started for runs, forked by the fork server or spawned.")
         out.sample("curfew_worker_starts_total", [("how", "forked")], workerStarts.forked)
         out.sample("curfew_worker_starts_total", [("how", "spawned")], workerStarts.spawned)

@@ -356,18 +356,9 @@ public final class ControlSocket: Sendable {
     /// Sends `request` to the host serving on `path` and returns its answer
     /// line, all within ``answerTimeout``.
     public static func ask(path: String, request: String) throws(CurfewError) -> [UInt8] {
-        if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
         let deadline = ContinuousClock.now + answerTimeout
-        let fd = try connect(path, by: deadline)
+        let fd = try open(path, request: request, by: deadline)
         defer { Syscalls.close(fd) }
-        // The kernel's word on who answers: this user, root, or the socket folder's owner (a service's user).
-        if let server = Syscalls.peerUserID(fd), server != Syscalls.userID, server != 0,
-            (try? Syscalls.linkStatus(Syscalls.folder(of: path)))?.owner != server
-        {
-            throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
-        }
-        Syscalls.setSendTimeout(fd, answerTimeout)
-        send(fd, request)
         var answer: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         // Each read is searched for the end, not the whole answer again: a
@@ -390,17 +381,9 @@ public final class ControlSocket: Sendable {
     /// all, unless `follows`, when it goes on until the host ends the stream.
     /// Each line is at most 1 MiB; a longer one ends the reading.
     public static func stream(path: String, request: String, follows: Bool, line: (ArraySlice<UInt8>) -> Void) throws(CurfewError) {
-        if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
         let deadline = ContinuousClock.now + answerTimeout
-        let fd = try connect(path, by: deadline)
+        let fd = try open(path, request: request, by: deadline)
         defer { Syscalls.close(fd) }
-        if let server = Syscalls.peerUserID(fd), server != Syscalls.userID, server != 0,
-            (try? Syscalls.linkStatus(Syscalls.folder(of: path)))?.owner != server
-        {
-            throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
-        }
-        Syscalls.setSendTimeout(fd, answerTimeout)
-        send(fd, request)
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
@@ -422,6 +405,23 @@ public final class ControlSocket: Sendable {
             pending.removeFirst(start - pending.startIndex)
             guard pending.count <= 1 << 20 else { break }
         }
+    }
+
+    /// A connection to the host on `path`, checked, with `request` sent:
+    /// the caller reads the answer and closes it.
+    private static func open(_ path: String, request: String, by deadline: ContinuousClock.Instant) throws(CurfewError) -> Int32 {
+        if let why = distrust(path) { throw CurfewError(.insecure, "refusing to ask \(path): \(why)") }
+        let fd = try connect(path, by: deadline)
+        // The kernel's word on who answers: this user, root, or the socket folder's owner (a service's user).
+        if let server = Syscalls.peerUserID(fd), server != Syscalls.userID, server != 0,
+            (try? Syscalls.linkStatus(Syscalls.folder(of: path)))?.owner != server
+        {
+            Syscalls.close(fd)
+            throw CurfewError(.insecure, "refusing to ask \(path): uid \(server) answers there, neither you nor its folder's owner")
+        }
+        Syscalls.setSendTimeout(fd, answerTimeout)
+        send(fd, request)
+        return fd
     }
 
     private static func timedOut(_ path: String) -> CurfewError {

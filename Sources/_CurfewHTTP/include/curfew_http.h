@@ -16,11 +16,16 @@ typedef void (*curfew_http_handler)(void *context, const char *path, curfew_http
 /* Copies `length` bytes of `body` for the answer. */
 void curfew_http_reply_set(curfew_http_reply *reply, unsigned status, const char *content_type, const void *body, size_t length);
 
+/* Loads libmicrohttpd (once): NULL when it is there, else why not. */
+const char *curfew_http_load(void);
+
 /* Serves on `listen_fd` (bound and listening; the server closes it when
- * stopped) on a thread of its own: at most `connections` at once, each cut
- * off after `timeout_seconds` without progress, a request's line and headers
- * held to `memory_limit` bytes. NULL with errno when it cannot start. */
-void *curfew_http_start(int listen_fd, unsigned connections, unsigned timeout_seconds, size_t memory_limit,
+ * stopped, and may close it when it fails to start) on a thread of its
+ * own: at most `connections` at once and `per_address` from one address,
+ * each cut off after `timeout_seconds` without progress, a request's line
+ * and headers held to `memory_limit` bytes. NULL with errno when it cannot
+ * start. */
+void *curfew_http_start(int listen_fd, unsigned connections, unsigned per_address, unsigned timeout_seconds, size_t memory_limit,
                         curfew_http_handler handler, void *context);
 
 /* Stops the server: once it returns, no handler call runs or starts. */

@@ -123,8 +123,10 @@ extension ProcessTests.First {
             #expect(answer.hasPrefix("HTTP/1.1 200 OK"), "\(answer.prefix(200))")
             #expect(answer.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"))
             let body = String(answer[try #require(answer.range(of: "\r\n\r\n")).upperBound...])
-            #expect(body.contains("curfew_runs_total{job=\"once\",outcome=\"completed\"} "), "\(body)")
-            #expect(body.contains("curfew_run_duration_seconds_count{job=\"once\"} "))
+            #expect(body.contains("curfew_runs_total{curfew_job=\"once\",outcome=\"completed\"} "), "\(body)")
+            #expect(body.contains("curfew_run_duration_seconds_count{curfew_job=\"once\"} "))
+            #expect(body.contains("curfew_job_consecutive_failures{curfew_job=\"once\"} 0"))
+            #expect(body.contains("curfew_job_period_seconds{curfew_job=\"once\"} 0.2"))
             #expect(body.contains("curfew_jobs{state=\"idle\"} "))
             if let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
                 let process = Process()
@@ -147,6 +149,25 @@ extension ProcessTests.First {
             }
             metrics.stop()
             await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// A Unix socket's path: one a live server answers on, or a file
+        /// that is not a socket, is not taken; the socket goes with the stop.
+        @Test func aUnixSocketPathIsCheckedAndRemoved() throws {
+            let path = Fixtures.temporaryFolder("metrics") + "/metrics.sock"
+            let page: @Sendable (String) -> MetricsServer.Page = { _ in MetricsServer.Page(status: 200, contentType: "text/plain", body: "x") }
+            let first = try MetricsServer(address: .local(path: path), page: page)
+            #expect(throws: CurfewError.self) { try MetricsServer(address: .local(path: path), page: page) }
+            first.stop()
+            #expect(!FileManager.default.fileExists(atPath: path))
+            try "not a socket".write(toFile: path, atomically: true, encoding: .utf8)
+            do {
+                _ = try MetricsServer(address: .local(path: path), page: page)
+                Issue.record("took a file that is not a socket")
+            } catch {
+                #expect(error.description.contains("exists and is not a socket"))
+            }
+            #expect(FileManager.default.fileExists(atPath: path), "left as it was")
         }
 
         /// Whatever connects: no method but GET and HEAD, no body, no
