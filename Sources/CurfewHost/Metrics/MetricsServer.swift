@@ -157,12 +157,13 @@ public final class MetricsServer: @unchecked Sendable {
 }
 
 extension MetricsServer {
-    /// What `serve --metrics` answers: `/metrics`, the host's metrics; any
-    /// other path, 404.
+    /// What `serve --metrics` answers: `/metrics`, the host's metrics; `/`,
+    /// the status page; any other path, 404.
     public static func page(_ path: String, of server: Server) -> Page {
         switch path {
         case "/metrics": Page(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: server.metricsText())
-        default: Page(status: 404, contentType: "text/plain; charset=utf-8", body: "Not found: the metrics are at /metrics.\n")
+        case "/": Page(status: 200, contentType: "text/html; charset=utf-8", body: server.statusPage())
+        default: Page(status: 404, contentType: "text/plain; charset=utf-8", body: "Not found: the status page is at /, the metrics at /metrics.\n")
         }
     }
 }

@@ -36,13 +36,19 @@ struct ServeMetrics {
     /// that completed or expired, by job.
     private(set) var failuresInARow: [String: UInt64] = [:]
     private(set) var workerStarts: (forked: UInt64, spawned: UInt64) = (0, 0)
+    /// The last runs, for the status page's timeline, oldest first.
+    private(set) var recentRuns: [StatusPage.Run] = []
+    static let recentRunLimit = 5000
 
     mutating func runStarted(_ job: String, isRetry: Bool) {
         started[job, default: 0] &+= 1
         if isRetry { retries[job, default: 0] &+= 1 }
     }
 
-    mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: (forked: Int, spawned: Int)) {
+    mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: (forked: Int, spawned: Int), at end: WallTime) {
+        let start = WallTime(milliseconds: end.milliseconds &- result.elapsed.milliseconds)
+        recentRuns.append(StatusPage.Run(job: result.job, started: start, ended: end, outcome: result.outcome.rawValue))
+        if recentRuns.count > Self.recentRunLimit + Self.recentRunLimit / 4 { recentRuns.removeFirst(recentRuns.count - Self.recentRunLimit) }
         finished[Outcome(job: result.job, word: result.outcome.rawValue), default: 0] &+= 1
         if let reason { expirations[Outcome(job: result.job, word: reason.rawValue), default: 0] &+= 1 }
         switch result.outcome {

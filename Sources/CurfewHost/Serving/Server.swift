@@ -556,6 +556,19 @@ public final class Server: @unchecked Sendable {
         return text
     }
 
+    /// The status page (`/` on the metrics address): a snapshot from the
+    /// server's queue, written off it.
+    public func statusPage() -> String {
+        let (states, runs) = queue.sync { (currentStates(), metrics.recentRuns) }
+        let now = options.wallClock()
+        // A run going now shows on the timeline too, to the present.
+        let running = states.compactMap { state -> StatusPage.Run? in
+            guard state.running != nil, let since = state.entry.runningSince else { return nil }
+            return StatusPage.Run(job: state.job, started: since, ended: now, outcome: "running")
+        }
+        return StatusPage.html(states: states, runs: runs + running, now: now)
+    }
+
     /// Calls `answer` from the server's queue with every job's state, and
     /// whether the server is stopping: a check of the server's health (a
     /// queue that is stuck never answers), for a service manager's watchdog.
@@ -1108,7 +1121,7 @@ public final class Server: @unchecked Sendable {
         for problem in run.runner.stateProblems { storeFailed(problem) }
         if stopping, let result, result.outcome == .terminated || result.outcome == .crashed { uncleanAtStop.append(name) }
         if let result {
-            metrics.runEnded(result, expiredBy: run.notes.expiredBy.withLock { $0 }, workers: run.runner.workerStarts)
+            metrics.runEnded(result, expiredBy: run.notes.expiredBy.withLock { $0 }, workers: run.runner.workerStarts, at: clock.wallTime(clock.now()))
             let requested = run.notes.delay.withLock { $0 }
             if let requested, requested < Schedule.minimumGap, flooredRequests.insert(name).inserted {
                 onNotice(.info("'\(name)' asked for its next run in \(requested); runs are at least 100 ms apart (said once)"))

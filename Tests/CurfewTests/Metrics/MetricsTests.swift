@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Glibc
 import Synchronization
@@ -128,7 +129,7 @@ extension ProcessTests.First {
             #expect(body.contains("curfew_job_consecutive_failures{curfew_job=\"once\"} 0"))
             #expect(body.contains("curfew_job_period_seconds{curfew_job=\"once\"} 0.2"))
             #expect(body.contains("curfew_jobs{state=\"idle\"} "))
-            if let promtool = ["/usr/bin/promtool", "/usr/local/bin/promtool"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) {
+            if let promtool = Self.tool("promtool") {
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: promtool)
                 process.arguments = ["check", "metrics"]
@@ -143,11 +144,108 @@ extension ProcessTests.First {
                 let said = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
                 process.waitUntilExit()
                 #expect(process.terminationStatus == 0, "promtool: \(said)")
-            } else {
-                // CI installs Debian's prometheus: there, a missing promtool fails.
-                #expect(ProcessInfo.processInfo.environment["CI"] == nil, "promtool is not installed")
             }
             metrics.stop()
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// The programs a test needs that CI installs: a missing one fails
+        /// there, and skips the check elsewhere.
+        static func tool(_ name: String) -> String? {
+            let found = ["/usr/bin/", "/usr/local/bin/"].map { $0 + name }.first { FileManager.default.isExecutableFile(atPath: $0) }
+            if found == nil { #expect(ProcessInfo.processInfo.environment["CI"] == nil, "\(name) is not installed") }
+            return found
+        }
+
+        /// Runs `path` with `arguments`, up to `limit`: its output and status.
+        static func run(_ path: String, _ arguments: [String], limit: Duration = .seconds(60)) throws -> (status: Int32, output: String) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: path)
+            process.arguments = arguments
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let timer = DispatchSource.makeTimerSource()
+            timer.schedule(deadline: .now() + .milliseconds(Int(limit.milliseconds)))
+            timer.setEventHandler { process.terminate() }
+            timer.activate()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            timer.cancel()
+            return (process.terminationStatus, text)
+        }
+
+        /// A TCP port no one listens on now.
+        static func freePort() throws -> UInt16 {
+            let fd = try Syscalls.listenTCP(host: "127.0.0.1", port: 0, backlog: 1)
+            defer { close(fd) }
+            return try #require(Syscalls.localPort(fd))
+        }
+
+        /// Headless Chromium loads the status page: a row per job and a
+        /// mark per run in its DOM, and a screenshot of it.
+        @Test func chromiumShowsTheJobsAndTheTimeline() async throws {
+            let (server, metrics, finished) = try await served()
+            defer { metrics.stop() }
+            try await until { finished.load(ordering: .relaxed) >= 2 }
+            let port = try #require(metrics.port)
+            let page = try Self.fetch(port, "GET / HTTP/1.0\r\n\r\n")
+            #expect(page.contains("<tr data-job=\"once\">") && page.contains("<rect class=\"run\" data-job=\"once\""), "\(page.prefix(300))")
+            #expect(page.contains("Content-Security-Policy: default-src 'none'"))
+            if let chromium = Self.tool("chromium") {
+                let profile = Fixtures.temporaryFolder("chromium")
+                let flags = ["--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=\(profile)", "--no-first-run"]
+                let dom = try Self.run(chromium, flags + ["--dump-dom", "http://127.0.0.1:\(port)/"])
+                #expect(dom.status == 0)
+                #expect(dom.output.contains("<tr data-job=\"once\">"), "\(dom.output.prefix(300))")
+                let marks = dom.output.components(separatedBy: "<rect class=\"run\" data-job=\"once\"").count - 1
+                #expect(marks >= 2, "a mark per run: \(marks)")
+                let shot = profile + "/status.png"
+                let taken = try Self.run(chromium, flags + ["--screenshot=\(shot)", "--window-size=1200,400", "http://127.0.0.1:\(port)/"])
+                #expect(taken.status == 0)
+                let png = try Data(contentsOf: URL(fileURLWithPath: shot))
+                #expect(png.count > 1000 && png.prefix(4) == Data([0x89, 0x50, 0x4E, 0x47]), "a PNG")
+            }
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+        }
+
+        /// A real Prometheus scrapes the host on loopback; its query API
+        /// then has curfew_runs_total for the job that ran.
+        @Test func prometheusScrapesTheHost() async throws {
+            guard let prometheus = Self.tool("prometheus") else { return }
+            let (server, metrics, finished) = try await served()
+            defer { metrics.stop() }
+            try await until { finished.load(ordering: .relaxed) >= 1 }
+            let port = try #require(metrics.port)
+            let folder = Fixtures.temporaryFolder("prometheus")
+            let web = try Self.freePort()
+            try """
+                global: {scrape_interval: 1s}
+                scrape_configs:
+                  - job_name: curfew
+                    static_configs: [{targets: ["127.0.0.1:\(port)"]}]
+                """.write(toFile: folder + "/prometheus.yml", atomically: true, encoding: .utf8)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: prometheus)
+            process.arguments = [
+                "--config.file=\(folder)/prometheus.yml", "--storage.tsdb.path=\(folder)/data", "--web.listen-address=127.0.0.1:\(web)",
+            ]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer {
+                process.terminate()
+                process.waitUntilExit()
+            }
+            var answer = ""
+            let give = ContinuousClock.now + .seconds(60)
+            while !answer.contains("\"curfew_job\":\"once\"") && ContinuousClock.now < give {
+                try await Task.sleep(for: .milliseconds(250))
+                answer = (try? Self.fetch(web, "GET /api/v1/query?query=curfew_runs_total HTTP/1.0\r\n\r\n")) ?? ""
+            }
+            #expect(answer.contains("\"__name__\":\"curfew_runs_total\""), "\(answer.suffix(300))")
+            #expect(answer.contains("\"curfew_job\":\"once\""))
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
@@ -210,5 +308,26 @@ extension ProcessTests.First {
             metrics.stop()
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
+    }
+}
+
+/// The status page: every job's row and a mark per run, escaped, with
+/// nothing to load or run.
+@Suite struct StatusPageTests {
+    @Test func thePageHasARowPerJobAndAMarkPerRun() {
+        let now = WallTime(milliseconds: 1_800_000_000_000)
+        func at(_ seconds: Int64) -> WallTime { WallTime(milliseconds: now.milliseconds - seconds * 1000) }
+        let runs = [
+            StatusPage.Run(job: "tally", started: at(600), ended: at(590), outcome: "completed"),
+            StatusPage.Run(job: "tally", started: at(300), ended: at(299), outcome: "failed"),
+            StatusPage.Run(job: "report", started: at(100), ended: at(40), outcome: "expired"),
+            // Older than the window: not shown.
+            StatusPage.Run(job: "tally", started: at(8 * 3600), ended: at(8 * 3600 - 5), outcome: "completed"),
+        ]
+        let svg = StatusPage.timeline(jobs: ["tally", "report"], runs: runs.filter { $0.ended.milliseconds >= at(6 * 3600).milliseconds }, from: at(6 * 3600), to: now)
+        #expect(svg.components(separatedBy: "<rect class=\"run\"").count - 1 == 3)
+        #expect(svg.contains("data-job=\"report\" data-outcome=\"expired\""))
+        #expect(StatusPage.escaped("<a href=\"x\">&'") == "&lt;a href=&quot;x&quot;&gt;&amp;&#39;")
+        #expect(StatusPage.format(12.345) == "12.3" && StatusPage.format(7) == "7")
     }
 }
