@@ -152,6 +152,7 @@ extension CurfewMain {
         if let job = events.job { request.add("job", job) }
         if events.follow { request.addRaw("follow", "true") }
         var refused: String?
+        let zone = TimeZones.local()
         do throws(CurfewError) {
             try ControlSocket.stream(path: path, request: request.text, follows: events.follow) { bytes in
                 guard let value = try? JSONReader.parse(Array(bytes)) else { return }
@@ -159,10 +160,14 @@ extension CurfewMain {
                     refused = value["error"]?.stringValue ?? "the host refused"
                     return
                 }
+                if value["event"]?.stringValue == "cut-off" {
+                    refused = "this reader fell too far behind and was cut off; events were lost"
+                    return
+                }
                 if json {
                     console.machine(Untrusted.line(String(decoding: bytes, as: UTF8.self)))
                 } else {
-                    console.human(Untrusted.line(eventText(value)))
+                    console.human(Untrusted.line(eventText(value, zone: zone)))
                 }
             }
         } catch {
@@ -177,8 +182,8 @@ extension CurfewMain {
     }
 
     /// One event for a person: its time, what happened, the job and the rest.
-    static func eventText(_ value: JSONValue) -> String {
-        let time = value["time"]?.integerValue.map { TimeZones.local().stamp($0.multipliedClamped(by: 1000)) } ?? "?"
+    static func eventText(_ value: JSONValue, zone: ZoneRules) -> String {
+        let time = value["time"]?.integerValue.map { zone.stamp($0.multipliedClamped(by: 1000)) } ?? "?"
         var parts = [time, value["event"]?.stringValue ?? "?"]
         if let job = value["job"]?.stringValue { parts.append(job) }
         for key in ["outcome", "reason", "level", "message", "completed", "total", "after", "target", "for", "conditions", "line"] {

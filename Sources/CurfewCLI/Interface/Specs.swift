@@ -314,11 +314,11 @@ enum Specs {
     static let events = SubcommandSpec.make(
         .events, summary: "Print a serving host's recent events, or follow them as they come.", usage: "curfew events",
         discussion: [
-            "Runs started and finished (with outcome and reason), logs, progress,",
-            "expirations, runs waiting for their conditions, and the host's notices",
-            "(schedules, reloads, app-state moves): the last 1,000, then with --follow",
-            "each as it comes, until the host stops. A reader more than 1 MiB behind is",
-            "cut off with a notice; the host never waits for one.",
+            "Runs started and finished (with outcome and reason), logs, expirations,",
+            "runs waiting for their conditions, plugins' output and the host's notices",
+            "(schedules, reloads, app-state moves): the newest kept ones (up to 1,000),",
+            "then with --follow each as it comes, progress too, until the host stops.",
+            "A reader more than 1 MiB behind is cut off; the host never waits for one.",
         ],
         options: [
             .flag("--follow", help: "Stay, and print each event as it comes.", \EventsDraft.request.follow),
@@ -329,7 +329,9 @@ enum Specs {
             },
             socketOption.within(\EventsDraft.options.socket),
         ],
-        exitStatus: [("0", "done, or the host stopped"), ("1", "no host serves on the socket, or it refused"), ("64", "usage error")],
+        exitStatus: [
+            ("0", "done, or the host stopped"), ("1", "no host serves on the socket, it refused, or this reader was cut off"), ("64", "usage error"),
+        ],
         start: { EventsDraft() },
         positional: { _, word throws(UsageError) in throw UsageError("Unexpected argument '\(word)'", command: .events) },
         finish: { draft in

@@ -71,14 +71,16 @@ public struct JSONLine: Sendable {
         return out
     }
 
-    /// Whether `text` has a byte a JSON string must escape: a byte loop
-    /// over its storage (a checkpoint's base64 is megabytes long).
+    /// Whether `text` may have a scalar a line escapes: a byte loop over
+    /// its storage (a checkpoint's base64 is megabytes long). 0xC2 and 0xE2
+    /// lead the C1 controls and the line and bidi separators.
     private static func needsEscape(_ text: String) -> Bool {
+        func flagged(_ byte: UInt8) -> Bool { byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xC2 || byte == 0xE2 }
         func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-            for byte in bytes where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F { return true }
+            for byte in bytes where flagged(byte) { return true }
             return false
         }
-        return text.utf8.withContiguousStorageIfAvailable(check) ?? text.utf8.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0x7F }
+        return text.utf8.withContiguousStorageIfAvailable(check) ?? text.utf8.contains(where: flagged)
     }
 
     /// Appends `text` to `out` as a JSON string.
@@ -95,7 +97,11 @@ public struct JSONLine: Sendable {
                 case "\n": out += "\\n"
                 case "\r": out += "\\r"
                 case "\t": out += "\\t"
-                case _ where scalar.value < 0x20 || scalar.value == 0x7F:
+                // Controls, and what a terminal or an editor reading the line
+                // would act on (C1 controls, line separators, bidi overrides),
+                // escaped: a line carries plugin text.
+                case _ where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || (0x2028...0x202E).contains(scalar.value)
+                    || (0x2066...0x2069).contains(scalar.value):
                     let hex = String(scalar.value, radix: 16)
                     out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
                 default: out.unicodeScalars.append(scalar)

@@ -66,8 +66,13 @@ extension Server {
         }
         guard let verb = value["command"]?.stringValue else { return Self.failure("the request has no \"command\"") }
         if verb == "status" { return status() }
-        // Answered here only when the stream did not take the reader (``takeReader(_:_:)``).
-        if verb == "events" { return Self.failure("at most \(EventStream.maximumReaders) readers follow the events at once") }
+        // Answered here only when the stream did not take the reader (``takeReader(_:client:)``).
+        if verb == "events" {
+            switch Self.eventsRequest(value) {
+            case .failure(let problem): return Self.failure(problem.description)
+            case .success: return Self.failure("at most \(EventStream.maximumReaders) readers read the events at once, or the host is stopping")
+            }
+        }
         if verb == "metrics" {
             var line = JSONLine("metrics", metricsText())
             line.addRaw("ok", "true")
@@ -120,19 +125,29 @@ extension Server {
     /// whether it did. A request that is not one, or is malformed, is left
     /// to ``answer(_:)``.
     public func takeReader(_ request: [UInt8], client: Int32) -> Bool {
-        guard let value = try? JSONReader.parse(request), value["command"]?.stringValue == "events" else { return false }
-        guard case .object(let members) = value, members.allSatisfy({ ["command", "job", "follow"].contains($0.key) }) else { return false }
+        guard let value = try? JSONReader.parse(request), value["command"]?.stringValue == "events",
+            case .success(let asked) = Self.eventsRequest(value)
+        else { return false }
+        return eventStream.attach(client, job: asked.job, follows: asked.follows)
+    }
+
+    /// An `events` request's job (`nil`: every event) and whether it follows, or what is wrong with it.
+    static func eventsRequest(_ value: JSONValue) -> Result<(job: String?, follows: Bool), CurfewError> {
+        guard case .object(let members) = value else { return .failure(CurfewError(.badConfig, "the request must be an object")) }
+        if let key = members.first(where: { !["command", "job", "follow"].contains($0.key) })?.key {
+            return .failure(CurfewError(.badConfig, "events takes \"job\" and \"follow\", not \"\(Reason.cut(key, to: 64))\""))
+        }
         var job: String?
         if let given = value["job"] {
-            guard let name = given.stringValue, JobNaming.isValidName(name) else { return false }
+            guard let name = given.stringValue, JobNaming.isValidName(name) else { return .failure(CurfewError(.badConfig, "\"job\" must be a job name")) }
             job = name
         }
         var follows = false
         if let given = value["follow"] {
-            guard case .bool(let flag) = given else { return false }
+            guard case .bool(let flag) = given else { return .failure(CurfewError(.badConfig, "\"follow\" must be true or false")) }
             follows = flag
         }
-        return eventStream.attach(client, job: job, follows: follows)
+        return .success((job, follows))
     }
 
     private func status() -> String {

@@ -377,11 +377,12 @@ public final class ControlSocket: Sendable {
     }
 
     /// Sends `request` and hands `line` each line the host sends until it
-    /// closes the connection (`curfew events`): within ``answerTimeout`` in
-    /// all, unless `follows`, when it goes on until the host ends the stream.
-    /// Each line is at most 1 MiB; a longer one ends the reading.
+    /// closes the connection (`curfew events`): each read within
+    /// ``answerTimeout`` of the last, unless `follows`, when it waits as long
+    /// as the host keeps the stream. Each line is at most 1 MiB; a longer
+    /// one ends the reading.
     public static func stream(path: String, request: String, follows: Bool, line: (ArraySlice<UInt8>) -> Void) throws(CurfewError) {
-        let deadline = ContinuousClock.now + answerTimeout
+        var deadline = ContinuousClock.now + answerTimeout
         let fd = try open(path, request: request, by: deadline)
         defer { Syscalls.close(fd) }
         var pending: [UInt8] = []
@@ -396,6 +397,8 @@ public final class ControlSocket: Sendable {
             }
             guard Syscalls.waitForInput(fd, milliseconds: wait) else { continue }
             guard let count = try? Syscalls.receive(fd, into: &buffer), count > 0 else { break }
+            // A reader slow to print (a pager) is not the host being slow.
+            deadline = ContinuousClock.now + answerTimeout
             pending += buffer[..<count]
             var start = pending.startIndex
             while let end = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {

@@ -2,16 +2,24 @@ import Curfew
 import CurfewFormats
 import Synchronization
 
-/// `curfew events`: the host's events as JSON lines, the last
-/// ``recentLimit`` kept for a reader that asks, each new one sent to every
-/// reader following, like `journalctl -f`. Publishing never waits for a
-/// reader: each has a buffer of at most ``readerBufferLimit`` bytes, which
-/// one thread drains into its socket as the socket takes it; a reader that
-/// falls that far behind is sent a notice and cut off.
+/// `curfew events`: the host's events as JSON lines, the last ones kept
+/// (at most ``recentLimit`` lines and ``recentBytesLimit`` bytes) for a
+/// reader that asks, each new one sent to every reader following, like
+/// `journalctl -f`. Publishing never waits for a reader: each has a buffer
+/// of at most ``readerBufferLimit`` bytes, which one thread drains into its
+/// socket as the socket takes it; a reader that falls that far behind is
+/// sent a notice and cut off. The writer thread alone closes readers'
+/// sockets, so no descriptor is closed while it may still use it.
 final class EventStream: Sendable {
     static let recentLimit = 1000
+    static let recentBytesLimit = 4 << 20
     static let readerBufferLimit = 1 << 20
     static let maximumReaders = 16
+    /// How long a reader that is done (cut off, or not following) may take
+    /// to read what is left before it is closed anyway.
+    static let closingGrace: Duration = .seconds(10)
+    /// The longest text one field of a line carries (a log, an output line, a reason).
+    static let fieldLimit = 8 << 10
 
     private final class Reader: @unchecked Sendable {
         // Safe because every field is used under `state`'s lock.
@@ -20,8 +28,10 @@ final class EventStream: Sendable {
         let follows: Bool
         var pending: [UInt8] = []
         var sent = 0
-        /// Cut off (too slow), or done (not following): closed once its buffer is out.
-        var closing = false
+        /// When it was cut off or found done: closed once its buffer is out, or after the grace.
+        var closingSince: ContinuousClock.Instant?
+        /// It shut its sending side: its socket is not read again.
+        var quiet = false
 
         init(fd: Int32, job: String?, follows: Bool) {
             self.fd = fd
@@ -36,42 +46,60 @@ final class EventStream: Sendable {
     }
 
     private struct State {
+        /// The kept lines from `head` on, oldest first.
         var recent: [Line] = []
-        var oldest = 0
+        var head = 0
+        var recentBytes = 0
         var readers: [Reader] = []
         var closed = false
     }
 
     private let state = Mutex(State())
-    /// Wakes the writer: a byte written when there is something to send.
+    /// Wakes the writer. Closed only in `deinit`: the writer thread holds
+    /// the stream until it leaves, so no one writes the pipe after.
     private let wake: [Int32]
+    /// Whether the writer runs (readers are taken only then).
+    private let running = Atomic<Bool>(false)
+    /// How many readers follow: lines only they would get are not made without one.
+    private let followers = Atomic<Int>(0)
 
     init() {
-        wake = (try? Syscalls.pipe()) ?? [-1, -1]
-        if wake[0] >= 0 {
-            Syscalls.setNonBlocking(wake[0])
-            Syscalls.setNonBlocking(wake[1])
-            let stream = self
-            if !OSThread.detach({ stream.write() }) {
-                Syscalls.close(wake[0])
-                Syscalls.close(wake[1])
-            }
-        }
+        let pipe = (try? Syscalls.pipe()) ?? []
+        wake = pipe.count == 2 ? pipe : []
+        guard wake.count == 2 else { return }
+        Syscalls.setNonBlocking(wake[0])
+        Syscalls.setNonBlocking(wake[1])
+        let stream = self
+        if OSThread.detach({ stream.write() }) { running.store(true, ordering: .releasing) }
     }
 
-    /// Keeps `line` (about `job`, if any) and queues it for each reader of it.
-    func publish(_ line: String, job: String?) {
+    deinit {
+        for fd in wake { Syscalls.close(fd) }
+    }
+
+    /// Whether a reader follows now.
+    var isFollowed: Bool { followers.load(ordering: .relaxed) > 0 }
+
+    /// Queues `line` (about `job`, if any) for each reader of it, and keeps
+    /// it for readers to come unless `keep` is false (progress, which would
+    /// crowd out the rest).
+    func publish(_ line: String, job: String?, keep: Bool = true) {
         let woke = state.withLock { state -> Bool in
             guard !state.closed else { return false }
-            let kept = Line(job: job, text: line)
-            if state.recent.count < Self.recentLimit {
-                state.recent.append(kept)
-            } else {
-                state.recent[state.oldest] = kept
-                state.oldest = (state.oldest + 1) % Self.recentLimit
+            if keep {
+                state.recent.append(Line(job: job, text: line))
+                state.recentBytes += line.utf8.count
+                while state.recent.count - state.head > Self.recentLimit || state.recentBytes > Self.recentBytesLimit {
+                    state.recentBytes -= state.recent[state.head].text.utf8.count
+                    state.head += 1
+                }
+                if state.head >= 1024 && state.head * 2 >= state.recent.count {
+                    state.recent.removeFirst(state.head)
+                    state.head = 0
+                }
             }
             var any = false
-            for reader in state.readers where reader.follows && !reader.closing && (reader.job == nil || reader.job == job) {
+            for reader in state.readers where reader.follows && reader.closingSince == nil && (reader.job == nil || reader.job == job) {
                 Self.queue(line, to: reader)
                 any = true
             }
@@ -81,44 +109,58 @@ final class EventStream: Sendable {
     }
 
     /// Takes `fd` as a reader of the events about `job` (all: `nil`): the
-    /// kept ones first, then, if it `follows`, each as it comes. `false`
-    /// (and `fd` left to the caller) when there are too many readers.
+    /// newest kept ones that fit half its buffer, oldest first, then, if it
+    /// `follows`, each as it comes. `false` (and `fd` left to the caller)
+    /// when there are too many readers, or the stream is closed.
     func attach(_ fd: Int32, job: String?, follows: Bool) -> Bool {
+        guard running.load(ordering: .acquiring) else { return false }
         let taken = state.withLock { state -> Bool in
             guard !state.closed, state.readers.count < Self.maximumReaders else { return false }
             let reader = Reader(fd: fd, job: job, follows: follows)
-            let ordered = state.recent[state.oldest...] + state.recent[..<state.oldest]
-            for line in ordered where job == nil || line.job == job { Self.queue(line.text, to: reader) }
-            if !follows { reader.closing = true }
+            var chosen: [String] = []
+            var bytes = 0
+            for line in state.recent[state.head...].reversed() where job == nil || line.job == job {
+                bytes += line.text.utf8.count + 1
+                if bytes > Self.readerBufferLimit / 2 { break }
+                chosen.append(line.text)
+            }
+            for text in chosen.reversed() { Self.queue(text, to: reader) }
+            if !follows { reader.closingSince = .now }
             state.readers.append(reader)
             return true
         }
         if taken {
-            Syscalls.setNonBlocking(fd)
+            if follows { followers.add(1, ordering: .relaxed) }
             poke()
         }
         return taken
     }
 
-    /// Closes every reader; publishing does nothing after.
+    /// Ends every reader's stream; publishing does nothing after. The
+    /// writer closes their sockets and leaves.
     func close() {
-        let readers = state.withLock { state -> [Reader] in
+        let readers = state.withLock { state -> [Reader]? in
+            guard !state.closed else { return nil }
             state.closed = true
-            defer { state.readers = [] }
             return state.readers
         }
-        for reader in readers { Syscalls.close(reader.fd) }
+        guard let readers else { return }
+        // Ends what a reader is blocked on; its descriptor stays the writer's to close.
+        for reader in readers { Syscalls.shutdownBoth(reader.fd) }
         poke()
     }
 
-    /// Appends `line` to `reader`'s buffer, or cuts it off past the limit.
+    /// Appends `line` to `reader`'s buffer; past the limit, drops what it
+    /// has not been sent (but the line going out) for a notice, and ends it.
     private static func queue(_ line: String, to reader: Reader) {
-        guard !reader.closing else { return }
+        guard reader.closingSince == nil else { return }
         if reader.pending.count - reader.sent + line.utf8.count + 1 > readerBufferLimit {
-            reader.pending.removeFirst(reader.sent)
-            reader.sent = 0
-            reader.pending += Array(#"{"event":"cut-off","message":"this reader fell more than 1 MiB behind; follow again"}"#.utf8) + [10]
-            reader.closing = true
+            let lineEnd = reader.pending[reader.sent...].firstIndex(of: 10).map { $0 + 1 } ?? reader.sent
+            // A line partly sent is finished, so the notice starts a line of its own.
+            let partial = reader.sent > 0 && reader.pending[reader.sent - 1] != 10
+            reader.pending.removeSubrange((partial ? lineEnd : reader.sent)...)
+            reader.pending += Array(#"{"event":"cut-off","message":"this reader fell more than 1 MiB behind; events were lost"}"#.utf8) + [10]
+            reader.closingSince = .now
             return
         }
         reader.pending += Array(line.utf8)
@@ -126,7 +168,7 @@ final class EventStream: Sendable {
     }
 
     private func poke() {
-        guard wake[1] >= 0 else { return }
+        guard wake.count == 2 else { return }
         var byte: UInt8 = 1
         _ = withUnsafeBytes(of: &byte) { try? Syscalls.write(wake[1], $0) }
     }
@@ -136,31 +178,30 @@ final class EventStream: Sendable {
     private func write() {
         var drain = [UInt8](repeating: 0, count: 256)
         while true {
-            let readers = state.withLock { state -> [Reader]? in state.closed ? nil : state.readers }
-            guard let readers else {
-                Syscalls.close(wake[0])
-                Syscalls.close(wake[1])
+            let (readers, closed) = state.withLock { state in (state.readers, state.closed) }
+            if closed {
+                for reader in readers { Syscalls.close(reader.fd) }
+                state.withLock { $0.readers = [] }
                 return
             }
             var entries = [Syscalls.PollEntry(wake[0])]
-            var watched: [Reader] = []
             for reader in readers {
-                let waiting = state.withLock { _ in reader.pending.count > reader.sent }
-                // A reader's socket is read only for its end (it sends nothing).
-                entries.append(Syscalls.PollEntry(reader.fd, input: true, output: waiting))
-                watched.append(reader)
+                let (waiting, quiet) = state.withLock { _ in (reader.pending.count > reader.sent, reader.quiet) }
+                entries.append(Syscalls.PollEntry(reader.fd, input: !quiet, output: waiting))
             }
             _ = Syscalls.poll(&entries, milliseconds: 1000)
             if entries[0].hasEvent { while (try? Syscalls.read(wake[0], into: &drain)) ?? 0 > 0 {} }
             var gone: [Reader] = []
-            for (index, reader) in watched.enumerated() {
+            for (index, reader) in readers.enumerated() {
                 let entry = entries[index + 1]
-                if entry.isClosed { gone.append(reader); continue }
                 if entry.isReadable {
-                    // A reader sends nothing after its request: what comes is its end, or dropped.
-                    let count = (try? Syscalls.receive(reader.fd, into: &drain, nonBlocking: true)) ?? -1
-                    if count == 0 { gone.append(reader); continue }
+                    // A reader sends nothing after its request: its end of sending
+                    // is no end of reading; more bytes are dropped.
+                    if ((try? Syscalls.receive(reader.fd, into: &drain, nonBlocking: true)) ?? -1) == 0 {
+                        state.withLock { _ in reader.quiet = true }
+                    }
                 }
+                if entry.isClosed && !entry.isWritable { gone.append(reader); continue }
                 let done = state.withLock { _ -> Bool in
                     while reader.pending.count > reader.sent {
                         let result = reader.pending[reader.sent...].withUnsafeBytes { bytes -> Result<Int, SystemError> in
@@ -182,18 +223,21 @@ final class EventStream: Sendable {
                         reader.pending.removeFirst(reader.sent)
                         reader.sent = 0
                     }
-                    return reader.closing && reader.pending.count <= reader.sent
+                    guard let since = reader.closingSince else { return false }
+                    return reader.pending.count <= reader.sent || ContinuousClock.now - since > Self.closingGrace
                 }
                 if done { gone.append(reader) }
             }
-            if !gone.isEmpty {
-                let closing = state.withLock { state -> [Reader] in
-                    let ids = Set(gone.map { ObjectIdentifier($0) })
-                    let leaving = state.readers.filter { ids.contains(ObjectIdentifier($0)) }
-                    state.readers.removeAll { ids.contains(ObjectIdentifier($0)) }
-                    return leaving
-                }
-                for reader in closing { Syscalls.close(reader.fd) }
+            guard !gone.isEmpty else { continue }
+            let leaving = state.withLock { state -> [Reader] in
+                let ids = Set(gone.map { ObjectIdentifier($0) })
+                let leaving = state.readers.filter { ids.contains(ObjectIdentifier($0)) }
+                state.readers.removeAll { ids.contains(ObjectIdentifier($0)) }
+                return leaving
+            }
+            for reader in leaving {
+                if reader.follows { followers.subtract(1, ordering: .relaxed) }
+                Syscalls.close(reader.fd)
             }
         }
     }
@@ -217,7 +261,7 @@ extension EventStream {
         case .log(let job, let level, let message):
             var out = line("log", job)
             out.add("level", level.description)
-            out.add("message", message)
+            out.add("message", Reason.cut(message, to: fieldLimit))
             return (out.text, job)
         case .progress(let job, let progress):
             var out = line("progress", job)
@@ -244,14 +288,14 @@ extension EventStream {
         case .finished(let result):
             var out = line("finished", result.job)
             out.add("outcome", result.outcome.rawValue)
-            out.add("reason", result.reason)
+            out.add("reason", Reason.cut(result.reason, to: fieldLimit))
             out.add("elapsed", result.elapsed.seconds)
             return (out.text, result.job)
         case .output(let plugin, let stream, let text):
             var out = line("output", nil)
             out.add("plugin", plugin)
             out.add("stream", stream)
-            out.add("line", text)
+            out.add("line", Reason.cut(text, to: fieldLimit))
             return (out.text, nil)
         }
     }
@@ -261,9 +305,9 @@ extension EventStream {
         var out = JSONLine("event", "notice")
         out.add("time", time.milliseconds)
         switch notice {
-        case .info(let text): out.add("level", "info"); out.add("message", text)
-        case .warning(let text): out.add("level", "warning"); out.add("message", text)
-        case .error(let text): out.add("level", "error"); out.add("message", text)
+        case .info(let text): out.add("level", "info"); out.add("message", Reason.cut(text, to: fieldLimit))
+        case .warning(let text): out.add("level", "warning"); out.add("message", Reason.cut(text, to: fieldLimit))
+        case .error(let text): out.add("level", "error"); out.add("message", Reason.cut(text, to: fieldLimit))
         }
         return out.text
     }

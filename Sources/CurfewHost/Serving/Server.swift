@@ -200,12 +200,15 @@ public final class Server: @unchecked Sendable {
         self.eventStream = stream
         self.onEvent = { event, time in
             onEvent(event, time)
+            // Progress comes often and is not kept: made only for a follower.
+            let isProgress = if case .progress = event { true } else { false }
+            if isProgress && !stream.isFollowed { return }
             // Stamped when it happened, not when it reached the server.
             let now = MonotonicClock().now().nanoseconds
             let ago = now > time.nanoseconds ? now - time.nanoseconds : 0
             let at = WallTime(milliseconds: wall().milliseconds &- Int64(clamping: ago / 1_000_000))
             let line = EventStream.line(event, at: at)
-            stream.publish(line.text, job: line.job)
+            stream.publish(line.text, job: line.job, keep: !isProgress)
         }
         self.onNotice = { notice in
             onNotice(notice)

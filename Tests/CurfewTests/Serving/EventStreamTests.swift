@@ -37,8 +37,8 @@ import Testing
     }
 
     /// Before, a follower that never read would have held every line the
-    /// host made. It gets at most 1 MiB, then a notice, then the end;
-    /// publishing never waits for it.
+    /// host made. Past 1 MiB behind, what it was not sent is dropped for a
+    /// notice, then the end; publishing never waits for it.
     @Test func aReaderThatNeverReadsIsCutOff() throws {
         let stream = EventStream()
         defer { stream.close() }
@@ -49,9 +49,53 @@ import Testing
         let lines = Self.readAll(pair[1])
         close(pair[1])
         #expect(lines.last?.contains("\"event\":\"cut-off\"") == true, "\(lines.last ?? "none")")
-        // 1 MiB held for it, and what the socket's own buffers took: not 3 MB.
-        #expect(lines.count > 100 && lines.count < 1600, "lines: \(lines.count)")
+        // What the socket's own buffers took before the cut: not 3 MB.
+        #expect(lines.count < 1100, "lines: \(lines.count)")
         #expect(lines.dropLast().allSatisfy { $0 == line }, "whole lines only")
+    }
+
+    /// Before, a reader was given every kept line first, and when they were
+    /// more than 1 MiB it was cut off before it heard a new one. It gets the
+    /// newest that fill half its buffer, in order.
+    @Test func aReaderOfMoreKeptLinesThanItsBufferGetsTheNewest() throws {
+        let stream = EventStream()
+        defer { stream.close() }
+        let filler = String(repeating: "y", count: 2000)
+        for index in 0..<EventStream.recentLimit { stream.publish("{\"n\":\(index),\"f\":\"\(filler)\"}", job: "j") }
+        let pair = try Syscalls.socketPair(.stream)
+        #expect(stream.attach(pair[0], job: nil, follows: false))
+        let lines = Self.readAll(pair[1])
+        close(pair[1])
+        #expect(!lines.contains { $0.contains("cut-off") })
+        #expect(lines.count > 200 && lines.count < 300, "about 512 KiB of 2 KB lines: \(lines.count)")
+        #expect(lines.last?.hasPrefix("{\"n\":999,") == true)
+    }
+
+    /// A plugin's text is cut to 8 KiB a field, and C1 controls and bidi
+    /// overrides in it are escaped: one log line cannot cut every reader
+    /// off, nor act on a terminal.
+    @Test func aPluginsTextIsCutAndEscaped() {
+        let huge = EventStream.line(.log(job: "j", level: .info, message: String(repeating: "z", count: 100_000)), at: WallTime(milliseconds: 0))
+        #expect(huge.text.utf8.count < 9000)
+        let sly = EventStream.line(.log(job: "j", level: .info, message: "a\u{9B}b\u{202E}c"), at: WallTime(milliseconds: 0))
+        #expect(sly.text.contains(#"a\u009bb\u202ec"#), "\(sly.text)")
+    }
+
+    /// Closed twice, and published to after: nothing happens (before, the
+    /// second close wrote to the closed wake pipe's number).
+    @Test func closingTwiceAndPublishingAfterAreHarmless() throws {
+        let stream = EventStream()
+        let pair = try Syscalls.socketPair(.stream)
+        #expect(stream.attach(pair[0], job: nil, follows: true))
+        stream.close()
+        stream.close()
+        stream.publish("{}", job: nil)
+        #expect(Self.readAll(pair[1]).isEmpty, "the stream ends")
+        close(pair[1])
+        let after = try Syscalls.socketPair(.stream)
+        defer { close(after[0]); close(after[1]) }
+        let taken = stream.attach(after[0], job: nil, follows: true)
+        #expect(!taken)
     }
 
     @Test func atMostSixteenReadersFollow() throws {
