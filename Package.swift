@@ -78,7 +78,7 @@ let package = Package(
         .target(name: "CurfewCLI", dependencies: ["CurfewHost", "Curfew", "CurfewFormats", "_CurfewShims"]),
         .executableTarget(name: "CurfewTool", dependencies: ["CurfewCLI", "CurfewHost", "Curfew", "_CurfewShims"]),
         // Benchmarks: each case against its baseline in the same run.
-        .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
+        .executableTarget(name: "CurfewBench", dependencies: ["Curfew", "CurfewHost", "CCurfew", "_CurfewShims", "CLibFFI", "_CurfewFFI", "CSQLite"]),
         cExample("BenchmarkJobs"),
         .executableTarget(name: "CurfewFuzz", dependencies: ["Curfew", "CurfewHost", "CurfewFormats"]),
 

@@ -79,6 +79,7 @@ enum BenchCase: String, CaseIterable {
     case isolatePlugin = "isolate-plugin"
     case list
     case output
+    case events
 }
 
 /// The folder this executable was built into (beside `curfew` and the plugins).
@@ -608,6 +609,7 @@ struct Bench {
         if selected(.isolatePlugin) { rows += try cli.pluginMode() }
         if selected(.list) { rows += try cli.list() }
         if selected(.output) { rows += try cli.output() }
+        if selected(.events) { rows += try await events() }
         return rows
     }
 }

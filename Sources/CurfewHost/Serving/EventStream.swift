@@ -10,7 +10,7 @@ import Synchronization
 /// socket as the socket takes it; a reader that falls that far behind is
 /// sent a notice and cut off. The writer thread alone closes readers'
 /// sockets, so no descriptor is closed while it may still use it.
-final class EventStream: Sendable {
+package final class EventStream: Sendable {
     static let recentLimit = 1000
     static let recentBytesLimit = 4 << 20
     static let readerBufferLimit = 1 << 20
@@ -63,7 +63,7 @@ final class EventStream: Sendable {
     /// How many readers follow: lines only they would get are not made without one.
     private let followers = Atomic<Int>(0)
 
-    init() {
+    package init() {
         let pipe = (try? Syscalls.pipe()) ?? []
         wake = pipe.count == 2 ? pipe : []
         guard wake.count == 2 else { return }
@@ -83,7 +83,7 @@ final class EventStream: Sendable {
     /// Queues `line` (about `job`, if any) for each reader of it, and keeps
     /// it for readers to come unless `keep` is false (progress, which would
     /// crowd out the rest).
-    func publish(_ line: String, job: String?, keep: Bool = true) {
+    package func publish(_ line: String, job: String?, keep: Bool = true) {
         let woke = state.withLock { state -> Bool in
             guard !state.closed else { return false }
             if keep {
@@ -98,12 +98,14 @@ final class EventStream: Sendable {
                     state.head = 0
                 }
             }
-            var any = false
+            // The writer is woken only for a reader it had nothing for: one
+            // with lines waiting is in its poll already, for room to send them.
+            var idle = false
             for reader in state.readers where reader.follows && reader.closingSince == nil && (reader.job == nil || reader.job == job) {
+                if reader.pending.count == reader.sent { idle = true }
                 Self.queue(line, to: reader)
-                any = true
             }
-            return any
+            return idle
         }
         if woke { poke() }
     }
@@ -112,7 +114,7 @@ final class EventStream: Sendable {
     /// newest kept ones that fit half its buffer, oldest first, then, if it
     /// `follows`, each as it comes. `false` (and `fd` left to the caller)
     /// when there are too many readers, or the stream is closed.
-    func attach(_ fd: Int32, job: String?, follows: Bool) -> Bool {
+    package func attach(_ fd: Int32, job: String?, follows: Bool) -> Bool {
         guard running.load(ordering: .acquiring) else { return false }
         let taken = state.withLock { state -> Bool in
             guard !state.closed, state.readers.count < Self.maximumReaders else { return false }
@@ -138,7 +140,7 @@ final class EventStream: Sendable {
 
     /// Ends every reader's stream; publishing does nothing after. The
     /// writer closes their sockets and leaves.
-    func close() {
+    package func close() {
         let readers = state.withLock { state -> [Reader]? in
             guard !state.closed else { return nil }
             state.closed = true
@@ -163,7 +165,7 @@ final class EventStream: Sendable {
             reader.closingSince = .now
             return
         }
-        reader.pending += Array(line.utf8)
+        reader.pending.append(contentsOf: line.utf8)
         reader.pending.append(10)
     }
 
@@ -245,7 +247,7 @@ final class EventStream: Sendable {
 
 extension EventStream {
     /// A run's event as a line of `curfew events`, and the job it is about.
-    static func line(_ event: RunEvent, at time: WallTime) -> (text: String, job: String?) {
+    package static func line(_ event: RunEvent, at time: WallTime) -> (text: String, job: String?) {
         func line(_ name: String, _ job: String?) -> JSONLine {
             var line = JSONLine("event", name)
             line.add("time", time.milliseconds)
