@@ -52,12 +52,13 @@ public struct MachineReader: Sendable {
     public var isLive: Bool { root.isEmpty }
 
     /// What is read of a file at most: a `/proc` file says it is empty, so
-    /// its size is no bound; a route table is read up to this, its default
-    /// routes first.
-    private static let limit = 256 << 10
+    /// its size is no bound. A route table is read up to `tableLimit`, its
+    /// default routes first; every other file is a line or a few.
+    private static let limit = 4 << 10
+    private static let tableLimit = 256 << 10
 
-    private func text(_ path: String) -> Substring? {
-        guard let bytes = try? Syscalls.readPrefix(root + path, count: Self.limit) else { return nil }
+    private func text(_ path: String, limit: Int = Self.limit) -> Substring? {
+        guard let bytes = try? Syscalls.readPrefix(root + path, count: limit) else { return nil }
         return Substring(decoding: bytes, as: UTF8.self)
     }
 
@@ -91,8 +92,9 @@ public struct MachineReader: Sendable {
     /// What `/sys/class/power_supply` says: a machine without a system
     /// battery (a server, a desktop) is on external power; one with a
     /// battery is when a non-battery supply (mains, USB) is online or no
-    /// battery discharges (charging, full, held below a charge threshold). The battery level is the
-    /// mean of the system batteries' (a mouse's is not the machine's).
+    /// battery discharges (charging, full, held below a charge threshold).
+    /// The battery level is the mean of the system batteries' (a mouse's
+    /// is not the machine's).
     func powerSupplies() -> (external: Bool, battery: Int?) {
         let folder = root + "/sys/class/power_supply"
         guard let fd = try? Syscalls.openFolder(folder) else { return (true, nil) }
@@ -124,8 +126,8 @@ public struct MachineReader: Sendable {
     /// route that is up and not a reject route (`unreachable default`, or
     /// IPv6's on `lo`); `nil` when neither can be read.
     func defaultRoute() -> Bool? {
-        let ipv4 = text("/proc/net/route")
-        let ipv6 = text("/proc/net/ipv6_route")
+        let ipv4 = text("/proc/net/route", limit: Self.tableLimit)
+        let ipv6 = text("/proc/net/ipv6_route", limit: Self.tableLimit)
         guard ipv4 != nil || ipv6 != nil else { return nil }
         if let table = ipv4 {
             // Iface Destination Gateway Flags RefCnt Use Metric Mask …, hex.
@@ -186,13 +188,13 @@ public struct MachineReader: Sendable {
     /// The processors `/sys/devices/system/cpu/online` lists ("0-3,6"),
     /// else this process's count.
     func onlineProcessors() -> Int {
-        guard let list = text("/sys/devices/system/cpu/online").map(Self.trimmed) else { return Syscalls.processorCount }
+        guard let list = text("/sys/devices/system/cpu/online").map(Self.trimmed) else { return RunConfiguration.activeProcessorCount }
         var count = 0
         for range in list.split(separator: ",").prefix(1024) {
             let ends = range.split(separator: "-")
             guard let low = ends.first.flatMap({ Int($0) }), let high = (ends.count == 2 ? Int(ends[1]) : low), ends.count <= 2, high >= low,
                 high - low < 1 << 16
-            else { return Syscalls.processorCount }
+            else { return RunConfiguration.activeProcessorCount }
             count += high - low + 1
         }
         return max(1, count)

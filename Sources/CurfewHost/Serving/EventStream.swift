@@ -191,7 +191,8 @@ package final class EventStream: Sendable {
                 let (waiting, quiet) = state.withLock { _ in (reader.pending.count > reader.sent, reader.quiet) }
                 entries.append(Syscalls.PollEntry(reader.fd, input: !quiet, output: waiting))
             }
-            _ = Syscalls.poll(&entries, milliseconds: 1000)
+            // Woken each second only while a reader may need closing for its grace.
+            _ = Syscalls.poll(&entries, milliseconds: readers.isEmpty ? -1 : 1000)
             if entries[0].hasEvent { while (try? Syscalls.read(wake[0], into: &drain)) ?? 0 > 0 {} }
             var gone: [Reader] = []
             for (index, reader) in readers.enumerated() {

@@ -205,9 +205,6 @@ extension Syscalls {
         return overflow ? nil : bytes
     }
 
-    /// The processors online, at least 1.
-    package static var processorCount: Int { max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
-
     /// Gives `fd` the access and modification times in `status`.
     package static func setTimes(of fd: Int32, like status: FileStatus) throws(SystemError) {
         func time(_ nanoseconds: Int64) -> timespec {

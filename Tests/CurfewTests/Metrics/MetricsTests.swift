@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Glibc
 import Synchronization
@@ -157,25 +156,6 @@ extension ProcessTests.First {
             return found
         }
 
-        /// Runs `path` with `arguments`, up to `limit`: its output and status.
-        static func run(_ path: String, _ arguments: [String], limit: Duration = .seconds(60)) throws -> (status: Int32, output: String) {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: path)
-            process.arguments = arguments
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let timer = DispatchSource.makeTimerSource()
-            timer.schedule(deadline: .now() + .milliseconds(Int(limit.milliseconds)))
-            timer.setEventHandler { process.terminate() }
-            timer.activate()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            timer.cancel()
-            return (process.terminationStatus, text)
-        }
-
         /// A TCP port no one listens on now.
         static func freePort() throws -> UInt16 {
             let fd = try Syscalls.listenTCP(host: "127.0.0.1", port: 0, backlog: 1)
@@ -196,13 +176,13 @@ extension ProcessTests.First {
             if let chromium = Self.tool("chromium") {
                 let profile = Fixtures.temporaryFolder("chromium")
                 let flags = ["--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=\(profile)", "--no-first-run"]
-                let dom = try Self.run(chromium, flags + ["--dump-dom", "http://127.0.0.1:\(port)/"])
+                let dom = try Fixtures.runBlocking(chromium, flags + ["--dump-dom", "http://127.0.0.1:\(port)/"], in: nil, timeout: .seconds(60), environment: [:])
                 #expect(dom.status == 0)
-                #expect(dom.output.contains("<tr data-job=\"once\">"), "\(dom.output.prefix(300))")
-                let marks = dom.output.components(separatedBy: "<rect class=\"run\" data-job=\"once\"").count - 1
+                #expect(dom.stdout.contains("<tr data-job=\"once\">"), "\(dom.stdout.prefix(300))")
+                let marks = dom.stdout.components(separatedBy: "<rect class=\"run\" data-job=\"once\"").count - 1
                 #expect(marks >= 2, "a mark per run: \(marks)")
                 let shot = profile + "/status.png"
-                let taken = try Self.run(chromium, flags + ["--screenshot=\(shot)", "--window-size=1200,400", "http://127.0.0.1:\(port)/"])
+                let taken = try Fixtures.runBlocking(chromium, flags + ["--screenshot=\(shot)", "--window-size=1200,400", "http://127.0.0.1:\(port)/"], in: nil, timeout: .seconds(60), environment: [:])
                 #expect(taken.status == 0)
                 let png = try Data(contentsOf: URL(fileURLWithPath: shot))
                 #expect(png.count > 1000 && png.prefix(4) == Data([0x89, 0x50, 0x4E, 0x47]), "a PNG")
