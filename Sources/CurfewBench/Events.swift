@@ -27,10 +27,7 @@ extension Bench {
             return Double(now() - start) / 1e6
         }
         func publishing(to stream: EventStream) -> @Sendable (RunEvent, CurfewInstant) -> Void {
-            { event, _ in
-                let line = EventStream.line(event, at: .now())
-                stream.publish(line.text, job: line.job)
-            }
+            { event, _ in stream.publish(event, at: .now()) }
         }
         for _ in 0..<options.repetitions {
             overhead.baseline.append(await run { _, _ in })

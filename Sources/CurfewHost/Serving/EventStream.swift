@@ -5,11 +5,12 @@ import Synchronization
 /// `curfew events`: the host's events as JSON lines, the last ones kept
 /// (at most ``recentLimit`` lines and ``recentBytesLimit`` bytes) for a
 /// reader that asks, each new one sent to every reader following, like
-/// `journalctl -f`. Publishing never waits for a reader: each has a buffer
-/// of at most ``readerBufferLimit`` bytes, which one thread drains into its
-/// socket as the socket takes it; a reader that falls that far behind is
-/// sent a notice and cut off. The writer thread alone closes readers'
-/// sockets, so no descriptor is closed while it may still use it.
+/// `journalctl -f`. Publishing never waits for a reader, nor makes a line:
+/// it queues the event for each reader, and one writer thread makes the
+/// lines a batch at a time as a reader's socket takes them, so events no
+/// one reads cost no line. A reader more than ``readerBufferLimit`` bytes
+/// behind is sent a notice and cut off. The writer thread alone closes
+/// readers' sockets, so no descriptor is closed while it may still use it.
 package final class EventStream: Sendable {
     static let recentLimit = 1000
     static let recentBytesLimit = 4 << 20
@@ -21,13 +22,58 @@ package final class EventStream: Sendable {
     /// The longest text one field of a line carries (a log, an output line, a reason).
     static let fieldLimit = 8 << 10
 
+    /// How much of a reader's queue the writer makes into lines at a time,
+    /// and how little of them may wait in its buffer before it makes more.
+    static let batchBytes = 32 << 10
+
+    /// An event as published: its line is made by the writer, once, when a
+    /// reader's socket has room for it or a reader asks for the kept ones.
+    private final class Entry: @unchecked Sendable {
+        // Safe because `made` is used on the writer thread only.
+        enum Source {
+            case text(String)
+            case event(RunEvent, WallTime)
+            case notice(Server.Notice, WallTime)
+        }
+        let job: String?
+        /// About how many bytes its line takes: what the limits count.
+        let size: Int
+        private let source: Source
+        private var made: String?
+
+        init(_ source: Source, job: String?, size: Int) {
+            self.source = source
+            self.job = job
+            self.size = size
+        }
+
+        /// Its line; on the writer thread only.
+        var line: String {
+            if let made { return made }
+            let text =
+                switch source {
+                case .text(let text): text
+                case .event(let event, let time): EventStream.text(of: event, at: time)
+                case .notice(let notice, let time): EventStream.line(notice, at: time)
+                }
+            made = text
+            return text
+        }
+    }
+
     private final class Reader: @unchecked Sendable {
         // Safe because every field is used under `state`'s lock.
         let fd: Int32
         let job: String?
         let follows: Bool
+        /// Events not yet made into lines, oldest first, and about how many bytes they take.
+        var queue: [Entry] = []
+        var queued = 0
+        /// Lines made, and how much of them is sent.
         var pending: [UInt8] = []
         var sent = 0
+        /// It fell too far behind: its queue is dropped, a notice is in `pending`.
+        var cut = false
         /// When it was cut off or found done: closed once its buffer is out, or after the grace.
         var closingSince: ContinuousClock.Instant?
         /// It shut its sending side: its socket is not read again.
@@ -38,16 +84,29 @@ package final class EventStream: Sendable {
             self.job = job
             self.follows = follows
         }
-    }
 
-    private struct Line {
-        let job: String?
-        let text: String
+        var isCaughtUp: Bool { queue.isEmpty && pending.count == sent }
+
+        /// The next events to make into lines (at least one, about
+        /// ``batchBytes`` in all), once little is left to send.
+        func takeBatch() -> [Entry] {
+            guard !cut, !queue.isEmpty, pending.count - sent < EventStream.batchBytes else { return [] }
+            var count = 0
+            var bytes = 0
+            while count < queue.count && (count == 0 || bytes + queue[count].size <= EventStream.batchBytes) {
+                bytes += queue[count].size + 1
+                count += 1
+            }
+            let batch = Array(queue[..<count])
+            queue.removeFirst(count)
+            queued -= bytes
+            return batch
+        }
     }
 
     private struct State {
-        /// The kept lines from `head` on, oldest first.
-        var recent: [Line] = []
+        /// The kept events from `head` on, oldest first.
+        var recent: [Entry] = []
         var head = 0
         var recentBytes = 0
         var readers: [Reader] = []
@@ -84,13 +143,28 @@ package final class EventStream: Sendable {
     /// it for readers to come unless `keep` is false (progress, which would
     /// crowd out the rest).
     package func publish(_ line: String, job: String?, keep: Bool = true) {
+        publish(Entry(.text(line), job: job, size: line.utf8.count), keep: keep)
+    }
+
+    /// Queues a run's event, which happened at `time`, as ``publish(_:job:keep:)`` does a line.
+    package func publish(_ event: RunEvent, at time: WallTime, keep: Bool = true) {
+        publish(Entry(.event(event, time), job: Self.job(of: event), size: Self.size(of: event)), keep: keep)
+    }
+
+    /// Queues a notice of the server's, about no one job.
+    func publish(_ notice: Server.Notice, at time: WallTime) {
+        let text = switch notice { case .info(let text), .warning(let text), .error(let text): text }
+        publish(Entry(.notice(notice, time), job: nil, size: 64 + min(text.utf8.count, Self.fieldLimit)), keep: true)
+    }
+
+    private func publish(_ entry: Entry, keep: Bool) {
         let woke = state.withLock { state -> Bool in
             guard !state.closed else { return false }
             if keep {
-                state.recent.append(Line(job: job, text: line))
-                state.recentBytes += line.utf8.count
+                state.recent.append(entry)
+                state.recentBytes += entry.size
                 while state.recent.count - state.head > Self.recentLimit || state.recentBytes > Self.recentBytesLimit {
-                    state.recentBytes -= state.recent[state.head].text.utf8.count
+                    state.recentBytes -= state.recent[state.head].size
                     state.head += 1
                 }
                 if state.head >= 1024 && state.head * 2 >= state.recent.count {
@@ -101,9 +175,9 @@ package final class EventStream: Sendable {
             // The writer is woken only for a reader it had nothing for: one
             // with lines waiting is in its poll already, for room to send them.
             var idle = false
-            for reader in state.readers where reader.follows && reader.closingSince == nil && (reader.job == nil || reader.job == job) {
-                if reader.pending.count == reader.sent { idle = true }
-                Self.queue(line, to: reader)
+            for reader in state.readers where reader.follows && reader.closingSince == nil && (reader.job == nil || reader.job == entry.job) {
+                if reader.isCaughtUp { idle = true }
+                Self.queue(entry, to: reader)
             }
             return idle
         }
@@ -119,14 +193,14 @@ package final class EventStream: Sendable {
         let taken = state.withLock { state -> Bool in
             guard !state.closed, state.readers.count < Self.maximumReaders else { return false }
             let reader = Reader(fd: fd, job: job, follows: follows)
-            var chosen: [String] = []
+            var chosen: [Entry] = []
             var bytes = 0
-            for line in state.recent[state.head...].reversed() where job == nil || line.job == job {
-                bytes += line.text.utf8.count + 1
+            for entry in state.recent[state.head...].reversed() where job == nil || entry.job == job {
+                bytes += entry.size + 1
                 if bytes > Self.readerBufferLimit / 2 { break }
-                chosen.append(line.text)
+                chosen.append(entry)
             }
-            for text in chosen.reversed() { Self.queue(text, to: reader) }
+            for entry in chosen.reversed() { Self.queue(entry, to: reader) }
             if !follows { reader.closingSince = .now }
             state.readers.append(reader)
             return true
@@ -152,21 +226,24 @@ package final class EventStream: Sendable {
         poke()
     }
 
-    /// Appends `line` to `reader`'s buffer; past the limit, drops what it
-    /// has not been sent (but the line going out) for a notice, and ends it.
-    private static func queue(_ line: String, to reader: Reader) {
+    /// Queues `entry` for `reader`; past the limit, drops what it has not
+    /// been sent (but the line going out) for a notice, and ends it.
+    private static func queue(_ entry: Entry, to reader: Reader) {
         guard reader.closingSince == nil else { return }
-        if reader.pending.count - reader.sent + line.utf8.count + 1 > readerBufferLimit {
+        if reader.pending.count - reader.sent + reader.queued + entry.size + 1 > readerBufferLimit {
             let lineEnd = reader.pending[reader.sent...].firstIndex(of: 10).map { $0 + 1 } ?? reader.sent
             // A line partly sent is finished, so the notice starts a line of its own.
             let partial = reader.sent > 0 && reader.pending[reader.sent - 1] != 10
             reader.pending.removeSubrange((partial ? lineEnd : reader.sent)...)
             reader.pending += Array(#"{"event":"cut-off","message":"this reader fell more than 1 MiB behind; events were lost"}"#.utf8) + [10]
+            reader.queue = []
+            reader.queued = 0
+            reader.cut = true
             reader.closingSince = .now
             return
         }
-        reader.pending.append(contentsOf: line.utf8)
-        reader.pending.append(10)
+        reader.queue.append(entry)
+        reader.queued += entry.size + 1
     }
 
     private func poke() {
@@ -188,6 +265,7 @@ package final class EventStream: Sendable {
             }
             var entries = [Syscalls.PollEntry(wake[0])]
             for reader in readers {
+                // Left with lines to send only when its socket would take no more.
                 let (waiting, quiet) = state.withLock { _ in (reader.pending.count > reader.sent, reader.quiet) }
                 entries.append(Syscalls.PollEntry(reader.fd, input: !quiet, output: waiting))
             }
@@ -205,31 +283,7 @@ package final class EventStream: Sendable {
                     }
                 }
                 if entry.isClosed && !entry.isWritable { gone.append(reader); continue }
-                let done = state.withLock { _ -> Bool in
-                    while reader.pending.count > reader.sent {
-                        let result = reader.pending[reader.sent...].withUnsafeBytes { bytes -> Result<Int, SystemError> in
-                            do throws(SystemError) {
-                                return .success(try Syscalls.send(reader.fd, bytes, nonBlocking: true))
-                            } catch {
-                                return .failure(error)
-                            }
-                        }
-                        let written: Int
-                        switch result {
-                        case .success(let count): written = count
-                        case .failure(let error): return error != .wouldBlock  // a reader that went away is done
-                        }
-                        if written == 0 { break }
-                        reader.sent += written
-                    }
-                    if reader.sent > 64 << 10 {
-                        reader.pending.removeFirst(reader.sent)
-                        reader.sent = 0
-                    }
-                    guard let since = reader.closingSince else { return false }
-                    return reader.pending.count <= reader.sent || ContinuousClock.now - since > Self.closingGrace
-                }
-                if done { gone.append(reader) }
+                if send(to: reader) { gone.append(reader) }
             }
             guard !gone.isEmpty else { continue }
             let leaving = state.withLock { state -> [Reader] in
@@ -247,8 +301,89 @@ package final class EventStream: Sendable {
 }
 
 extension EventStream {
+    /// Sends `reader` what its socket takes, making its queued events into
+    /// lines a batch at a time (outside the lock) as room comes: whether it
+    /// is done with (gone, or done and sent).
+    private func send(to reader: Reader) -> Bool {
+        while true {
+            let batch = state.withLock { _ in reader.takeBatch() }
+            if !batch.isEmpty {
+                var bytes: [UInt8] = []
+                for entry in batch {
+                    bytes += entry.line.utf8
+                    bytes.append(10)
+                }
+                state.withLock { _ in if !reader.cut { reader.pending += bytes } }
+            }
+            enum Sent { case gone, full, all }
+            let sent = state.withLock { _ -> Sent in
+                while reader.pending.count > reader.sent {
+                    let result = reader.pending[reader.sent...].withUnsafeBytes { bytes -> Result<Int, SystemError> in
+                        do throws(SystemError) {
+                            return .success(try Syscalls.send(reader.fd, bytes, nonBlocking: true))
+                        } catch {
+                            return .failure(error)
+                        }
+                    }
+                    switch result {
+                    case .success(let count) where count > 0: reader.sent += count
+                    case .success: return .full
+                    case .failure(let error): return error == .wouldBlock ? .full : .gone  // a reader that went away is done
+                    }
+                }
+                if reader.sent > 64 << 10 {
+                    reader.pending.removeFirst(reader.sent)
+                    reader.sent = 0
+                }
+                return .all
+            }
+            switch sent {
+            case .gone: return true
+            case .full: break
+            case .all: if state.withLock({ _ in !reader.queue.isEmpty && !reader.cut }) { continue }
+            }
+            return state.withLock { _ -> Bool in
+                guard let since = reader.closingSince else { return false }
+                return reader.isCaughtUp || ContinuousClock.now - since > Self.closingGrace
+            }
+        }
+    }
+
+    /// The job a run's event is about, if one.
+    static func job(of event: RunEvent) -> String? {
+        switch event {
+        case .started(let job, _, _), .log(let job, _, _), .progress(let job, _), .expiring(let job, _), .nextRunRequested(let job, _),
+            .runSubmitted(let job, _), .conditionsRequired(let job, _):
+            job
+        case .finished(let result): result.job
+        case .output: nil
+        }
+    }
+
+    /// About how many bytes a run's event's line takes: its text fields,
+    /// each cut as ``text(of:at:)`` cuts it, and room for the rest.
+    static func size(of event: RunEvent) -> Int {
+        func cut(_ text: String) -> Int { min(text.utf8.count, fieldLimit) }
+        let fields =
+            switch event {
+            case .started(let job, let plugin, _): job.utf8.count + plugin.utf8.count
+            case .log(let job, _, let message): job.utf8.count + cut(message)
+            case .progress(let job, _), .expiring(let job, _), .nextRunRequested(let job, _): job.utf8.count
+            case .runSubmitted(let job, let run): job.utf8.count + run.job.utf8.count
+            case .conditionsRequired(let job, let conditions): job.utf8.count + 12 * conditions.count
+            case .finished(let result): result.job.utf8.count + cut(result.reason)
+            case .output(let plugin, let stream, let line): (plugin?.utf8.count ?? 4) + stream.utf8.count + cut(line)
+            }
+        return 96 + fields
+    }
+
     /// A run's event as a line of `curfew events`, and the job it is about.
     package static func line(_ event: RunEvent, at time: WallTime) -> (text: String, job: String?) {
+        (text(of: event, at: time), job(of: event))
+    }
+
+    /// A run's event as a line of `curfew events`.
+    static func text(of event: RunEvent, at time: WallTime) -> String {
         func line(_ name: String, _ job: String?) -> JSONLine {
             var line = JSONLine("event", name)
             line.add("time", time.milliseconds)
@@ -260,46 +395,46 @@ extension EventStream {
             var out = line("started", job)
             out.add("plugin", plugin)
             out.add("budget", budget?.seconds)
-            return (out.text, job)
+            return out.text
         case .log(let job, let level, let message):
             var out = line("log", job)
             out.add("level", level.description)
             out.add("message", Reason.cut(message, to: fieldLimit))
-            return (out.text, job)
+            return out.text
         case .progress(let job, let progress):
             var out = line("progress", job)
             out.add("completed", progress.completed)
             out.add("total", progress.total)
-            return (out.text, job)
+            return out.text
         case .expiring(let job, let reason):
             var out = line("expiring", job)
             out.add("reason", reason.rawValue)
-            return (out.text, job)
+            return out.text
         case .nextRunRequested(let job, let delay):
             var out = line("next-run", job)
             out.add("after", delay.seconds)
-            return (out.text, job)
+            return out.text
         case .runSubmitted(let job, let run):
             var out = line("submit", job)
             out.add("target", run.job)
             out.add("after", run.after.seconds)
-            return (out.text, job)
+            return out.text
         case .conditionsRequired(let job, let conditions):
             var out = line("conditions", job)
             out.add("conditions", conditions.sorted().map(\.rawValue))
-            return (out.text, job)
+            return out.text
         case .finished(let result):
             var out = line("finished", result.job)
             out.add("outcome", result.outcome.rawValue)
             out.add("reason", Reason.cut(result.reason, to: fieldLimit))
             out.add("elapsed", result.elapsed.seconds)
-            return (out.text, result.job)
+            return out.text
         case .output(let plugin, let stream, let text):
             var out = line("output", nil)
             out.add("plugin", plugin)
             out.add("stream", stream)
             out.add("line", Reason.cut(text, to: fieldLimit))
-            return (out.text, nil)
+            return out.text
         }
     }
 

@@ -207,12 +207,11 @@ public final class Server: @unchecked Sendable {
             let now = MonotonicClock().now().nanoseconds
             let ago = now > time.nanoseconds ? now - time.nanoseconds : 0
             let at = WallTime(milliseconds: wall().milliseconds &- Int64(clamping: ago / 1_000_000))
-            let line = EventStream.line(event, at: at)
-            stream.publish(line.text, job: line.job, keep: !isProgress)
+            stream.publish(event, at: at, keep: !isProgress)
         }
         self.onNotice = { notice in
             onNotice(notice)
-            stream.publish(EventStream.line(notice, at: wall()), job: nil)
+            stream.publish(notice, at: wall())
         }
     }
 

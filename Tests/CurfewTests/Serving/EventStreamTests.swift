@@ -71,6 +71,39 @@ import Testing
         #expect(lines.last?.hasPrefix("{\"n\":999,") == true)
     }
 
+    /// Events are made into lines by the writer, a batch at a time as the
+    /// reader's socket takes them: a follower that reads gets each of its
+    /// job's, whole and in order, across many batches.
+    @Test func aFollowerGetsEachOfItsJobsEventsInOrder() throws {
+        let stream = EventStream()
+        defer { stream.close() }
+        let pair = try Syscalls.socketPair(.stream)
+        defer { close(pair[1]) }
+        #expect(stream.attach(pair[0], job: "odd", follows: true))
+        let count = 6000
+        let message = String(repeating: "m", count: 150)
+        for index in 0..<count {
+            stream.publish(.log(job: index % 2 == 0 ? "even" : "odd", level: .info, message: "\(index) \(message)"), at: WallTime(milliseconds: Int64(index)))
+        }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var ends = 0
+        while ends < count / 2 {
+            let read = recv(pair[1], &buffer, buffer.count, 0)
+            if read <= 0 { break }
+            bytes += buffer[..<read]
+            ends += buffer[..<read].count { $0 == 10 }
+        }
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n").map(String.init)
+        #expect(lines.count == count / 2)
+        for (index, line) in lines.enumerated() {
+            guard line == #"{"event":"log","time":\#(2 * index + 1),"job":"odd","level":"info","message":"\#(2 * index + 1) \#(message)"}"# else {
+                Issue.record("line \(index): \(line)")
+                break
+            }
+        }
+    }
+
     /// A plugin's text is cut to 8 KiB a field, and C1 controls and bidi
     /// overrides in it are escaped: one log line cannot cut every reader
     /// off, nor act on a terminal.
