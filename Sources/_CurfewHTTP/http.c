@@ -118,7 +118,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *connection, cons
     if ((length && strcmp(length, "0") != 0) || mhd.lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return plain(connection, MHD_HTTP_CONTENT_TOO_LARGE, "a request here has no body\n", NULL);
     curfew_http_reply reply = {0};
-    self->handler(self->context, url, &reply);
+    self->handler(self->context, url, mhd.lookup_connection_value(connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT), &reply);
     if (!reply.set) return plain(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, "no answer\n", NULL);
     return queue(connection, reply.status, reply.content_type, reply.body, reply.length, NULL);
 }

@@ -232,7 +232,7 @@ enum Specs {
                 socketOption.within(\ServeDraft.socket),
                 OptionSpec(
                     ["--metrics"], value: "address",
-                    help: "Serve the host's metrics over HTTP at /metrics (Prometheus' text format), at 127.0.0.1:PORT, [::1]:PORT, a port alone (on 127.0.0.1), another IP and port (reachable from other machines), or a Unix socket's absolute path."
+                    help: "Serve the host's metrics over HTTP at /metrics in Prometheus' text format or, when asked, OpenMetrics; at 127.0.0.1:PORT, [::1]:PORT, a port alone (on 127.0.0.1), another IP and port (reachable from other machines), or a Unix socket's absolute path."
                 ) { draft, given throws(UsageError) in
                     guard let address = MetricsAddress(given.text) else {
                         throw given.invalid("use 127.0.0.1:9464, [::1]:9464, 9464 or an absolute path")

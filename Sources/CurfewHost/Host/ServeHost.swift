@@ -145,7 +145,7 @@ public final class ServeHost: Sendable {
         let metrics: MetricsServer?
         do throws(CurfewError) {
             metrics = try options.metrics.map { address throws(CurfewError) in
-                try MetricsServer(address: address) { path in MetricsServer.page(path, of: server) }
+                try MetricsServer(address: address) { request in MetricsServer.page(request, of: server) }
             }
         } catch {
             return Outcome(failure: .server(error.description), status: ExitCode.failure)

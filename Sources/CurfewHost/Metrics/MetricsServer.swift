@@ -63,6 +63,18 @@ public final class MetricsServer: @unchecked Sendable {
     public static let idleTimeoutSeconds: UInt32 = 10
     public static let maximumRequestBytes = 16 << 10
 
+    /// What was asked: a path (no query), and the formats the client takes
+    /// (its `Accept` header, if it sent one).
+    public struct Request: Sendable {
+        public var path: String
+        public var accept: String?
+
+        public init(path: String, accept: String? = nil) {
+            self.path = path
+            self.accept = accept
+        }
+    }
+
     /// What one path answers: a status, a content type and a body.
     public struct Page: Sendable {
         public var status: UInt32
@@ -77,8 +89,8 @@ public final class MetricsServer: @unchecked Sendable {
     }
 
     private final class Pages: Sendable {
-        let page: @Sendable (String) -> Page
-        init(_ page: @escaping @Sendable (String) -> Page) { self.page = page }
+        let page: @Sendable (Request) -> Page
+        init(_ page: @escaping @Sendable (Request) -> Page) { self.page = page }
     }
 
     private let handle: UnsafeMutableRawPointer
@@ -89,7 +101,7 @@ public final class MetricsServer: @unchecked Sendable {
     private let socketFile: (path: String, device: UInt64, inode: UInt64)?
     private let stopped = Atomic<Bool>(false)
 
-    public init(address: MetricsAddress, page: @escaping @Sendable (String) -> Page) throws(CurfewError) {
+    public init(address: MetricsAddress, page: @escaping @Sendable (Request) -> Page) throws(CurfewError) {
         if let problem = curfew_http_load() {
             throw CurfewError(.unreadable, "cannot serve metrics: \(String(cString: problem))")
         }
@@ -103,9 +115,9 @@ public final class MetricsServer: @unchecked Sendable {
         let pages = Unmanaged.passRetained(Pages(page))
         let started = curfew_http_start(
             fd, Self.maximumConnections, Self.maximumPerAddress, Self.idleTimeoutSeconds, Self.maximumRequestBytes,
-            { context, path, reply in
+            { context, path, accept, reply in
                 let pages = Unmanaged<Pages>.fromOpaque(context!).takeUnretainedValue()
-                let page = pages.page(path.map { String(cString: $0) } ?? "/")
+                let page = pages.page(Request(path: path.map { String(cString: $0) } ?? "/", accept: accept.map { String(cString: $0) }))
                 var body = Array(page.body.utf8)
                 body.withUnsafeMutableBytes { bytes in
                     curfew_http_reply_set(reply, page.status, page.contentType, bytes.baseAddress, bytes.count)
@@ -157,13 +169,16 @@ public final class MetricsServer: @unchecked Sendable {
 }
 
 extension MetricsServer {
-    /// What `serve --metrics` answers: `/metrics`, the host's metrics; `/`,
+    /// What `serve --metrics` answers: `/metrics`, the host's metrics (in
+    /// OpenMetrics when the client prefers it, as Prometheus does); `/`,
     /// the status page; any other path, 404.
-    public static func page(_ path: String, of server: Server) -> Page {
-        switch path {
-        case "/metrics": Page(status: 200, contentType: "text/plain; version=0.0.4; charset=utf-8", body: server.metricsText())
-        case "/": Page(status: 200, contentType: "text/html; charset=utf-8", body: server.statusPage())
-        default: Page(status: 404, contentType: "text/plain; charset=utf-8", body: "Not found: the status page is at /, the metrics at /metrics.\n")
+    public static func page(_ request: Request, of server: Server) -> Page {
+        switch request.path {
+        case "/metrics":
+            let format = Exposition.Format(accept: request.accept)
+            return Page(status: 200, contentType: format.contentType, body: server.metricsText(format))
+        case "/": return Page(status: 200, contentType: "text/html; charset=utf-8", body: server.statusPage())
+        default: return Page(status: 404, contentType: "text/plain; charset=utf-8", body: "Not found: the status page is at /, the metrics at /metrics.\n")
         }
     }
 }

@@ -63,21 +63,94 @@ struct ServeMetrics {
     }
 }
 
-/// Prometheus' text exposition format (version 0.0.4): each family's
-/// `# HELP` and `# TYPE`, then its samples, label values escaped.
-struct Exposition {
-    private(set) var text = ""
+/// Prometheus' text exposition format (version 0.0.4), or OpenMetrics
+/// 1.0: each family's `# HELP` and `# TYPE`, then its samples, label values
+/// escaped. The two differ in a counter's family name (OpenMetrics drops
+/// its samples' `_total`), in the `info` type, and in OpenMetrics' `# EOF`.
+public struct Exposition {
+    public enum Format: Hashable, Sendable {
+        case prometheus
+        case openMetrics
 
-    mutating func family(_ name: String, _ type: String, _ help: String) {
-        text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+        /// What a client's `Accept` header prefers: OpenMetrics only when
+        /// it names `application/openmetrics-text` (version 1.0.0, or none)
+        /// with a quality above zero and no lower than any other range it
+        /// names. Read in one pass; a parameter it cannot read is left out.
+        public init(accept: String?) {
+            self = .prometheus
+            guard let accept else { return }
+            var openMetrics = 0.0
+            var other = 0.0
+            for range in accept.split(separator: ",", omittingEmptySubsequences: true) {
+                var parts = range.split(separator: ";").map { Self.trimmed($0).lowercased() }
+                guard !parts.isEmpty else { continue }
+                let type = parts.removeFirst()
+                var quality = 1.0
+                var version: String?
+                for parameter in parts {
+                    let pair = parameter.split(separator: "=", maxSplits: 1).map { Self.trimmed($0) }
+                    guard pair.count == 2 else { continue }
+                    if pair[0] == "q", pair[1].utf8.count <= 5, let value = Double(pair[1]), (0...1).contains(value) { quality = value }
+                    if pair[0] == "version" { version = String(pair[1]) }
+                }
+                if type == "application/openmetrics-text" {
+                    if version == nil || version == "1.0.0" { openMetrics = max(openMetrics, quality) }
+                } else {
+                    other = max(other, quality)
+                }
+            }
+            if openMetrics > 0 && openMetrics >= other { self = .openMetrics }
+        }
+
+        private static func trimmed(_ text: Substring) -> Substring {
+            let start = text.firstIndex { $0 != " " && $0 != "\t" } ?? text.endIndex
+            let end = text.lastIndex { $0 != " " && $0 != "\t" }.map(text.index(after:)) ?? start
+            return text[start..<max(start, end)]
+        }
+
+        public var contentType: String {
+            switch self {
+            case .prometheus: "text/plain; version=0.0.4; charset=utf-8"
+            case .openMetrics: "application/openmetrics-text; version=1.0.0; charset=utf-8"
+            }
+        }
+    }
+
+    public enum Kind: String {
+        case counter, gauge, histogram
+        /// OpenMetrics' info (a gauge of 1 in Prometheus' format): its samples end in `_info`.
+        case info
+    }
+
+    let format: Format
+    private var body = ""
+
+    init(_ format: Format = .prometheus) {
+        self.format = format
+    }
+
+    /// The whole exposition.
+    var text: String { format == .openMetrics ? body + "# EOF\n" : body }
+
+    /// Starts a family named as its samples are (a counter's with `_total`, an info's with `_info`).
+    mutating func family(_ name: String, _ kind: Kind, _ help: String) {
+        var family = name
+        var type = kind.rawValue
+        switch (format, kind) {
+        case (.openMetrics, .counter) where name.hasSuffix("_total"): family = String(name.dropLast(6))
+        case (.openMetrics, .info) where name.hasSuffix("_info"): family = String(name.dropLast(5))
+        case (.prometheus, .info): type = "gauge"
+        default: break
+        }
+        body += "# HELP \(family) \(format == .openMetrics ? Self.escaped(help) : help)\n# TYPE \(family) \(type)\n"
     }
 
     mutating func sample(_ name: String, _ labels: [(String, String)] = [], _ value: Double) {
-        text += name
+        body += name
         if !labels.isEmpty {
-            text += "{" + labels.map { "\($0.0)=\"\(Self.escaped($0.1))\"" }.joined(separator: ",") + "}"
+            body += "{" + labels.map { "\($0.0)=\"\(Self.escaped($0.1))\"" }.joined(separator: ",") + "}"
         }
-        text += " " + Self.number(value) + "\n"
+        body += " " + Self.number(value) + "\n"
     }
 
     mutating func sample(_ name: String, _ labels: [(String, String)] = [], _ value: UInt64) {
@@ -111,19 +184,19 @@ extension ServeMetrics {
     /// The job-level families, written into `out`; failures in a row for
     /// each of `jobs` (those served now).
     func write(into out: inout Exposition, jobs: [String]) {
-        out.family("curfew_runs_started_total", "counter", "Runs started, by job.")
+        out.family("curfew_runs_started_total", .counter, "Runs started, by job.")
         for (job, count) in started.sorted(by: { $0.key < $1.key }) { out.sample("curfew_runs_started_total", [("curfew_job", job)], count) }
-        out.family("curfew_runs_total", "counter", "Runs ended, by job and outcome.")
+        out.family("curfew_runs_total", .counter, "Runs ended, by job and outcome.")
         for (key, count) in finished.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
             out.sample("curfew_runs_total", [("curfew_job", key.job), ("outcome", key.word)], count)
         }
-        out.family("curfew_run_expirations_total", "counter", "Runs whose grant expired, by job and reason.")
+        out.family("curfew_run_expirations_total", .counter, "Runs whose grant expired, by job and reason.")
         for (key, count) in expirations.sorted(by: { ($0.key.job, $0.key.word) < ($1.key.job, $1.key.word) }) {
             out.sample("curfew_run_expirations_total", [("curfew_job", key.job), ("reason", key.word)], count)
         }
-        out.family("curfew_run_retries_total", "counter", "Runs started as a retry of a failed one, by job.")
+        out.family("curfew_run_retries_total", .counter, "Runs started as a retry of a failed one, by job.")
         for (job, count) in retries.sorted(by: { $0.key < $1.key }) { out.sample("curfew_run_retries_total", [("curfew_job", job)], count) }
-        out.family("curfew_run_duration_seconds", "histogram", "How long runs took, from start to end, by job.")
+        out.family("curfew_run_duration_seconds", .histogram, "How long runs took, from start to end, by job.")
         for (job, histogram) in durations.sorted(by: { $0.key < $1.key }) {
             var cumulative: UInt64 = 0
             for (bound, count) in zip(Self.durationBounds, histogram.counts) {
@@ -134,9 +207,9 @@ extension ServeMetrics {
             out.sample("curfew_run_duration_seconds_sum", [("curfew_job", job)], histogram.sum)
             out.sample("curfew_run_duration_seconds_count", [("curfew_job", job)], histogram.count)
         }
-        out.family("curfew_job_consecutive_failures", "gauge", "Runs of each job that failed, crashed or were terminated since its last that completed or expired.")
+        out.family("curfew_job_consecutive_failures", .gauge, "Runs of each job that failed, crashed or were terminated since its last that completed or expired.")
         for job in jobs { out.sample("curfew_job_consecutive_failures", [("curfew_job", job)], failuresInARow[job] ?? 0) }
-        out.family("curfew_worker_starts_total", "counter", "Worker processes started for runs, forked by the fork server or spawned.")
+        out.family("curfew_worker_starts_total", .counter, "Worker processes started for runs, forked by the fork server or spawned.")
         out.sample("curfew_worker_starts_total", [("how", "forked")], workerStarts.forked)
         out.sample("curfew_worker_starts_total", [("how", "spawned")], workerStarts.spawned)
     }

@@ -112,7 +112,7 @@ public final class Server: @unchecked Sendable {
     private var machineEvents: [any DispatchSourceRead] = []
     /// What `curfew metrics` reports, and its last text, for a second.
     private var metrics = ServeMetrics()
-    private let metricsCache = Mutex<(text: String, at: ContinuousClock.Instant)?>(nil)
+    private let metricsCache = Mutex<[Exposition.Format: (text: String, at: ContinuousClock.Instant)]>([:])
     private let startedAt = WallTime.now()
     private var machineEventPending = false
     private var watcher: FolderWatcher?
@@ -496,18 +496,19 @@ public final class Server: @unchecked Sendable {
         }
     }
 
-    /// The host's metrics in Prometheus' text exposition format: its runs
+    /// The host's metrics in Prometheus' text exposition format (or
+    /// OpenMetrics), its runs
     /// by job (counts, outcomes, expirations, durations), each job's state,
     /// next run and failures in a row, and the process's own use. Taken
     /// from the server's queue as a snapshot and written off it; a text
     /// less than a second old is given again, so scrapes cost the host
     /// little however many come.
-    public func metricsText() -> String {
+    public func metricsText(_ format: Exposition.Format = .prometheus) -> String {
         let asked = ContinuousClock.now
-        if let cached = metricsCache.withLock({ $0 }), asked - cached.at < .seconds(1) { return cached.text }
+        if let cached = metricsCache.withLock({ $0[format] }), asked - cached.at < .seconds(1) { return cached.text }
         let (metrics, states, storeFailures) = queue.sync { (self.metrics, currentStates(), self.storeFailures) }
-        var out = Exposition()
-        out.family("curfew_build_info", "gauge", "This curfew's version; always 1.")
+        var out = Exposition(format)
+        out.family("curfew_build_info", .info, "This curfew's version; always 1.")
         out.sample("curfew_build_info", [("version", HostInfo.version)], 1.0)
         metrics.write(into: &out, jobs: states.map(\.job))
         var counts: [String: UInt64] = ["running": 0, "waiting_slot": 0, "waiting_conditions": 0, "paused": 0, "disabled": 0, "idle": 0]
@@ -518,43 +519,43 @@ public final class Server: @unchecked Sendable {
                 } else if state.entry.policy.enabled == false { "disabled" } else if state.entry.isPaused { "paused" } else { "idle" }
             counts[word, default: 0] += 1
         }
-        out.family("curfew_jobs", "gauge", "Jobs served, by state (waiting: for a --jobs slot, or for their conditions).")
+        out.family("curfew_jobs", .gauge, "Jobs served, by state (waiting: for a --jobs slot, or for their conditions).")
         for (state, count) in counts.sorted(by: { $0.key < $1.key }) { out.sample("curfew_jobs", [("state", state)], count) }
         let now = options.wallClock()
         let scheduled = states.filter { $0.entry.policy.enabled != false && !$0.entry.isPaused }
-        out.family("curfew_job_next_run_seconds", "gauge", "Seconds until each scheduled job's next run (0 when due); absent when it has none.")
+        out.family("curfew_job_next_run_seconds", .gauge, "Seconds until each scheduled job's next run (0 when due); absent when it has none.")
         for state in scheduled {
             guard let next = state.entry.nextRun else { continue }
             out.sample("curfew_job_next_run_seconds", [("curfew_job", state.job)], Double(max(0, next.milliseconds &- now.milliseconds)) / 1000)
         }
-        out.family("curfew_job_period_seconds", "gauge", "Each scheduled job's \"every\" (not paused, not disabled).")
+        out.family("curfew_job_period_seconds", .gauge, "Each scheduled job's \"every\" (not paused, not disabled).")
         for state in scheduled {
             guard let every = state.entry.policy.every else { continue }
             out.sample("curfew_job_period_seconds", [("curfew_job", state.job)], every.seconds)
         }
-        out.family("curfew_job_last_run_end_timestamp_seconds", "gauge", "When each job's last run ended, in seconds since 1970.")
+        out.family("curfew_job_last_run_end_timestamp_seconds", .gauge, "When each job's last run ended, in seconds since 1970.")
         for state in states {
             guard let ended = state.entry.lastEnded else { continue }
             out.sample("curfew_job_last_run_end_timestamp_seconds", [("curfew_job", state.job)], Double(ended.milliseconds) / 1000)
         }
-        out.family("curfew_state_store_failures_total", "counter", "Writes the state store refused.")
+        out.family("curfew_state_store_failures_total", .counter, "Writes the state store refused.")
         out.sample("curfew_state_store_failures_total", [], UInt64(max(0, storeFailures)))
-        out.family("curfew_serve_start_time_seconds", "gauge", "When this serving host started, in seconds since 1970.")
+        out.family("curfew_serve_start_time_seconds", .gauge, "When this serving host started, in seconds since 1970.")
         out.sample("curfew_serve_start_time_seconds", [], Double(startedAt.milliseconds) / 1000)
         if let resident = ProcessStatistics.residentBytes() {
-            out.family("process_resident_memory_bytes", "gauge", "The host's resident memory.")
+            out.family("process_resident_memory_bytes", .gauge, "The host's resident memory.")
             out.sample("process_resident_memory_bytes", [], resident)
         }
         if let open = ProcessStatistics.openDescriptors() {
-            out.family("process_open_fds", "gauge", "The host's open file descriptors.")
+            out.family("process_open_fds", .gauge, "The host's open file descriptors.")
             out.sample("process_open_fds", [], UInt64(open))
         }
         if let threads = ProcessStatistics.threadCount() {
-            out.family("curfew_threads", "gauge", "The host's threads.")
+            out.family("curfew_threads", .gauge, "The host's threads.")
             out.sample("curfew_threads", [], UInt64(max(0, threads)))
         }
         let text = out.text
-        metricsCache.withLock { $0 = (text, asked) }
+        metricsCache.withLock { $0[format] = (text, asked) }
         return text
     }
 

@@ -9,9 +9,9 @@
 typedef struct curfew_http_reply curfew_http_reply;
 
 /* Called on the server's thread for each GET or HEAD, with the path (no
- * query). It must call curfew_http_reply_set once; a reply it leaves unset
- * is a 500. */
-typedef void (*curfew_http_handler)(void *context, const char *path, curfew_http_reply *reply);
+ * query) and the request's Accept header (NULL without one). It must call
+ * curfew_http_reply_set once; a reply it leaves unset is a 500. */
+typedef void (*curfew_http_handler)(void *context, const char *path, const char *accept, curfew_http_reply *reply);
 
 /* Copies `length` bytes of `body` for the answer. */
 void curfew_http_reply_set(curfew_http_reply *reply, unsigned status, const char *content_type, const void *body, size_t length);

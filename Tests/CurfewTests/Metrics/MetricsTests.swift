@@ -24,11 +24,41 @@ import Testing
 
     @Test func labelValuesAreEscapedAndNumbersPlain() {
         var out = Exposition()
-        out.family("x_total", "counter", "X.")
+        out.family("x_total", .counter, "X.")
         out.sample("x_total", [("job", "a\"b\\c\nd")], UInt64(3))
         out.sample("x_total", [("le", "+Inf")], 0.25)
         #expect(out.text == "# HELP x_total X.\n# TYPE x_total counter\nx_total{job=\"a\\\"b\\\\c\\nd\"} 3\nx_total{le=\"+Inf\"} 0.25\n")
         #expect(Exposition.number(.infinity) == "+Inf" && Exposition.number(.nan) == "NaN" && Exposition.number(1e20) == "1e+20")
+    }
+
+    /// OpenMetrics where the client prefers it (Prometheus names it first),
+    /// Prometheus' text format otherwise.
+    @Test(arguments: [
+        ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1", true),
+        ("application/openmetrics-text", true), (" Application/OpenMetrics-Text ; q=0.9 , text/plain;q=0.5", true),
+        ("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5", false), ("application/openmetrics-text;q=0", false),
+        ("application/openmetrics-text;version=0.0.1", false), ("application/openmetrics-text;q=nonsense", true), ("*/*", false), ("", false),
+        (",;=;,", false),
+    ])
+    func theFormatIsWhatTheClientPrefers(_ accept: String, _ openMetrics: Bool) {
+        #expect(Exposition.Format(accept: accept) == (openMetrics ? .openMetrics : .prometheus))
+        #expect(Exposition.Format(accept: nil) == .prometheus)
+    }
+
+    /// The same families in both formats: OpenMetrics names a counter's
+    /// family without `_total`, has an info type, escapes quotes in help
+    /// and ends with `# EOF`.
+    @Test func openMetricsNamesFamiliesAndEnds() {
+        func write(_ format: Exposition.Format) -> String {
+            var out = Exposition(format)
+            out.family("x_build_info", .info, "Say \"x\".")
+            out.sample("x_build_info", [("version", "1")], 1.0)
+            out.family("x_runs_total", .counter, "Runs.")
+            out.sample("x_runs_total", [], UInt64(2))
+            return out.text
+        }
+        #expect(write(.prometheus) == "# HELP x_build_info Say \"x\".\n# TYPE x_build_info gauge\nx_build_info{version=\"1\"} 1\n# HELP x_runs_total Runs.\n# TYPE x_runs_total counter\nx_runs_total 2\n")
+        #expect(write(.openMetrics) == "# HELP x_build Say \\\"x\\\".\n# TYPE x_build info\nx_build_info{version=\"1\"} 1\n# HELP x_runs Runs.\n# TYPE x_runs counter\nx_runs_total 2\n# EOF\n")
     }
 
     @Test func theCommandLineTakesMetrics() throws {
@@ -128,6 +158,10 @@ extension ProcessTests.First {
             #expect(body.contains("curfew_job_consecutive_failures{curfew_job=\"once\"} 0"))
             #expect(body.contains("curfew_job_period_seconds{curfew_job=\"once\"} 0.2"))
             #expect(body.contains("curfew_jobs{state=\"idle\"} "))
+            let open = try Self.fetch(port, "GET /metrics HTTP/1.0\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n")
+            #expect(open.contains("Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"))
+            #expect(open.contains("\n# TYPE curfew_runs counter\ncurfew_runs_total{curfew_job=\"once\",outcome=\"completed\"} "), "\(open)")
+            #expect(open.hasSuffix("\n# EOF\n"))
             if let promtool = Self.tool("promtool") {
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: promtool)
@@ -233,7 +267,7 @@ extension ProcessTests.First {
         /// that is not a socket, is not taken; the socket goes with the stop.
         @Test func aUnixSocketPathIsCheckedAndRemoved() throws {
             let path = Fixtures.temporaryFolder("metrics") + "/metrics.sock"
-            let page: @Sendable (String) -> MetricsServer.Page = { _ in MetricsServer.Page(status: 200, contentType: "text/plain", body: "x") }
+            let page: @Sendable (MetricsServer.Request) -> MetricsServer.Page = { _ in MetricsServer.Page(status: 200, contentType: "text/plain", body: "x") }
             let first = try MetricsServer(address: .local(path: path), page: page)
             #expect(throws: CurfewError.self) { try MetricsServer(address: .local(path: path), page: page) }
             first.stop()
