@@ -125,7 +125,7 @@ func processCPUNanoseconds() -> UInt64 {
 
 /// Resident bytes of this process (from /proc/self/statm).
 func residentBytes() -> Double {
-    ProcessStatistics.residentBytes().map(Double.init) ?? .nan
+    ProcessStatistics.residentBytes().map { Double($0) } ?? .nan
 }
 
 /// Threads of this process (from /proc/self/status).
