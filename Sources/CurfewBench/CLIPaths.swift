@@ -108,7 +108,7 @@ struct CLIBench {
             overhead.baseline.append(spawnLoop(["/bin/true"], count: count))
         }
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process, sandboxed, costs a job"
-        sandboxed.note = "each worker applies namespaces, Landlock and seccomp before it loads its plugin"
+        sandboxed.note = "each worker applies namespaces and seccomp while it waits for its job, Landlock before it loads its plugin"
         cgroups.note = "where the host's cgroup is delegated (else the two runs are the same): each worker is moved into a cgroup of its own as it is forked, and the cgroup is killed and removed when it exits"
         return droppingWarmUp([versus, used, overhead, sandboxed, cgroups])
     }

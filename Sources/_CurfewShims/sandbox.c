@@ -148,15 +148,36 @@ static int add_path_rule(int ruleset, const curfew_sandbox_path *path, uint64_t 
     return error;
 }
 
+/* A ruleset made ahead of the job by curfew_sandbox_prepare, holding the
+ * rules every sandbox has (see is_common_rule), for the network and exec it
+ * was made for; -1 for none. */
+static int ready_ruleset = -1;
+static int ready_network;
+static int ready_exec;
+static int is_common_rule(const curfew_sandbox_path *path);
+
+static struct sandbox_ruleset_attr ruleset_attributes(int abi, int network) {
+    struct sandbox_ruleset_attr attributes = {.handled_access_fs = fs_rights(abi)};
+    /* TCP: no bind or connect anywhere unless the network is the job's. */
+    if (abi >= 4 && network == CURFEW_SANDBOX_NETWORK_OFF) attributes.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP;
+    if (abi >= 6) attributes.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
+    return attributes;
+}
+
 static int apply_landlock(const curfew_sandbox_spec *spec, int abi, curfew_sandbox_report *report) {
     uint64_t handled = fs_rights(abi);
-    struct sandbox_ruleset_attr attributes = {.handled_access_fs = handled};
-    /* TCP: no bind or connect anywhere unless the network is the job's. */
-    if (abi >= 4 && spec->network == CURFEW_SANDBOX_NETWORK_OFF) attributes.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP;
-    if (abi >= 6) attributes.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
-    int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
+    struct sandbox_ruleset_attr attributes = ruleset_attributes(abi, spec->network);
+    /* The ruleset made ahead serves a spec of its network and exec: its
+     * rules grant what this spec's would. */
+    int ready = ready_ruleset >= 0 && ready_network == spec->network && ready_exec == spec->allow_exec;
+    int ruleset = ready ? ready_ruleset : (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
+    if (ready_ruleset >= 0) {
+        if (!ready) close(ready_ruleset);
+        ready_ruleset = -1;
+    }
     if (ruleset < 0) return errno;
     for (size_t index = 0; index < spec->path_count; index++) {
+        if (ready && is_common_rule(&spec->paths[index])) continue;
         int error = add_path_rule(ruleset, &spec->paths[index], handled, spec->allow_exec);
         if (error != 0) {
             report->failed_path = spec->paths[index].path;
@@ -723,6 +744,38 @@ static int thread_count(void) {
 }
 
 static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int channel);
+static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int loopback);
+static int confine_identity(curfew_sandbox_report *report);
+
+static int prepare_ruleset(int network, int allow_exec);
+
+/* The layers curfew_sandbox_prepare made: 0 when it did not (or failed);
+ * else what they hold and the network and exec they were made for. */
+static int prepared;
+static int prepared_applied;
+static int prepared_network;
+static int prepared_exec;
+
+int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report) {
+    memset(report, 0, sizeof *report);
+    /* The loopback network's helper is forked per job, before any layer. */
+    if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || prepared) return EINVAL;
+    if (thread_count() != 1) {
+        report->step = "the worker has more than one thread";
+        return EBUSY;
+    }
+    curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
+    int error = confine_identity(report);
+    if (error == 0) error = apply_process_layers(&spec, report, 0);
+    if (error != 0) return error;
+    /* Without it, Landlock is applied whole with the job. */
+    prepare_ruleset(network, allow_exec);
+    prepared = 1;
+    prepared_applied = report->applied;
+    prepared_network = network;
+    prepared_exec = allow_exec;
+    return 0;
+}
 
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report) {
     memset(report, 0, sizeof *report);
@@ -758,6 +811,54 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
 
 static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int channel) {
     int error;
+    if (prepared) {
+        /* What was made ahead holds. Its call filter may be wider than this
+         * spec's, never narrower: a filter added on top narrows it (each
+         * filter must allow a call), none can widen it. */
+        int wider = spec->network == CURFEW_SANDBOX_NETWORK_LOOPBACK
+            || (spec->network == CURFEW_SANDBOX_NETWORK_ON && prepared_network != CURFEW_SANDBOX_NETWORK_ON)
+            || (spec->allow_exec && !prepared_exec);
+        if (wider) {
+            report->step = "the layers made ahead of the job (for a narrower sandbox)";
+            return EPERM;
+        }
+        report->applied = prepared_applied;
+        int abi = curfew_sandbox_landlock_abi();
+        if (abi <= 0 && ready_ruleset >= 0) {
+            /* Landlock refused since (the test seam): the job gets no descriptor of it. */
+            close(ready_ruleset);
+            ready_ruleset = -1;
+        }
+        if (abi > 0 && (error = apply_landlock(spec, abi, report)) != 0) {
+            report->step = "Landlock";
+            return error;
+        }
+        if (spec->network != prepared_network || spec->allow_exec != prepared_exec) {
+            if ((error = install_filter(spec, 0)) != 0) {
+                report->step = "seccomp";
+                return error;
+            }
+            if (spec->network != CURFEW_SANDBOX_NETWORK_ON) report->applied |= CURFEW_SANDBOX_SOCKET_FILTER;
+        }
+        return 0;
+    }
+    if ((error = confine_identity(report)) != 0) return error;
+    int abi = curfew_sandbox_landlock_abi();
+    if (abi > 0 && (error = apply_landlock(spec, abi, report)) != 0) {
+        report->step = "Landlock";
+        return error;
+    }
+    int loopback = 0;
+    if (channel >= 0 && (loopback = hand_sockets_to_helper(channel)) < 0) {
+        report->step = "the loopback network's filter";
+        return -loopback;
+    }
+    return apply_process_layers(spec, report, loopback);
+}
+
+/* no_new_privs, a user and IPC namespace where the kernel lets it, and
+ * every capability dropped. */
+static int confine_identity(curfew_sandbox_report *report) {
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         report->step = "no_new_privs";
         return errno;
@@ -768,24 +869,21 @@ static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *
         return made;
     }
     if (made == 0) report->applied |= CURFEW_SANDBOX_OWN_NAMESPACES;
-    if ((error = drop_capabilities()) != 0) {
+    int error = drop_capabilities();
+    if (error != 0) {
         report->step = "dropping capabilities";
         return error;
     }
     report->applied |= CURFEW_SANDBOX_NO_CAPABILITIES;
-    int abi = curfew_sandbox_landlock_abi();
-    if (abi > 0 && (error = apply_landlock(spec, abi, report)) != 0) {
-        report->step = "Landlock";
-        return error;
-    }
+    return 0;
+}
+
+/* The SIGSYS handler and the call filter. */
+static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int loopback) {
+    int error;
     if ((error = install_denial_handler()) != 0) {
         report->step = "the SIGSYS handler";
         return error;
-    }
-    int loopback = 0;
-    if (channel >= 0 && (loopback = hand_sockets_to_helper(channel)) < 0) {
-        report->step = "the loopback network's filter";
-        return -loopback;
     }
     if ((error = install_filter(spec, loopback)) != 0) {
         report->step = "seccomp";
@@ -818,6 +916,42 @@ static const char *const system_paths[] = {
 static const char *const device_paths[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", NULL};
 
 const char *const *curfew_sandbox_system_paths(void) { return system_paths; }
+
+/* Whether `path` is one every sandbox grants as it asks (a system path to
+ * read, a device): what a ruleset made ahead holds already. */
+static int is_common_rule(const curfew_sandbox_path *path) {
+    const char *const *list = path->access == CURFEW_SANDBOX_READ ? system_paths : path->access == CURFEW_SANDBOX_DEVICE ? device_paths : NULL;
+    for (; list && *list; list++) {
+        if (strcmp(*list, path->path) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Makes the ruleset every sandbox with `network` and `allow_exec` starts
+ * from (the system paths to read, the devices): 0, or an errno and none. */
+static int prepare_ruleset(int network, int allow_exec) {
+    int abi = curfew_sandbox_landlock_abi();
+    if (abi <= 0) return ENOSYS;
+    uint64_t handled = fs_rights(abi);
+    struct sandbox_ruleset_attr attributes = ruleset_attributes(abi, network);
+    int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
+    if (ruleset < 0) return errno;
+    for (int list = 0; list < 2; list++) {
+        const char *const *paths = list == 0 ? system_paths : device_paths;
+        for (; *paths; paths++) {
+            curfew_sandbox_path path = {*paths, list == 0 ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE};
+            int error = add_path_rule(ruleset, &path, handled, allow_exec);
+            if (error != 0) {
+                close(ruleset);
+                return error;
+            }
+        }
+    }
+    ready_ruleset = ruleset;
+    ready_network = network;
+    ready_exec = allow_exec;
+    return 0;
+}
 const char *const *curfew_sandbox_device_paths(void) { return device_paths; }
 
 int curfew_sandbox_apply_for_scan(curfew_sandbox_report *report) {

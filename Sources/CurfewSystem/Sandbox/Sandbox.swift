@@ -105,17 +105,22 @@ package enum Sandbox {
             curfew_sandbox_path(path: copy, access: rule.access.cValue)
         }
         var report = curfew_sandbox_report()
-        let network: Int32 = switch rules.network {
-        case .off: Int32(CURFEW_SANDBOX_NETWORK_OFF)
-        case .loopback: Int32(CURFEW_SANDBOX_NETWORK_LOOPBACK)
-        case .on: Int32(CURFEW_SANDBOX_NETWORK_ON)
-        }
         let status = entries.withUnsafeBufferPointer { buffer in
-            var spec = curfew_sandbox_spec(paths: buffer.baseAddress, path_count: UInt(buffer.count), network: network, allow_exec: rules.allowsExec ? 1 : 0)
+            var spec = curfew_sandbox_spec(
+                paths: buffer.baseAddress, path_count: UInt(buffer.count), network: rules.network.cValue, allow_exec: rules.allowsExec ? 1 : 0)
             return curfew_sandbox_apply(&spec, &report)
         }
         guard status == 0 else { throw Failure(status, report) }
         return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
+    }
+
+    /// Applies, ahead of a job, what every sandbox with `network` and
+    /// `allowsExec` holds but its paths (see `curfew_sandbox_prepare`): a
+    /// later ``apply(_:)`` adds Landlock, and fails for rules wider than these.
+    package static func prepare(network: Network, allowsExec: Bool) throws(Failure) {
+        var report = curfew_sandbox_report()
+        let status = curfew_sandbox_prepare(network.cValue, allowsExec ? 1 : 0, &report)
+        guard status == 0 else { throw Failure(status, report) }
     }
 
     /// Confines this process as a scanner: it reads every file, writes
@@ -181,6 +186,16 @@ package enum Sandbox {
         let path = String(cString: file)
         guard path.hasSuffix(".so") || path.contains(".so."), let slash = path.lastIndex(of: "/") else { return nil }
         return String(path[..<slash])
+    }
+}
+
+extension SandboxNetwork {
+    fileprivate var cValue: Int32 {
+        switch self {
+        case .off: Int32(CURFEW_SANDBOX_NETWORK_OFF)
+        case .loopback: Int32(CURFEW_SANDBOX_NETWORK_LOOPBACK)
+        case .on: Int32(CURFEW_SANDBOX_NETWORK_ON)
+        }
     }
 }
 

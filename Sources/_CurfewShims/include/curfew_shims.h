@@ -421,6 +421,18 @@ void curfew_sandbox_refuse_landlock(void);
  * What the kernel lacks is no failure: `report->applied` says what holds. */
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);
 
+/* Applies, ahead of the job, the layers that name no path (no_new_privs,
+ * the namespaces, the capabilities, the call filter for `network` and
+ * `allow_exec`) to this process, which must have one thread, and makes the
+ * Landlock ruleset's rules every sandbox has: a worker waiting for its job
+ * does it, so the job waits only for its own paths' rules. A later
+ * curfew_sandbox_apply keeps them and adds the rest; a spec they are
+ * narrower than (a network or exec they refuse) fails there with EPERM.
+ * EINVAL for the loopback network (its helper comes first) or a second
+ * call; else 0, or an errno as curfew_sandbox_apply's, after which a later
+ * curfew_sandbox_apply applies every layer itself (what this made stays). */
+int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report);
+
 /* The loopback network's socket helper this process started (its child,
  * which must outlive the jobs' leftovers), or 0. */
 int curfew_sandbox_helper(void);

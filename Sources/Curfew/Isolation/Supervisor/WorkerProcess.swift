@@ -49,6 +49,7 @@ final class WorkerProcess: @unchecked Sendable {
     init(_ worker: WorkerPool.Worker) {
         pid = worker.process.pid
         cgroup = Mutex((nil, false))
+        scratch = Mutex((nil, false))
         channel = worker.channel
         process = worker.process
         exitPipe = []
@@ -57,12 +58,14 @@ final class WorkerProcess: @unchecked Sendable {
     }
 
     /// A worker the fork server forked (and reaps); `exitPipe` is this one's
-    /// own, `cgroup` the one it was moved into (``cgroup(for:)``).
+    /// own, `cgroup` the one it was moved into (``cgroup(for:)``), `scratch`
+    /// its scratch folder when one was made with it (``makeScratchFolder()``).
     init(
         forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32],
-        cgroup group: WorkerCgroup?
+        cgroup group: WorkerCgroup?, scratch folder: String? = nil
     ) {
         pid = child.pid
+        scratch = Mutex((folder, false))
         // Moved in as it was forked, or never: once it exits its fork server
         // reaps it at once, and a later move could take in another process
         // that was given its pid.
@@ -85,20 +88,25 @@ final class WorkerProcess: @unchecked Sendable {
     static let drainQuiet: Duration = .milliseconds(100)
     static let drainLimit: Duration = .seconds(2)
 
-    /// The folder its jobs write in under a sandbox: made with the first of
-    /// them, removed once the worker is reaped (then `closed`: none is made
-    /// for a worker whose end was handled).
-    private let scratch = Mutex<(folder: String?, closed: Bool)>((nil, false))
+    /// The folder its jobs write in under a sandbox: made with the worker
+    /// or with the first of them, removed once the worker is reaped (then
+    /// `closed`: none is made for a worker whose end was handled).
+    private let scratch: Mutex<(folder: String?, closed: Bool)>
 
-    /// The worker's scratch folder, made at the first call.
+    /// The worker's scratch folder, made at the first call unless it was made with the worker.
     func scratchFolder() throws(SystemError) -> String {
         try scratch.withLock { (scratch: inout (folder: String?, closed: Bool)) throws(SystemError) -> String in
             if let folder = scratch.folder { return folder }
             guard !scratch.closed else { throw .noProcess }
-            let made = try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
+            let made = try Self.makeScratchFolder()
             scratch.folder = made
             return made
         }
+    }
+
+    /// A new scratch folder, private to this user, in the temporary folder.
+    static func makeScratchFolder() throws(SystemError) -> String {
+        try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
     }
 
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its

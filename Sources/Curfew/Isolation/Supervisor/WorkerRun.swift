@@ -96,7 +96,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
     /// The environment workers start with: a helper's (see
     /// ``WorkerProtocol/helperEnvironment()``) and, under a memory limit,
     /// glibc's malloc arenas capped (each reserves 64 MiB of address space,
-    /// so a small --memory would stop the worker's own threads, not the job).
+    /// so a small --memory would stop the worker's own threads, not the job);
+    /// and the sandbox a worker applies ahead of its job, if any.
     static func environment(for configuration: RunConfiguration) -> [String] {
         // Not the host's runtime folder, where its control socket is: a job
         // has no business there (the socket refuses jobs all the same).
@@ -105,6 +106,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
             environment.append("MALLOC_ARENA_MAX=2")
         }
+        environment.removeAll { $0.hasPrefix(WorkerSandbox.aheadVariable + "=") }
+        if let ahead = WorkerSandbox.aheadValue(for: configuration.sandbox) { environment.append("\(WorkerSandbox.aheadVariable)=\(ahead)") }
         return environment
     }
 

@@ -105,6 +105,8 @@ public enum IsolationWorker {
         // between the host's `run` and the job's start. Nothing is loaded.
         let host = WorkerHost(channel: channel)
         host.prepare()
+        // While this thread is the process's only one, as the job's sandbox needs.
+        WorkerSandbox.prepareAhead()
         // A worker the host started ahead of need and no longer needs: the socket just closes.
         guard let received = messages.next() else { return 0 }
         let first: HostMessage.Run
@@ -133,9 +135,13 @@ public enum IsolationWorker {
         }
         // While this thread is the process's only one: Landlock binds only it
         // and the threads it starts later.
-        if let sandbox = first.sandbox, case .failure(let failure) = WorkerSandbox.apply(sandbox) {
-            host.refuse(first.job, "the worker cannot apply its sandbox: \(failure.message)")
-            Syscalls.exitNow(1)
+        if let sandbox = first.sandbox {
+            do throws(Sandbox.Failure) {
+                try WorkerSandbox.apply(sandbox)
+            } catch {
+                host.refuse(first.job, "the worker cannot apply its sandbox: \(error.message)")
+                Syscalls.exitNow(1)
+            }
         }
         // The job's hooks run on Dispatch's workers; this thread reads the channel.
         host.start(first)

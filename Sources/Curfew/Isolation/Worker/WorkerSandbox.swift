@@ -27,15 +27,44 @@ enum WorkerSandbox {
 
     /// Applies the sandbox to this process, which has one thread, and
     /// points the job's temporary files at its scratch folder. Returns what
-    /// the kernel could not enforce, in words, or why it could not be applied.
-    static func apply(_ sandbox: HostMessage.Sandbox) -> Result<[String], Sandbox.Failure> {
+    /// the kernel could not enforce, in words; throws why it could not be
+    /// applied. (No `Result`: a generic type's first use in a worker costs
+    /// its forked process a conformance search, about 45 µs.)
+    @discardableResult
+    static func apply(_ sandbox: HostMessage.Sandbox) throws(Sandbox.Failure) -> [String] {
         // Before the sandbox, while one thread can change the environment.
         Syscalls.setEnvironment("CURFEW_SCRATCH", sandbox.scratch)
         Syscalls.setEnvironment("TMPDIR", sandbox.scratch)
         HostServices.setScratchFolder(sandbox.scratch)
         if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
         let rules = rules(for: sandbox)
-        return Result { () throws(Sandbox.Failure) in try Sandbox.apply(rules).missing(for: rules) }
+        return try Sandbox.apply(rules).missing(for: rules)
+    }
+
+    /// Set in a sandboxed run's workers' environment (the network, `off` or
+    /// `on`, then ` exec` when exec is allowed): what every job of the run
+    /// gets but its paths is applied while a worker waits for its job
+    /// (``prepareAhead()``), so the job waits only for Landlock.
+    static let aheadVariable = "CURFEW_WORKER_SANDBOX"
+
+    /// The value of ``aheadVariable`` for a run sandboxed by `policy`; `nil`
+    /// for none, and for the loopback network (its helper comes first).
+    static func aheadValue(for policy: SandboxPolicy?) -> String? {
+        guard let policy, policy.network != .loopback else { return nil }
+        return policy.network.rawValue + (policy.allowsExec ? " exec" : "")
+    }
+
+    /// Applies, with one thread, what ``aheadVariable`` says every job of
+    /// this worker's run gets but its paths. A value it cannot read, or a
+    /// layer that fails, leaves it all to ``apply(_:)``, which says why.
+    static func prepareAhead() {
+        guard let value = Syscalls.environmentValue(aheadVariable) else { return }
+        let words = value.split(separator: " ", omittingEmptySubsequences: false)
+        guard words.count <= 2, let network = SandboxNetwork(rawValue: String(words[0])), network != .loopback,
+            words.count == 1 || words[1] == "exec"
+        else { return }
+        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
+        try? Sandbox.prepare(network: network, allowsExec: words.count == 2)
     }
 
     /// Set to `1` in a host's environment, its workers act as if the kernel
