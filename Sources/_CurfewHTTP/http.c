@@ -87,6 +87,8 @@ static enum MHD_Result queue(struct MHD_Connection *connection, unsigned status,
     }
     mhd.add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     mhd.add_response_header(response, "X-Content-Type-Options", "nosniff");
+    /* /metrics answers in the format the request's Accept prefers. */
+    mhd.add_response_header(response, "Vary", "Accept");
     mhd.add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     /* The page is self-contained: nothing to load, nothing to run, no framing. */
     mhd.add_response_header(response, "Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'");

@@ -753,13 +753,18 @@ static int prepare_ruleset(int network, int allow_exec);
  * else what they hold and the network and exec they were made for. */
 static int prepared;
 static int prepared_applied;
+/* A prepare that failed after it changed this process: the step and the
+ * errno every later curfew_sandbox_apply fails with (a user namespace left
+ * unmapped, say, cannot be made again from inside itself). */
+static const char *prepare_failed_step;
+static int prepare_failed_error;
 static int prepared_network;
 static int prepared_exec;
 
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report) {
     memset(report, 0, sizeof *report);
     /* The loopback network's helper is forked per job, before any layer. */
-    if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || prepared) return EINVAL;
+    if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || prepared || prepare_failed_error) return EINVAL;
     if (thread_count() != 1) {
         report->step = "the worker has more than one thread";
         return EBUSY;
@@ -767,7 +772,11 @@ int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *r
     curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
     int error = confine_identity(report);
     if (error == 0) error = apply_process_layers(&spec, report, 0);
-    if (error != 0) return error;
+    if (error != 0) {
+        prepare_failed_step = report->step;
+        prepare_failed_error = error;
+        return error;
+    }
     /* Without it, Landlock is applied whole with the job. */
     prepare_ruleset(network, allow_exec);
     prepared = 1;
@@ -811,6 +820,10 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
 
 static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *report, int channel) {
     int error;
+    if (prepare_failed_error != 0) {
+        report->step = prepare_failed_step;
+        return prepare_failed_error;
+    }
     if (prepared) {
         /* What was made ahead holds. Its call filter may be wider than this
          * spec's, never narrower: a filter added on top narrows it (each

@@ -53,7 +53,9 @@ enum WorkerProtocol {
     /// killed host left is found by the next.
     static func helperEnvironment() -> [String] {
         let mark = ChildProcesses.mark.map { ["\(ChildProcesses.markVariable)=\($0)"] } ?? []
-        return Syscalls.environment().filter { !$0.hasPrefix("SWIFT_BACKTRACE=") && !$0.hasPrefix(ChildProcesses.markVariable + "=") }
+        return Syscalls.environment().filter {
+            !$0.hasPrefix("SWIFT_BACKTRACE=") && !$0.hasPrefix(ChildProcesses.markVariable + "=") && !$0.hasPrefix(WorkerSandbox.aheadVariable + "=")
+        }
             + ["SWIFT_BACKTRACE=enable=no"] + mark
     }
 

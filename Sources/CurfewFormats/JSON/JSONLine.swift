@@ -64,8 +64,9 @@ public struct JSONLine: Sendable {
     }
 
     /// `value` to the microsecond: an integer when it is one, else in fixed
-    /// point with its trailing zeros dropped (no exponent), as Swift's
-    /// shortest form beyond 10^15.
+    /// point with its trailing zeros dropped (no exponent); from 2^63
+    /// microseconds on, an integer below 10^15 as one, the rest in Swift's
+    /// shortest form.
     public static func number(_ value: Double) -> String {
         var out: [UInt8] = []
         append(value, to: &out)
@@ -76,7 +77,10 @@ public struct JSONLine: Sendable {
         let micro = (value * 1_000_000).rounded()
         // From 2^63 microseconds on (and for NaN) the integer below would
         // trap; there a microsecond is below the double's own precision anyway.
-        guard abs(micro) < 9.2e18 else { return out += "\(micro / 1_000_000)".utf8 }
+        guard abs(micro) < 9.2e18 else {
+            let whole = value.rounded()
+            return out += (whole == value && abs(value) < 1e15 ? String(Int64(whole)) : "\(value)").utf8
+        }
         let whole = Int64(micro)
         if whole < 0 { out.append(UInt8(ascii: "-")) }
         let magnitude = whole.magnitude

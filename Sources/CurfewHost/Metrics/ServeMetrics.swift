@@ -75,7 +75,7 @@ public struct Exposition {
         /// What a client's `Accept` header prefers: OpenMetrics only when
         /// it names `application/openmetrics-text` (version 1.0.0, or none)
         /// with a quality above zero and no lower than any other range it
-        /// names. Read in one pass; a parameter it cannot read is left out.
+        /// names. Read in one pass; a range whose quality it cannot read counts for nothing.
         public init(accept: String?) {
             self = .prometheus
             guard let accept else { return }
@@ -85,14 +85,17 @@ public struct Exposition {
                 var parts = range.split(separator: ";").map { Self.trimmed($0).lowercased() }
                 guard !parts.isEmpty else { continue }
                 let type = parts.removeFirst()
-                var quality = 1.0
+                var quality: Double? = 1
                 var version: String?
                 for parameter in parts {
                     let pair = parameter.split(separator: "=", maxSplits: 1).map { Self.trimmed($0) }
                     guard pair.count == 2 else { continue }
-                    if pair[0] == "q", pair[1].utf8.count <= 5, let value = Double(pair[1]), (0...1).contains(value) { quality = value }
+                    if pair[0] == "q" {
+                        quality = pair[1].utf8.count <= 5 ? Double(pair[1]).flatMap { (0...1).contains($0) ? $0 : nil } : nil
+                    }
                     if pair[0] == "version" { version = String(pair[1]) }
                 }
+                guard let quality else { continue }
                 if type == "application/openmetrics-text" {
                     if version == nil || version == "1.0.0" { openMetrics = max(openMetrics, quality) }
                 } else {

@@ -66,7 +66,8 @@ package final class EventStream: Sendable {
         let fd: Int32
         let job: String?
         let follows: Bool
-        /// Events not yet made into lines, oldest first, and about how many bytes they take.
+        /// Events not yet made into lines, oldest first, and about how many
+        /// bytes they take, with those of a batch being made now.
         var queue: [Entry] = []
         var queued = 0
         /// Lines made, and how much of them is sent.
@@ -97,10 +98,17 @@ package final class EventStream: Sendable {
                 bytes += queue[count].size + 1
                 count += 1
             }
+            // Counted in `queued` until its lines are in `pending` (``made(_:)``).
             let batch = Array(queue[..<count])
             queue.removeFirst(count)
-            queued -= bytes
             return batch
+        }
+
+        /// A batch's lines, made: in `pending` now, unless it was cut off meanwhile.
+        func made(_ batch: [Entry], _ lines: [UInt8]) {
+            guard !cut else { return }
+            queued -= batch.reduce(0) { $0 + $1.size + 1 }
+            pending += lines
         }
     }
 
@@ -146,15 +154,25 @@ package final class EventStream: Sendable {
         publish(Entry(.text(line), job: job, size: line.utf8.count), keep: keep)
     }
 
-    /// Queues a run's event, which happened at `time`, as ``publish(_:job:keep:)`` does a line.
+    /// Queues a run's event, which happened at `time`, as ``publish(_:job:keep:)``
+    /// does a line. One with a text longer than a line carries is made into
+    /// its line now, so what is kept is what the limits count.
     package func publish(_ event: RunEvent, at time: WallTime, keep: Bool = true) {
-        publish(Entry(.event(event, time), job: Self.job(of: event), size: Self.size(of: event)), keep: keep)
+        let size = Self.size(of: event)
+        let source: Entry.Source = size.cut ? .text(Self.text(of: event, at: time)) : .event(event, time)
+        publish(Entry(source, job: Self.job(of: event), size: size.bytes), keep: keep)
     }
 
     /// Queues a notice of the server's, about no one job.
     func publish(_ notice: Server.Notice, at time: WallTime) {
-        let text = switch notice { case .info(let text), .warning(let text), .error(let text): text }
-        publish(Entry(.notice(notice, time), job: nil, size: 64 + min(text.utf8.count, Self.fieldLimit)), keep: true)
+        let cut: Server.Notice =
+            switch notice {
+            case .info(let text): .info(Reason.cut(text, to: Self.fieldLimit))
+            case .warning(let text): .warning(Reason.cut(text, to: Self.fieldLimit))
+            case .error(let text): .error(Reason.cut(text, to: Self.fieldLimit))
+            }
+        let text = switch cut { case .info(let text), .warning(let text), .error(let text): text }
+        publish(Entry(.notice(cut, time), job: nil, size: 64 + text.utf8.count), keep: true)
     }
 
     private func publish(_ entry: Entry, keep: Bool) {
@@ -313,7 +331,7 @@ extension EventStream {
                     bytes += entry.line.utf8
                     bytes.append(10)
                 }
-                state.withLock { _ in if !reader.cut { reader.pending += bytes } }
+                state.withLock { _ in reader.made(batch, bytes) }
             }
             enum Sent { case gone, full, all }
             let sent = state.withLock { _ -> Sent in
@@ -360,10 +378,16 @@ extension EventStream {
         }
     }
 
-    /// About how many bytes a run's event's line takes: its text fields,
-    /// each cut as ``text(of:at:)`` cuts it, and room for the rest.
-    static func size(of event: RunEvent) -> Int {
-        func cut(_ text: String) -> Int { min(text.utf8.count, fieldLimit) }
+    /// About how many bytes a run's event's line takes (its text fields,
+    /// each cut as ``text(of:at:)`` cuts it, and room for the rest), and
+    /// whether a field is cut.
+    static func size(of event: RunEvent) -> (bytes: Int, cut: Bool) {
+        var long = false
+        func cut(_ text: String) -> Int {
+            let count = text.utf8.count
+            if count > fieldLimit { long = true }
+            return min(count, fieldLimit)
+        }
         let fields =
             switch event {
             case .started(let job, let plugin, _): job.utf8.count + plugin.utf8.count
@@ -374,7 +398,7 @@ extension EventStream {
             case .finished(let result): result.job.utf8.count + cut(result.reason)
             case .output(let plugin, let stream, let line): (plugin?.utf8.count ?? 4) + stream.utf8.count + cut(line)
             }
-        return 96 + fields
+        return (96 + fields, long)
     }
 
     /// A run's event as a line of `curfew events`, and the job it is about.

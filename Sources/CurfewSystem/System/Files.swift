@@ -186,6 +186,12 @@ extension Syscalls {
         setenv(name, value, 1)
     }
 
+    /// Removes the environment variable `name`; as ``setEnvironment(_:_:)``,
+    /// for a process that has one thread.
+    package static func unsetEnvironment(_ name: String) {
+        unsetenv(name)
+    }
+
     /// Where temporary files go: `$TMPDIR` when it is an absolute path, else `/tmp`.
     package static var temporaryFolder: String {
         environmentValue("TMPDIR").flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"

@@ -429,8 +429,10 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
  * curfew_sandbox_apply keeps them and adds the rest; a spec they are
  * narrower than (a network or exec they refuse) fails there with EPERM.
  * EINVAL for the loopback network (its helper comes first) or a second
- * call; else 0, or an errno as curfew_sandbox_apply's, after which a later
- * curfew_sandbox_apply applies every layer itself (what this made stays). */
+ * call, and EBUSY with a second thread, each changing nothing (a later
+ * curfew_sandbox_apply applies every layer itself); else 0, or an errno as
+ * curfew_sandbox_apply's, which every later curfew_sandbox_apply returns
+ * too (a layer may be half made). */
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report);
 
 /* The loopback network's socket helper this process started (its child,

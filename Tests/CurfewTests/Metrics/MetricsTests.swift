@@ -37,7 +37,7 @@ import Testing
         ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1", true),
         ("application/openmetrics-text", true), (" Application/OpenMetrics-Text ; q=0.9 , text/plain;q=0.5", true),
         ("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5", false), ("application/openmetrics-text;q=0", false),
-        ("application/openmetrics-text;version=0.0.1", false), ("application/openmetrics-text;q=nonsense", true), ("*/*", false), ("", false),
+        ("application/openmetrics-text;version=0.0.1", false), ("application/openmetrics-text;q=nonsense", false), ("application/openmetrics-text;q=0.0001,text/plain;q=0.5", false), ("*/*", false), ("", false),
         (",;=;,", false),
     ])
     func theFormatIsWhatTheClientPrefers(_ accept: String, _ openMetrics: Bool) {

@@ -107,7 +107,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             environment.append("MALLOC_ARENA_MAX=2")
         }
         environment.removeAll { $0.hasPrefix(WorkerSandbox.aheadVariable + "=") }
-        if let ahead = WorkerSandbox.aheadValue(for: configuration.sandbox) { environment.append("\(WorkerSandbox.aheadVariable)=\(ahead)") }
+        if let ahead = WorkerSandbox.aheadValue(for: configuration.sandbox, limits: configuration.limits) { environment.append("\(WorkerSandbox.aheadVariable)=\(ahead)") }
         return environment
     }
 

@@ -186,12 +186,10 @@ final class WorkerSource: Sendable {
     /// waiting for its first message); the fork server reaps it.
     private static func release(_ spare: Spare) {
         ([spare.channel, spare.out, spare.err] + spare.exitPipe).forEach { Syscalls.close($0) }
-        let (cgroup, scratch) = (spare.cgroup, spare.scratch)
-        guard cgroup != nil || scratch != nil else { return }
-        DispatchQueue.global(qos: .utility).async {
-            if let scratch { try? Syscalls.removeTree(scratch) }
-            _ = cgroup?.remove(allowed: .seconds(1))
-        }
+        // Now, not later: a run that ends at once (a stop, the last job) must
+        // not leave it behind. No job wrote in it: one `rmdir`.
+        if let scratch = spare.scratch { try? Syscalls.removeTree(scratch) }
+        if let cgroup = spare.cgroup { DispatchQueue.global(qos: .utility).async { _ = cgroup.remove(allowed: .seconds(1)) } }
     }
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {

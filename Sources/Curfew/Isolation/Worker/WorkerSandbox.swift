@@ -48,9 +48,11 @@ enum WorkerSandbox {
     static let aheadVariable = "CURFEW_WORKER_SANDBOX"
 
     /// The value of ``aheadVariable`` for a run sandboxed by `policy`; `nil`
-    /// for none, and for the loopback network (its helper comes first).
-    static func aheadValue(for policy: SandboxPolicy?) -> String? {
-        guard let policy, policy.network != .loopback else { return nil }
+    /// for none, for the loopback network (its helper comes first), and
+    /// under `limits` (set with the job, with the capabilities a root host
+    /// may need to set them still there).
+    static func aheadValue(for policy: SandboxPolicy?, limits: ResourceLimits) -> String? {
+        guard let policy, policy.network != .loopback, limits == ResourceLimits() else { return nil }
         return policy.network.rawValue + (policy.allowsExec ? " exec" : "")
     }
 
@@ -59,6 +61,8 @@ enum WorkerSandbox {
     /// layer that fails, leaves it all to ``apply(_:)``, which says why.
     static func prepareAhead() {
         guard let value = Syscalls.environmentValue(aheadVariable) else { return }
+        // Not for what the job starts (a host of its own would prepare too).
+        Syscalls.unsetEnvironment(aheadVariable)
         let words = value.split(separator: " ", omittingEmptySubsequences: false)
         guard words.count <= 2, let network = SandboxNetwork(rawValue: String(words[0])), network != .loopback,
             words.count == 1 || words[1] == "exec"
