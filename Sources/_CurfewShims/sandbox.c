@@ -753,13 +753,13 @@ static int prepare_ruleset(int network, int allow_exec);
  * else what they hold and the network and exec they were made for. */
 static int prepared;
 static int prepared_applied;
+static int prepared_network;
+static int prepared_exec;
 /* A prepare that failed after it changed this process: the step and the
  * errno every later curfew_sandbox_apply fails with (a user namespace left
  * unmapped, say, cannot be made again from inside itself). */
 static const char *prepare_failed_step;
 static int prepare_failed_error;
-static int prepared_network;
-static int prepared_exec;
 
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report) {
     memset(report, 0, sizeof *report);
@@ -929,6 +929,7 @@ static const char *const system_paths[] = {
 static const char *const device_paths[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", NULL};
 
 const char *const *curfew_sandbox_system_paths(void) { return system_paths; }
+const char *const *curfew_sandbox_device_paths(void) { return device_paths; }
 
 /* Whether `path` is one every sandbox grants as it asks (a system path to
  * read, a device): what a ruleset made ahead holds already. */
@@ -965,7 +966,6 @@ static int prepare_ruleset(int network, int allow_exec) {
     ready_exec = allow_exec;
     return 0;
 }
-const char *const *curfew_sandbox_device_paths(void) { return device_paths; }
 
 int curfew_sandbox_apply_for_scan(curfew_sandbox_report *report) {
     enum { devices = sizeof device_paths / sizeof device_paths[0] - 1 };

@@ -53,10 +53,9 @@ enum WorkerProtocol {
     /// killed host left is found by the next.
     static func helperEnvironment() -> [String] {
         let mark = ChildProcesses.mark.map { ["\(ChildProcesses.markVariable)=\($0)"] } ?? []
-        return Syscalls.environment().filter {
-            !$0.hasPrefix("SWIFT_BACKTRACE=") && !$0.hasPrefix(ChildProcesses.markVariable + "=") && !$0.hasPrefix(WorkerSandbox.aheadVariable + "=")
-        }
-            + ["SWIFT_BACKTRACE=enable=no"] + mark
+        let ours = ["SWIFT_BACKTRACE=", ChildProcesses.markVariable + "=", WorkerSandbox.aheadVariable + "="]
+        let inherited = Syscalls.environment().filter { variable in !ours.contains { variable.hasPrefix($0) } }
+        return inherited + ["SWIFT_BACKTRACE=enable=no"] + mark
     }
 
     /// Writes all of `line` and a newline; false when the other side is gone.

@@ -106,8 +106,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             environment.removeAll { $0.hasPrefix("MALLOC_ARENA_MAX=") }
             environment.append("MALLOC_ARENA_MAX=2")
         }
-        environment.removeAll { $0.hasPrefix(WorkerSandbox.aheadVariable + "=") }
-        if let ahead = WorkerSandbox.aheadValue(for: configuration.sandbox, limits: configuration.limits) { environment.append("\(WorkerSandbox.aheadVariable)=\(ahead)") }
+        if let ahead = WorkerSandbox.aheadValue(for: configuration.sandbox, limits: configuration.limits) {
+            environment.append("\(WorkerSandbox.aheadVariable)=\(ahead)")
+        }
         return environment
     }
 
