@@ -342,7 +342,10 @@ extension ProcessTests.Second {
             let root = try root()
             let moved = try lay(manifest, under: root)
             let environment = manifest.environment.mapValues(moved)
-            let (run, output) = try start(manifest.arguments.map(moved).map { ["30s": "400ms", "5s": "100ms"][$0] ?? $0 } + ["--json"], environment: environment)
+            // Short, with room for a loaded machine: the job may expire, and its
+            // expire hook waits for its checkpoint's save (in a clean-clone CI
+            // with 100 ms of grace, it was still waiting at the hard deadline).
+            let (run, output) = try start(manifest.arguments.map(moved).map { ["30s": "800ms", "5s": "400ms"][$0] ?? $0 } + ["--json"], environment: environment)
             let said = await Fixtures.read(output.fileHandleForReading) { _ in false }
             await Fixtures.wait(for: run)
             #expect(run.terminationStatus == 0, "\(said)")
