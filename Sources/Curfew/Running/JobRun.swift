@@ -60,6 +60,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         var startedAt: CurfewInstant?
         /// What the chunks have taken so far (updated after each slice).
         var estimate: ChunkEstimate
+        /// Chunk times and the `expire` hook's lateness, for metrics.
+        var measures = RunMeasures()
         /// The prediction of the chunk the loop declined to start, as it
         /// began the expiration early instead.
         var declined: Int64?
@@ -354,6 +356,9 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         // The slice's longest chunk: the estimate learns one sample a slice,
         // so a chunk longer than a slice (the ones that matter) is a sample of its own.
         var longest: UInt64 = 0
+        // Each chunk's time, by bucket: kept on the stack, added to the run's after the slice.
+        var buckets = InlineArray<8, UInt64>(repeating: 0)
+        var sliceNanoseconds: UInt64 = 0
         enum Stop { case expiring, overrun, sliceOver, result }
         let probe = chunkProbe
         let stop: Stop = HookThread.running(self, at: place(.chunk, base: before)) {
@@ -366,7 +371,10 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
                 if let probe { probe.after(before &+ count.pointee &+ 1, result) }
                 count.pointee &+= 1
                 let after = clock.now().nanoseconds
-                longest = max(longest, after &- now)
+                let took = after &- now
+                longest = max(longest, took)
+                buckets[RunMeasures.bucket(took)] &+= 1
+                sliceNanoseconds &+= took
                 now = after
                 if result != 0 { return .result }
             }
@@ -379,6 +387,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
             guard c.stage == .running else { return .nothing }  // terminated meanwhile: counted then
             c.chunks &+= ran
             c.estimate = estimate
+            if ran > 0 { c.measures.add(buckets, nanoseconds: sliceNanoseconds) }
             if stop == .result && result < 0 {
                 if result == -1 {
                     return workEnded(&c, failure: nil)
@@ -450,8 +459,8 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
     /// host's own steps before it take a while, and a hard deadline then
     /// said "still running" of a hook that had not said a word. `nil`: the
     /// stage moved on (terminated) and the hook was not called.
-    private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, _ body: () -> T) -> T? {
-        callHook(hook, of: stage, status: { _ in CURFEW_OK }, body)
+    private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, starting: (inout Control) -> Void = { _ in }, _ body: () -> T) -> T? {
+        callHook(hook, of: stage, status: { _ in CURFEW_OK }, starting: starting, body)
     }
 
     /// As above, for a hook that returns a status (`create`), which the probe sees.
@@ -459,11 +468,14 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         callHook(hook, of: stage, status: { $0 }, body)
     }
 
-    private func callHook<T>(_ hook: HookThread.Hook, of stage: Stage, status: (T) -> curfew_status, _ body: () -> T) -> T? {
+    private func callHook<T>(
+        _ hook: HookThread.Hook, of stage: Stage, status: (T) -> curfew_status, starting: (inout Control) -> Void = { _ in }, _ body: () -> T
+    ) -> T? {
         HookThread.running(self, at: place(hook)) { () -> T? in
             let started = control.withLock { c -> Bool in
                 guard c.stage == stage else { return false }
                 c.waitingSince = nil
+                starting(&c)
                 return true
             }
             guard started else { return nil }
@@ -516,7 +528,15 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         }) else {
             return
         }
-        guard callHook(.expire, of: .expiring, { job.hooks.expire?(context, jobState, reason.cValue) }) != nil else { return }
+        let lateness: (inout Control) -> Void = { [grant, clock, job] c in
+            // Measured as the hook starts: against the point a timeout was due at.
+            guard reason == .timeout, job.hooks.expire != nil else { return }
+            let point = grant.expirationPointNanoseconds
+            guard point != .max else { return }
+            let now = clock.now().nanoseconds
+            c.measures.expireLateness = .nanoseconds(Int64(clamping: now >= point ? now - point : 0))
+        }
+        guard callHook(.expire, of: .expiring, starting: lateness, { job.hooks.expire?(context, jobState, reason.cValue) }) != nil else { return }
         let next = control.withLock { c -> Next in
             guard c.stage == .expiring else { return .nothing }
             c.stage = .waiting
@@ -697,7 +717,7 @@ class JobRun: HostContext, JobExecution, @unchecked Sendable {
         return JobResult(
             job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress,
-            estimate: c.estimate.samples > 0 ? c.estimate : nil)
+            estimate: c.estimate.samples > 0 ? c.estimate : nil, measures: c.measures)
     }
 
     /// With the control lock held, the stage already final: the job's last event.

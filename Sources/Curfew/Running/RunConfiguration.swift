@@ -45,8 +45,9 @@ public struct RunConfiguration: Sendable {
     /// When jobs' grants start (a worker's: when its host started the
     /// grant); `nil`: as each job starts.
     var grantStart: CurfewInstant?
-    /// Where jobs' checkpoints go: the state store, or (in a worker) the host.
-    var checkpoints: (any CheckpointKeeper)?
+    /// Where jobs' checkpoints go: the state store (as ``state`` sets it,
+    /// or a keeper in front of it), or (in a worker) the host.
+    package var checkpoints: (any CheckpointKeeper)?
     /// What each job's chunks were last seen to take, by job name: the
     /// runner's first predictions (read from the state store when it has one).
     var estimates: [String: ChunkEstimate] = [:]

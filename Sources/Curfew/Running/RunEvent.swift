@@ -62,6 +62,8 @@ public struct JobResult: Sendable {
     /// What the job's chunks were seen to take, this run and before
     /// (`nil` for a job that ran no chunk).
     public internal(set) var estimate: ChunkEstimate? = nil
+    /// What the run measured of its chunks and its `expire` hook.
+    public internal(set) var measures = RunMeasures()
 
     /// The job failed and said another run cannot help
     /// (CURFEW_CHUNK_FAILED_FINAL): a scheduler does not retry it.

@@ -192,8 +192,8 @@ public final class Runner: Sendable {
 
     /// How many isolated workers were forked by the fork server, and how many
     /// started with posix_spawn.
-    package var workerStarts: (forked: Int, spawned: Int) {
-        workers?.starts.withLock { $0 } ?? (0, 0)
+    package var workerStarts: WorkerStarts {
+        workers?.starts.withLock { $0 } ?? WorkerStarts()
     }
 
     /// Whether the plugin at `path` has a worker open under `--isolate plugin` (for tests).

@@ -91,18 +91,32 @@ struct MessageFields {
 
     /// An array of at most `most` strings of at most `longest` bytes each.
     func strings(_ key: String, most: Int, longest: Int) throws(MessageInvalid) -> [String] {
+        try array(key, most: most, of: "strings of at most \(longest) bytes") { value -> String? in
+            guard case .string(let text) = value, text.utf8.count <= longest else { return nil }
+            return text
+        }
+    }
+
+    /// An array of at most `most` counts (64-bit integers, not negative).
+    func counts(_ key: String, most: Int) throws(MessageInvalid) -> [UInt64] {
+        try array(key, most: most, of: "counts") { value -> UInt64? in
+            guard case .number(let text) = value, let count = Int64(text), count >= 0 else { return nil }
+            return UInt64(count)
+        }
+    }
+
+    /// An array of at most `most` elements, each one `element` reads (`nil`: not one; `what` says what they must be).
+    private func array<Element>(_ key: String, most: Int, of what: String, _ element: (JSONValue) -> Element?) throws(MessageInvalid) -> [Element] {
         let value = try value(key)
         guard case .array(let values) = value else { throw MessageInvalid(reason: "\"\(key)\" is \(value.kind), not an array") }
         guard values.count <= most else { throw MessageInvalid(reason: "more than \(most) in \"\(key)\"") }
-        var strings: [String] = []
-        strings.reserveCapacity(values.count)
+        var elements: [Element] = []
+        elements.reserveCapacity(values.count)
         for value in values {
-            guard case .string(let text) = value, text.utf8.count <= longest else {
-                throw MessageInvalid(reason: "\"\(key)\" holds other than strings of at most \(longest) bytes")
-            }
-            strings.append(text)
+            guard let read = element(value) else { throw MessageInvalid(reason: "\"\(key)\" holds other than \(what)") }
+            elements.append(read)
         }
-        return strings
+        return elements
     }
 
     /// The protocol version, which must be `version`.

@@ -19,6 +19,10 @@ package enum WorkerMessage: Equatable, Sendable {
     case crashing(job: String, hook: String, chunks: UInt64)
     /// What the job's chunks were seen to take (sent before `finished`), in nanoseconds.
     case estimate(job: String, mean: Int64, deviation: Int64, samples: UInt64)
+    /// What the job's chunks took, by bucket (``chunkBuckets`` counts, or
+    /// none), and in all, and how late its `expire` hook was called, in
+    /// nanoseconds (sent before `finished`, for metrics).
+    case measures(job: String, chunkCounts: [UInt64], chunkNanoseconds: UInt64, expireLateNanoseconds: UInt64?)
     /// The job saves a checkpoint (`data`, at most ``maximumCheckpointBytes``);
     /// the worker waits for the host's `checkpoint-saved` with the same `id`.
     case checkpoint(job: String, id: UInt64, data: [UInt8])
@@ -65,6 +69,8 @@ package enum WorkerMessage: Equatable, Sendable {
     /// header's, the one limit every hop checks (the host's services, both
     /// messages, the store, the SDK).
     package static let maximumCheckpointBytes = Int(CURFEW_MAX_CHECKPOINT)
+    /// How many chunk-time buckets a `measures` message carries.
+    package static let chunkBuckets = 8
 
     /// The message on one line of a worker's channel.
     package static func decode(_ line: [UInt8]) throws(Invalid) -> WorkerMessage {
@@ -119,6 +125,15 @@ package enum WorkerMessage: Equatable, Sendable {
             return .estimate(
                 job: job, mean: try reader.integer("mean"), deviation: try reader.integer("deviation"),
                 samples: try reader.count("samples"))
+        case "measures":
+            try reader.only(["type", "job", "chunk_counts", "chunk_ns", "expire_late_ns"])
+            let counts = try reader.counts("chunk_counts", most: chunkBuckets)
+            guard counts.isEmpty || counts.count == chunkBuckets else {
+                throw Invalid(reason: "\"chunk_counts\" holds other than none or \(chunkBuckets) counts")
+            }
+            return .measures(
+                job: job, chunkCounts: counts, chunkNanoseconds: try reader.count("chunk_ns"),
+                expireLateNanoseconds: reader.has("expire_late_ns") ? try reader.count("expire_late_ns") : nil)
         case "checkpoint" where reader.has("size"):
             try reader.only(["type", "job", "id", "size"])
             let size = try reader.count("size")
@@ -181,7 +196,7 @@ extension WorkerMessage {
         switch self {
         case .error: nil
         case .log(let job, _, _, _), .progress(let job, _, _, _), .expiring(let job, _, _), .finished(let job, _, _, _, _, _),
-            .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .checkpoint(let job, _, _),
+            .status(let job, _, _), .crashing(let job, _, _), .estimate(let job, _, _, _), .measures(let job, _, _, _), .checkpoint(let job, _, _),
             .attachedCheckpoint(let job, _, _), .nextRun(let job, _, _), .submit(let job, _, _, _, _),
             .conditions(let job, _, _):
             job

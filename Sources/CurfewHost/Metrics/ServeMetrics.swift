@@ -6,19 +6,39 @@ import Curfew
 /// outcomes and reasons, never run ids: a series per job, bounded by the
 /// jobs the host has served.
 struct ServeMetrics {
-    /// Upper bounds of the run-duration histogram's buckets, in seconds.
+    /// Upper bounds of each histogram's buckets, in seconds or bytes.
     static let durationBounds: [Double] = [0.01, 0.1, 1, 10, 60, 300, 1800, 3600]
+    static let chunkBounds: [Double] = RunMeasures.chunkBounds.map { Double($0) / 1e9 }
+    static let latenessBounds: [Double] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1]
+    static let saveBounds: [Double] = [0.0001, 0.001, 0.01, 0.1, 1, 10]
+    static let checkpointSizeBounds: [Double] = [256, 4096, 65536, 262_144, 1_048_576]
 
     struct Histogram {
-        /// Observations at most each bound (not cumulative: summed as written).
-        var counts = [UInt64](repeating: 0, count: ServeMetrics.durationBounds.count)
-        var count: UInt64 = 0
-        var sum: Double = 0
+        let bounds: [Double]
+        /// Observations in each bound's bucket (at most it, over the one
+        /// before: not cumulative, summed as written).
+        private(set) var counts: [UInt64]
+        private(set) var count: UInt64 = 0
+        private(set) var sum: Double = 0
 
-        mutating func observe(_ seconds: Double) {
-            if let bucket = ServeMetrics.durationBounds.firstIndex(where: { seconds <= $0 }) { counts[bucket] &+= 1 }
+        init(_ bounds: [Double]) {
+            self.bounds = bounds
+            counts = [UInt64](repeating: 0, count: bounds.count)
+        }
+
+        mutating func observe(_ value: Double) {
+            if let bucket = bounds.firstIndex(where: { value <= $0 }) { counts[bucket] &+= 1 }
             count &+= 1
-            sum += seconds
+            sum += value
+        }
+
+        /// Adds observations counted elsewhere into the same buckets, the
+        /// last of `buckets` holding those above every bound.
+        mutating func add(buckets: [UInt64], sum: Double) {
+            guard buckets.count == bounds.count + 1 else { return }
+            for index in bounds.indices { counts[index] &+= buckets[index] }
+            count &+= buckets.reduce(0, &+)
+            self.sum += sum
         }
     }
 
@@ -32,10 +52,17 @@ struct ServeMetrics {
     private(set) var finished: [Outcome: UInt64] = [:]
     private(set) var expirations: [Outcome: UInt64] = [:]
     private(set) var durations: [String: Histogram] = [:]
+    private(set) var chunkTimes: [String: Histogram] = [:]
+    private(set) var expireLateness: [String: Histogram] = [:]
+    private(set) var checkpointSaves: [String: Histogram] = [:]
+    private(set) var checkpointSizes: [String: Histogram] = [:]
+    private(set) var checkpointFailures: [String: UInt64] = [:]
     /// Runs that failed, crashed or were terminated since the job's last
     /// that completed or expired, by job.
     private(set) var failuresInARow: [String: UInt64] = [:]
-    private(set) var workerStarts: (forked: UInt64, spawned: UInt64) = (0, 0)
+    private(set) var workerStarts = WorkerStarts()
+    /// Plugin files a scan answered from its cache, and those a scanner loaded.
+    private(set) var scannedFiles: (cached: UInt64, loaded: UInt64) = (0, 0)
     /// The last runs, for the status page's timeline, oldest first.
     private(set) var recentRuns: [StatusPage.Run] = []
     static let recentRunLimit = 5000
@@ -45,7 +72,7 @@ struct ServeMetrics {
         if isRetry { retries[job, default: 0] &+= 1 }
     }
 
-    mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: (forked: Int, spawned: Int), at end: WallTime) {
+    mutating func runEnded(_ result: JobResult, expiredBy reason: ExpirationReason?, workers: WorkerStarts, at end: WallTime) {
         let start = WallTime(milliseconds: end.milliseconds &- result.elapsed.milliseconds)
         recentRuns.append(StatusPage.Run(job: result.job, started: start, ended: end, outcome: result.outcome.rawValue))
         if recentRuns.count > Self.recentRunLimit + Self.recentRunLimit / 4 { recentRuns.removeFirst(recentRuns.count - Self.recentRunLimit) }
@@ -57,9 +84,28 @@ struct ServeMetrics {
         default: break
         }
         // A refused run never ran: no duration of its own.
-        if result.outcome != .refused { durations[result.job, default: Histogram()].observe(max(0, result.elapsed.seconds)) }
-        workerStarts.forked &+= UInt64(max(0, workers.forked))
-        workerStarts.spawned &+= UInt64(max(0, workers.spawned))
+        if result.outcome != .refused { durations[result.job, default: Histogram(Self.durationBounds)].observe(max(0, result.elapsed.seconds)) }
+        let measures = result.measures
+        if !measures.chunkCounts.isEmpty {
+            chunkTimes[result.job, default: Histogram(Self.chunkBounds)].add(buckets: measures.chunkCounts, sum: Double(measures.chunkNanoseconds) / 1e9)
+        }
+        if let late = measures.expireLateness { expireLateness[result.job, default: Histogram(Self.latenessBounds)].observe(late.seconds) }
+        workerStarts.add(workers)
+    }
+
+    /// A checkpoint save of `bytes` that took `seconds`, and whether it was kept.
+    mutating func checkpointSaved(_ job: String, bytes: Int, seconds: Double, kept: Bool) {
+        checkpointSaves[job, default: Histogram(Self.saveBounds)].observe(max(0, seconds))
+        if kept {
+            checkpointSizes[job, default: Histogram(Self.checkpointSizeBounds)].observe(Double(max(0, bytes)))
+        } else {
+            checkpointFailures[job, default: 0] &+= 1
+        }
+    }
+
+    mutating func scanned(fromCache: Int, loaded: Int) {
+        scannedFiles.cached &+= UInt64(max(0, fromCache))
+        scannedFiles.loaded &+= UInt64(max(0, loaded))
     }
 }
 
@@ -200,20 +246,43 @@ extension ServeMetrics {
         out.family("curfew_run_retries_total", .counter, "Runs started as a retry of a failed one, by job.")
         for (job, count) in retries.sorted(by: { $0.key < $1.key }) { out.sample("curfew_run_retries_total", [("curfew_job", job)], count) }
         out.family("curfew_run_duration_seconds", .histogram, "How long runs took, from start to end, by job.")
-        for (job, histogram) in durations.sorted(by: { $0.key < $1.key }) {
-            var cumulative: UInt64 = 0
-            for (bound, count) in zip(Self.durationBounds, histogram.counts) {
-                cumulative &+= count
-                out.sample("curfew_run_duration_seconds_bucket", [("curfew_job", job), ("le", Exposition.number(bound))], cumulative)
-            }
-            out.sample("curfew_run_duration_seconds_bucket", [("curfew_job", job), ("le", "+Inf")], histogram.count)
-            out.sample("curfew_run_duration_seconds_sum", [("curfew_job", job)], histogram.sum)
-            out.sample("curfew_run_duration_seconds_count", [("curfew_job", job)], histogram.count)
-        }
+        out.histograms("curfew_run_duration_seconds", durations)
+        out.family("curfew_chunk_duration_seconds", .histogram, "How long each chunk took, by job.")
+        out.histograms("curfew_chunk_duration_seconds", chunkTimes)
+        out.family("curfew_expire_lateness_seconds", .histogram, "How late each timed-out run's expire hook was called after its expiration point, by job.")
+        out.histograms("curfew_expire_lateness_seconds", expireLateness)
+        out.family("curfew_checkpoint_save_seconds", .histogram, "How long each checkpoint save took to be durable (or refused), by job.")
+        out.histograms("curfew_checkpoint_save_seconds", checkpointSaves)
+        out.family("curfew_checkpoint_size_bytes", .histogram, "The size of each checkpoint saved, by job.")
+        out.histograms("curfew_checkpoint_size_bytes", checkpointSizes)
+        out.family("curfew_checkpoint_save_failures_total", .counter, "Checkpoint saves the host refused or the store could not keep, by job.")
+        for (job, count) in checkpointFailures.sorted(by: { $0.key < $1.key }) { out.sample("curfew_checkpoint_save_failures_total", [("curfew_job", job)], count) }
         out.family("curfew_job_consecutive_failures", .gauge, "Runs of each job that failed, crashed or were terminated since its last that completed or expired.")
         for job in jobs { out.sample("curfew_job_consecutive_failures", [("curfew_job", job)], failuresInARow[job] ?? 0) }
         out.family("curfew_worker_starts_total", .counter, "Worker processes started for runs, forked by the fork server or spawned.")
-        out.sample("curfew_worker_starts_total", [("how", "forked")], workerStarts.forked)
-        out.sample("curfew_worker_starts_total", [("how", "spawned")], workerStarts.spawned)
+        out.sample("curfew_worker_starts_total", [("how", "forked")], UInt64(max(0, workerStarts.forked)))
+        out.sample("curfew_worker_starts_total", [("how", "spawned")], UInt64(max(0, workerStarts.spawned)))
+        out.family("curfew_worker_spare_hits_total", .counter, "Forked worker starts that found a spare worker forked ahead and waiting.")
+        out.sample("curfew_worker_spare_hits_total", [], UInt64(max(0, workerStarts.spareHits)))
+        out.family("curfew_scan_cache_hits_total", .counter, "Plugin files a scan answered from its cache.")
+        out.sample("curfew_scan_cache_hits_total", [], scannedFiles.cached)
+        out.family("curfew_scan_files_loaded_total", .counter, "Plugin files a scan loaded in a scanner worker (cache misses and rescans).")
+        out.sample("curfew_scan_files_loaded_total", [], scannedFiles.loaded)
+    }
+}
+
+extension Exposition {
+    /// A histogram family's samples, one series per job, cumulative as the format wants.
+    mutating func histograms(_ name: String, _ histograms: [String: ServeMetrics.Histogram]) {
+        for (job, histogram) in histograms.sorted(by: { $0.key < $1.key }) {
+            var cumulative: UInt64 = 0
+            for (bound, count) in zip(histogram.bounds, histogram.counts) {
+                cumulative &+= count
+                sample(name + "_bucket", [("curfew_job", job), ("le", Self.number(bound))], cumulative)
+            }
+            sample(name + "_bucket", [("curfew_job", job), ("le", "+Inf")], histogram.count)
+            sample(name + "_sum", [("curfew_job", job)], histogram.sum)
+            sample(name + "_count", [("curfew_job", job)], histogram.count)
+        }
     }
 }

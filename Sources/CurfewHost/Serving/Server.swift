@@ -697,6 +697,7 @@ public final class Server: @unchecked Sendable {
     /// Takes what a scan found: the jobs served from now on.
     private func apply(_ report: SafeScanner.Report, full: Bool) {
         guard !stopping else { return }
+        metrics.scanned(fromCache: report.fromCache, loaded: report.scannedInWorker)
         if let problem = report.snapshotProblem, !warnedSnapshots {
             warnedSnapshots = true
             onNotice(.warning("plugins load from their own files, not snapshots (\(problem)): one overwritten in place crashes its job"))
@@ -1073,6 +1074,11 @@ public final class Server: @unchecked Sendable {
         // This host takes runs a job asks for, of the jobs its policy names.
         configuration.submits = policy.submits
         configuration.watchesConditions = true
+        if let store = configuration.state {
+            configuration.checkpoints = MeasuredCheckpoints(store: store) { [self] job, bytes, seconds, kept in
+                queue.async { self.metrics.checkpointSaved(job, bytes: bytes, seconds: seconds, kept: kept) }
+            }
+        }
         let notes = RunNotes()
         let forward = onEvent
         let runner = Runner(jobs: [job], configuration: configuration) { event, time in

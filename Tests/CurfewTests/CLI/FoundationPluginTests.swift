@@ -42,7 +42,7 @@ extension ProcessTests.First {
             #expect(results.map(\.outcome) == [.completed], "\(results.map(\.reason))")
             #expect(lines.withLock { $0 } == ["both threads read the global, 42"])
             // The path asked for is the one taken: a forked worker is the case that hung.
-            #expect(runner.workerStarts == (forked: forking ? 1 : 0, spawned: forking ? 0 : 1))
+            #expect((runner.workerStarts.forked, runner.workerStarts.spawned) == (forking ? 1 : 0, forking ? 0 : 1))
         }
 
         @Test func curfewTestWithAFoundationPluginEnds() async throws {

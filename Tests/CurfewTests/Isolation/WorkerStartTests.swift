@@ -9,7 +9,7 @@ extension ProcessTests.Second {
     /// Workers come from a fork server; when it cannot fork, from posix_spawn.
     /// Both paths give the same outcomes.
     @Suite(.timeLimit(.minutes(1))) struct WorkerStartTests {
-        func run(forking: Bool) async throws -> ([String: JobResult], (forked: Int, spawned: Int)) {
+        func run(forking: Bool) async throws -> ([String: JobResult], WorkerStarts) {
             let plugin = try Fixtures.compile("crashing_jobs.c")
             let jobs = try PluginLoader().load(plugin).jobs.filter { ["fine", "segfault", "exits", "loops-in-chunk", "prints"].contains($0.name) }
             var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(800)), maxConcurrentJobs: 8)
@@ -40,7 +40,7 @@ extension ProcessTests.Second {
             #expect(!WorkerSource.earlyWaiting, "taken")
             let results = await runner.run()
             #expect(results.map(\.outcome) == [.completed])
-            #expect(runner.workerStarts == (forked: 1, spawned: 0))
+            #expect((runner.workerStarts.forked, runner.workerStarts.spawned) == (1, 0))
             // One no run takes is closed: its process ends.
             Runner.startWorkersEarly(for: other)
             var pid: pid_t?

@@ -182,6 +182,55 @@ extension ProcessTests.First {
             await withCheckedContinuation { done in server.stop { done.resume() } }
         }
 
+        /// Chunk times, the expire hook's lateness and checkpoint saves
+        /// reach the metrics from a job's own worker and from its plugin's:
+        /// a job of three 1 ms chunks that saves after each, and one of 5 ms
+        /// chunks that runs out of its 150 ms.
+        @Test(arguments: ["job", "plugin"])
+        func chunkTimesLatenessAndSavesAreMeasured(isolation: String) async throws {
+            let folder = Fixtures.temporaryFolder("served")
+            try FileManager.default.copyItem(atPath: try Fixtures.compile("checkpoint_jobs.c"), toPath: folder + "/jobs.so")
+            var options = Server.Options(folders: [folder])
+            options.run.workerExecutable = Fixtures.curfewExecutable
+            options.run.state = try StateStore(folder: Fixtures.temporaryFolder("state"), writer: .current())
+            options.config = try ServeConfig.parse(
+                Array(#"""
+                {"defaults": {"enabled": false, "isolate": "\#(isolation)"}, "jobs": {
+                  "resume": {"enabled": true, "every": "10s", "budget": "5s", "params": {"count": "3", "chunk-ms": "1"}},
+                  "paced": {"enabled": true, "every": "10s", "budget": "150ms", "params": {"chunk-ms": "5"}}}}
+                """#.utf8), file: "test.json")
+            let finished = Count()
+            let server = try Server(options: options, onEvent: { event, _ in
+                if case .finished = event { finished.value.add(1, ordering: .relaxed) }
+            }, onNotice: { _ in })
+            try server.start()
+            try await until { finished.load(ordering: .relaxed) >= 2 }
+            var text = ""
+            try await until {
+                text = server.metricsText()
+                return text.contains("curfew_runs_total{curfew_job=\"resume\"") && text.contains("curfew_runs_total{curfew_job=\"paced\"")
+            }
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+            func value(_ sample: String) -> Double? {
+                guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(sample + " ") }) else { return nil }
+                return Double(line.dropFirst(sample.count + 1))
+            }
+            #expect(value("curfew_runs_total{curfew_job=\"resume\",outcome=\"completed\"}") == 1, "\(text)")
+            #expect(value("curfew_runs_total{curfew_job=\"paced\",outcome=\"expired\"}") == 1)
+            // Three chunks of at least 1 ms: none in the buckets up to 100 µs.
+            #expect(value("curfew_chunk_duration_seconds_count{curfew_job=\"resume\"}") == 3)
+            #expect(value("curfew_chunk_duration_seconds_bucket{curfew_job=\"resume\",le=\"0.0001\"}") == 0)
+            #expect((value("curfew_chunk_duration_seconds_sum{curfew_job=\"resume\"}") ?? 0) >= 0.003)
+            #expect((value("curfew_chunk_duration_seconds_count{curfew_job=\"paced\"}") ?? 0) >= 1)
+            #expect(value("curfew_expire_lateness_seconds_count{curfew_job=\"paced\"}") == 1)
+            #expect(value("curfew_expire_lateness_seconds_count{curfew_job=\"resume\"}") == nil, "it did not time out")
+            #expect(value("curfew_checkpoint_save_seconds_count{curfew_job=\"resume\"}") == 3)
+            #expect(value("curfew_checkpoint_size_bytes_bucket{curfew_job=\"resume\",le=\"256\"}") == 3)
+            #expect(value("curfew_checkpoint_size_bytes_sum{curfew_job=\"resume\"}") == 24)
+            #expect((value("curfew_scan_cache_hits_total") ?? 0) + (value("curfew_scan_files_loaded_total") ?? 0) >= 1)
+            #expect(value("curfew_worker_spare_hits_total") != nil)
+        }
+
         /// The programs a test needs that CI installs: a missing one fails
         /// there, and skips the check elsewhere.
         static func tool(_ name: String) -> String? {

@@ -70,6 +70,23 @@ import Testing
         #expect(stepping.chunks == 15)
     }
 
+    /// What the metrics read: each chunk's time by bucket, and how late
+    /// `expire` was called after the expiration point (1.5 s of 2 s): the
+    /// 15th chunk, predicted at 100 ms, took 300 ms and ended at 1.7 s.
+    @Test func aRunMeasuresItsChunksAndHowLateItsExpireHookWasCalled() async {
+        let costs = Array(repeating: Duration.milliseconds(100), count: 14) + [.milliseconds(300)]
+        let (result, stepping, _) = await run(costs: costs, budget: .seconds(2))
+        #expect(result.outcome == .expired)
+        #expect(stepping.chunks == 15)
+        #expect(result.measures.chunkCounts == [0, 0, 0, 0, 14, 1, 0, 0])
+        #expect(result.measures.chunkNanoseconds == 1_700_000_000)
+        #expect(result.measures.expireLateness == .milliseconds(200))
+        // Called early, before a chunk that would overrun: not late.
+        let (early, _, _) = await run(costs: [.milliseconds(700)], budget: .seconds(2))
+        #expect(early.measures.expireLateness == .zero)
+        #expect(early.measures.chunkCounts == [0, 0, 0, 0, 0, 2, 0, 0])
+    }
+
     @Test func anEstimateThatWasWrongStillEndsInTerminatedHonestly() async {
         // Five 10 ms chunks teach 10 ms; the sixth takes 3 s, past the deadline.
         let costs = Array(repeating: Duration.milliseconds(10), count: 5) + [.seconds(3)]

@@ -45,6 +45,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var unsent: [String] = []
         /// What the worker said the job's chunks took.
         var estimate: ChunkEstimate?
+        var measures = RunMeasures()
         var process: WorkerProcess?
     }
 
@@ -356,6 +357,11 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 break  // (an attached one is read into a `checkpoint` before it comes here)
             case .estimate(_, let mean, let deviation, let samples):
                 c.estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: samples)
+            case .measures(_, let counts, let nanoseconds, let late):
+                // A claim, for this job's own metrics: kept only when a run could have measured it.
+                if let measures = RunMeasures(chunkCounts: counts, chunkNanoseconds: nanoseconds, expireLatenessNanoseconds: late) {
+                    c.measures = measures
+                }
             case .status(_, _, let chunks):
                 // A count sent before the job's last word may arrive after it.
                 guard c.reported == nil && c.crashedIn == nil else { return }
@@ -532,7 +538,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
             elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress,
-            estimate: c.estimate)
+            estimate: c.estimate, measures: c.measures)
         events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }
     }
 

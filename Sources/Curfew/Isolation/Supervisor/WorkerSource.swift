@@ -55,8 +55,8 @@ final class WorkerSource: Sendable {
     /// on first need; when it cannot fork, the pool serves.
     private let forks: LazyForkServer
     private let spares: Mutex<SpareStock<Spare, Handoff>>
-    /// How many workers were forked, and how many started with posix_spawn.
-    let starts = Mutex<(forked: Int, spawned: Int)>((0, 0))
+    /// How many workers were forked (and of those, found waiting), and how many started with posix_spawn.
+    let starts = Mutex(WorkerStarts())
 
     /// - Parameter expected: How many workers the run will ask for, one per
     ///   job or per plugin (a worker that dies and is replaced aside).
@@ -83,9 +83,11 @@ final class WorkerSource: Sendable {
     private func newWorker(replacing: Bool = false) throws(SystemError) -> WorkerProcess {
         if forks.isOn {
             let forked: Spare?
+            var waiting = false
             switch spares.withLock({ $0.take(counted: !replacing, waiter: Handoff()) }) {
             case .spare(let spare):
                 forked = spare
+                waiting = true
             case .coming(let handoff):
                 // The next spares are asked for behind it first.
                 refill()
@@ -95,7 +97,10 @@ final class WorkerSource: Sendable {
                 forked = try forkOne()
             }
             if let forked {
-                starts.withLock { $0.forked += 1 }
+                starts.withLock {
+                    $0.forked += 1
+                    if waiting { $0.spareHits += 1 }
+                }
                 refill()
                 return WorkerProcess(
                     forked: forked.child, by: forked.server, channel: forked.channel, out: forked.out, err: forked.err,
@@ -388,5 +393,23 @@ struct SpareStock<Spare, Waiter> {
         closed = true
         defer { ready.removeAll() }
         return ready
+    }
+}
+
+/// How a run's workers were started.
+package struct WorkerStarts: Sendable, Equatable {
+    /// Forked by the fork server.
+    package var forked = 0
+    /// Of those, found forked ahead and waiting as the job asked.
+    package var spareHits = 0
+    /// Started with posix_spawn (no fork server, or it could not fork).
+    package var spawned = 0
+
+    package init() {}
+
+    package mutating func add(_ other: WorkerStarts) {
+        forked &+= other.forked
+        spareHits &+= other.spareHits
+        spawned &+= other.spawned
     }
 }

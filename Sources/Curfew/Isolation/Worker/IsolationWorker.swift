@@ -223,14 +223,26 @@ public enum IsolationWorker {
         case .finished(let result):
             line = finishedLine(job: result.job, outcome: result.outcome, reason: result.reason, chunks: result.chunks, progress: result.progress)
             line.add("t", Int64(clamping: time.nanoseconds))
-            guard let estimate = result.estimate else { return line.text }
-            // What the chunks took, for the host's store: the line before the job's end.
-            var learnt = JSONLine("type", "estimate")
-            learnt.add("job", result.job)
-            learnt.add("mean", estimate.mean)
-            learnt.add("deviation", estimate.deviation)
-            learnt.add("samples", Int64(clamping: estimate.samples))
-            return learnt.text + "\n" + line.text
+            // What the chunks took, for the host's store and metrics: the lines before the job's end.
+            var before = ""
+            if let estimate = result.estimate {
+                var learnt = JSONLine("type", "estimate")
+                learnt.add("job", result.job)
+                learnt.add("mean", estimate.mean)
+                learnt.add("deviation", estimate.deviation)
+                learnt.add("samples", Int64(clamping: estimate.samples))
+                before += learnt.text + "\n"
+            }
+            let measures = result.measures
+            if !measures.chunkCounts.isEmpty || measures.expireLateness != nil {
+                var measured = JSONLine("type", "measures")
+                measured.add("job", result.job)
+                measured.addRaw("chunk_counts", "[" + measures.chunkCounts.map { String(Int64(clamping: $0)) }.joined(separator: ",") + "]")
+                measured.add("chunk_ns", Int64(clamping: measures.chunkNanoseconds))
+                if let late = measures.expireLateness { measured.add("expire_late_ns", late.nanoseconds) }
+                before += measured.text + "\n"
+            }
+            return before + line.text
         }
         line.add("t", Int64(clamping: time.nanoseconds))
         return line.text
