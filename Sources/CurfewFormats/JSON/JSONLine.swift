@@ -146,7 +146,14 @@ public struct JSONLine: Sendable {
 
     /// Appends `text` to `out` as a JSON string.
     public static func append(quoted text: String, to out: inout String) {
-        out += quote(text)
+        var text = text
+        guard text.withUTF8({ !needsEscape($0) }) else {
+            out += quote(text)
+            return
+        }
+        out += "\""
+        out += text
+        out += "\""
     }
 
     /// Appends `text` to `out` as a JSON string, in UTF-8.
@@ -172,9 +179,11 @@ public struct JSONLine: Sendable {
                 // escaped: a line carries plugin text.
                 case _ where scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || (0x2028...0x202E).contains(scalar.value)
                     || (0x2066...0x2069).contains(scalar.value):
-                    let hex = Array("0123456789abcdef".utf8)
                     out += "\\u".utf8
-                    for shift in [12, 8, 4, 0] { out.append(hex[Int(scalar.value >> UInt32(shift)) & 0xF]) }
+                    for shift: UInt32 in [12, 8, 4, 0] {
+                        let digit = UInt8(truncatingIfNeeded: scalar.value >> shift) & 0xF
+                        out.append(digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10)
+                    }
                 default: out += UTF8.encode(scalar)!
                 }
             }

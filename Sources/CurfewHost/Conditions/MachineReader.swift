@@ -1,4 +1,5 @@
 import Curfew
+import CurfewFormats
 
 /// What the machine says, for the conditions that need it: `nil` where a
 /// value was not asked for or could not be read.
@@ -202,7 +203,6 @@ public struct MachineReader: Sendable {
 
     /// The first line, without spaces around it ("Not charging" stays whole).
     static func trimmed(_ text: Substring) -> String {
-        let line = text.prefix { $0 != "\n" }
-        return String(line.trimmingPrefix(while: { $0 == " " || $0 == "\t" }).reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+        String(text.prefix { $0 != "\n" }.withoutSpacesAround)
     }
 }

@@ -1,4 +1,5 @@
 import Curfew
+import CurfewFormats
 
 /// What `curfew serve` counts, kept on the server's queue and written in
 /// Prometheus' text exposition format (`curfew metrics`). Labels are job
@@ -128,13 +129,13 @@ public struct Exposition {
             var openMetrics = 0.0
             var other = 0.0
             for range in accept.split(separator: ",", omittingEmptySubsequences: true) {
-                var parts = range.split(separator: ";").map { Self.trimmed($0).lowercased() }
+                var parts = range.split(separator: ";").map { $0.withoutSpacesAround.lowercased() }
                 guard !parts.isEmpty else { continue }
                 let type = parts.removeFirst()
                 var quality: Double? = 1
                 var version: String?
                 for parameter in parts {
-                    let pair = parameter.split(separator: "=", maxSplits: 1).map { Self.trimmed($0) }
+                    let pair = parameter.split(separator: "=", maxSplits: 1).map(\.withoutSpacesAround)
                     guard pair.count == 2 else { continue }
                     if pair[0] == "q" {
                         quality = pair[1].utf8.count <= 5 ? Double(pair[1]).flatMap { (0...1).contains($0) ? $0 : nil } : nil
@@ -149,12 +150,6 @@ public struct Exposition {
                 }
             }
             if openMetrics > 0 && openMetrics >= other { self = .openMetrics }
-        }
-
-        private static func trimmed(_ text: Substring) -> Substring {
-            let start = text.firstIndex { $0 != " " && $0 != "\t" } ?? text.endIndex
-            let end = text.lastIndex { $0 != " " && $0 != "\t" }.map(text.index(after:)) ?? start
-            return text[start..<max(start, end)]
         }
 
         public var contentType: String {

@@ -98,7 +98,7 @@ package final class EventStream: Sendable {
                 bytes += queue[count].size + 1
                 count += 1
             }
-            // Counted in `queued` until its lines are in `pending` (``made(_:)``).
+            // Counted in `queued` until its lines are in `pending` (``made(_:_:)``).
             let batch = Array(queue[..<count])
             queue.removeFirst(count)
             return batch

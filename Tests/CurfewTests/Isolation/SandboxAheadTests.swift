@@ -7,7 +7,8 @@ import _CurfewShims
 /// asks for less, and is refused where it asks for more. Each case runs in a
 /// child forked from a fresh thread (so it has one thread, as a worker
 /// does) that calls only C until it exits with what it saw.
-@Suite(.timeLimit(.minutes(1))) struct SandboxAheadTests {
+@Suite(.timeLimit(.minutes(1)), .enabled(if: curfew_sandbox_probe_namespaces() == 1, "the kernel or its user cannot make the namespaces"))
+struct SandboxAheadTests {
     /// What the child saw: 0 as expected, else which step was not.
     enum Seen: Int32 {
         case expected = 0, prepareFailed, applyFailed, applyNotRefused, socketOpened, socketRefused
@@ -53,29 +54,26 @@ import _CurfewShims
         return Seen(rawValue: box.status)
     }
 
-    /// A child that prepares must be able to: where this kernel or its
-    /// user cannot make the layers, there is nothing to check.
-    var preparable: Bool {
-        curfew_sandbox_probe_namespaces() == 1 && child(prepared: Int32(CURFEW_SANDBOX_NETWORK_ON), applied: Int32(CURFEW_SANDBOX_NETWORK_ON), refused: false, socketOpens: true) == .expected
+    /// A child that prepares for a sandbox and applies the same one keeps its network.
+    @Test func theSameSandboxAppliesOverWhatWasMadeAhead() {
+        let on = Int32(CURFEW_SANDBOX_NETWORK_ON)
+        #expect(child(prepared: on, applied: on, refused: false, socketOpens: true) == .expected)
     }
 
-    @Test func theJobsOwnSandboxKeepsWhatWasMadeAhead() throws {
-        try #require(preparable)
+    @Test func theJobsOwnSandboxKeepsWhatWasMadeAhead() {
         let off = Int32(CURFEW_SANDBOX_NETWORK_OFF)
         #expect(child(prepared: off, applied: off, refused: false, socketOpens: false) == .expected)
     }
 
     /// Before, a filter made ahead for a job with the network on would have
     /// let a scan (network off) open sockets: a narrower spec adds its own filter.
-    @Test func aNarrowerSandboxNarrowsTheFilterMadeAhead() throws {
-        try #require(preparable)
+    @Test func aNarrowerSandboxNarrowsTheFilterMadeAhead() {
         #expect(child(prepared: Int32(CURFEW_SANDBOX_NETWORK_ON), applied: Int32(CURFEW_SANDBOX_NETWORK_OFF), refused: false, socketOpens: false) == .expected)
     }
 
     /// A filter cannot be widened: a job granted what the layers made ahead
     /// refuse is refused, never run narrower than its policy says unsaid.
-    @Test func aWiderSandboxIsRefused() throws {
-        try #require(preparable)
+    @Test func aWiderSandboxIsRefused() {
         let off = Int32(CURFEW_SANDBOX_NETWORK_OFF)
         #expect(child(prepared: off, applied: Int32(CURFEW_SANDBOX_NETWORK_ON), refused: true, socketOpens: false) == .expected)
         #expect(child(prepared: off, applied: Int32(CURFEW_SANDBOX_NETWORK_LOOPBACK), refused: true, socketOpens: false) == .expected)
