@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <sys/ucontext.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* Calls newer than Debian's headers: numbered alike on every architecture. */
@@ -1032,6 +1033,44 @@ int curfew_shim_remove_tree(const char *path) {
     if (fd < 0) return errno == ENOENT ? 0 : errno;
     int error = remove_contents(fd, 256);
     if (error == 0 && rmdir(path) != 0 && errno != ENOENT) error = errno;
+    return error;
+}
+
+/* Whether every extended attribute in `names` (`size` bytes of names, each
+ * ending in a NUL) is the security modules' own: a job cannot set those. */
+static int only_security_attributes(const char *names, ssize_t size) {
+    for (ssize_t at = 0; at < size; at += (ssize_t)strlen(names + at) + 1) {
+        if (strncmp(names + at, "security.", 9) != 0) return 0;
+    }
+    return 1;
+}
+
+int curfew_shim_empty_folder(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* A folder its job made unreadable is its owner's to open again. */
+    if (fd < 0 && errno == EACCES && fchmodat(AT_FDCWD, path, 0700, AT_SYMLINK_NOFOLLOW) == 0) {
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    if (fd < 0) return errno;
+    struct stat info;
+    int error = 0;
+    if (fstat(fd, &info) != 0) error = errno;
+    else if (!S_ISDIR(info.st_mode) || info.st_uid != geteuid()) error = EPERM;
+    /* As mkdtemp made it: mode 0700, this process's group, no ACL. */
+    else if (fchmod(fd, 0700) != 0 || fchown(fd, (uid_t)-1, getegid()) != 0) error = errno;
+    if (error == 0) {
+        (void)fremovexattr(fd, "system.posix_acl_access");
+        (void)fremovexattr(fd, "system.posix_acl_default");
+        char names[1024];
+        ssize_t size = flistxattr(fd, names, sizeof names);
+        if (size < 0 && errno != ENOTSUP) error = errno == ERANGE ? EPERM : errno;
+        else if (size > 0 && !only_security_attributes(names, size)) error = EPERM;
+    }
+    if (error == 0) {
+        int contents = dup(fd);
+        error = contents < 0 ? errno : remove_contents(contents, 256);
+    }
+    close(fd);
     return error;
 }
 

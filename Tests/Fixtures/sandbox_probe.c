@@ -40,6 +40,8 @@
 
 static const curfew_host *host;
 
+#include "fixture_util.h"
+
 static void say(curfew_context *ctx, const char *probe, int error) {
     char line[512];
     if (error == 0) {
@@ -55,15 +57,6 @@ static const char *param(curfew_context *ctx, const char *key) {
     return value ? value : "";
 }
 
-static int write_file(const char *folder, const char *name) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", folder, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return errno;
-    int error = write(fd, "written\n", 8) == 8 ? 0 : errno;
-    close(fd);
-    return error;
-}
 
 static struct sockaddr_in loopback(curfew_context *ctx) {
     struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(param(ctx, "port")))};

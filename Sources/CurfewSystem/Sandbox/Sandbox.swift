@@ -216,4 +216,12 @@ extension Syscalls {
         let status = curfew_shim_remove_tree(path)
         guard status == 0 else { throw SystemError(errno: status) }
     }
+
+    /// Empties the folder `path` for another job: what it holds goes, its
+    /// mode is 0700 again and its ACLs go. Throws when it holds what cannot
+    /// go, or is not this user's, or keeps an extended attribute.
+    package static func emptyFolder(_ path: String) throws(SystemError) {
+        let status = curfew_shim_empty_folder(path)
+        guard status == 0 else { throw SystemError(errno: status) }
+    }
 }

@@ -473,6 +473,13 @@ const char *curfew_sandbox_swift_runtime_file(void);
  * errno; a missing folder is no error. */
 int curfew_shim_remove_tree(const char *path);
 
+/* Empties the folder `path` for another job of this process's: removes
+ * what it holds (as curfew_shim_remove_tree), sets its mode to 0700 and its
+ * group to this process's, and removes its ACLs. 0, or an errno: EPERM
+ * when it is not this user's folder, or keeps an extended attribute a job
+ * could have set (what one job could leave the next). */
+int curfew_shim_empty_folder(const char *path);
+
 /* The job whose hook the calling thread runs, as `curfew_shim_crash_where`
  * recorded it, or NULL. Async-signal-safe. */
 const char *curfew_shim_crash_job(void);

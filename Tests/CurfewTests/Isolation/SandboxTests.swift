@@ -221,6 +221,42 @@ extension ProcessTests.First {
             #expect(!FileManager.default.fileExists(atPath: String(folder)), "left behind: \(folder)")
         }
 
+        /// A run's scratch folders go from one job's worker to the next only
+        /// once its cgroup is gone, and only emptied: each job finds its
+        /// folder empty, mode 0700 and without an attribute a job set,
+        /// whatever the one before left; a folder that keeps an attribute
+        /// is not used again; none is left after the run.
+        @Test(arguments: [false, true])
+        func eachJobFindsItsScratchFolderAsIfNew(settingAnAttribute: Bool) async throws {
+            let jobs = try PluginLoader().load(try Fixtures.compile("scratch_jobs.c")).jobs
+            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .seconds(20)), maxConcurrentJobs: 1)
+            configuration.isolation = .job
+            configuration.workerExecutable = Fixtures.curfewExecutable
+            configuration.sandbox = SandboxPolicy()
+            if settingAnAttribute { configuration.parameters = ["xattr": "secret"] }
+            let events = EventLog()
+            let results = await Runner(jobs: jobs, configuration: configuration) { events.record($0) }.run()
+            #expect(results.count == 6 && results.allSatisfy { $0.outcome == .completed }, "\(results.map(\.reason))")
+            var folders: [String] = []
+            var attributesSet = settingAnAttribute
+            for job in jobs {
+                let logs = events.logs(of: job.name)
+                if logs.contains(where: { $0.hasPrefix("setxattr: ") }) { attributesSet = false }
+                let said = try #require(logs.first { $0.hasPrefix("scratch ") }, "\(logs)").split(separator: " ")
+                try #require(said.count == 8)
+                folders.append(String(said[1]))
+                #expect(said[3] == "0" && said[5] == "700" && said[7] == "0", "\(job.name) found \(said.joined(separator: " "))")
+            }
+            if SandboxPolicy.summary(nil, isolation: .job).contains("cgroup") {
+                if attributesSet {
+                    #expect(Set(folders).count == jobs.count, "a folder with an attribute a job set is not used again")
+                } else if !settingAnAttribute {
+                    #expect(Set(folders).count < jobs.count, "emptied folders are used again")
+                }
+            }
+            for folder in Set(folders) { #expect(!FileManager.default.fileExists(atPath: folder), "left behind: \(folder)") }
+        }
+
         /// On a kernel without Landlock the run says once what is not
         /// confined and goes on, with every other layer in place.
         @Test func withoutLandlockTheRunWarnsOnceAndGoesOn() async throws {

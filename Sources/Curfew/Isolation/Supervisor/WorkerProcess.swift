@@ -45,11 +45,13 @@ final class WorkerProcess: @unchecked Sendable {
     /// For a forked worker: one byte is written when how it ended is known.
     private let exitPipe: [Int32]
 
-    /// A worker this process started (and reaps).
-    init(_ worker: WorkerPool.Worker) {
+    /// A worker this process started (and reaps); `scratches`: where its
+    /// scratch folder comes from and goes back to (`nil`: made and removed).
+    init(_ worker: WorkerPool.Worker, scratches: ScratchFolders? = nil) {
         pid = worker.process.pid
         cgroup = Mutex((nil, false))
         scratch = Mutex((nil, false))
+        self.scratches = scratches
         channel = worker.channel
         process = worker.process
         exitPipe = []
@@ -59,13 +61,14 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// A worker the fork server forked (and reaps); `exitPipe` is this one's
     /// own, `cgroup` the one it was moved into (``cgroup(for:)``), `scratch`
-    /// its scratch folder when one was made with it (``makeScratchFolder()``).
+    /// its scratch folder when one was made with it, from `scratches`.
     init(
         forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32],
-        cgroup group: WorkerCgroup?, scratch folder: String? = nil
+        cgroup group: WorkerCgroup?, scratch folder: String? = nil, scratches: ScratchFolders? = nil
     ) {
         pid = child.pid
         scratch = Mutex((folder, false))
+        self.scratches = scratches
         // Moved in as it was forked, or never: once it exits its fork server
         // reaps it at once, and a later move could take in another process
         // that was given its pid.
@@ -92,22 +95,20 @@ final class WorkerProcess: @unchecked Sendable {
     /// or with the first of them, removed once the worker is reaped (then
     /// `closed`: none is made for a worker whose end was handled).
     private let scratch: Mutex<(folder: String?, closed: Bool)>
+    /// Where its scratch folder comes from and, once its cgroup is gone, goes back to.
+    private let scratches: ScratchFolders?
 
     /// The worker's scratch folder, made at the first call unless it was made with the worker.
     func scratchFolder() throws(SystemError) -> String {
         try scratch.withLock { (scratch: inout (folder: String?, closed: Bool)) throws(SystemError) -> String in
             if let folder = scratch.folder { return folder }
             guard !scratch.closed else { throw .noProcess }
-            let made = try Self.makeScratchFolder()
+            let made = if let scratches { try scratches.take() } else { try ScratchFolders.make() }
             scratch.folder = made
             return made
         }
     }
 
-    /// A new scratch folder, private to this user, in the temporary folder.
-    static func makeScratchFolder() throws(SystemError) -> String {
-        try Syscalls.makeTemporaryFolder(Syscalls.temporaryFolder + "/curfew-scratch-")
-    }
 
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its
     /// first job's plugin code runs, killed whole when it exits or is
@@ -321,19 +322,26 @@ final class WorkerProcess: @unchecked Sendable {
         closeAttached()
         workerExited()
         let status = process.reap() ?? -1
+        // Its cgroup first: once it is removed, no process the jobs started is
+        // left, and their scratch folder can go to the run's next worker.
+        var emptied = false
+        if let group = cgroup.withLock({ $0.group }) {
+            if let error = group.remove(allowed: .seconds(1)) {
+                state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: \(error.message)")
+            } else {
+                emptied = true
+            }
+        }
         // What the jobs left in their scratch folder goes before their ends are told.
         if let folder = scratch.withLock({ scratch -> String? in
             scratch.closed = true
             return scratch.folder
         }) {
             do throws(SystemError) {
-                try Syscalls.removeTree(folder)
+                if emptied, let scratches { try scratches.giveBack(folder) } else { try Syscalls.removeTree(folder) }
             } catch {
                 state.withLock { $0.jobs.values.first }?.warn("its scratch folder \(folder) could not be removed: \(error.message)")
             }
-        }
-        if let group = cgroup.withLock({ $0.group }), let error = group.remove(allowed: .seconds(1)) {
-            state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: \(error.message)")
         }
         // The channel is closed here, not when the worker exited: until now this
         // thread was still polling it, and a number closed under a poll can be

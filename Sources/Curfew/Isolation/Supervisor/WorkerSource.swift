@@ -41,6 +41,8 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Whether a forked worker's scratch folder is made with it (a sandboxed run).
     private let scratchAhead: Bool
+    /// The run's scratch folders, made and emptied for its workers.
+    private let scratches = ScratchFolders()
     /// Under `--isolate plugin`: each plugin's worker, and how many of the
     /// run's jobs of that plugin have not ended (its worker leaves at 0).
     private struct Shared {
@@ -104,11 +106,11 @@ final class WorkerSource: Sendable {
                 refill()
                 return WorkerProcess(
                     forked: forked.child, by: forked.server, channel: forked.channel, out: forked.out, err: forked.err,
-                    exitPipe: forked.exitPipe, cgroup: forked.cgroup, scratch: forked.scratch)
+                    exitPipe: forked.exitPipe, cgroup: forked.cgroup, scratch: forked.scratch, scratches: scratches)
             }
         }
         starts.withLock { $0.spawned += 1 }
-        return WorkerProcess(try pool.take())
+        return WorkerProcess(try pool.take(), scratches: scratches)
     }
 
     /// The descriptors of a worker to fork: its channel, stdout and stderr
@@ -143,7 +145,7 @@ final class WorkerSource: Sendable {
         return Spare(
             child: forked.child, server: forked.server, channel: made.channel[0], out: made.out[0], err: made.err[0],
             exitPipe: made.exitPipe, cgroup: WorkerProcess.cgroup(for: forked.child.pid),
-            scratch: scratchAhead ? try? WorkerProcess.makeScratchFolder() : nil)
+            scratch: scratchAhead ? try? scratches.take() : nil)
     }
 
     /// Forks a worker, or `nil` when the server refused or is gone (the pool
@@ -245,6 +247,7 @@ final class WorkerSource: Sendable {
         spares.withLock { $0.close() }.forEach(Self.release)
         pool.close()
         forks.close()
+        scratches.close()
     }
 }
 
