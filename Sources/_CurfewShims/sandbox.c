@@ -130,21 +130,22 @@ static uint64_t granted(curfew_sandbox_access access, int allow_exec) {
     return 0;
 }
 
+/* Adds a rule for the file or folder `fd` (an O_PATH descriptor) grants `access`. */
+static int add_rule(int ruleset, int fd, curfew_sandbox_access access, uint64_t handled, int allow_exec) {
+    struct stat status;
+    if (fstat(fd, &status) != 0) return errno;
+    uint64_t allowed = granted(access, allow_exec) & handled;
+    if (!S_ISDIR(status.st_mode)) allowed &= file_rights;
+    struct sandbox_path_beneath_attr rule = {.allowed_access = allowed, .parent_fd = fd};
+    return syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) == 0 ? 0 : errno;
+}
+
 /* Adds a rule for one path; a path that does not exist grants nothing and
  * is no error (a system without /lib64). */
 static int add_path_rule(int ruleset, const curfew_sandbox_path *path, uint64_t handled, int allow_exec) {
     int fd = open(path->path, O_PATH | O_CLOEXEC);
     if (fd < 0) return errno == ENOENT || errno == ENOTDIR || errno == EACCES ? 0 : errno;
-    struct stat status;
-    if (fstat(fd, &status) != 0) {
-        int error = errno;
-        close(fd);
-        return error;
-    }
-    uint64_t allowed = granted(path->access, allow_exec) & handled;
-    if (!S_ISDIR(status.st_mode)) allowed &= file_rights;
-    struct sandbox_path_beneath_attr rule = {.allowed_access = allowed, .parent_fd = fd};
-    int error = syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) == 0 ? 0 : errno;
+    int error = add_rule(ruleset, fd, path->access, handled, allow_exec);
     close(fd);
     return error;
 }
@@ -749,6 +750,7 @@ static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_
 static int confine_identity(curfew_sandbox_report *report);
 
 static int prepare_ruleset(int network, int allow_exec);
+static void close_common(void);
 
 /* The layers curfew_sandbox_prepare made: 0 when it did not (or failed);
  * else what they hold and the network and exec they were made for. */
@@ -780,6 +782,7 @@ int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *r
     }
     /* Without it, Landlock is applied whole with the job. */
     prepare_ruleset(network, allow_exec);
+    close_common();
     prepared = 1;
     prepared_applied = report->applied;
     prepared_network = network;
@@ -789,6 +792,8 @@ int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *r
 
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report) {
     memset(report, 0, sizeof *report);
+    /* Opened by the fork server for a prepare that did not get so far: no plugin code holds them. */
+    close_common();
     /* Landlock and a new user namespace bind only the calling thread (and
      * what it starts later): another thread would run unconfined. */
     if (thread_count() != 1) {
@@ -942,8 +947,72 @@ static int is_common_rule(const curfew_sandbox_path *path) {
     return 0;
 }
 
+/* The paths of system_paths then device_paths, opened once by a fork
+ * server (curfew_sandbox_open_common) so that each worker it forks makes
+ * its ruleset from these descriptors, looking up no path itself: O_PATH,
+ * numbered from common_low to common_high with no gap (-1: a path that did
+ * not exist). common_count is 0 where none were opened, and once closed. */
+enum { common_most = 48, common_first = 256 };
+static int common_fds[common_most];
+static int common_count;
+static int common_low = -1;
+static int common_high = -1;
+
+static void close_common(void) {
+    for (int index = 0; index < common_count; index++) {
+        if (common_fds[index] >= 0) close(common_fds[index]);
+    }
+    common_count = 0;
+}
+
+int curfew_sandbox_open_common(void) {
+    if (common_count > 0) return 0;
+    int count = 0, opened = 0, low = -1, high = -1, error = 0;
+    for (int list = 0; list < 2 && error == 0; list++) {
+        for (const char *const *paths = list == 0 ? system_paths : device_paths; *paths && error == 0; paths++) {
+            if (count == common_most) {
+                error = E2BIG;
+                break;
+            }
+            int fd = open(*paths, O_PATH | O_CLOEXEC);
+            int moved = -1;
+            if (fd >= 0) {
+                moved = fcntl(fd, F_DUPFD_CLOEXEC, common_first);
+                if (moved < 0) error = errno;
+                close(fd);
+            } else if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
+                error = errno;
+            }
+            common_fds[count++] = moved;
+            if (moved >= 0) {
+                opened++;
+                if (low < 0) low = moved;
+                high = moved;
+            }
+        }
+    }
+    common_count = count;
+    /* A forked child keeps exactly this range open (curfew_sandbox_common_range). */
+    if (error == 0 && opened > 0 && high - low + 1 != opened) error = EBUSY;
+    if (error != 0 || opened == 0) {
+        close_common();
+        return error;
+    }
+    common_low = low;
+    common_high = high;
+    return 0;
+}
+
+int curfew_sandbox_common_range(int *low, int *high) {
+    if (common_count == 0) return 0;
+    *low = common_low;
+    *high = common_high;
+    return 1;
+}
+
 /* Makes the ruleset every sandbox with `network` and `allow_exec` starts
- * from (the system paths to read, the devices): 0, or an errno and none. */
+ * from (the system paths to read, the devices): 0, or an errno and none.
+ * From the descriptors its fork server opened, where it did. */
 static int prepare_ruleset(int network, int allow_exec) {
     int abi = curfew_sandbox_landlock_abi();
     if (abi <= 0) return ENOSYS;
@@ -951,11 +1020,18 @@ static int prepare_ruleset(int network, int allow_exec) {
     struct sandbox_ruleset_attr attributes = ruleset_attributes(abi, network);
     int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
     if (ruleset < 0) return errno;
+    int index = 0;
     for (int list = 0; list < 2; list++) {
         const char *const *paths = list == 0 ? system_paths : device_paths;
-        for (; *paths; paths++) {
-            curfew_sandbox_path path = {*paths, list == 0 ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE};
-            int error = add_path_rule(ruleset, &path, handled, allow_exec);
+        for (; *paths; paths++, index++) {
+            curfew_sandbox_access access = list == 0 ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
+            curfew_sandbox_path path = {*paths, access};
+            int error = 0;
+            if (index < common_count) {
+                if (common_fds[index] >= 0) error = add_rule(ruleset, common_fds[index], access, handled, allow_exec);
+            } else {
+                error = add_path_rule(ruleset, &path, handled, allow_exec);
+            }
             if (error != 0) {
                 close(ruleset);
                 return error;

@@ -491,10 +491,17 @@ static int serve_forks(int control) {
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);
                 dup2(fds[2], 2);
-                /* stdin reads nothing, and no descriptor but 0 to 3 stays open. */
+                /* stdin reads nothing, and no descriptor but 0 to 3 stays open,
+                 * and the sandbox's paths the server opened for its workers. */
                 int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
                 if (null >= 0) dup2(null, 0);
-                close_range(4, ~0U, 0);
+                int low = 0, high = 0;
+                if (curfew_sandbox_common_range(&low, &high) && low > 4) {
+                    close_range(4, (unsigned)low - 1, 0);
+                    close_range((unsigned)high + 1, ~0U, 0);
+                } else {
+                    close_range(4, ~0U, 0);
+                }
                 return 0;
             }
             if (pid > 0) {

@@ -4,7 +4,7 @@
  * read-only folder with a file in it, a folder mode of 0777 and, with the
  * parameter `xattr`, an extended attribute (the sandbox refuses the last
  * three; they are tried all the same). The next job of the run must find
- * none of it. */
+ * none of it. Each also says how many O_PATH descriptors it holds. */
 #include <curfew.h>
 
 #include <dirent.h>
@@ -43,8 +43,27 @@ static curfew_chunk_result leave_chunk(curfew_context *ctx, void *state) {
     for (ssize_t at = 0; listed > 0 && at < listed; at += (ssize_t)strlen(attributes + at) + 1) {
         if (strncmp(attributes + at, "user.", 5) == 0) user_attributes++;
     }
+    /* O_PATH descriptors the job was handed (its fork server opens some for its sandbox's rules). */
+    int paths = 0;
+    DIR *fds = opendir("/proc/self/fdinfo");
+    if (fds == NULL) return CURFEW_CHUNK_FAILED;
+    for (struct dirent *entry; (entry = readdir(fds)) != NULL;) {
+        if (entry->d_name[0] == '.') continue;
+        char fdinfo[300], text[256];
+        snprintf(fdinfo, sizeof fdinfo, "/proc/self/fdinfo/%s", entry->d_name);
+        int fd = open(fdinfo, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t length = read(fd, text, sizeof text - 1);
+        close(fd);
+        if (length <= 0) continue;
+        text[length] = 0;
+        const char *flags = strstr(text, "flags:");
+        if (flags != NULL && (strtoul(flags + 6, NULL, 8) & O_PATH)) paths++;
+    }
+    closedir(fds);
     char line[4400];
-    snprintf(line, sizeof line, "scratch %s held %d mode %o xattrs %d", scratch, held, (unsigned)(info.st_mode & 07777), user_attributes);
+    snprintf(line, sizeof line, "scratch %s held %d mode %o xattrs %d paths %d", scratch, held, (unsigned)(info.st_mode & 07777),
+             user_attributes, paths);
     host->log(ctx, CURFEW_LOG_INFO, line);
 
     char inner[4200];

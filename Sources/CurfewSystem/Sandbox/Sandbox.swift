@@ -123,6 +123,15 @@ package enum Sandbox {
         guard status == 0 else { throw Failure(status, report) }
     }
 
+    /// In a fork server whose workers ``prepare(network:allowsExec:)``:
+    /// opens, once, the paths every sandbox reads, which each worker it
+    /// forks makes its rules from and closes (see
+    /// `curfew_sandbox_open_common`). Where they cannot be opened, each
+    /// worker looks them up itself.
+    package static func openCommonPaths() {
+        _ = curfew_sandbox_open_common()
+    }
+
     /// Confines this process as a scanner: it reads every file, writes
     /// nothing but the devices, reaches no network and execs nothing.
     package static func applyForScan() throws(Failure) {

@@ -435,6 +435,17 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
  * too (a layer may be half made). */
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report);
 
+/* In a fork server whose workers prepare a sandbox: opens, once, what every
+ * sandbox lets a job read (the system's libraries, the devices) as O_PATH
+ * descriptors numbered from 256 on with no gap, which each child it forks
+ * keeps (curfew_sandbox_common_range) and its curfew_sandbox_prepare makes
+ * its rules from, looking up no path, then closes (as curfew_sandbox_apply
+ * does, before any plugin code). 0, or an errno and none kept. */
+int curfew_sandbox_open_common(void);
+
+/* 1 and the range of descriptors curfew_sandbox_open_common keeps open, or 0. */
+int curfew_sandbox_common_range(int *low, int *high);
+
 /* The loopback network's socket helper this process started (its child,
  * which must outlive the jobs' leftovers), or 0. */
 int curfew_sandbox_helper(void);

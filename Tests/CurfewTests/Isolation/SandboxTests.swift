@@ -225,7 +225,8 @@ extension ProcessTests.First {
         /// once its cgroup is gone, and only emptied: each job finds its
         /// folder empty, mode 0700 and without an attribute a job set,
         /// whatever the one before left; a folder that keeps an attribute
-        /// is not used again; none is left after the run.
+        /// is not used again; none is left after the run. No job holds the
+        /// descriptors its fork server opened for the sandbox's rules.
         @Test(arguments: [false, true])
         func eachJobFindsItsScratchFolderAsIfNew(settingAnAttribute: Bool) async throws {
             let jobs = try PluginLoader().load(try Fixtures.compile("scratch_jobs.c")).jobs
@@ -243,9 +244,10 @@ extension ProcessTests.First {
                 let logs = events.logs(of: job.name)
                 if logs.contains(where: { $0.hasPrefix("setxattr: ") }) { attributesSet = false }
                 let said = try #require(logs.first { $0.hasPrefix("scratch ") }, "\(logs)").split(separator: " ")
-                try #require(said.count == 8)
+                try #require(said.count == 10)
                 folders.append(String(said[1]))
                 #expect(said[3] == "0" && said[5] == "700" && said[7] == "0", "\(job.name) found \(said.joined(separator: " "))")
+                #expect(said[9] == "0", "\(job.name) holds the paths its fork server opened for its sandbox")
             }
             if SandboxPolicy.summary(nil, isolation: .job).contains("cgroup") {
                 if attributesSet {

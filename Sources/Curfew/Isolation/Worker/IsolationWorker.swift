@@ -52,6 +52,8 @@ public enum IsolationWorker {
     /// the host is done: the host then spawns each worker instead.
     public static func serveForks() {
         warmUp()
+        // Its workers prepare a sandbox: each makes its rules from what this opens once.
+        if Syscalls.environmentValue(WorkerSandbox.aheadVariable) != nil { Sandbox.openCommonPaths() }
         _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { Syscalls.exit(IsolationWorker.main()) }
     }
 
