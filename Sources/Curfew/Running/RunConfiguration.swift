@@ -26,6 +26,9 @@ public struct RunConfiguration: Sendable {
     /// started with posix_spawn, from a pool); the spawn path is also the
     /// fallback when the server cannot fork.
     public var usesForkServer = true
+    /// Fork servers kept across runs (a serving host's, which closes them
+    /// as it stops); `nil`: each run starts its own and ends it.
+    package var forkServers: WorkerForkServers?
     /// Where checkpoints, run history and chunk-time estimates are kept;
     /// `nil` keeps none (a job's `checkpoint_save` returns unavailable).
     public var state: StateStore? {

@@ -100,7 +100,7 @@ public final class Runner: Sendable {
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
             workers = WorkerSource(
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
-                jobs: jobs, scratchAhead: configuration.sandbox != nil)
+                jobs: jobs, scratchAhead: configuration.sandbox != nil, kept: configuration.forkServers)
         }
         admissions = configuration.isolation == .plugin ? SerialQueue(label: "curfew.admissions", target: SerialQueue.host) : nil
         self.state = Mutex(State(

@@ -184,6 +184,9 @@ public final class Server: @unchecked Sendable {
         onNotice: @escaping @Sendable (Notice) -> Void
     ) throws(CurfewError) {
         try Self.check(options.config, base: options.run)
+        var options = options
+        // One fork server a worker environment for every run, not one started inside each run's grant.
+        if options.run.forkServers == nil { options.run.forkServers = WorkerForkServers() }
         self.options = options
         self.lifecycle = AppLifecycle(state: options.appState)
         self.config = options.config
@@ -1166,6 +1169,7 @@ public final class Server: @unchecked Sendable {
         onStopped = nil
         // Followers have heard the last run end: their streams end with the host.
         eventStream.close()
+        options.run.forkServers?.close()
         done()
     }
 

@@ -80,6 +80,9 @@ package final class ForkServer: Sendable {
         package let sequence: UInt64
     }
 
+    /// Whether the server has gone (exited, or its socket ended).
+    package var isGone: Bool { state.withLock { $0.gone } }
+
     /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
     /// `nil` when the server is gone or could not fork.
     package func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
@@ -240,6 +243,13 @@ package final class LazyForkServer: Sendable {
 
     /// Whether forking is still on (it may not have been tried yet).
     package var isOn: Bool { state.withLock { $0.works } }
+
+    /// Whether forking is still on and the server, if started, is not
+    /// known to be gone: one kept for later runs is replaced otherwise.
+    package var isServing: Bool {
+        let (works, server) = state.withLock { ($0.works, $0.server) }
+        return works && server?.isGone != true
+    }
 
     /// A worker forked with fd 3, 1 and 2 as `channel`, `out` and `err`,
     /// and its server; `nil` when forking is off or fails (off from then on).

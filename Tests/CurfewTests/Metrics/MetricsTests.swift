@@ -122,19 +122,29 @@ extension ProcessTests.First {
             func load(ordering _: AtomicLoadOrdering) -> Int { value.load(ordering: .relaxed) }
         }
 
-        func served() async throws -> (Server, MetricsServer, Count) {
+        /// A started host serving `fixture`'s jobs with `config`, and how many runs have finished.
+        func serving(
+            _ fixture: String = "condition_jobs.c",
+            config: String = #"{"defaults": {"enabled": false}, "jobs": {"once": {"enabled": true, "every": "200ms", "budget": "2s"}}}"#,
+            keepsState: Bool = false
+        ) throws -> (Server, Count) {
             let folder = Fixtures.temporaryFolder("served")
-            try FileManager.default.copyItem(atPath: try Fixtures.compile("condition_jobs.c"), toPath: folder + "/jobs.so")
+            try FileManager.default.copyItem(atPath: try Fixtures.compile(fixture), toPath: folder + "/jobs.so")
             var options = Server.Options(folders: [folder])
             options.run.workerExecutable = Fixtures.curfewExecutable
-            options.config = try ServeConfig.parse(
-                Array(#"{"defaults": {"enabled": false}, "jobs": {"once": {"enabled": true, "every": "200ms", "budget": "2s"}}}"#.utf8), file: "test.json")
+            if keepsState { options.run.state = try StateStore(folder: Fixtures.temporaryFolder("state"), writer: .current()) }
+            options.config = try ServeConfig.parse(Array(config.utf8), file: "test.json")
             let finished = Count()
             let server = try Server(options: options, onEvent: { event, _ in
                 if case .finished = event { finished.value.add(1, ordering: .relaxed) }
             }, onNotice: { _ in })
-            let metrics = try MetricsServer(address: .tcp(host: "127.0.0.1", port: 0)) { MetricsServer.page($0, of: server) }
             try server.start()
+            return (server, finished)
+        }
+
+        func served() async throws -> (Server, MetricsServer, Count) {
+            let (server, finished) = try serving()
+            let metrics = try MetricsServer(address: .tcp(host: "127.0.0.1", port: 0)) { MetricsServer.page($0, of: server) }
             return (server, metrics, finished)
         }
 
@@ -188,22 +198,13 @@ extension ProcessTests.First {
         /// chunks that runs out of its 150 ms.
         @Test(arguments: ["job", "plugin"])
         func chunkTimesLatenessAndSavesAreMeasured(isolation: String) async throws {
-            let folder = Fixtures.temporaryFolder("served")
-            try FileManager.default.copyItem(atPath: try Fixtures.compile("checkpoint_jobs.c"), toPath: folder + "/jobs.so")
-            var options = Server.Options(folders: [folder])
-            options.run.workerExecutable = Fixtures.curfewExecutable
-            options.run.state = try StateStore(folder: Fixtures.temporaryFolder("state"), writer: .current())
-            options.config = try ServeConfig.parse(
-                Array(#"""
-                {"defaults": {"enabled": false, "isolate": "\#(isolation)"}, "jobs": {
-                  "resume": {"enabled": true, "every": "10s", "budget": "5s", "params": {"count": "3", "chunk-ms": "1"}},
-                  "paced": {"enabled": true, "every": "10s", "budget": "150ms", "params": {"chunk-ms": "5"}}}}
-                """#.utf8), file: "test.json")
-            let finished = Count()
-            let server = try Server(options: options, onEvent: { event, _ in
-                if case .finished = event { finished.value.add(1, ordering: .relaxed) }
-            }, onNotice: { _ in })
-            try server.start()
+            let (server, finished) = try serving(
+                "checkpoint_jobs.c",
+                config: #"""
+                    {"defaults": {"enabled": false, "isolate": "\#(isolation)"}, "jobs": {
+                      "resume": {"enabled": true, "every": "10s", "budget": "5s", "params": {"count": "3", "chunk-ms": "1"}},
+                      "paced": {"enabled": true, "every": "10s", "budget": "150ms", "params": {"chunk-ms": "5"}}}}
+                    """#, keepsState: true)
             try await until { finished.load(ordering: .relaxed) >= 2 }
             var text = ""
             try await until {
@@ -229,6 +230,28 @@ extension ProcessTests.First {
             #expect(value("curfew_checkpoint_size_bytes_sum{curfew_job=\"resume\"}") == 24)
             #expect((value("curfew_scan_cache_hits_total") ?? 0) + (value("curfew_scan_files_loaded_total") ?? 0) >= 1)
             #expect(value("curfew_worker_spare_hits_total") != nil)
+        }
+
+        /// A serving host forks every run's worker from one fork server,
+        /// started once, not one started inside each run's grant (before,
+        /// each run paid an `exec` of `curfew` and its warm-up); the server
+        /// ends as the host stops.
+        @Test func runsShareOneForkServerThatEndsWithTheHost() async throws {
+            let (server, finished) = try serving(config: #"{"defaults": {"enabled": false}, "jobs": {"once": {"enabled": true, "every": "100ms", "budget": "2s"}}}"#)
+            try await until { finished.load(ordering: .relaxed) >= 3 }
+            let kept = try #require(server.options.run.forkServers)
+            let pids = kept.pids
+            await withCheckedContinuation { done in server.stop { done.resume() } }
+            let runs = finished.load(ordering: .relaxed)
+            #expect(runs >= 3)
+            #expect(kept.started == 1, "one fork server for \(runs) runs")
+            // Every run's worker was forked (a refused run at the stop has none).
+            let text = server.metricsText()
+            let forked = text.split(separator: "\n").first { $0.hasPrefix("curfew_worker_starts_total{how=\"forked\"} ") }
+            #expect(forked.flatMap { Int($0.split(separator: " ")[1]) }.map { $0 >= 3 } == true, "\(text)")
+            #expect(text.contains("curfew_worker_starts_total{how=\"spawned\"} 0\n"))
+            #expect(pids.count == 1)
+            for pid in pids { #expect(kill(pid, 0) == -1 && errno == ESRCH, "the fork server \(pid) ended with the host") }
         }
 
         /// The programs a test needs that CI installs: a missing one fails

@@ -53,9 +53,12 @@ final class WorkerSource: Sendable {
     }
 
     private let shared = Mutex(Shared())
-    /// The fork server: one started early for this run's workers, or one started
-    /// on first need; when it cannot fork, the pool serves.
+    /// The fork server: one kept across runs, one started early for this
+    /// run's workers, or one started on first need; when it cannot fork, the
+    /// pool serves.
     private let forks: LazyForkServer
+    /// Whether ``forks`` is this run's own, to close when it ends (not one kept across runs).
+    private let ownsForks: Bool
     private let spares: Mutex<SpareStock<Spare, Handoff>>
     /// How many workers were forked (and of those, found waiting), and how many started with posix_spawn.
     let starts = Mutex(WorkerStarts())
@@ -66,14 +69,20 @@ final class WorkerSource: Sendable {
     ///   worker is closed when the last of them ends.
     /// - Parameter scratchAhead: Whether each forked worker gets its scratch
     ///   folder as it is forked (a sandboxed run's do).
-    init(pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = [], scratchAhead: Bool = false) {
+    /// - Parameter kept: Fork servers kept across runs, to take this run's from.
+    init(
+        pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = [], scratchAhead: Bool = false,
+        kept: WorkerForkServers? = nil
+    ) {
         self.pool = pool
         self.isolation = isolation
         self.scratchAhead = scratchAhead
         if isolation == .plugin {
             shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.loadPath, default: 0] += 1 } }
         }
-        forks = (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
+        let shared = forking ? kept?.server(executable: pool.executable, environment: pool.environment) : nil
+        ownsForks = shared == nil
+        forks = shared ?? (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
             ?? LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
         spares = Mutex(SpareStock(wanted: expected, limit: Self.spareCount))
     }
@@ -246,7 +255,7 @@ final class WorkerSource: Sendable {
         }
         spares.withLock { $0.close() }.forEach(Self.release)
         pool.close()
-        forks.close()
+        if ownsForks { forks.close() }
         scratches.close()
     }
 }
