@@ -947,11 +947,15 @@ static int is_common_rule(const curfew_sandbox_path *path) {
     return 0;
 }
 
-/* The paths of system_paths then device_paths, opened once by a fork
+/* The folders of system_paths then device_paths, opened once by a fork
  * server (curfew_sandbox_open_common) so that each worker it forks makes
- * its ruleset from these descriptors, looking up no path itself: O_PATH,
- * numbered from common_low to common_high with no gap (-1: a path that did
- * not exist). common_count is 0 where none were opened, and once closed. */
+ * its rules for them from these descriptors, looking up no folder itself:
+ * O_PATH, numbered from common_low to common_high with no gap. Only
+ * folders: a rule holds the inode, and a server lives as long as its host,
+ * while files such as /etc/ld.so.cache or /etc/passwd are replaced by
+ * rename; each worker looks up the files, and a path missing when the
+ * server opened them, itself (-1). common_count is 0 where none were
+ * opened, and once closed. */
 enum { common_most = 48, common_first = 256 };
 static int common_fds[common_most];
 static int common_count;
@@ -974,7 +978,7 @@ int curfew_sandbox_open_common(void) {
                 error = E2BIG;
                 break;
             }
-            int fd = open(*paths, O_PATH | O_CLOEXEC);
+            int fd = open(*paths, O_PATH | O_DIRECTORY | O_CLOEXEC);
             int moved = -1;
             if (fd >= 0) {
                 moved = fcntl(fd, F_DUPFD_CLOEXEC, common_first);
@@ -1027,8 +1031,8 @@ static int prepare_ruleset(int network, int allow_exec) {
             curfew_sandbox_access access = list == 0 ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
             curfew_sandbox_path path = {*paths, access};
             int error = 0;
-            if (index < common_count) {
-                if (common_fds[index] >= 0) error = add_rule(ruleset, common_fds[index], access, handled, allow_exec);
+            if (index < common_count && common_fds[index] >= 0) {
+                error = add_rule(ruleset, common_fds[index], access, handled, allow_exec);
             } else {
                 error = add_path_rule(ruleset, &path, handled, allow_exec);
             }
@@ -1143,8 +1147,23 @@ int curfew_shim_empty_folder(const char *path) {
         else if (size > 0 && !only_security_attributes(names, size)) error = EPERM;
     }
     if (error == 0) {
-        int contents = dup(fd);
+        int contents = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         error = contents < 0 ? errno : remove_contents(contents, 256);
+    }
+    /* Read again: a walk that unlinks as it reads may skip an entry on some file systems. */
+    if (error == 0) {
+        int again = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        DIR *folder = again < 0 ? NULL : fdopendir(again);
+        if (folder == NULL) {
+            error = errno;
+            if (again >= 0) close(again);
+        } else {
+            rewinddir(folder);
+            for (struct dirent *entry; error == 0 && (entry = readdir(folder)) != NULL;) {
+                if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) error = ENOTEMPTY;
+            }
+            closedir(folder);
+        }
     }
     close(fd);
     return error;

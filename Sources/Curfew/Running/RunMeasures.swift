@@ -22,16 +22,25 @@ public struct RunMeasures: Sendable, Equatable {
 
     public init() {}
 
-    /// Measures a worker reported: `nil` when they are no measures a run
-    /// could have (a count per bucket, a lateness of at most a day).
-    package init?(chunkCounts: [UInt64], chunkNanoseconds: UInt64, expireLatenessNanoseconds: UInt64?) {
-        guard chunkCounts.isEmpty || chunkCounts.count == Self.chunkBuckets else { return nil }
-        if let late = expireLatenessNanoseconds {
-            guard late <= 86_400_000_000_000 else { return nil }
-            expireLateness = .nanoseconds(Int64(late))
+    /// Measures a worker reported, for a run that called `chunks` chunks
+    /// in `elapsed`: plugin code can write on the worker's channel, so the
+    /// chunk times are kept only when their counts add up to `chunks` and
+    /// their sum fits in `elapsed`, and the lateness only when it fits in
+    /// `elapsed` too.
+    package init(chunkCounts: [UInt64], chunkNanoseconds: UInt64, expireLatenessNanoseconds: UInt64?, chunks: UInt64, elapsed: Duration) {
+        let limit = UInt64(max(0, elapsed.nanoseconds))
+        var total: UInt64 = 0
+        var fits = chunkCounts.count == Self.chunkBuckets
+        for count in chunkCounts where fits {
+            let (sum, overflow) = total.addingReportingOverflow(count)
+            fits = !overflow
+            total = sum
         }
-        self.chunkCounts = chunkCounts
-        self.chunkNanoseconds = chunkNanoseconds
+        if fits && total == chunks && chunkNanoseconds <= limit {
+            self.chunkCounts = chunkCounts
+            self.chunkNanoseconds = chunkNanoseconds
+        }
+        if let late = expireLatenessNanoseconds, late <= limit { expireLateness = .nanoseconds(Int64(late)) }
     }
 
     /// The bucket of a chunk that took `nanoseconds`: one comparison for a

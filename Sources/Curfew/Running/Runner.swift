@@ -100,7 +100,8 @@ public final class Runner: Sendable {
                 capacity: min(configuration.maxConcurrentJobs, max(distinct, 1)))
             workers = WorkerSource(
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
-                jobs: jobs, scratchAhead: configuration.sandbox != nil, kept: configuration.forkServers)
+                jobs: jobs, scratchAhead: configuration.sandbox != nil, reusesScratch: configuration.sandbox?.network == .off,
+                kept: configuration.forkServers)
         }
         admissions = configuration.isolation == .plugin ? SerialQueue(label: "curfew.admissions", target: SerialQueue.host) : nil
         self.state = Mutex(State(

@@ -293,8 +293,9 @@ enum Specs {
         .metrics, summary: "Print a serving host's metrics in Prometheus' text exposition format.", usage: "curfew metrics",
         discussion: [
             "Runs started and ended by job and outcome, expirations by reason, retries,",
-            "run durations, worker starts, each job's state, next run and failures in",
-            "a row, and the host's memory, threads and descriptors, as a scrape sees them.",
+            "run and chunk durations, expire-hook lateness, checkpoint saves, worker",
+            "starts, scans, each job's state, next run and failures in a row, and the",
+            "host's memory, threads and descriptors, as a scrape sees them.",
         ],
         options: [socketOption.within(\ControlDraft.options.socket)],
         exitStatus: [("0", "done"), ("1", "no host serves on the socket, or it refused"), ("64", "usage error")],

@@ -28,18 +28,29 @@ struct ServeMetrics {
         }
 
         mutating func observe(_ value: Double) {
-            if let bucket = bounds.firstIndex(where: { value <= $0 }) { counts[bucket] &+= 1 }
-            count &+= 1
-            sum += value
+            var buckets = [UInt64](repeating: 0, count: bounds.count + 1)
+            buckets[bounds.firstIndex { value <= $0 } ?? bounds.count] = 1
+            add(buckets: buckets, sum: value)
         }
 
         /// Adds observations counted elsewhere into the same buckets, the
-        /// last of `buckets` holding those above every bound.
+        /// last of `buckets` holding those above every bound. Saturating:
+        /// counts that came from a worker never wrap, and every bucket
+        /// stays at most the total.
         mutating func add(buckets: [UInt64], sum: Double) {
             guard buckets.count == bounds.count + 1 else { return }
-            for index in bounds.indices { counts[index] &+= buckets[index] }
-            count &+= buckets.reduce(0, &+)
+            var added: UInt64 = 0
+            for (index, value) in buckets.enumerated() {
+                added = Self.saturating(added, value)
+                if index < bounds.count { counts[index] = Self.saturating(counts[index], value) }
+            }
+            count = Self.saturating(count, added)
             self.sum += sum
+        }
+
+        static func saturating(_ a: UInt64, _ b: UInt64) -> UInt64 {
+            let (sum, overflow) = a.addingReportingOverflow(b)
+            return overflow ? .max : sum
         }
     }
 
@@ -272,7 +283,7 @@ extension Exposition {
         for (job, histogram) in histograms.sorted(by: { $0.key < $1.key }) {
             var cumulative: UInt64 = 0
             for (bound, count) in zip(histogram.bounds, histogram.counts) {
-                cumulative &+= count
+                cumulative = min(ServeMetrics.Histogram.saturating(cumulative, count), histogram.count)
                 sample(name + "_bucket", [("curfew_job", job), ("le", Self.number(bound))], cumulative)
             }
             sample(name + "_bucket", [("curfew_job", job), ("le", "+Inf")], histogram.count)

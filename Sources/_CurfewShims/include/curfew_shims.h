@@ -435,11 +435,12 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
  * too (a layer may be half made). */
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report);
 
-/* In a fork server whose workers prepare a sandbox: opens, once, what every
- * sandbox lets a job read (the system's libraries, the devices) as O_PATH
- * descriptors numbered from 256 on with no gap, which each child it forks
- * keeps (curfew_sandbox_common_range) and its curfew_sandbox_prepare makes
- * its rules from, looking up no path, then closes (as curfew_sandbox_apply
+/* In a fork server whose workers prepare a sandbox: opens, once, the
+ * folders every sandbox lets a job read (the system's libraries, /proc) as
+ * O_PATH descriptors numbered from 256 on with no gap, which each child it
+ * forks keeps (curfew_sandbox_common_range) and its curfew_sandbox_prepare
+ * makes those rules from, looking up only the files itself (a file may be
+ * replaced while the server lives), then closes (as curfew_sandbox_apply
  * does, before any plugin code). 0, or an errno and none kept. */
 int curfew_sandbox_open_common(void);
 
@@ -486,9 +487,10 @@ int curfew_shim_remove_tree(const char *path);
 
 /* Empties the folder `path` for another job of this process's: removes
  * what it holds (as curfew_shim_remove_tree), sets its mode to 0700 and its
- * group to this process's, and removes its ACLs. 0, or an errno: EPERM
- * when it is not this user's folder, or keeps an extended attribute a job
- * could have set (what one job could leave the next). */
+ * group to this process's, removes its ACLs, and reads it again. 0, or an
+ * errno: EPERM when it is not this user's folder, or keeps an extended
+ * attribute a job could have set (what one job could leave the next);
+ * ENOTEMPTY when something is left. */
 int curfew_shim_empty_folder(const char *path);
 
 /* The job whose hook the calling thread runs, as `curfew_shim_crash_where`

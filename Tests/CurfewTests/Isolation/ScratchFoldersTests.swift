@@ -10,7 +10,7 @@ import Testing
     func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
 
     @Test func aFolderGivenBackIsKeptOnlyEmptiedAndReset() throws {
-        let stock = ScratchFolders()
+        let stock = ScratchFolders(reusing: true)
         let folder = try stock.take()
         // What a job the sandbox did not hold back could leave.
         try "left".write(toFile: folder + "/left", atomically: false, encoding: .utf8)
@@ -47,9 +47,19 @@ import Testing
         #expect(!exists(folders.last!))
     }
 
+    /// A run whose jobs may hand one another a descriptor (the network on),
+    /// or that has one worker, keeps none.
+    @Test func aStockThatDoesNotReuseRemovesWhatItIsGiven() throws {
+        let stock = ScratchFolders(reusing: false)
+        let folder = try stock.take()
+        try stock.giveBack(folder)
+        #expect(!exists(folder))
+        #expect(try stock.take() != folder)
+    }
+
     /// A path that is a link to a folder is no scratch folder of the run's: removed, never emptied through.
     @Test func aLinkGivenBackIsNotFollowed() throws {
-        let stock = ScratchFolders()
+        let stock = ScratchFolders(reusing: true)
         defer { stock.close() }
         let target = Fixtures.temporaryFolder("kept")
         try "mine".write(toFile: target + "/file", atomically: false, encoding: .utf8)

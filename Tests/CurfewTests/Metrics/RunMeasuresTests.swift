@@ -37,9 +37,37 @@ import Testing
             let line = #"{"type":"measures","job":"j","# + fields + "}"
             #expect(throws: WorkerMessage.Invalid(reason: reason), "\(line)") { try WorkerMessage.decode(Array(line.utf8)) }
         }
-        // A lateness no run could have (over a day) is dropped by the host, not believed.
-        #expect(RunMeasures(chunkCounts: [], chunkNanoseconds: 0, expireLatenessNanoseconds: 86_400_000_000_001) == nil)
-        #expect(RunMeasures(chunkCounts: [1], chunkNanoseconds: 0, expireLatenessNanoseconds: nil) == nil)
+    }
+
+    /// A worker's measures are a claim plugin code can forge: the host keeps
+    /// chunk counts only where they add up to the chunks it counted and
+    /// their time fits the run, and a lateness only where it fits too.
+    @Test func aWorkersMeasuresAreKeptOnlyWhereTheyFitTheRun() {
+        let counts: [UInt64] = [3, 0, 0, 0, 0, 0, 0, 1]
+        func measures(_ counts: [UInt64], _ nanoseconds: UInt64, _ late: UInt64?) -> RunMeasures {
+            RunMeasures(chunkCounts: counts, chunkNanoseconds: nanoseconds, expireLatenessNanoseconds: late, chunks: 4, elapsed: .seconds(20))
+        }
+        let kept = measures(counts, 12_000_000_000, 5_000)
+        #expect(kept.chunkCounts == counts && kept.chunkNanoseconds == 12_000_000_000 && kept.expireLateness == .nanoseconds(5_000))
+        #expect(measures([3, 0, 0, 0, 0, 0, 0, 2], 1, nil).chunkCounts.isEmpty, "five chunks counted of four")
+        #expect(measures([UInt64.max, 5, 0, 0, 0, 0, 0, 0], 1, nil).chunkCounts.isEmpty, "a sum that wraps")
+        #expect(measures(counts, 21_000_000_000, nil).chunkCounts.isEmpty, "more chunk time than the run took")
+        #expect(measures([1, 2], 1, nil).chunkCounts.isEmpty)
+        let late = measures(counts, 1, 30_000_000_000)
+        #expect(late.expireLateness == nil && late.chunkCounts == counts, "a lateness past the run's end goes alone")
+    }
+
+    /// However large the counts a histogram is given, it never wraps: each
+    /// cumulative bucket stays at most the count.
+    @Test func aHistogramSaturates() {
+        var histogram = ServeMetrics.Histogram(ServeMetrics.chunkBounds)
+        histogram.add(buckets: [UInt64.max, 1, 0, 0, 0, 0, 0, UInt64.max], sum: 1)
+        histogram.add(buckets: [1, 0, 0, 0, 0, 0, 0, 0], sum: 1)
+        #expect(histogram.count == .max && histogram.counts[0] == .max && histogram.counts[1] == 1)
+        var out = Exposition()
+        out.histograms("x_seconds", ["j": histogram])
+        let values = out.text.split(separator: "\n").filter { $0.hasPrefix("x_seconds_bucket") }.compactMap { Double($0.split(separator: " ")[1]) }
+        #expect(values.count == 8 && values == values.sorted(), "\(out.text)")
     }
 
     /// Buckets counted in a run become a cumulative histogram per job, in seconds.
@@ -48,7 +76,9 @@ import Testing
         var result = JobResult(
             job: "j", pluginPath: "/p.so", loadPath: "/p.so", isChunked: true, outcome: .expired, chunks: 15, elapsed: .seconds(2),
             reason: "time ran out; cleanup ran", progress: nil)
-        result.measures = RunMeasures(chunkCounts: [0, 0, 0, 0, 14, 1, 0, 0], chunkNanoseconds: 1_700_000_000, expireLatenessNanoseconds: 200_000_000)!
+        result.measures = RunMeasures(
+            chunkCounts: [0, 0, 0, 0, 14, 1, 0, 0], chunkNanoseconds: 1_700_000_000, expireLatenessNanoseconds: 200_000_000, chunks: 15,
+            elapsed: .seconds(2))
         metrics.runEnded(result, expiredBy: .timeout, workers: WorkerStarts(), at: WallTime(milliseconds: 10_000))
         metrics.checkpointSaved("j", bytes: 8, seconds: 0.002, kept: true)
         metrics.checkpointSaved("j", bytes: 2 << 20, seconds: 0.0001, kept: false)

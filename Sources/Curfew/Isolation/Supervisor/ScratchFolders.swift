@@ -14,7 +14,15 @@ final class ScratchFolders: Sendable {
     /// How many emptied folders wait at most.
     static let limit = 4
 
-    private let stock = Mutex<(folders: [String], closed: Bool)>(([], false))
+    private let stock: Mutex<(folders: [String], closed: Bool)>
+
+    /// - Parameter reusing: Whether folders go from one worker to the next:
+    ///   not where the run has one worker (a serving host's runs), nor where
+    ///   its jobs may open sockets (the network on), with which one job could
+    ///   hand another a descriptor of its folder that would outlive it.
+    init(reusing: Bool) {
+        stock = Mutex(([], !reusing))
+    }
 
     /// An emptied folder, or a new one (private to this user, in the temporary folder).
     func take() throws(SystemError) -> String {
@@ -46,6 +54,7 @@ final class ScratchFolders: Sendable {
     }
 
     /// The run is over: the kept folders go, and those given back later too.
+    /// (A stock that does not reuse is closed from the start.)
     func close() {
         let kept = stock.withLock { stock -> [String] in
             stock.closed = true

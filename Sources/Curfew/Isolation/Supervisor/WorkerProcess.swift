@@ -101,8 +101,9 @@ final class WorkerProcess: @unchecked Sendable {
     /// The worker's scratch folder, made at the first call unless it was made with the worker.
     func scratchFolder() throws(SystemError) -> String {
         try scratch.withLock { (scratch: inout (folder: String?, closed: Bool)) throws(SystemError) -> String in
-            if let folder = scratch.folder { return folder }
+            // Closed first: a folder given back may be another worker's now.
             guard !scratch.closed else { throw .noProcess }
+            if let folder = scratch.folder { return folder }
             let made = if let scratches { try scratches.take() } else { try ScratchFolders.make() }
             scratch.folder = made
             return made

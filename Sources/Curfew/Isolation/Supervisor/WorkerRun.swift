@@ -45,7 +45,8 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         var unsent: [String] = []
         /// What the worker said the job's chunks took.
         var estimate: ChunkEstimate?
-        var measures = RunMeasures()
+        /// What the worker said its chunks took (`measures`), checked as the run ends.
+        var measured: (counts: [UInt64], nanoseconds: UInt64, late: UInt64?)?
         var process: WorkerProcess?
     }
 
@@ -358,10 +359,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
             case .estimate(_, let mean, let deviation, let samples):
                 c.estimate = ChunkEstimate(mean: mean, deviation: deviation, samples: samples)
             case .measures(_, let counts, let nanoseconds, let late):
-                // A claim, for this job's own metrics: kept only when a run could have measured it.
-                if let measures = RunMeasures(chunkCounts: counts, chunkNanoseconds: nanoseconds, expireLatenessNanoseconds: late) {
-                    c.measures = measures
-                }
+                c.measured = (counts, nanoseconds, late)
             case .status(_, _, let chunks):
                 // A count sent before the job's last word may arrive after it.
                 guard c.reported == nil && c.crashedIn == nil else { return }
@@ -535,10 +533,15 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         c.timers.forEach { $0.cancel() }
         c.timers.removeAll()
         let end = time ?? clock.now()
+        let elapsed = c.startedAt.duration(to: end)
+        // A claim, for this job's own metrics: kept where it fits the run the host saw.
+        let measures = c.measured.map {
+            RunMeasures(chunkCounts: $0.counts, chunkNanoseconds: $0.nanoseconds, expireLatenessNanoseconds: $0.late, chunks: c.chunks, elapsed: elapsed)
+        }
         let result = JobResult(
             job: job.name, pluginPath: job.pluginPath, loadPath: job.loadPath, isChunked: job.isChunked, outcome: outcome, chunks: c.chunks,
-            elapsed: c.startedAt.duration(to: end), reason: Reason.bounded(reason), progress: c.progress,
-            estimate: c.estimate, measures: c.measures)
+            elapsed: elapsed, reason: Reason.bounded(reason), progress: c.progress,
+            estimate: c.estimate, measures: measures ?? RunMeasures())
         events.post(.finished(result), at: end) { [onFinish] in onFinish(result) }
     }
 

@@ -42,7 +42,7 @@ final class WorkerSource: Sendable {
     /// Whether a forked worker's scratch folder is made with it (a sandboxed run).
     private let scratchAhead: Bool
     /// The run's scratch folders, made and emptied for its workers.
-    private let scratches = ScratchFolders()
+    private let scratches: ScratchFolders
     /// Under `--isolate plugin`: each plugin's worker, and how many of the
     /// run's jobs of that plugin have not ended (its worker leaves at 0).
     private struct Shared {
@@ -69,11 +69,14 @@ final class WorkerSource: Sendable {
     ///   worker is closed when the last of them ends.
     /// - Parameter scratchAhead: Whether each forked worker gets its scratch
     ///   folder as it is forked (a sandboxed run's do).
+    /// - Parameter reusesScratch: Whether an emptied scratch folder may go to
+    ///   the run's next worker (see ``ScratchFolders/init(reusing:)``).
     /// - Parameter kept: Fork servers kept across runs, to take this run's from.
     init(
         pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = [], scratchAhead: Bool = false,
-        kept: WorkerForkServers? = nil
+        reusesScratch: Bool = false, kept: WorkerForkServers? = nil
     ) {
+        scratches = ScratchFolders(reusing: reusesScratch && expected > 1)
         self.pool = pool
         self.isolation = isolation
         self.scratchAhead = scratchAhead
