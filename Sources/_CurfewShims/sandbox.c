@@ -215,10 +215,14 @@ static int write_file(const char *path, const char *text) {
  * make and more to tear down): -1 when the kernel will not make them
  * (nothing changed), 0 when made, or an errno when made but the user
  * could not be mapped into it (the worker cannot go on as itself). */
+/* The namespaces own_namespaces makes. A fork server's filter lets this one
+ * unshare through, and the worker seals it (seal_namespaces) once made. */
+static const uint32_t worker_namespaces = CLONE_NEWUSER | CLONE_NEWIPC;
+
 static int own_namespaces(void) {
     uid_t user = getuid();
     gid_t group = getgid();
-    if (unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0) return -1;
+    if (unshare((int)worker_namespaces) != 0) return -1;
     char map[64];
     int error;
     snprintf(map, sizeof map, "%u %u 1\n", (unsigned)user, (unsigned)user);
@@ -454,11 +458,14 @@ static int emit_denials(struct sock_filter *filter, size_t *length, const uint32
 }
 
 /* `loopback`: a helper answers for IPv4 and IPv6 sockets (see
- * install_socket_listener), so this filter lets them through to it. */
-static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
+ * install_socket_listener), so this filter lets them through to it.
+ * `for_server`: a fork server's, inherited by the workers it forks, which
+ * lets one unshare of worker_namespaces through. */
+static int install_filter(const curfew_sandbox_spec *spec, int loopback, int for_server) {
 #ifndef SANDBOX_ARCH
     (void)spec;
     (void)loopback;
+    (void)for_server;
     return ENOSYS;
 #else
     struct sock_filter filter[FILTER_MAX];
@@ -525,6 +532,14 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback) {
         PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EACCES));
         PUT(BPF_STMT(BPF_RET | BPF_K, deny));
         if (loopback) PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    }
+    /* A worker's own namespaces, before it seals them; A is the number again after. */
+    if (for_server) {
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 0, 4));
+        PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])));
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, worker_namespaces, 0, 1));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+        PUT(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
     }
     /* Last, as each of the checks above either returns or leaves the call's
      * number in A: the calls no job needs. */
@@ -716,6 +731,42 @@ static int hand_sockets_to_helper(int channel) {
     return error == 0 ? 1 : error < 0 ? 0 : -error;
 }
 
+/* The call filter a fork server installed for its workers (see
+ * curfew_sandbox_prepare_server), and the spec it was made for. */
+static int server_filter;
+static int server_network;
+static int server_exec;
+
+int curfew_sandbox_prepare_server(int network, int allow_exec) {
+    if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || server_filter) return EINVAL;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+    curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
+    int error = install_filter(&spec, 0, 1);
+    if (error != 0) return error;
+    server_filter = 1;
+    server_network = network;
+    server_exec = allow_exec;
+    return 0;
+}
+
+/* Under a fork server's filter: no more namespaces, as the full filter has it. */
+static int seal_namespaces(int allow_exec) {
+#ifndef SANDBOX_ARCH
+    (void)allow_exec;
+    return ENOSYS;
+#else
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, allow_exec ? SECCOMP_RET_ERRNO | EPERM : SECCOMP_RET_TRAP),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    long status = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program);
+    return status == 0 ? 0 : status > 0 ? EBUSY : errno;
+#endif
+}
+
 static int install_denial_handler(void) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
@@ -853,7 +904,7 @@ static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *
             return error;
         }
         if (spec->network != prepared_network || spec->allow_exec != prepared_exec) {
-            if ((error = install_filter(spec, 0)) != 0) {
+            if ((error = install_filter(spec, 0, 0)) != 0) {
                 report->step = "seccomp";
                 return error;
             }
@@ -904,7 +955,10 @@ static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_
         report->step = "the SIGSYS handler";
         return error;
     }
-    if ((error = install_filter(spec, loopback)) != 0) {
+    /* The fork server's filter, made once for this spec, is this one but
+     * for the unshare it let through for the namespaces: sealed now. */
+    int inherited = server_filter && !loopback && server_network == spec->network && server_exec == spec->allow_exec;
+    if ((error = inherited ? seal_namespaces(spec->allow_exec) : install_filter(spec, loopback, 0)) != 0) {
         report->step = "seccomp";
         return error;
     }

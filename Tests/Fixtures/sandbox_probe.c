@@ -169,6 +169,15 @@ static int probe(curfew_context *ctx, const char *name) {
     }
     /* In a child of its own: a process with threads cannot enter a new
      * user namespace, and a mount must not reach the test's namespace. */
+    /* The namespaces a worker makes itself, which its fork server's filter lets through until the worker seals them. */
+    if (strcmp(name, "unshare-namespaces") == 0) {
+        pid_t child = fork();
+        if (child < 0) return errno;
+        if (child == 0) _exit(unshare(CLONE_NEWUSER | CLONE_NEWIPC) == 0 ? 0 : errno);
+        int status = 0;
+        if (waitpid(child, &status, 0) != child) return errno;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
+    }
     if (strcmp(name, "unshare") == 0 || strcmp(name, "mount") == 0) {
         pid_t child = fork();
         if (child < 0) return errno;
@@ -186,7 +195,7 @@ static int probe(curfew_context *ctx, const char *name) {
 
 static const char *const probes[] = {
     "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "connect-away", "send-udp", "unix-socket",
-    "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "mount",
+    "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "unshare-namespaces", "mount",
 };
 
 static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {

@@ -132,6 +132,14 @@ package enum Sandbox {
         _ = curfew_sandbox_open_common()
     }
 
+    /// In a fork server whose workers prepare a sandbox for `network` and
+    /// `allowsExec`: installs its call filter once, for them to inherit
+    /// (see `curfew_sandbox_prepare_server`). Where it cannot, each worker
+    /// installs its own.
+    package static func prepareServer(network: Network, allowsExec: Bool) {
+        _ = curfew_sandbox_prepare_server(network.cValue, allowsExec ? 1 : 0)
+    }
+
     /// Confines this process as a scanner: it reads every file, writes
     /// nothing but the devices, reaches no network and execs nothing.
     package static func applyForScan() throws(Failure) {

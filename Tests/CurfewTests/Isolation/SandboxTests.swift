@@ -99,7 +99,7 @@ extension ProcessTests.First {
 
         static let refusedInASandbox = [
             "read-canary", "write-outside", "connect-tcp", "send-udp", "unix-socket", "chmod-canary", "ptrace", "signal", "proc-mem",
-            "exec", "spawn", "unshare", "mount",
+            "exec", "spawn", "unshare", "unshare-namespaces", "mount",
         ]
 
         @Test(arguments: ["job", "plugin"]) func eachProbeIsRefusedInASandboxAndDoneWithout(isolation: String) async throws {

@@ -52,8 +52,12 @@ public enum IsolationWorker {
     /// the host is done: the host then spawns each worker instead.
     public static func serveForks() {
         warmUp()
-        // Its workers prepare a sandbox: each makes its rules from what this opens once.
-        if Syscalls.environmentValue(WorkerSandbox.aheadVariable) != nil { Sandbox.openCommonPaths() }
+        // Its workers prepare a sandbox: each makes its rules from the folders
+        // this opens once, under the call filter this installs once.
+        if let spec = WorkerSandbox.aheadSpec() {
+            Sandbox.openCommonPaths()
+            Sandbox.prepareServer(network: spec.network, allowsExec: spec.allowsExec)
+        }
         _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { Syscalls.exit(IsolationWorker.main()) }
     }
 

@@ -60,15 +60,23 @@ enum WorkerSandbox {
     /// this worker's run gets but its paths. A value it cannot read, or a
     /// layer that fails, leaves it all to ``apply(_:)``, which says why.
     static func prepareAhead() {
-        guard let value = Syscalls.environmentValue(aheadVariable) else { return }
+        let spec = aheadSpec()
         // Not for what the job starts (a host of its own would prepare too).
         Syscalls.unsetEnvironment(aheadVariable)
+        guard let spec else { return }
+        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
+        try? Sandbox.prepare(network: spec.network, allowsExec: spec.allowsExec)
+    }
+
+    /// What ``aheadVariable`` says this process's workers prepare; `nil`
+    /// for none, or a value it cannot read.
+    static func aheadSpec() -> (network: SandboxNetwork, allowsExec: Bool)? {
+        guard let value = Syscalls.environmentValue(aheadVariable) else { return nil }
         let words = value.split(separator: " ", omittingEmptySubsequences: false)
         guard words.count <= 2, let network = SandboxNetwork(rawValue: String(words[0])), network != .loopback,
             words.count == 1 || words[1] == "exec"
-        else { return }
-        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
-        try? Sandbox.prepare(network: network, allowsExec: words.count == 2)
+        else { return nil }
+        return (network, words.count == 2)
     }
 
     /// Set to `1` in a host's environment, its workers act as if the kernel
