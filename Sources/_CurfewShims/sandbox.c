@@ -210,15 +210,15 @@ static int write_file(const char *path, const char *text) {
     return error;
 }
 
+/* The namespaces own_namespaces makes. A fork server's filter lets this one
+ * unshare through, and the worker seals it (seal_namespaces) once made. */
+static const uint32_t worker_namespaces = CLONE_NEWUSER | CLONE_NEWIPC;
+
 /* A user and IPC namespace of its own (no network namespace: a job with
  * the network off can open no socket, and one costs 0.55 ms a worker to
  * make and more to tear down): -1 when the kernel will not make them
  * (nothing changed), 0 when made, or an errno when made but the user
  * could not be mapped into it (the worker cannot go on as itself). */
-/* The namespaces own_namespaces makes. A fork server's filter lets this one
- * unshare through, and the worker seals it (seal_namespaces) once made. */
-static const uint32_t worker_namespaces = CLONE_NEWUSER | CLONE_NEWIPC;
-
 static int own_namespaces(void) {
     uid_t user = getuid();
     gid_t group = getgid();

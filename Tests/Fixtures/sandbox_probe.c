@@ -167,9 +167,8 @@ static int probe(curfew_context *ctx, const char *name) {
         if (waitpid(child, &status, 0) != child) return errno;
         return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
     }
-    /* In a child of its own: a process with threads cannot enter a new
-     * user namespace, and a mount must not reach the test's namespace. */
-    /* The namespaces a worker makes itself, which its fork server's filter lets through until the worker seals them. */
+    /* The namespaces a worker makes itself, which its fork server's filter
+     * lets through until the worker seals them. */
     if (strcmp(name, "unshare-namespaces") == 0) {
         pid_t child = fork();
         if (child < 0) return errno;
@@ -178,6 +177,8 @@ static int probe(curfew_context *ctx, const char *name) {
         if (waitpid(child, &status, 0) != child) return errno;
         return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
     }
+    /* In a child of its own: a process with threads cannot enter a new
+     * user namespace, and a mount must not reach the test's namespace. */
     if (strcmp(name, "unshare") == 0 || strcmp(name, "mount") == 0) {
         pid_t child = fork();
         if (child < 0) return errno;

@@ -54,6 +54,46 @@ struct SandboxAheadTests {
         return Seen(rawValue: box.status)
     }
 
+    /// Under a fork server's call filter, which lets a worker's namespaces
+    /// through: a child (one thread) whose early prepare did not run applies
+    /// its sandbox whole, and can make no namespace after (the seal); its
+    /// exit status says what it saw: 0 as expected, 1 the server's filter
+    /// refused, 2 the apply failed, 3 the unshare was not refused.
+    func sealedWithoutPrepare() -> Int32 {
+        final class Box: @unchecked Sendable {
+            var status: Int32 = -1
+            // (Glibc's module leaves unshare out.)
+            let unshare = unsafeBitCast(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "unshare"), to: (@convention(c) (Int32) -> Int32).self)
+        }
+        let box = Box()
+        var thread = pthread_t()
+        let created = pthread_create(&thread, nil, { argument in
+            let box = Unmanaged<Box>.fromOpaque(argument!).takeUnretainedValue()
+            let pid = fork()
+            if pid == 0 {
+                for signal in [SIGILL, SIGTRAP, SIGABRT, SIGSEGV, SIGBUS] { Glibc.signal(signal, SIG_DFL) }
+                let off = Int32(CURFEW_SANDBOX_NETWORK_OFF)
+                guard curfew_sandbox_prepare_server(off, 0) == 0 else { _exit(1) }
+                var report = curfew_sandbox_report()
+                var spec = curfew_sandbox_spec(paths: nil, path_count: 0, network: off, allow_exec: 0)
+                guard curfew_sandbox_apply(&spec, &report) == 0 else { _exit(2) }
+                // CLONE_NEWUSER | CLONE_NEWIPC, which the Glibc module leaves out too.
+                _exit(box.unshare(0x1000_0000 | 0x0800_0000) == 0 ? 3 : 0)
+            }
+            var status: Int32 = 0
+            if pid > 0 { waitpid(pid, &status, 0) }
+            box.status = pid > 0 && status & 0x7f == 0 ? (status >> 8) & 0xff : 99
+            return nil
+        }, Unmanaged.passUnretained(box).toOpaque())
+        guard created == 0 else { return -1 }
+        pthread_join(thread, nil)
+        return box.status
+    }
+
+    @Test func aSandboxAppliedUnderTheServersFilterSealsNamespaces() {
+        #expect(sealedWithoutPrepare() == 0)
+    }
+
     /// A child that prepares for a sandbox and applies the same one keeps its network.
     @Test func theSameSandboxAppliesOverWhatWasMadeAhead() {
         let on = Int32(CURFEW_SANDBOX_NETWORK_ON)

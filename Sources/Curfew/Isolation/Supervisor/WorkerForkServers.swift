@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// Fork servers kept from one run to the next: a serving host's, whose
@@ -6,11 +7,15 @@ import Synchronization
 /// before the job's worker could be forked.
 ///
 /// One server per worker executable and environment (the sandbox made
-/// ahead and the limits set it apart), at most ``limit``; a server that
-/// stopped forking (a plugin killed it, say) is replaced at the next run.
-/// ``close()`` ends them all, once no run uses them.
+/// ahead and the limits set it apart). A run holds its server from its
+/// start to its end (``server(executable:environment:)``, ``release(_:)``):
+/// closing a server kills every worker it forked, so one is closed only
+/// once no run holds it. Beyond ``limit`` the idle servers used longest
+/// ago are closed; one that stopped forking (a plugin killed it, or it
+/// refused a fork) is replaced for the next run and closed once its runs
+/// end. ``close()`` ends them all, as the host stops with no run left.
 package final class WorkerForkServers: Sendable {
-    /// How many servers are kept at most: the oldest goes first.
+    /// How many idle servers are kept at most.
     static let limit = 4
 
     private struct Key: Hashable {
@@ -18,47 +23,98 @@ package final class WorkerForkServers: Sendable {
         let environment: [String]
     }
 
-    private let state = Mutex<(servers: [(key: Key, forks: LazyForkServer)], started: Int, closed: Bool)>(([], 0, false))
+    private struct Entry {
+        let key: Key
+        let forks: LazyForkServer
+        /// The runs that hold it.
+        var users: Int
+    }
+
+    private struct State {
+        /// Used longest ago first.
+        var kept: [Entry] = []
+        /// Replaced while runs held them: closed as the last ends.
+        var retired: [Entry] = []
+        var started = 0
+        var closed = false
+    }
+
+    private let state = Mutex(State())
 
     package init() {}
 
-    /// The server for workers of `executable` with `environment`, started
-    /// now (off the caller's thread) where there was none that still
-    /// forks; `nil` once closed.
+    /// The server for workers of `executable` with `environment`, held for
+    /// the caller until ``release(_:)``: one kept, or one started now (off
+    /// the caller's thread); `nil` once closed.
     func server(executable: String, environment: [String]) -> LazyForkServer? {
         let key = Key(executable: executable, environment: environment)
-        var ended: [LazyForkServer] = []
-        let server = state.withLock { state -> LazyForkServer? in
+        var ending: [LazyForkServer] = []
+        let taken = state.withLock { state -> (forks: LazyForkServer, isNew: Bool)? in
             guard !state.closed else { return nil }
-            if let index = state.servers.firstIndex(where: { $0.key == key }) {
-                let kept = state.servers.remove(at: index).forks
-                guard !kept.isServing else {
-                    state.servers.append((key, kept))
-                    return kept
+            if let index = state.kept.firstIndex(where: { $0.key == key }) {
+                var entry = state.kept.remove(at: index)
+                if entry.forks.isServing {
+                    entry.users += 1
+                    state.kept.append(entry)
+                    return (entry.forks, false)
                 }
-                ended.append(kept)
+                if entry.users == 0 { ending.append(entry.forks) } else { state.retired.append(entry) }
             }
             let made = LazyForkServer(executable: executable, environment: environment, enabled: true)
-            state.servers.append((key, made))
+            state.kept.append(Entry(key: key, forks: made, users: 1))
             state.started += 1
-            if state.servers.count > Self.limit { ended.append(state.servers.removeFirst().forks) }
-            made.startSoon()
-            return made
+            ending += Self.trim(&state)
+            return (made, true)
         }
-        ended.forEach { $0.close() }
-        return server
+        if let taken, taken.isNew { taken.forks.startSoon() }
+        Self.end(ending)
+        return taken?.forks
+    }
+
+    /// A run that held `forks` has ended.
+    func release(_ forks: LazyForkServer) {
+        let ending = state.withLock { state -> [LazyForkServer] in
+            if let index = state.kept.firstIndex(where: { $0.forks === forks }) {
+                state.kept[index].users -= 1
+                return Self.trim(&state)
+            }
+            guard let index = state.retired.firstIndex(where: { $0.forks === forks }) else { return [] }
+            state.retired[index].users -= 1
+            return state.retired[index].users > 0 ? [] : [state.retired.remove(at: index).forks]
+        }
+        Self.end(ending)
+    }
+
+    /// Takes out the idle servers beyond ``limit``, used longest ago first.
+    private static func trim(_ state: inout State) -> [LazyForkServer] {
+        var ending: [LazyForkServer] = []
+        while state.kept.count > limit, let idle = state.kept.firstIndex(where: { $0.users == 0 }) {
+            ending.append(state.kept.remove(at: idle).forks)
+        }
+        return ending
+    }
+
+    /// Closes servers off the caller's thread (a run's end, the serving
+    /// host's queue): a close waits for the server to end.
+    private static func end(_ servers: [LazyForkServer]) {
+        guard !servers.isEmpty else { return }
+        DispatchQueue.global(qos: .utility).async { servers.forEach { $0.close() } }
     }
 
     /// How many servers were started, and the pids of those kept that have started (for tests).
     package var started: Int { state.withLock { $0.started } }
-    package var pids: [Int32] { state.withLock { $0.servers.map(\.forks) }.compactMap(\.serverPid) }
+    package var pids: [Int32] { state.withLock { $0.kept.map(\.forks) }.compactMap(\.serverPid) }
 
-    /// Ends every server; a run that asks later starts its own.
+    /// Ends every server, and waits for each: the host calls it once no
+    /// run is left. A run that asks later starts its own.
     package func close() {
         state.withLock { state -> [LazyForkServer] in
             state.closed = true
-            defer { state.servers.removeAll() }
-            return state.servers.map(\.forks)
+            defer {
+                state.kept.removeAll()
+                state.retired.removeAll()
+            }
+            return (state.kept + state.retired).map(\.forks)
         }.forEach { $0.close() }
     }
 }

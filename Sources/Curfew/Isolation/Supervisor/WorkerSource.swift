@@ -57,8 +57,9 @@ final class WorkerSource: Sendable {
     /// run's workers, or one started on first need; when it cannot fork, the
     /// pool serves.
     private let forks: LazyForkServer
-    /// Whether ``forks`` is this run's own, to close when it ends (not one kept across runs).
-    private let ownsForks: Bool
+    /// Where ``forks`` was taken from and goes back to at the run's end;
+    /// `nil`: it is this run's own, closed then.
+    private let keptIn: WorkerForkServers?
     private let spares: Mutex<SpareStock<Spare, Handoff>>
     /// How many workers were forked (and of those, found waiting), and how many started with posix_spawn.
     let starts = Mutex(WorkerStarts())
@@ -84,7 +85,7 @@ final class WorkerSource: Sendable {
             shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.loadPath, default: 0] += 1 } }
         }
         let shared = forking ? kept?.server(executable: pool.executable, environment: pool.environment) : nil
-        ownsForks = shared == nil
+        keptIn = shared == nil ? nil : kept
         forks = shared ?? (forking ? Self.takeEarly(executable: pool.executable, environment: pool.environment) : nil)
             ?? LazyForkServer(executable: pool.executable, environment: pool.environment, enabled: forking)
         spares = Mutex(SpareStock(wanted: expected, limit: Self.spareCount))
@@ -248,7 +249,8 @@ final class WorkerSource: Sendable {
     }
 
     /// The run is over: idle workers exit, shared ones once their jobs end,
-    /// the fork server once it reads the end of its socket.
+    /// the run's own fork server once it reads the end of its socket (one
+    /// kept across runs goes back to its keeper).
     func close() {
         // Shared workers first (they leave when their jobs are done), then the
         // idle pool, then the fork server, which kills and reaps what is left.
@@ -258,7 +260,7 @@ final class WorkerSource: Sendable {
         }
         spares.withLock { $0.close() }.forEach(Self.release)
         pool.close()
-        if ownsForks { forks.close() }
+        if let keptIn { keptIn.release(forks) } else { forks.close() }
         scratches.close()
     }
 }
