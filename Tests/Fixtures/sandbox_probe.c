@@ -57,7 +57,6 @@ static const char *param(curfew_context *ctx, const char *key) {
     return value ? value : "";
 }
 
-
 static struct sockaddr_in loopback(curfew_context *ctx) {
     struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(param(ctx, "port")))};
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

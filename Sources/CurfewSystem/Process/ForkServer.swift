@@ -4,10 +4,11 @@ import Synchronization
 import _CurfewShims
 
 /// The host's side of the fork server (`curfew __forkserver`): one process
-/// per run (or kept across a serving host's runs), single-threaded, with the Swift runtime loaded, that forks a
-/// worker per request, so a worker costs a fork, not a process start. It is
-/// the parent of the workers: it reaps them, kills their groups before it
-/// does (no pid is reused under a signal), and reports how each ended.
+/// per run (or kept across a serving host's runs), single-threaded, with
+/// the Swift runtime loaded, that forks a worker per request, so a worker
+/// costs a fork, not a process start. It is the parent of the workers: it
+/// reaps them, kills their groups before it does (no pid is reused under a
+/// signal), and reports how each ended.
 ///
 /// - Important: The server never loads a plugin or runs plugin code; only
 ///   its children, once forked, become workers.

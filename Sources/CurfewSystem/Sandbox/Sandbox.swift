@@ -124,10 +124,10 @@ package enum Sandbox {
     }
 
     /// In a fork server whose workers ``prepare(network:allowsExec:)``:
-    /// opens, once, the paths every sandbox reads, which each worker it
+    /// opens, once, the folders every sandbox reads, which each worker it
     /// forks makes its rules from and closes (see
     /// `curfew_sandbox_open_common`). Where they cannot be opened, each
-    /// worker looks them up itself.
+    /// worker looks them up itself, as it does the files.
     package static func openCommonPaths() {
         _ = curfew_sandbox_open_common()
     }

@@ -110,7 +110,6 @@ final class WorkerProcess: @unchecked Sendable {
         }
     }
 
-
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its
     /// first job's plugin code runs, killed whole when it exits or is
     /// killed, removed once it is reaped. `closed` once it has exited: its
