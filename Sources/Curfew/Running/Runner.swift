@@ -359,7 +359,19 @@ public final class Runner: Sendable {
         // A job whose worker's word freed its slot was counted as ended then.
         if held { workers?.jobEnded(jobs[index]) }
         admit()
-        if !inProcess { recorder?.record(result, endedAt: ended) }
+        if !inProcess {
+            // An admission the job's early end queued (a shared worker's job)
+            // may be starting the next job on another thread: its start reads
+            // that job's checkpoint from the store, which this row's write holds
+            // while it waits for another process's hold, the next job's grant
+            // running. The row waits for the admissions queued before it.
+            if let admissions {
+                let admitted = DispatchSemaphore(value: 0)
+                admissions.enqueue { admitted.signal() }
+                admitted.wait()
+            }
+            recorder?.record(result, endedAt: ended)
+        }
         keep(index, result)
     }
 
