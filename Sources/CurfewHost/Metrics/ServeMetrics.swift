@@ -28,9 +28,9 @@ struct ServeMetrics {
         }
 
         mutating func observe(_ value: Double) {
-            var buckets = [UInt64](repeating: 0, count: bounds.count + 1)
-            buckets[bounds.firstIndex { value <= $0 } ?? bounds.count] = 1
-            add(buckets: buckets, sum: value)
+            if let bucket = bounds.firstIndex(where: { value <= $0 }) { counts[bucket] = Self.saturating(counts[bucket], 1) }
+            count = Self.saturating(count, 1)
+            sum += value
         }
 
         /// Adds observations counted elsewhere into the same buckets, the
