@@ -1,7 +1,7 @@
 /* A worker's sandbox: what the kernel can confine of a job the host did not
  * write. Applied once, by a worker with one thread, before any plugin code:
- * a user and IPC namespace, no capability, Landlock's file, TCP and
- * scope rules, then a seccomp filter whose denials trap into a handler that
+ * no capability (and, where the kernel has no Landlock, a user and IPC
+ * namespace), Landlock's file, TCP and scope rules, then a seccomp filter whose denials trap into a handler that
  * notes the call for the host and returns EPERM to the plugin. */
 #define _GNU_SOURCE
 #include "curfew_shims.h"
@@ -210,8 +210,9 @@ static int write_file(const char *path, const char *text) {
     return error;
 }
 
-/* The namespaces own_namespaces makes. A fork server's filter lets this one
- * unshare through, and the worker seals it (seal_namespaces) once made. */
+/* The namespaces own_namespaces makes where the kernel has no Landlock. A
+ * fork server's filter then lets this one unshare through, and the worker
+ * seals it (seal_namespaces) once made. */
 static const uint32_t worker_namespaces = CLONE_NEWUSER | CLONE_NEWIPC;
 
 /* A user and IPC namespace of its own (no network namespace: a job with
@@ -250,10 +251,32 @@ int curfew_sandbox_probe_namespaces(void) {
     return namespaces_usable;
 }
 
-/* Every capability goes: the bounding set (which needs CAP_SETPCAP, held in
- * a namespace just made), the ambient set, then the process's own. */
+/* The highest capability this kernel knows (63 when it does not say): the
+ * bounding set is dropped a call per capability, each through the call
+ * filter. Read once, by the fork server, whose workers inherit it. */
+static int last_capability(void) {
+    static int last = -1;
+    if (last >= 0) return last;
+    last = 63;
+    int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return last;
+    char text[16];
+    ssize_t size = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (size <= 0) return last;
+    text[size] = 0;
+    char *end = NULL;
+    long value = strtol(text, &end, 10);
+    if (end != text && value >= 0 && value <= 63) last = (int)value;
+    return last;
+}
+
+/* Every capability goes: the bounding set (which needs CAP_SETPCAP: a root
+ * host's, or held in a namespace just made), the ambient set, then the
+ * process's own. */
 static int drop_capabilities(void) {
-    for (int capability = 0; capability <= 63; capability++) {
+    int last = last_capability();
+    for (int capability = 0; capability <= last; capability++) {
         if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && errno != EINVAL && errno != EPERM) return errno;
     }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
@@ -286,6 +309,8 @@ static const char namespaces[] = "a job may not make or join namespaces";
 static const char uring[] = "io_uring would bypass the call filter";
 /* Landlock confines what a file holds, not its mode, owner or times. */
 static const char metadata[] = "a job may not change files' modes, owners, times or attributes";
+/* Reached by key or by a guessable id from every process of the user. */
+static const char ipc[] = "a job may not use System V IPC or POSIX message queues";
 static const struct denied_call denied_calls[] = {
     DENY(ptrace, other_processes), DENY(process_vm_readv, other_processes), DENY(process_vm_writev, other_processes),
     DENY(kexec_load, system_only), DENY(kexec_file_load, system_only), DENY(init_module, system_only),
@@ -303,6 +328,9 @@ static const struct denied_call denied_calls[] = {
     DENY(utimensat, metadata), DENY(setxattr, metadata), DENY(lsetxattr, metadata), DENY(fsetxattr, metadata),
     DENY(removexattr, metadata), DENY(lremovexattr, metadata), DENY(fremovexattr, metadata),
     DENY(setxattrat, metadata), DENY(removexattrat, metadata), DENY(file_setattr, metadata),
+    DENY(shmget, ipc), DENY(shmat, ipc), DENY(shmctl, ipc), DENY(semget, ipc), DENY(semop, ipc),
+    DENY(semtimedop, ipc), DENY(semctl, ipc), DENY(msgget, ipc), DENY(msgsnd, ipc), DENY(msgrcv, ipc),
+    DENY(msgctl, ipc), DENY(mq_open, ipc), DENY(mq_unlink, ipc),
     /* The older spellings, which the generic table (aarch64) lacks. */
 #ifdef SYS_chmod
     DENY(chmod, metadata),
@@ -422,7 +450,7 @@ unsigned curfew_sandbox_dropped_denials(void) {
     return atomic_exchange_explicit(&denial_dropped, 0, memory_order_relaxed);
 }
 
-#define FILTER_MAX 256
+#define FILTER_MAX 512
 #define DENIED_COUNT (sizeof denied_calls / sizeof denied_calls[0])
 
 static int compare_calls(const void *a, const void *b) {
@@ -460,7 +488,8 @@ static int emit_denials(struct sock_filter *filter, size_t *length, const uint32
 /* `loopback`: a helper answers for IPv4 and IPv6 sockets (see
  * install_socket_listener), so this filter lets them through to it.
  * `for_server`: a fork server's, inherited by the workers it forks, which
- * lets one unshare of worker_namespaces through. */
+ * lets one unshare of worker_namespaces through (only where they make
+ * them: see wants_namespaces). */
 static int install_filter(const curfew_sandbox_spec *spec, int loopback, int for_server) {
 #ifndef SANDBOX_ARCH
     (void)spec;
@@ -732,20 +761,36 @@ static int hand_sockets_to_helper(int channel) {
 }
 
 /* The call filter a fork server installed for its workers (see
- * curfew_sandbox_prepare_server), and the spec it was made for. */
+ * curfew_sandbox_prepare_server), the spec it was made for, and whether it
+ * lets their namespaces through. */
 static int server_filter;
 static int server_network;
 static int server_exec;
+static int server_unshare;
+
+/* Whether a worker makes a user and IPC namespace: only where the kernel has
+ * no Landlock, whose ptrace rule elsewhere keeps other processes' memory
+ * (/proc/PID/mem) closed. System V IPC and message queues, which the
+ * namespaces kept apart, the call filter refuses everywhere: cheaper than
+ * making and tearing down two namespaces for every job. Under a fork
+ * server's filter, what that filter lets through (no worker can widen it). */
+static int wants_namespaces(void) {
+    if (server_filter) return server_unshare;
+    return curfew_sandbox_landlock_abi() <= 0 && curfew_sandbox_probe_namespaces();
+}
 
 int curfew_sandbox_prepare_server(int network, int allow_exec) {
     if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || server_filter) return EINVAL;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+    (void)last_capability();
+    int unshare = wants_namespaces();
     curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
-    int error = install_filter(&spec, 0, 1);
+    int error = install_filter(&spec, 0, unshare);
     if (error != 0) return error;
     server_filter = 1;
     server_network = network;
     server_exec = allow_exec;
+    server_unshare = unshare;
     return 0;
 }
 
@@ -926,14 +971,14 @@ static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *
     return apply_process_layers(spec, report, loopback);
 }
 
-/* no_new_privs, a user and IPC namespace where the kernel lets it, and
- * every capability dropped. */
+/* no_new_privs, a user and IPC namespace where wants_namespaces, and every
+ * capability dropped. */
 static int confine_identity(curfew_sandbox_report *report) {
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         report->step = "no_new_privs";
         return errno;
     }
-    int made = curfew_sandbox_probe_namespaces() ? own_namespaces() : -1;
+    int made = wants_namespaces() ? own_namespaces() : -1;
     if (made > 0) {
         report->step = "mapping the user into its namespace";
         return made;
@@ -956,9 +1001,11 @@ static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_
         return error;
     }
     /* The fork server's filter, made once for this spec, is this one but
-     * for the unshare it let through for the namespaces: sealed now. */
+     * for any unshare it let through for the namespaces: sealed now. */
     int inherited = server_filter && !loopback && server_network == spec->network && server_exec == spec->allow_exec;
-    if ((error = inherited ? seal_namespaces(spec->allow_exec) : install_filter(spec, loopback, 0)) != 0) {
+    if (inherited) error = server_unshare ? seal_namespaces(spec->allow_exec) : 0;
+    else error = install_filter(spec, loopback, 0);
+    if (error != 0) {
         report->step = "seccomp";
         return error;
     }

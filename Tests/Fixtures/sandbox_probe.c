@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <mqueue.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -31,7 +32,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/ipc.h>
 #include <sys/ptrace.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -166,8 +169,25 @@ static int probe(curfew_context *ctx, const char *name) {
         if (waitpid(child, &status, 0) != child) return errno;
         return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
     }
-    /* The namespaces a worker makes itself, which its fork server's filter
-     * lets through until the worker seals them. */
+    /* A segment any process of the user could attach by its id. */
+    if (strcmp(name, "sysv-ipc") == 0) {
+        int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+        if (id < 0) return errno;
+        shmctl(id, IPC_RMID, NULL);
+        return 0;
+    }
+    /* A queue any process of the user could open by its name. */
+    if (strcmp(name, "mqueue") == 0) {
+        char queue[64];
+        snprintf(queue, sizeof queue, "/curfew-probe-%d", (int)getpid());
+        mqd_t opened = mq_open(queue, O_CREAT | O_RDWR | O_CLOEXEC, 0600, NULL);
+        if (opened == (mqd_t)-1) return errno;
+        mq_close(opened);
+        mq_unlink(queue);
+        return 0;
+    }
+    /* The namespaces a worker makes itself where Landlock is missing, which
+     * its fork server's filter lets through until the worker seals them. */
     if (strcmp(name, "unshare-namespaces") == 0) {
         pid_t child = fork();
         if (child < 0) return errno;
@@ -195,7 +215,8 @@ static int probe(curfew_context *ctx, const char *name) {
 
 static const char *const probes[] = {
     "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "connect-away", "send-udp", "unix-socket",
-    "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "unshare-namespaces", "mount",
+    "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "unshare-namespaces", "mount", "sysv-ipc",
+    "mqueue",
 };
 
 static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {

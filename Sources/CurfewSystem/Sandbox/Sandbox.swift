@@ -72,7 +72,9 @@ package enum Sandbox {
             if rules.network == .loopback && !layers.contains(.loopbackSockets) {
                 missing.append("the loopback network (this kernel cannot hand a job its sockets, so it has no network at all)")
             }
-            if !layers.contains(.ownNamespaces) { missing.append("System V IPC (no user namespace)") }
+            if !layers.contains(.files) && !layers.contains(.ownNamespaces) {
+                missing.append("other processes' memory (no Landlock and no user namespace)")
+            }
             if !layers.contains(.systemCalls) { missing.append("system calls (no seccomp)") }
             return missing
         }

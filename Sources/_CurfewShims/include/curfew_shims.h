@@ -391,7 +391,7 @@ enum {
     CURFEW_SANDBOX_FILES = 1 << 1,          /* Landlock's file rules */
     CURFEW_SANDBOX_TCP_RULES = 1 << 2,      /* Landlock's TCP rules (ABI 4) */
     CURFEW_SANDBOX_SCOPES = 1 << 3,         /* Landlock's signal and abstract socket scopes (ABI 6) */
-    CURFEW_SANDBOX_OWN_NAMESPACES = 1 << 4, /* a user and IPC namespace of its own */
+    CURFEW_SANDBOX_OWN_NAMESPACES = 1 << 4, /* a user and IPC namespace (only without Landlock) */
     CURFEW_SANDBOX_SOCKET_FILTER = 1 << 5,  /* seccomp refuses every socket (the network is off) */
     CURFEW_SANDBOX_SYSCALLS = 1 << 6,       /* seccomp's denials */
     CURFEW_SANDBOX_LOOPBACK_SOCKETS = 1 << 7, /* a helper makes the job's sockets, bound to `lo` */
@@ -415,8 +415,8 @@ int curfew_sandbox_probe_namespaces(void);
 void curfew_sandbox_refuse_landlock(void);
 
 /* Applies `spec` to this process, which must have one thread: no_new_privs,
- * a user and IPC namespace (where the kernel lets it), every capability
- * dropped, Landlock as far as the kernel has it,
+ * a user and IPC namespace (where the kernel has no Landlock and lets a
+ * user make them), every capability dropped, Landlock as far as the kernel has it,
  * then seccomp. 0, or an errno with `report->step` naming the failed step.
  * What the kernel lacks is no failure: `report->applied` says what holds. */
 int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report *report);

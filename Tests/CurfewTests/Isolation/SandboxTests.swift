@@ -99,7 +99,7 @@ extension ProcessTests.First {
 
         static let refusedInASandbox = [
             "read-canary", "write-outside", "connect-tcp", "send-udp", "unix-socket", "chmod-canary", "ptrace", "signal", "proc-mem",
-            "exec", "spawn", "unshare", "unshare-namespaces", "mount",
+            "exec", "spawn", "unshare", "unshare-namespaces", "mount", "sysv-ipc", "mqueue",
         ]
 
         @Test(arguments: ["job", "plugin"]) func eachProbeIsRefusedInASandboxAndDoneWithout(isolation: String) async throws {
@@ -116,6 +116,8 @@ extension ProcessTests.First {
             #expect(confined.logs.contains("denied: ptrace (a job may not reach into other processes)"), "\(confined.logs)")
             #expect(
                 confined.logs.contains("denied: chmod (a job may not change files' modes, owners, times or attributes)"), "\(confined.logs)")
+            #expect(confined.logs.contains("denied: shmget (a job may not use System V IPC or POSIX message queues)"), "\(confined.logs)")
+            #expect(confined.logs.contains("denied: mq_open (a job may not use System V IPC or POSIX message queues)"), "\(confined.logs)")
             #expect(!FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
             #expect(try String(contentsOfFile: targets.allowed + "/granted", encoding: .utf8) == "written\n")
 
@@ -271,6 +273,8 @@ extension ProcessTests.First {
             #expect(run.said["read-canary"] == "ok", "files are not confined without Landlock")
             #expect(run.said["connect-tcp"]?.hasPrefix("refused") == true, "the network still is")
             #expect(run.said["ptrace"]?.hasPrefix("refused") == true, "and the call filter")
+            #expect(run.said["sysv-ipc"]?.hasPrefix("refused") == true, "which refuses System V IPC with or without namespaces")
+            #expect(run.said["proc-mem"]?.hasPrefix("refused") == true, "the host's memory stays closed without Landlock")
         }
 
         /// Under serve, a job's policy in the config sandboxes it, with the

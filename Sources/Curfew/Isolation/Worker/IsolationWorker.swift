@@ -55,6 +55,7 @@ public enum IsolationWorker {
         // Its workers prepare a sandbox: each makes its rules from the folders
         // this opens once, under the call filter this installs once.
         if let spec = WorkerSandbox.aheadSpec() {
+            WorkerSandbox.actAsWithoutLandlockIfAsked()
             Sandbox.openCommonPaths()
             Sandbox.prepareServer(network: spec.network, allowsExec: spec.allowsExec)
         }

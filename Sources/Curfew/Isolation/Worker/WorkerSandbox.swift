@@ -36,7 +36,7 @@ enum WorkerSandbox {
         Syscalls.setEnvironment("CURFEW_SCRATCH", sandbox.scratch)
         Syscalls.setEnvironment("TMPDIR", sandbox.scratch)
         HostServices.setScratchFolder(sandbox.scratch)
-        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
+        actAsWithoutLandlockIfAsked()
         let rules = rules(for: sandbox)
         return try Sandbox.apply(rules).missing(for: rules)
     }
@@ -64,7 +64,7 @@ enum WorkerSandbox {
         // Not for what the job starts (a host of its own would prepare too).
         Syscalls.unsetEnvironment(aheadVariable)
         guard let spec else { return }
-        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
+        actAsWithoutLandlockIfAsked()
         try? Sandbox.prepare(network: spec.network, allowsExec: spec.allowsExec)
     }
 
@@ -82,4 +82,10 @@ enum WorkerSandbox {
     /// Set to `1` in a host's environment, its workers act as if the kernel
     /// had no Landlock: the test of what an older kernel does.
     static let refuseLandlockVariable = "CURFEW_TEST_REFUSE_LANDLOCK"
+
+    /// In a worker, or the fork server that decides for its workers whether
+    /// they make namespaces: acts as ``refuseLandlockVariable`` says.
+    static func actAsWithoutLandlockIfAsked() {
+        if Syscalls.environmentValue(refuseLandlockVariable) == "1" { Sandbox.refuseLandlock() }
+    }
 }
