@@ -101,19 +101,27 @@ package enum Sandbox {
     /// Applies `rules` to this process. Throws when a layer the kernel has
     /// fails; a layer it lacks is no failure (see ``Applied/missing(for:)``).
     package static func apply(_ rules: Rules) throws(Failure) -> Applied {
+        var report = curfew_sandbox_report()
+        var status: Int32 = 0
+        withSpec(rules) { spec in status = curfew_sandbox_apply(&spec, &report) }
+        guard status == 0 else { throw Failure(status, report) }
+        return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
+    }
+
+    /// Calls `body` with `rules` as `sandbox.c` reads them, valid only
+    /// during the call. (A fork server calls it once with nothing to apply,
+    /// so its workers inherit the array types it makes.)
+    package static func withSpec(_ rules: Rules, _ body: (inout curfew_sandbox_spec) -> Void) {
         let paths = rules.paths.map { strdup($0.path) }
         defer { paths.forEach { free($0) } }
         let entries = zip(paths, rules.paths).map { copy, rule in
             curfew_sandbox_path(path: copy, access: rule.access.cValue)
         }
-        var report = curfew_sandbox_report()
-        let status = entries.withUnsafeBufferPointer { buffer in
+        entries.withUnsafeBufferPointer { buffer in
             var spec = curfew_sandbox_spec(
                 paths: buffer.baseAddress, path_count: UInt(buffer.count), network: rules.network.cValue, allow_exec: rules.allowsExec ? 1 : 0)
-            return curfew_sandbox_apply(&spec, &report)
+            body(&spec)
         }
-        guard status == 0 else { throw Failure(status, report) }
-        return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
     }
 
     /// Applies, ahead of a job, what every sandbox with `network` and

@@ -75,9 +75,18 @@ public enum IsolationWorker {
         if case .run(let run)? = try? HostMessage.decode(Array(sample.line.utf8)), let sandbox = run.sandbox {
             // What a sandboxed worker does before it applies its sandbox, short of applying it.
             let rules = WorkerSandbox.rules(for: sandbox)
+            Sandbox.withSpec(rules) { _ in }
             _ = Sandbox.Applied(layers: [.files, .systemCalls], landlockABI: 1).missing(for: rules)
             _ = Sandbox.takeDenials()
         }
+        // The channel's reader, as a worker's first wait takes it: poll, read, decode.
+        if let pair = try? Syscalls.socketPair(.stream) {
+            if (try? Syscalls.writeAll(pair[1], Array((sample.line + "\n").utf8))) != nil {
+                _ = MessageReader(descriptor: pair[0]).next()
+            }
+            pair.forEach { Syscalls.close($0) }
+        }
+        _ = JobNaming.summaryProblem(Array("s".utf8))
         // One throwaway child now, none per worker: whether user namespaces work here.
         _ = Sandbox.namespacesUsable
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
