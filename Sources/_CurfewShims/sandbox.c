@@ -271,14 +271,28 @@ static int last_capability(void) {
     return last;
 }
 
-/* Every capability goes: the bounding set (which needs CAP_SETPCAP: a root
- * host's, or held in a namespace just made), the ambient set, then the
- * process's own. */
-static int drop_capabilities(void) {
+/* The bounding set, emptied where this process holds CAP_SETPCAP (a root
+ * host's, or a namespace just made); elsewhere none can be dropped, and
+ * with no_new_privs an exec gains none anyway. */
+static int drop_bounding_set(void) {
     int last = last_capability();
     for (int capability = 0; capability <= last; capability++) {
-        if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0 && errno != EINVAL && errno != EPERM) return errno;
+        if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) == 0 || errno == EINVAL) continue;
+        return errno == EPERM ? 0 : errno;
     }
+    return 0;
+}
+
+/* Whether the fork server emptied the bounding set its workers inherit: a
+ * worker that makes no user namespace (which would give it a full one)
+ * has nothing left to drop there. */
+static int bounding_set_dropped;
+
+/* Every capability goes: the bounding set, the ambient set, then the
+ * process's own. `own_namespace`: one was just made. */
+static int drop_capabilities(int own_namespace) {
+    int error;
+    if ((own_namespace || !bounding_set_dropped) && (error = drop_bounding_set()) != 0) return error;
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return errno;
     struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
     struct __user_cap_data_struct data[2];
@@ -782,8 +796,9 @@ static int wants_namespaces(void) {
 int curfew_sandbox_prepare_server(int network, int allow_exec) {
     if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || server_filter) return EINVAL;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-    (void)last_capability();
     int unshare = wants_namespaces();
+    /* Its own effective set stays: the bounding set limits only what an exec gains. */
+    if (drop_bounding_set() == 0) bounding_set_dropped = 1;
     curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
     int error = install_filter(&spec, 0, unshare);
     if (error != 0) return error;
@@ -984,7 +999,7 @@ static int confine_identity(curfew_sandbox_report *report) {
         return made;
     }
     if (made == 0) report->applied |= CURFEW_SANDBOX_OWN_NAMESPACES;
-    int error = drop_capabilities();
+    int error = drop_capabilities(made == 0);
     if (error != 0) {
         report->step = "dropping capabilities";
         return error;

@@ -169,6 +169,21 @@ static int probe(curfew_context *ctx, const char *name) {
         if (waitpid(child, &status, 0) != child) return errno;
         return WIFEXITED(status) ? WEXITSTATUS(status) : EINTR;
     }
+    /* Any capability the process holds, or (as root) that an exec could
+     * give it back: "ok" when one is left. */
+    if (strcmp(name, "capabilities") == 0) {
+        FILE *status = fopen("/proc/self/status", "re");
+        if (status == NULL) return errno;
+        char line[256];
+        int held = 0;
+        while (fgets(line, sizeof line, status)) {
+            int own = strncmp(line, "CapEff:", 7) == 0 || strncmp(line, "CapPrm:", 7) == 0 || strncmp(line, "CapAmb:", 7) == 0;
+            int bounding = strncmp(line, "CapBnd:", 7) == 0 && getuid() == 0;
+            if ((own || bounding) && strtoull(line + 7, NULL, 16) != 0) held = 1;
+        }
+        fclose(status);
+        return held ? 0 : EPERM;
+    }
     /* A segment any process of the user could attach by its id. */
     if (strcmp(name, "sysv-ipc") == 0) {
         int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
@@ -216,7 +231,7 @@ static int probe(curfew_context *ctx, const char *name) {
 static const char *const probes[] = {
     "read-canary", "write-outside", "write-allowed", "write-scratch", "connect-tcp", "connect-away", "send-udp", "unix-socket",
     "chmod-canary", "ptrace", "signal", "proc-mem", "exec", "spawn", "unshare", "unshare-namespaces", "mount", "sysv-ipc",
-    "mqueue",
+    "mqueue", "capabilities",
 };
 
 static curfew_chunk_result probe_chunk(curfew_context *ctx, void *state) {

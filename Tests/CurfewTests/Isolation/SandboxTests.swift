@@ -109,6 +109,7 @@ extension ProcessTests.First {
             for name in Self.refusedInASandbox {
                 #expect(confined.said[name]?.hasPrefix("refused") == true, "\(name): \(confined.said[name] ?? "not said")")
             }
+            #expect(confined.said["capabilities"]?.hasPrefix("refused") == true, "no capability is left, nor (as root) one an exec could regain")
             #expect(confined.said["write-allowed"] == "ok", "a path the policy grants is written")
             #expect(confined.said["write-scratch"] == "ok", "the scratch folder is the job's")
             // What the call filter denied is named in the job's log.
@@ -126,6 +127,7 @@ extension ProcessTests.First {
                 #expect(free.said[name] == "ok", "\(name) without a sandbox: \(free.said[name] ?? "not said")")
             }
             #expect(free.said["write-scratch"]?.hasPrefix("refused") == true, "no scratch folder without a sandbox")
+            if getuid() == 0 { #expect(free.said["capabilities"] == "ok", "root keeps its capabilities without a sandbox") }
             #expect(FileManager.default.fileExists(atPath: targets.outside + "/escaped"))
         }
 
