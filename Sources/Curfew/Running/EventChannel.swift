@@ -66,6 +66,14 @@ final class EventChannel: Sendable {
         let then: (@Sendable () -> Void)?
     }
 
+    /// Makes, in a fork server, the waiting list's storage type a worker's
+    /// first event would (see `IsolationWorker.warmUp`).
+    static func warmUp() {
+        var events: [Posted] = []
+        events.append(Posted(event: .log(job: "j", level: .info, message: "m"), time: CurfewInstant(nanoseconds: 1), weight: 1, then: nil))
+        precondition(events.count == 1)
+    }
+
     /// The room the waiting list holds now, in events (for tests: a flood's
     /// storage is let go once it has been handed over).
     var waitingCapacity: Int {

@@ -62,6 +62,9 @@ public enum IsolationWorker {
         _ = curfew_shim_fork_server_on_fresh_thread(WorkerProtocol.channelDescriptor) { Syscalls.exit(IsolationWorker.main()) }
     }
 
+    /// Kept so that making the metadata of each cannot be optimized away.
+    nonisolated(unsafe) static var warmedTypes: [Any.Type] = []
+
     /// Does once, in the server, the first-time work every child would do
     /// (type metadata, protocol conformances, the JSON reader and writer, the
     /// runner's types), so each fork inherits it. Starts no thread: the server
@@ -87,6 +90,13 @@ public enum IsolationWorker {
             pair.forEach { Syscalls.close($0) }
         }
         _ = JobNaming.summaryProblem(Array("s".utf8))
+        // Types a worker's first message and first run copy, which the code
+        // above only makes: their metadata, made once here.
+        warmedTypes = [Result<HostMessage, MessageInvalid>.self, (any CheckpointKeeper)?.self]
+        var estimates: [String: ChunkEstimate] = [:]
+        estimates["j"] = .empty
+        precondition(estimates.count == 1)
+        EventChannel.warmUp()
         // One throwaway child now, none per worker: whether user namespaces work here.
         _ = Sandbox.namespacesUsable
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
