@@ -151,9 +151,9 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
         // Before the run message: no plugin code runs outside it.
         if let problem = process.confine(configuration.limits) { warn(problem) }
         control.withLock { $0.process = process }
-        guard process.host(self, message: runMessage(started: now, checkpoint: saved, sandbox: sandbox)) else {
-            return conclude(.crashed, "its worker had already exited")
-        }
+        let sent = process.host(self, message: runMessage(started: now, checkpoint: saved, sandbox: sandbox))
+        workers.replaceSpares()
+        guard sent else { return conclude(.crashed, "its worker had already exited") }
         // What was said while the worker was starting follows the run message, in
         // order; an app message says the grant's deadline as it is now.
         while true {

@@ -116,7 +116,9 @@ final class WorkerSource: Sendable {
                     $0.forked += 1
                     if waiting { $0.spareHits += 1 }
                 }
-                refill()
+                // A spare taken is replaced once its job's run message is sent
+                // (``replaceSpares()``): the job waits for no fork request.
+                if !waiting { refill() }
                 return WorkerProcess(
                     forked: forked.child, by: forked.server, channel: forked.channel, out: forked.out, err: forked.err,
                     exitPipe: forked.exitPipe, cgroup: forked.cgroup, scratch: forked.scratch, scratches: scratches)
@@ -187,6 +189,12 @@ final class WorkerSource: Sendable {
             Self.closeWorkerEnds(made)
             if !sent { forkEnded(spare(made, nil)) }
         }
+    }
+
+    /// Asks for the spares a worker just taken leaves missing: called once its
+    /// job's run message is sent, so the job does not wait for the request.
+    func replaceSpares() {
+        if forks.isOn { refill() }
     }
 
     /// A fork ``refill()`` asked for ended (`nil`: it failed).
