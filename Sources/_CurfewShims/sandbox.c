@@ -1,8 +1,9 @@
 /* A worker's sandbox: what the kernel can confine of a job the host did not
  * write. Applied once, by a worker with one thread, before any plugin code:
  * no capability (and, where the kernel has no Landlock, a user and IPC
- * namespace), Landlock's file, TCP and scope rules, then a seccomp filter whose denials trap into a handler that
- * notes the call for the host and returns EPERM to the plugin. */
+ * namespace), Landlock's file, TCP and scope rules, then a seccomp filter
+ * whose denials trap into a handler that notes the call for the host and
+ * returns EPERM to the plugin. */
 #define _GNU_SOURCE
 #include "curfew_shims.h"
 
@@ -253,7 +254,7 @@ int curfew_sandbox_probe_namespaces(void) {
 
 /* The highest capability this kernel knows (63 when it does not say): the
  * bounding set is dropped a call per capability, each through the call
- * filter. Read once, by the fork server, whose workers inherit it. */
+ * filter. Read once per process (a fork server's workers inherit it). */
 static int last_capability(void) {
     static int last = -1;
     if (last >= 0) return last;
@@ -283,9 +284,10 @@ static int drop_bounding_set(void) {
     return 0;
 }
 
-/* Whether the fork server emptied the bounding set its workers inherit: a
- * worker that makes no user namespace (which would give it a full one)
- * has nothing left to drop there. */
+/* Whether the fork server emptied the bounding set its workers inherit, as
+ * far as it could (where it could drop none, neither can they): a worker
+ * that makes no user namespace (which would give it a full one) has
+ * nothing left to drop there. */
 static int bounding_set_dropped;
 
 /* Every capability goes: the bounding set, the ambient set, then the
@@ -344,7 +346,8 @@ static const struct denied_call denied_calls[] = {
     DENY(setxattrat, metadata), DENY(removexattrat, metadata), DENY(file_setattr, metadata),
     DENY(shmget, ipc), DENY(shmat, ipc), DENY(shmctl, ipc), DENY(semget, ipc), DENY(semop, ipc),
     DENY(semtimedop, ipc), DENY(semctl, ipc), DENY(msgget, ipc), DENY(msgsnd, ipc), DENY(msgrcv, ipc),
-    DENY(msgctl, ipc), DENY(mq_open, ipc), DENY(mq_unlink, ipc),
+    DENY(msgctl, ipc), DENY(mq_open, ipc), DENY(mq_unlink, ipc), DENY(mq_timedsend, ipc),
+    DENY(mq_timedreceive, ipc), DENY(mq_notify, ipc), DENY(mq_getsetattr, ipc),
     /* The older spellings, which the generic table (aarch64) lacks. */
 #ifdef SYS_chmod
     DENY(chmod, metadata),
@@ -784,10 +787,9 @@ static int server_unshare;
 
 /* Whether a worker makes a user and IPC namespace: only where the kernel has
  * no Landlock, whose ptrace rule elsewhere keeps other processes' memory
- * (/proc/PID/mem) closed. System V IPC and message queues, which the
- * namespaces kept apart, the call filter refuses everywhere: cheaper than
- * making and tearing down two namespaces for every job. Under a fork
- * server's filter, what that filter lets through (no worker can widen it). */
+ * (/proc/PID/mem) closed; System V IPC and message queues the call filter
+ * refuses either way. Under a fork server's filter, what that filter lets
+ * through (no worker can widen it). */
 static int wants_namespaces(void) {
     if (server_filter) return server_unshare;
     return curfew_sandbox_landlock_abi() <= 0 && curfew_sandbox_probe_namespaces();
@@ -796,16 +798,16 @@ static int wants_namespaces(void) {
 int curfew_sandbox_prepare_server(int network, int allow_exec) {
     if (network == CURFEW_SANDBOX_NETWORK_LOOPBACK || server_filter) return EINVAL;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-    int unshare = wants_namespaces();
+    int lets_unshare = wants_namespaces();
     /* Its own effective set stays: the bounding set limits only what an exec gains. */
     if (drop_bounding_set() == 0) bounding_set_dropped = 1;
     curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
-    int error = install_filter(&spec, 0, unshare);
+    int error = install_filter(&spec, 0, lets_unshare);
     if (error != 0) return error;
     server_filter = 1;
     server_network = network;
     server_exec = allow_exec;
-    server_unshare = unshare;
+    server_unshare = lets_unshare;
     return 0;
 }
 

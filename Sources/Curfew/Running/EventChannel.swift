@@ -69,7 +69,7 @@ final class EventChannel: Sendable {
     /// Makes, in a fork server, the waiting list's storage type a worker's
     /// first event would (see `IsolationWorker.warmUp`).
     static func warmUp() {
-        var events: [Posted] = []
+        var events: [Posted?] = []
         events.append(Posted(event: .log(job: "j", level: .info, message: "m"), time: CurfewInstant(nanoseconds: 1), weight: 1, then: nil))
         precondition(events.count == 1)
     }

@@ -102,15 +102,20 @@ package enum Sandbox {
     /// fails; a layer it lacks is no failure (see ``Applied/missing(for:)``).
     package static func apply(_ rules: Rules) throws(Failure) -> Applied {
         var report = curfew_sandbox_report()
-        var status: Int32 = 0
-        withSpec(rules) { spec in status = curfew_sandbox_apply(&spec, &report) }
-        guard status == 0 else { throw Failure(status, report) }
+        var failure: Failure?
+        withSpec(rules) { spec in
+            let status = curfew_sandbox_apply(&spec, &report)
+            // Here: the report's failed path points into the spec's copies.
+            if status != 0 { failure = Failure(status, report) }
+        }
+        if let failure { throw failure }
         return Applied(layers: Layers(rawValue: report.applied), landlockABI: Int(report.landlock_abi))
     }
 
-    /// Calls `body` with `rules` as `sandbox.c` reads them, valid only
-    /// during the call. (A fork server calls it once with nothing to apply,
-    /// so its workers inherit the array types it makes.)
+    /// Calls `body` with `rules` as `sandbox.c` reads them: the spec, and any
+    /// path a report of it names, are valid only during the call. (A fork
+    /// server calls it once with nothing to apply, so its workers inherit
+    /// the array types it makes.)
     package static func withSpec(_ rules: Rules, _ body: (inout curfew_sandbox_spec) -> Void) {
         let paths = rules.paths.map { strdup($0.path) }
         defer { paths.forEach { free($0) } }

@@ -445,13 +445,15 @@ int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *r
 int curfew_sandbox_open_common(void);
 
 /* In a fork server whose workers prepare a sandbox for `network` and
- * `allow_exec` (not the loopback network): sets no_new_privs and installs
- * that sandbox's call filter once, but for one unshare of the namespaces a
- * worker makes, for every worker it forks to inherit; each worker's
- * curfew_sandbox_prepare then seals namespaces with a filter of four
- * instructions instead of installing its own (the kernel runs a filter
- * once per call number as it installs it). The server itself is bound by
- * it. 0, or an errno and nothing installed. */
+ * `allow_exec` (not the loopback network): sets no_new_privs, empties the
+ * bounding set as far as it can and installs that sandbox's call filter
+ * once, for every worker it forks to inherit, so each worker's
+ * curfew_sandbox_prepare installs no filter of its own (the kernel runs a
+ * filter once per call number as it installs it). Where the kernel has no
+ * Landlock the filter lets one unshare of the namespaces a worker makes
+ * through, and each worker seals them with a filter of four instructions.
+ * The server itself is bound by it. 0, or an errno and no filter installed
+ * (no_new_privs and the bounding set may have changed). */
 int curfew_sandbox_prepare_server(int network, int allow_exec);
 
 /* 1 and the range of descriptors curfew_sandbox_open_common keeps open, or 0. */

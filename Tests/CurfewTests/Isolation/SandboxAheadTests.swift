@@ -54,24 +54,28 @@ struct SandboxAheadTests {
         return Seen(rawValue: box.status)
     }
 
-    /// Under a fork server's call filter, which lets a worker's namespaces
-    /// through: a child (one thread) whose early prepare did not run applies
-    /// its sandbox whole, and can make no namespace after (the seal); its
-    /// exit status says what it saw: 0 as expected, 1 the server's filter
-    /// refused, 2 the apply failed, 3 the unshare was not refused.
-    func sealedWithoutPrepare() -> Int32 {
+    /// Under a fork server's call filter (which, `withoutLandlock`, lets a
+    /// worker's namespaces through): a child (one thread) whose early
+    /// prepare did not run applies its sandbox whole, and can make no
+    /// namespace after (the seal, or the server's filter); its exit status
+    /// says what it saw: 0 as expected, 1 the server's filter refused, 2 the
+    /// apply failed, 3 the unshare was not refused.
+    func sealedWithoutPrepare(withoutLandlock: Bool) -> Int32 {
         final class Box: @unchecked Sendable {
             var status: Int32 = -1
+            var withoutLandlock = false
             // (Glibc's module leaves unshare out.)
             let unshare = unsafeBitCast(dlsym(UnsafeMutableRawPointer(bitPattern: 0), "unshare"), to: (@convention(c) (Int32) -> Int32).self)
         }
         let box = Box()
+        box.withoutLandlock = withoutLandlock
         var thread = pthread_t()
         let created = pthread_create(&thread, nil, { argument in
             let box = Unmanaged<Box>.fromOpaque(argument!).takeUnretainedValue()
             let pid = fork()
             if pid == 0 {
                 for signal in [SIGILL, SIGTRAP, SIGABRT, SIGSEGV, SIGBUS] { Glibc.signal(signal, SIG_DFL) }
+                if box.withoutLandlock { curfew_sandbox_refuse_landlock() }
                 let off = Int32(CURFEW_SANDBOX_NETWORK_OFF)
                 guard curfew_sandbox_prepare_server(off, 0) == 0 else { _exit(1) }
                 var report = curfew_sandbox_report()
@@ -90,8 +94,8 @@ struct SandboxAheadTests {
         return box.status
     }
 
-    @Test func aSandboxAppliedUnderTheServersFilterSealsNamespaces() {
-        #expect(sealedWithoutPrepare() == 0)
+    @Test(arguments: [false, true]) func aSandboxAppliedUnderTheServersFilterSealsNamespaces(withoutLandlock: Bool) {
+        #expect(sealedWithoutPrepare(withoutLandlock: withoutLandlock) == 0)
     }
 
     /// A child that prepares for a sandbox and applies the same one keeps its network.

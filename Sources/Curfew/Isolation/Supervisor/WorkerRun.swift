@@ -145,6 +145,7 @@ final class WorkerRun: JobExecution, @unchecked Sendable {
                 sandbox = policy.message(for: job, scratch: try process.scratchFolder())
             } catch {
                 if endsWithItsWorker { process.close() }
+                workers.replaceSpares()
                 return conclude(.crashed, "cannot make a scratch folder for its worker in \(Syscalls.temporaryFolder): \(error.message)")
             }
         }

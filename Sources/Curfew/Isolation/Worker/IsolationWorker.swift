@@ -51,11 +51,12 @@ public enum IsolationWorker {
     /// be made, or the server cannot watch its children, it returns as when
     /// the host is done: the host then spawns each worker instead.
     public static func serveForks() {
+        // Before the warm-up, which asks whether namespaces are needed.
+        WorkerSandbox.actAsWithoutLandlockIfAsked()
         warmUp()
         // Its workers prepare a sandbox: each makes its rules from the folders
         // this opens once, under the call filter this installs once.
         if let spec = WorkerSandbox.aheadSpec() {
-            WorkerSandbox.actAsWithoutLandlockIfAsked()
             Sandbox.openCommonPaths()
             Sandbox.prepareServer(network: spec.network, allowsExec: spec.allowsExec)
         }
@@ -97,8 +98,9 @@ public enum IsolationWorker {
         estimates["j"] = .empty
         precondition(estimates.count == 1)
         EventChannel.warmUp()
-        // One throwaway child now, none per worker: whether user namespaces work here.
-        _ = Sandbox.namespacesUsable
+        // One throwaway child now, none per worker: whether user namespaces
+        // work here, where workers make them (the kernel has no Landlock).
+        if Sandbox.landlockABI <= 0 { _ = Sandbox.namespacesUsable }
         let job = PluginJob(scannedName: "j", summary: "s", pluginPath: "/p.so", isContinuous: false, isChunked: true, foreignLibrary: nil, index: 0)
         let policy = GrantPolicy()
         let runner = Runner(jobs: [job], configuration: RunConfiguration(policy: policy, maxConcurrentJobs: 1, parameters: ["k": "v"]))
