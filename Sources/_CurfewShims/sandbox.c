@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -131,14 +133,20 @@ static uint64_t granted(curfew_sandbox_access access, int allow_exec) {
     return 0;
 }
 
+/* Adds a rule for the file or folder `fd` (an O_PATH descriptor), known to
+ * be a folder or not, grants `access`. */
+static int add_known_rule(int ruleset, int fd, curfew_sandbox_access access, int folder, uint64_t handled, int allow_exec) {
+    uint64_t allowed = granted(access, allow_exec) & handled;
+    if (!folder) allowed &= file_rights;
+    struct sandbox_path_beneath_attr rule = {.allowed_access = allowed, .parent_fd = fd};
+    return syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) == 0 ? 0 : errno;
+}
+
 /* Adds a rule for the file or folder `fd` (an O_PATH descriptor) grants `access`. */
 static int add_rule(int ruleset, int fd, curfew_sandbox_access access, uint64_t handled, int allow_exec) {
     struct stat status;
     if (fstat(fd, &status) != 0) return errno;
-    uint64_t allowed = granted(access, allow_exec) & handled;
-    if (!S_ISDIR(status.st_mode)) allowed &= file_rights;
-    struct sandbox_path_beneath_attr rule = {.allowed_access = allowed, .parent_fd = fd};
-    return syscall(SYS_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) == 0 ? 0 : errno;
+    return add_known_rule(ruleset, fd, access, S_ISDIR(status.st_mode), handled, allow_exec);
 }
 
 /* Adds a rule for one path; a path that does not exist grants nothing and
@@ -838,10 +846,14 @@ static int install_denial_handler(void) {
     return sigaction(SIGSYS, &action, NULL) == 0 ? 0 : errno;
 }
 
-/* From /proc/self/stat (its 20th field), which costs half what `status`
- * does to make. The name in field 2 may hold spaces and parentheses: the
- * fields are counted from its last ')'. */
+/* The threads of this process. /proc/self/task's link count is two and
+ * one per thread: a stat, which makes no text. Else from /proc/self/stat
+ * (its 20th field), which costs half what `status` does to make; the name
+ * in field 2 may hold spaces and parentheses: the fields are counted from
+ * its last ')'. */
 static int thread_count(void) {
+    struct stat task;
+    if (stat("/proc/self/task", &task) == 0 && task.st_nlink >= 3 && task.st_nlink < INT_MAX) return (int)task.st_nlink - 2;
     char text[1024];
     int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -1065,64 +1077,189 @@ static int is_common_rule(const curfew_sandbox_path *path) {
     return 0;
 }
 
-/* The folders of system_paths then device_paths, opened once by a fork
+/* The paths of system_paths then device_paths, opened once by a fork
  * server (curfew_sandbox_open_common) so that each worker it forks makes
- * its rules for them from these descriptors, looking up no folder itself:
- * O_PATH, numbered from common_low to common_high with no gap. Only
- * folders: a rule holds the inode, and a server lives as long as its host,
- * while files such as /etc/ld.so.cache or /etc/passwd are replaced by
- * rename; each worker looks up the files, and a path missing when the
- * server opened them, itself (-1). common_count is 0 where none were
- * opened, and once closed. */
+ * its rules from these descriptors, looking up nothing itself: O_PATH,
+ * numbered from common_low to common_high with no gap, one per path (a
+ * path missing when the server opened it holds /dev/null's and is
+ * `absent`). The server also knows, so no worker asks, whether each is a
+ * folder and whether a rule beneath another covers it already (/lib is
+ * /usr/lib on a merged /usr). A rule holds the inode, and a file such as
+ * /etc/passwd is replaced by rename: the server watches the files' folders
+ * (inotify) and opens a file again onto its number before each fork that
+ * follows a change (curfew_sandbox_refresh_common), so a worker's rule
+ * holds the file as it was when the worker was forked, as a lookup of its
+ * own would. Without a watch it holds no files: each worker looks them up
+ * itself. common_count is 0 where none were opened, and once closed. */
 enum { common_most = 48, common_first = 256 };
+/* What a worker does with each: a rule from the descriptor (a folder, a
+ * file), nothing (absent when last looked at, or covered), or its own
+ * lookup (where no watch holds a file to date, or opening it again failed). */
+enum common_kind { common_absent, common_folder, common_file, common_covered, common_lookup };
 static int common_fds[common_most];
+static unsigned char common_kinds[common_most];
 static int common_count;
 static int common_low = -1;
 static int common_high = -1;
+/* The inotify descriptor that watches the folders of every path but a
+ * folder held, and each path's watch (-1 for none); -1 for none. */
+static int common_watch = -1;
+static int common_watches[common_most];
+/* Each folder held, resolved (see is_covered); NULL for the rest. */
+static char *common_resolved[common_most];
 
+/* In a worker: the range holds these descriptors and no other (see
+ * open_common). The watch stayed with the server: its number, closed at
+ * the fork, may be another descriptor's now. */
 static void close_common(void) {
-    for (int index = 0; index < common_count; index++) {
-        if (common_fds[index] >= 0) close(common_fds[index]);
-    }
+    if (common_count > 0) close_range((unsigned)common_low, (unsigned)common_high, 0);
+    common_watch = -1;
     common_count = 0;
+}
+
+static const char *common_path(int index) {
+    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
+    return index < systems ? system_paths[index] : device_paths[index - systems];
+}
+
+static curfew_sandbox_access common_access(int index) {
+    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
+    return index < systems ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
+}
+
+/* Whether `path`, resolved, lies beneath a folder read by an earlier
+ * present system path, which then grants all a rule of its own would. */
+static int is_covered(int index, const char *resolved) {
+    if (common_access(index) != CURFEW_SANDBOX_READ) return 0;
+    for (int other = 0; other < index; other++) {
+        const char *folder = common_resolved[other];
+        if (common_kinds[other] != common_folder || common_access(other) != CURFEW_SANDBOX_READ || folder == NULL) continue;
+        size_t length = strlen(folder);
+        if (strncmp(resolved, folder, length) == 0 && (resolved[length] == '/' || length == 1)) return 1;
+    }
+    return 0;
+}
+
+/* Opens path `index` onto descriptor `target` (or a new number at or above
+ * common_first when -1) and sets its kind: the descriptor, or -1 and errno. */
+static int open_common_path(int index, int target) {
+    const char *path = common_path(index);
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    unsigned char kind = common_absent;
+    char resolved[PATH_MAX];
+    int is_resolved = 0;
+    if (fd >= 0) {
+        struct stat status;
+        if (fstat(fd, &status) != 0) {
+            int error = errno;
+            close(fd);
+            errno = error;
+            return -1;
+        }
+        kind = S_ISDIR(status.st_mode) ? common_folder : common_file;
+        is_resolved = realpath(path, resolved) != NULL;
+        if (is_resolved && is_covered(index, resolved)) kind = common_covered;
+    } else if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
+        fd = open("/dev/null", O_PATH | O_CLOEXEC);
+        if (fd < 0) return -1;
+    } else {
+        return -1;
+    }
+    int moved = target >= 0 ? dup3(fd, target, O_CLOEXEC) : fcntl(fd, F_DUPFD_CLOEXEC, common_first);
+    int error = errno;
+    close(fd);
+    if (moved < 0) {
+        errno = error;
+        return -1;
+    }
+    common_kinds[index] = kind;
+    free(common_resolved[index]);
+    common_resolved[index] = kind == common_folder && is_resolved ? strdup(resolved) : NULL;
+    return moved;
+}
+
+/* Watches the folder of each path but a folder held: 0, or an errno and no watch. */
+static int watch_common_files(void) {
+    int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (watch < 0) return errno;
+    for (int index = 0; index < common_count; index++) {
+        common_watches[index] = -1;
+        if (common_kinds[index] == common_folder) continue;
+        char folder[PATH_MAX];
+        const char *path = common_path(index);
+        const char *slash = strrchr(path, '/');
+        size_t length = slash == path ? 1 : (size_t)(slash - path);
+        memcpy(folder, path, length);
+        folder[length] = 0;
+        common_watches[index] = inotify_add_watch(watch, folder, IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
+        if (common_watches[index] < 0) {
+            int error = errno;
+            close(watch);
+            return error;
+        }
+    }
+    common_watch = watch;
+    return 0;
 }
 
 int curfew_sandbox_open_common(void) {
     if (common_count > 0) return 0;
-    int count = 0, opened = 0, low = -1, high = -1, error = 0;
-    for (int list = 0; list < 2 && error == 0; list++) {
-        for (const char *const *paths = list == 0 ? system_paths : device_paths; *paths && error == 0; paths++) {
-            if (count == common_most) {
-                error = E2BIG;
-                break;
-            }
-            int fd = open(*paths, O_PATH | O_DIRECTORY | O_CLOEXEC);
-            int moved = -1;
-            if (fd >= 0) {
-                moved = fcntl(fd, F_DUPFD_CLOEXEC, common_first);
-                if (moved < 0) error = errno;
-                close(fd);
-            } else if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) {
-                error = errno;
-            }
-            common_fds[count++] = moved;
-            if (moved >= 0) {
-                opened++;
-                if (low < 0) low = moved;
-                high = moved;
-            }
+    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
+    int count = systems + (int)(sizeof device_paths / sizeof device_paths[0]) - 1;
+    if (count > common_most) return E2BIG;
+    int error = 0;
+    for (int index = 0; index < count; index++) {
+        common_fds[index] = open_common_path(index, -1);
+        if (common_fds[index] < 0) {
+            error = errno;
+            count = index;
+            break;
         }
     }
     common_count = count;
     /* A forked child keeps exactly this range open (curfew_sandbox_common_range). */
-    if (error == 0 && opened > 0 && high - low + 1 != opened) error = EBUSY;
-    if (error != 0 || opened == 0) {
-        close_common();
-        return error;
+    if (error == 0 && common_fds[count - 1] - common_fds[0] + 1 != count) error = EBUSY;
+    if (error == 0) {
+        common_low = common_fds[0];
+        common_high = common_fds[count - 1];
+        if (watch_common_files() != 0) {
+            /* Unwatched, what is held but a folder could be stale: each worker looks it up. */
+            for (int index = 0; index < count; index++) {
+                if (common_kinds[index] != common_folder) common_kinds[index] = common_lookup;
+            }
+        }
+        return 0;
     }
-    common_low = low;
-    common_high = high;
-    return 0;
+    for (int index = 0; index < common_count; index++) close(common_fds[index]);
+    common_count = 0;
+    return error;
+}
+
+void curfew_sandbox_refresh_common(void) {
+    if (common_watch < 0) return;
+    char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    int all = 0;
+    unsigned char changed[common_most] = {0};
+    for (;;) {
+        ssize_t size = read(common_watch, events, sizeof events);
+        if (size < 0 && errno == EINTR) continue;
+        if (size <= 0) break;
+        for (char *at = events; at < events + size;) {
+            const struct inotify_event *event = (const struct inotify_event *)at;
+            at += sizeof *event + event->len;
+            if (event->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) all = 1;
+            for (int index = 0; index < common_count; index++) {
+                if (common_watches[index] != event->wd) continue;
+                const char *name = strrchr(common_path(index), '/') + 1;
+                if (event->len == 0 || strcmp(event->name, name) == 0) changed[index] = 1;
+            }
+        }
+    }
+    for (int index = 0; index < common_count; index++) {
+        if (common_watches[index] < 0 || !(all || changed[index])) continue;
+        /* Not opened again: each worker looks it up, as without a watch. */
+        if (open_common_path(index, common_fds[index]) < 0) common_kinds[index] = common_lookup;
+    }
 }
 
 int curfew_sandbox_common_range(int *low, int *high) {
@@ -1142,22 +1279,21 @@ static int prepare_ruleset(int network, int allow_exec) {
     struct sandbox_ruleset_attr attributes = ruleset_attributes(abi, network);
     int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
     if (ruleset < 0) return errno;
-    int index = 0;
-    for (int list = 0; list < 2; list++) {
-        const char *const *paths = list == 0 ? system_paths : device_paths;
-        for (; *paths; paths++, index++) {
-            curfew_sandbox_access access = list == 0 ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
-            curfew_sandbox_path path = {*paths, access};
-            int error = 0;
-            if (index < common_count && common_fds[index] >= 0) {
-                error = add_rule(ruleset, common_fds[index], access, handled, allow_exec);
-            } else {
-                error = add_path_rule(ruleset, &path, handled, allow_exec);
-            }
-            if (error != 0) {
-                close(ruleset);
-                return error;
-            }
+    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
+    int count = systems + (int)(sizeof device_paths / sizeof device_paths[0]) - 1;
+    for (int index = 0; index < count; index++) {
+        curfew_sandbox_access access = common_access(index);
+        int error = 0;
+        unsigned char kind = index < common_count ? common_kinds[index] : common_lookup;
+        if (kind == common_folder || kind == common_file) {
+            error = add_known_rule(ruleset, common_fds[index], access, kind == common_folder, handled, allow_exec);
+        } else if (kind == common_lookup) {
+            curfew_sandbox_path path = {common_path(index), access};
+            error = add_path_rule(ruleset, &path, handled, allow_exec);
+        }
+        if (error != 0) {
+            close(ruleset);
+            return error;
         }
     }
     ready_ruleset = ruleset;

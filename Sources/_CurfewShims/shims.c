@@ -469,6 +469,7 @@ static int serve_forks(int control) {
         }
         int complete = received == 3 && !(message.msg_flags & MSG_CTRUNC);
         if (strcmp(text, "fork") == 0) {
+            if (complete && child_count < MAX_CHILDREN) curfew_sandbox_refresh_common();
             pid_t pid = complete && child_count < MAX_CHILDREN ? fork() : -1;
             if (pid == 0) {
                 close(control);

@@ -436,13 +436,19 @@ int curfew_sandbox_apply(const curfew_sandbox_spec *spec, curfew_sandbox_report 
 int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *report);
 
 /* In a fork server whose workers prepare a sandbox: opens, once, the
- * folders every sandbox lets a job read (the system's libraries, /proc) as
- * O_PATH descriptors numbered from 256 on with no gap, which each child it
- * forks keeps (curfew_sandbox_common_range) and its curfew_sandbox_prepare
- * makes those rules from, looking up only the files itself (a file may be
- * replaced while the server lives), then closes (as curfew_sandbox_apply
- * does, before any plugin code). 0, or an errno and none kept. */
+ * paths every sandbox lets a job read or write (the system's libraries and
+ * files, /proc, the devices) as O_PATH descriptors numbered from 256 on
+ * with no gap, which each child it forks keeps (curfew_sandbox_common_range)
+ * and its curfew_sandbox_prepare makes those rules from, looking up nothing
+ * itself, then closes (as curfew_sandbox_apply does, before any plugin
+ * code). It watches their folders, for a file replaced while the server
+ * lives. 0, or an errno and none kept. */
 int curfew_sandbox_open_common(void);
+
+/* In that fork server, before each fork: opens again each file of those
+ * whose folder changed since (a file replaced by rename is a new inode,
+ * which an old descriptor's rule would not grant). */
+void curfew_sandbox_refresh_common(void);
 
 /* In a fork server whose workers prepare a sandbox for `network` and
  * `allow_exec` (not the loopback network): sets no_new_privs, empties the
