@@ -457,24 +457,43 @@ public final class StateStore: @unchecked Sendable {
             if record.outcome == .completed {
                 try connection.query("DELETE FROM checkpoints WHERE plugin_path = ? AND job = ?", key)
             }
-            // Over the row its start wrote, when it wrote one (``beginJob(_:)``).
-            try connection.query(
-                """
-                INSERT OR REPLACE INTO job_runs (id, run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
-                    reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version, sandbox)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """,
-                [
-                    record.id > 0 ? .integer(record.id) : .null, .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
-                    .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
-                    .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
-                    .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
-                    record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
-                    .text(record.hostVersion), .text(record.sandbox),
-                ])
+            // Over the row its start wrote, when it wrote one (``beginJob(_:)``):
+            // its run, job and plugin stay, so the indexes on them are not
+            // written again (a replace deletes and inserts every entry).
+            let values: [SQLiteConnection.Value] = [
+                .integer(record.runID), .text(record.job), .text(record.pluginPath), .text(record.pluginHash),
+                .text(record.isolation.rawValue), .integer(record.startedAt.milliseconds),
+                .integer(record.endedAt.milliseconds), .text(record.outcome.rawValue), .text(record.reason),
+                .integer(Int64(clamping: record.chunks)), record.progress.map { .integer($0.completed) } ?? .null,
+                record.progress.map { .integer($0.total) } ?? .null, .integer(checkpointBytes),
+                .text(record.hostVersion), .text(record.sandbox),
+            ]
+            var updated = false
+            if record.id > 0 {
+                try connection.query(
+                    """
+                    UPDATE job_runs SET plugin_hash = ?4, isolation = ?5, started_at = ?6, ended_at = ?7, outcome = ?8, reason = ?9,
+                        chunks = ?10, progress_completed = ?11, progress_total = ?12, checkpoint_bytes = ?13, host_version = ?14,
+                        sandbox = ?15
+                    WHERE id = ?16 AND run_id = ?1 AND job = ?2 AND plugin_path = ?3
+                    """, values + [.integer(record.id)])
+                updated = connection.changes > 0
+            }
+            if !updated {
+                try connection.query(
+                    """
+                    INSERT INTO job_runs (run_id, job, plugin_path, plugin_hash, isolation, started_at, ended_at, outcome,
+                        reason, chunks, progress_completed, progress_total, checkpoint_bytes, host_version, sandbox)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, values)
+            }
             if let estimate {
                 try connection.query(
-                    "INSERT OR REPLACE INTO estimates (job, plugin_path, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?, ?)",
+                    """
+                    INSERT INTO estimates (job, plugin_path, mean_ns, deviation_ns, samples) VALUES (?, ?, ?, ?, ?)
+                    ON CONFLICT (job, plugin_path) DO UPDATE
+                        SET mean_ns = excluded.mean_ns, deviation_ns = excluded.deviation_ns, samples = excluded.samples
+                    """,
                     [
                         .text(record.job), .text(record.pluginPath), .integer(estimate.mean), .integer(estimate.deviation),
                         .integer(Int64(clamping: estimate.samples)),

@@ -184,6 +184,31 @@ import Testing
         #expect(try store.history(limit: 2).count == 2)
     }
 
+    /// A job's end completes the row its start wrote, in place (its id
+    /// stays, `running` goes); where another writer removed that row, the
+    /// end is a row of its own. Either way the job has one row.
+    @Test func aJobsEndCompletesTheRowItsStartWrote() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"))
+        let run = try store.beginRun(isolation: .job)
+        var started = record(run, "j", .running, chunks: 0)
+        started.id = try #require(try store.beginJob(started))
+        #expect(try store.history(job: "j").map(\.outcome) == [.running])
+        var ended = record(run, "j", .completed, chunks: 7)
+        ended.id = started.id
+        try store.record(ended)
+        let history = try store.history(job: "j")
+        #expect(history.map(\.id) == [started.id] && history.map(\.outcome) == [.completed] && history.map(\.chunks) == [7])
+
+        let again = try #require(try store.beginJob(record(run, "k", .running, chunks: 0)))
+        let connection = try SQLiteConnection(path: store.path)
+        _ = try connection.query("DELETE FROM job_runs WHERE id = ?", [.integer(again)])
+        var lost = record(run, "k", .failed, chunks: 2)
+        lost.id = again
+        try store.record(lost)
+        #expect(try store.history(job: "k").map(\.outcome) == [.failed])
+        #expect(try connection.query("SELECT count(*) FROM job_runs WHERE outcome = 'running'").first?.first?.integer == 0)
+    }
+
     /// A sync (`synchronous=FULL`) costs a job's end more than its row: only
     /// a checkpoint's clearing, which a power loss must not undo, pays one.
     @Test func onlyAJobEndThatClearsACheckpointSyncsTheLog() throws {
