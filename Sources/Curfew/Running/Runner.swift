@@ -101,7 +101,7 @@ public final class Runner: Sendable {
             workers = WorkerSource(
                 pool: pool, isolation: configuration.isolation, forking: configuration.usesForkServer, expected: distinct,
                 jobs: jobs, scratchAhead: configuration.sandbox != nil, reusesScratch: configuration.sandbox?.network == .off,
-                kept: configuration.forkServers)
+                confineAhead: WorkerSource.confinement(for: jobs, configuration), kept: configuration.forkServers)
         }
         admissions = configuration.isolation == .plugin ? SerialQueue(label: "curfew.admissions", target: SerialQueue.host) : nil
         self.state = Mutex(State(

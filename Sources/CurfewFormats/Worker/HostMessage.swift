@@ -7,6 +7,9 @@
 package enum HostMessage: Equatable, Sendable {
     /// Run one job (the first message, or a later one to a plugin's worker).
     case run(Run)
+    /// Apply this sandbox now, before the job that comes with a `run`
+    /// naming the same (a worker forked ahead of need: the first message).
+    case confine(Sandbox)
     /// Scan these files (a scanner's first and only message).
     case scan(files: [String])
     /// The job's grant expires now, for `reason`.
@@ -101,6 +104,29 @@ package enum HostMessage: Equatable, Sendable {
 
         /// The most paths a policy may name, each way.
         package static let maximumPaths = 256
+
+        /// As a JSON object, for a message's `sandbox` field.
+        var object: String {
+            var rules = JSONLine("network", network.rawValue)
+            rules.add("read", read)
+            rules.add("write", write)
+            rules.add("scratch", scratch)
+            rules.addRaw("exec", exec ? "true" : "false")
+            return rules.text
+        }
+
+        static func decode(_ rules: MessageFields) throws(MessageInvalid) -> Sandbox {
+            try rules.only(["network", "read", "write", "scratch", "exec"])
+            let scratch = try rules.string("scratch")
+            guard scratch.hasPrefix("/"), scratch.utf8.count <= HostMessage.maximumPathBytes else {
+                throw MessageInvalid(reason: "\"scratch\" must be an absolute path of at most \(HostMessage.maximumPathBytes) bytes")
+            }
+            return Sandbox(
+                network: try rules.word("network", SandboxNetwork.self),
+                read: try rules.strings("read", most: maximumPaths, longest: HostMessage.maximumPathBytes),
+                write: try rules.strings("write", most: maximumPaths, longest: HostMessage.maximumPathBytes),
+                scratch: scratch, exec: try rules.bool("exec"))
+        }
     }
 
     /// What a job's chunks were seen to take, in nanoseconds.
@@ -172,14 +198,12 @@ package enum HostMessage: Equatable, Sendable {
             line.addRaw("parameters", JSONLine.object(run.parameters))
             let limits = run.limits
             line.addRaw("limits", "{\"memory\":\(limits.memoryBytes),\"cpu\":\(limits.cpuSeconds),\"files\":\(limits.openFiles)}")
-            if let sandbox = run.sandbox {
-                var rules = JSONLine("network", sandbox.network.rawValue)
-                rules.add("read", sandbox.read)
-                rules.add("write", sandbox.write)
-                rules.add("scratch", sandbox.scratch)
-                rules.addRaw("exec", sandbox.exec ? "true" : "false")
-                line.addRaw("sandbox", rules.text)
-            }
+            if let sandbox = run.sandbox { line.addRaw("sandbox", sandbox.object) }
+            return line.text
+        case .confine(let sandbox):
+            var line = JSONLine("type", "confine")
+            line.add("protocol", Self.version)
+            line.addRaw("sandbox", sandbox.object)
             return line.text
         case .scan(let files):
             var line = JSONLine("type", "scan")
@@ -217,6 +241,11 @@ package enum HostMessage: Equatable, Sendable {
         if type == "close" {
             try reader.only(["type"])
             return .close
+        }
+        if type == "confine" {
+            try reader.only(["type", "protocol", "sandbox"])
+            try reader.version(version)
+            return .confine(try Sandbox.decode(try reader.object("sandbox")))
         }
         if type == "scan" {
             try reader.only(["type", "protocol", "files"])
@@ -271,20 +300,7 @@ package enum HostMessage: Equatable, Sendable {
             for key in parameters.keys { table[key] = try parameters.string(key) }
             let limits = try reader.object("limits")
             try limits.only(["memory", "cpu", "files"])
-            var sandbox: Sandbox?
-            if reader.has("sandbox") {
-                let rules = try reader.object("sandbox")
-                try rules.only(["network", "read", "write", "scratch", "exec"])
-                let scratch = try rules.string("scratch")
-                guard scratch.hasPrefix("/"), scratch.utf8.count <= maximumPathBytes else {
-                    throw MessageInvalid(reason: "\"scratch\" must be an absolute path of at most \(maximumPathBytes) bytes")
-                }
-                sandbox = Sandbox(
-                    network: try rules.word("network", SandboxNetwork.self),
-                    read: try rules.strings("read", most: Sandbox.maximumPaths, longest: maximumPathBytes),
-                    write: try rules.strings("write", most: Sandbox.maximumPaths, longest: maximumPathBytes),
-                    scratch: scratch, exec: try rules.bool("exec"))
-            }
+            let sandbox = reader.has("sandbox") ? try Sandbox.decode(try reader.object("sandbox")) : nil
             return .run(Run(
                 plugin: plugin, job: job, index: index, budgetNanoseconds: budget, graceNanoseconds: grace, started: started, app: app,
                 keepsState: try reader.bool("state"), checkpoint: checkpoint, estimate: estimate,

@@ -18,7 +18,8 @@ import Testing
     }()
 
     @Test(arguments: [
-        HostMessage.run(run), .run(sandboxed), .scan(files: ["/a.so", "/b c.so"]), .expire(job: "sum", reason: .cancelled),
+        HostMessage.run(run), .run(sandboxed), .confine(sandboxed.sandbox!), .scan(files: ["/a.so", "/b c.so"]),
+        .expire(job: "sum", reason: .cancelled),
         .app(job: "sum", event: .didEnterBackground, state: .background, deadline: 42),
         .app(job: "sum", event: .willEnterForeground, state: .inactive, deadline: nil),
         .checkpointSaved(job: "sum", id: 9, status: .tooLarge, message: "over 1 MiB"), .close,
@@ -48,6 +49,9 @@ import Testing
         ),
         (#"{"type":"run","protocol":4,"plugin":"/p.so","job":"j","budget_ns":1,"started":0,"app":"active","state":true,"continuous":true,"last":true,"parameters":{},"limits":[]}"#, "\"limits\" is an array, not an object"),
         (#"{"type":"nap","job":"j"}"#, "unknown type 'nap'"),
+        (#"{"type":"confine","protocol":4,"sandbox":{"network":"off","read":[],"write":[],"scratch":"/s","exec":false},"job":"j"}"#, "unknown field 'job'"),
+        (#"{"type":"confine","protocol":4,"sandbox":{"network":"off","read":[],"write":[],"scratch":"/s"}}"#, "no \"exec\""),
+        (#"{"type":"confine","protocol":3,"sandbox":{}}"#, "protocol version mismatch"),
     ])
     func aLineThatIsNoMessageIsRefusedWithAReason(line: String, reason: String) {
         #expect(throws: MessageInvalid(reason: reason)) { try HostMessage.decode(Array(line.utf8)) }

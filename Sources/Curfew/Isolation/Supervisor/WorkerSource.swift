@@ -1,3 +1,4 @@
+import CurfewFormats
 import Dispatch
 import Synchronization
 import _CurfewShims
@@ -41,6 +42,10 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Whether a forked worker's scratch folder is made with it (a sandboxed run).
     private let scratchAhead: Bool
+    /// The policy and a job every worker of the run is confined for, when
+    /// one sandbox serves them all but its scratch folder (see
+    /// ``confinement(for:_:)``): a spare applies it as it waits.
+    private let confineAhead: (policy: SandboxPolicy, job: PluginJob)?
     /// The run's scratch folders, made and emptied for its workers.
     private let scratches: ScratchFolders
     /// Under `--isolate plugin`: each plugin's worker, and how many of the
@@ -72,15 +77,17 @@ final class WorkerSource: Sendable {
     ///   folder as it is forked (a sandboxed run's do).
     /// - Parameter reusesScratch: Whether an emptied scratch folder may go to
     ///   the run's next worker (see ``ScratchFolders/init(reusing:)``).
+    /// - Parameter confineAhead: See ``confinement(for:_:)``.
     /// - Parameter kept: Fork servers kept across runs, to take this run's from.
     init(
         pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = [], scratchAhead: Bool = false,
-        reusesScratch: Bool = false, kept: WorkerForkServers? = nil
+        reusesScratch: Bool = false, confineAhead: (policy: SandboxPolicy, job: PluginJob)? = nil, kept: WorkerForkServers? = nil
     ) {
         scratches = ScratchFolders(reusing: reusesScratch && expected > 1)
         self.pool = pool
         self.isolation = isolation
         self.scratchAhead = scratchAhead
+        self.confineAhead = scratchAhead ? confineAhead : nil
         if isolation == .plugin {
             shared.withLock { $0.jobsLeft = jobs.reduce(into: [:]) { $0[$1.loadPath, default: 0] += 1 } }
         }
@@ -151,16 +158,36 @@ final class WorkerSource: Sendable {
 
     /// The spare a fork with `made` made, or `nil` (its descriptors closed).
     /// A scratch folder that cannot be made now is made by its first job,
-    /// which says why it cannot.
+    /// which says why it cannot. Where the run's one sandbox is known, the
+    /// spare is told to apply it now (its job's `run` names the same).
     private func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
             ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Syscalls.close($0) }
             return nil
         }
+        let scratch = scratchAhead ? try? scratches.take() : nil
+        if let confineAhead, let scratch {
+            // A spare that died meanwhile fails its job as any that dies does.
+            _ = WorkerProtocol.send(HostMessage.confine(confineAhead.policy.message(for: confineAhead.job, scratch: scratch)).line, to: made.channel[0])
+        }
         return Spare(
             child: forked.child, server: forked.server, channel: made.channel[0], out: made.out[0], err: made.err[0],
-            exitPipe: made.exitPipe, cgroup: WorkerProcess.cgroup(for: forked.child.pid),
-            scratch: scratchAhead ? try? scratches.take() : nil)
+            exitPipe: made.exitPipe, cgroup: WorkerProcess.cgroup(for: forked.child.pid), scratch: scratch)
+    }
+
+    /// What every worker of a run of `jobs` under `configuration` can be
+    /// confined for before its job comes: a policy and a job whose sandbox
+    /// is each job's but for the scratch folder. Only under `--isolate job`
+    /// (a plugin's worker takes its sandbox with its first job), where the
+    /// run's jobs are of one plugin file, and where the rest of the sandbox
+    /// is applied ahead (``WorkerSandbox/aheadValue(for:limits:)``: not for
+    /// the loopback network, nor under limits).
+    static func confinement(for jobs: [PluginJob], _ configuration: RunConfiguration) -> (policy: SandboxPolicy, job: PluginJob)? {
+        guard configuration.isolation == .job, let policy = configuration.sandbox, let first = jobs.first,
+            WorkerSandbox.aheadValue(for: policy, limits: configuration.limits) != nil,
+            jobs.allSatisfy({ $0.loadPath == first.loadPath && $0.foreignLibrary == first.foreignLibrary })
+        else { return nil }
+        return (policy, first)
     }
 
     /// Forks a worker, or `nil` when the server refused or is gone (the pool

@@ -136,18 +136,32 @@ public enum IsolationWorker {
         // While this thread is the process's only one, as the job's sandbox needs.
         WorkerSandbox.prepareAhead()
         // A worker the host started ahead of need and no longer needs: the socket just closes.
-        guard let received = messages.next() else { return 0 }
+        guard var received = messages.next() else { return 0 }
+        // Its job's sandbox, when the host knew it before the job (a run of
+        // one plugin's jobs): applied while the worker waits, then kept for
+        // the `run` that names the same.
+        var confined: Result<HostMessage.Sandbox, Sandbox.Failure>?
+        if case .success(.confine(let sandbox)) = received {
+            do throws(Sandbox.Failure) {
+                try WorkerSandbox.apply(sandbox)
+                confined = .success(sandbox)
+            } catch {
+                confined = .failure(error)
+            }
+            guard let next = messages.next() else { return 0 }
+            received = next
+        }
         let first: HostMessage.Run
         switch received {
         case .failure(let invalid):
             send(error: "the first message is no message: \(invalid.reason)", to: channel)
             return 2
-        case .success(.scan(let files)):
+        case .success(.scan(let files)) where confined == nil:
             Syscalls.exitNow(SafeScanner.serve(files, channel: channel))  // plugins' exit handlers are not ours to run
         case .success(.run(let run)):
             first = run
         case .success:
-            send(error: "the first message was neither 'run' nor 'scan'", to: channel)
+            send(error: confined == nil ? "the first message was neither 'run' nor 'scan'" : "'confine' was followed by no 'run'", to: channel)
             return 2
         }
         let limits = first.limits
@@ -163,11 +177,23 @@ public enum IsolationWorker {
         }
         // While this thread is the process's only one: Landlock binds only it
         // and the threads it starts later.
-        if let sandbox = first.sandbox {
+        switch (confined, first.sandbox) {
+        case (nil, nil):
+            break
+        case (nil, let sandbox?):
             do throws(Sandbox.Failure) {
                 try WorkerSandbox.apply(sandbox)
             } catch {
                 host.refuse(first.job, "the worker cannot apply its sandbox: \(error.message)")
+                Syscalls.exitNow(1)
+            }
+        case (.failure(let error), _):
+            host.refuse(first.job, "the worker cannot apply its sandbox: \(error.message)")
+            Syscalls.exitNow(1)
+        case (.success(let applied), let sandbox):
+            // A sandbox cannot be widened: only the one applied may run.
+            guard applied == sandbox else {
+                host.refuse(first.job, "the worker was confined ahead for another sandbox than its job's")
                 Syscalls.exitNow(1)
             }
         }
@@ -203,7 +229,7 @@ public enum IsolationWorker {
                 host.appEvent(job, AppEvent(event), state: AppState(state), deadline: deadline.map { CurfewInstant(nanoseconds: $0) })
             case .close: host.closed()
             case .checkpointSaved(_, let id, let status, let text): host.checkpoints.answered(id: id, status: status, message: text)
-            case .scan: continue
+            case .scan, .confine: continue
             }
         }
         // The socket ended without a close: the host is gone. Nobody will kill
