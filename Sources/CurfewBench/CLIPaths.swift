@@ -122,7 +122,7 @@ struct CLIBench {
             overhead.baseline.append(spawnLoop(["/bin/true"], count: count))
         }
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process, sandboxed, costs a job"
-        sandboxed.note = "each worker installs its call filter and makes its Landlock rules for the system's paths while it waits for its job (namespaces only where the kernel has no Landlock), adds the job's own and takes the domain before it loads its plugin"
+        sandboxed.note = "each worker installs its call filter and makes its Landlock rules while it waits for its job (namespaces only where the kernel has no Landlock); in this run of one plugin's jobs it takes the whole sandbox then, its job's paths and scratch folder included (elsewhere those wait for the job)"
         cgroups.note = "where the host's cgroup is delegated (else the two runs are the same): each worker is moved into a cgroup of its own as it is forked, and the cgroup is killed and removed when it exits"
         return droppingWarmUp([versus, used, overhead, sandboxed, cgroups])
     }

@@ -1159,7 +1159,14 @@ static int open_common_path(int index, int target) {
         kind = S_ISDIR(status.st_mode) ? common_folder : common_file;
         is_resolved = realpath(path, resolved) != NULL;
         if (is_resolved && is_covered(index, resolved)) kind = common_covered;
+        /* A file reached through a link the watch does not follow (NixOS's
+         * /etc/hosts -> /etc/static/... -> /nix/store/...): its target can
+         * change with no event here, so each worker looks it up. */
+        else if (kind == common_file && (!is_resolved || strcmp(resolved, path) != 0)) kind = common_lookup;
     } else if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
+        /* A link whose target is missing may get one elsewhere: looked up. */
+        struct stat link;
+        if (lstat(path, &link) == 0) kind = common_lookup;
         fd = open("/dev/null", O_PATH | O_CLOEXEC);
         if (fd < 0) return -1;
     } else {
@@ -1240,6 +1247,7 @@ void curfew_sandbox_refresh_common(void) {
     char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
     int all = 0;
     unsigned char changed[common_most] = {0};
+    unsigned char unwatched[common_most] = {0};
     for (;;) {
         ssize_t size = read(common_watch, events, sizeof events);
         if (size < 0 && errno == EINTR) continue;
@@ -1247,18 +1255,25 @@ void curfew_sandbox_refresh_common(void) {
         for (char *at = events; at < events + size;) {
             const struct inotify_event *event = (const struct inotify_event *)at;
             at += sizeof *event + event->len;
-            if (event->mask & (IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) all = 1;
+            if (event->mask & IN_Q_OVERFLOW) all = 1;
             for (int index = 0; index < common_count; index++) {
                 if (common_watches[index] != event->wd) continue;
+                /* The folder itself went: its watch is gone for good. */
+                if (event->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) unwatched[index] = 1;
                 const char *name = strrchr(common_path(index), '/') + 1;
                 if (event->len == 0 || strcmp(event->name, name) == 0) changed[index] = 1;
             }
         }
     }
     for (int index = 0; index < common_count; index++) {
-        if (common_watches[index] < 0 || !(all || changed[index])) continue;
-        /* Not opened again: each worker looks it up, as without a watch. */
-        if (open_common_path(index, common_fds[index]) < 0) common_kinds[index] = common_lookup;
+        if (common_watches[index] < 0) continue;
+        /* Unwatched from now on, or not opened again: each worker looks it up. */
+        if (unwatched[index]) {
+            common_watches[index] = -1;
+            common_kinds[index] = common_lookup;
+        } else if ((all || changed[index]) && open_common_path(index, common_fds[index]) < 0) {
+            common_kinds[index] = common_lookup;
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,6 +84,10 @@ int main(int argc, char **argv) {
     if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) return 2;
     if (mount("tmpfs", "/etc", "tmpfs", 0, "mode=0755") != 0) return 2;
     if (write_file("/etc/hosts", "127.0.0.1 localhost\n") != 0) return 2;
+    /* Files behind links into a folder nobody watches (as NixOS has them):
+     * one whose target is there, one whose target comes later. */
+    if (mkdir("/etc/static", 0755) != 0 || write_file("/etc/static/host.conf", "multi on\n") != 0) return 2;
+    if (symlink("static/host.conf", "/etc/host.conf") != 0 || symlink("static/nsswitch.conf", "/etc/nsswitch.conf") != 0) return 2;
 
     if (curfew_sandbox_open_common() != 0) return 2;
     int low = 0, high = 0;
@@ -104,6 +109,12 @@ int main(int argc, char **argv) {
     if (unlink("/etc/hosts") != 0 || write_file("/etc/hosts", "::1 localhost\n") != 0) return 2;
     if (refresh) curfew_sandbox_refresh_common();
     check("recreated", worker_reads("/etc/hosts") == 0, "a worker forked after /etc/hosts was made again could not read it");
+
+    /* Changed behind a link: no event names the file. */
+    if (replace_file("/etc/static/host.conf", "multi off\n") != 0 || write_file("/etc/static/nsswitch.conf", "hosts: files\n") != 0) return 2;
+    if (refresh) curfew_sandbox_refresh_common();
+    check("linked", worker_reads("/etc/host.conf") == 0, "a worker could not read /etc/host.conf after its link's target was replaced");
+    check("dangling", worker_reads("/etc/nsswitch.conf") == 0, "a worker could not read /etc/nsswitch.conf after its link's target was made");
 
     /* Landlock binds only the thread that asks: with another, nothing is changed. */
     pthread_t thread;

@@ -139,10 +139,11 @@ package enum Sandbox {
     }
 
     /// In a fork server whose workers ``prepare(network:allowsExec:)``:
-    /// opens, once, the folders every sandbox reads, which each worker it
-    /// forks makes its rules from and closes (see
-    /// `curfew_sandbox_open_common`). Where they cannot be opened, each
-    /// worker looks them up itself, as it does the files.
+    /// opens, once, the paths every sandbox grants, which each worker it
+    /// forks makes its rules from and closes, and watches the folders of
+    /// its files, opening a file again before the next fork once it changed
+    /// (see `curfew_sandbox_open_common`). Where they cannot be opened, each
+    /// worker looks them up itself; so it does a file behind a link.
     package static func openCommonPaths() {
         _ = curfew_sandbox_open_common()
     }

@@ -25,15 +25,16 @@ struct SandboxCommonPathsTests {
         return output
     }
 
-    /// A file replaced by rename, made where it was missing, or removed and
-    /// made again is read by a worker forked after; a path outside is not;
-    /// and a second thread keeps the sandbox from being made at all. Without
-    /// the server's refresh, the replaced file is refused: the check can fail.
+    /// A file replaced by rename, made where it was missing, removed and
+    /// made again, or changed behind a link into a folder nobody watches is
+    /// read by a worker forked after; a path outside is not; and a second
+    /// thread keeps the sandbox from being made at all. Without the
+    /// server's refresh, the replaced file is refused: the check can fail.
     @Test func workersReadTheSystemsFilesAsTheyAreWhenForked() async throws {
         let program = try program()
         let run = try await Fixtures.run(program, [], timeout: .seconds(30))
         #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
-        for check in ["range", "held", "outside", "replaced", "created", "recreated", "threads"] {
+        for check in ["range", "held", "outside", "replaced", "created", "recreated", "linked", "dangling", "threads"] {
             #expect(run.stdout.contains("\(check) ok"), "\(run.stdout)")
         }
         let stale = try await Fixtures.run(program, ["--no-refresh"], timeout: .seconds(30))

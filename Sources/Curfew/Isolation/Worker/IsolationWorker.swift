@@ -54,7 +54,7 @@ public enum IsolationWorker {
         // Before the warm-up, which asks whether namespaces are needed.
         WorkerSandbox.actAsWithoutLandlockIfAsked()
         warmUp()
-        // Its workers prepare a sandbox: each makes its rules from the folders
+        // Its workers prepare a sandbox: each makes its rules from the paths
         // this opens once, under the call filter this installs once.
         if let spec = WorkerSandbox.aheadSpec() {
             Sandbox.openCommonPaths()
