@@ -1237,7 +1237,11 @@ int curfew_sandbox_open_common(void) {
         }
         return 0;
     }
-    for (int index = 0; index < common_count; index++) close(common_fds[index]);
+    for (int index = 0; index < common_count; index++) {
+        close(common_fds[index]);
+        free(common_resolved[index]);
+        common_resolved[index] = NULL;
+    }
     common_count = 0;
     return error;
 }

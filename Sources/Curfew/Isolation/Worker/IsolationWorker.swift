@@ -140,13 +140,13 @@ public enum IsolationWorker {
         // Its job's sandbox, when the host knew it before the job (a run of
         // one plugin's jobs): applied while the worker waits, then kept for
         // the `run` that names the same.
-        var confined: Result<HostMessage.Sandbox, Sandbox.Failure>?
+        var confined = Confinement.none
         if case .success(.confine(let sandbox)) = received {
             do throws(Sandbox.Failure) {
                 try WorkerSandbox.apply(sandbox)
-                confined = .success(sandbox)
+                confined = .applied(sandbox)
             } catch {
-                confined = .failure(error)
+                confined = .failed(error)
             }
             guard let next = messages.next() else { return 0 }
             received = next
@@ -156,12 +156,12 @@ public enum IsolationWorker {
         case .failure(let invalid):
             send(error: "the first message is no message: \(invalid.reason)", to: channel)
             return 2
-        case .success(.scan(let files)) where confined == nil:
+        case .success(.scan(let files)) where confined.isNone:
             Syscalls.exitNow(SafeScanner.serve(files, channel: channel))  // plugins' exit handlers are not ours to run
         case .success(.run(let run)):
             first = run
         case .success:
-            send(error: confined == nil ? "the first message was neither 'run' nor 'scan'" : "'confine' was followed by no 'run'", to: channel)
+            send(error: confined.isNone ? "the first message was neither 'run' nor 'scan'" : "'confine' was followed by no 'run'", to: channel)
             return 2
         }
         let limits = first.limits
@@ -178,19 +178,19 @@ public enum IsolationWorker {
         // While this thread is the process's only one: Landlock binds only it
         // and the threads it starts later.
         switch (confined, first.sandbox) {
-        case (nil, nil):
+        case (.none, nil):
             break
-        case (nil, let sandbox?):
+        case (.none, let sandbox?):
             do throws(Sandbox.Failure) {
                 try WorkerSandbox.apply(sandbox)
             } catch {
                 host.refuse(first.job, "the worker cannot apply its sandbox: \(error.message)")
                 Syscalls.exitNow(1)
             }
-        case (.failure(let error), _):
+        case (.failed(let error), _):
             host.refuse(first.job, "the worker cannot apply its sandbox: \(error.message)")
             Syscalls.exitNow(1)
-        case (.success(let applied), let sandbox):
+        case (.applied(let applied), let sandbox):
             // A sandbox cannot be widened: only the one applied may run.
             guard applied == sandbox else {
                 host.refuse(first.job, "the worker was confined ahead for another sandbox than its job's")
@@ -200,6 +200,19 @@ public enum IsolationWorker {
         // The job's hooks run on Dispatch's workers; this thread reads the channel.
         host.start(first)
         read(messages, for: host)
+    }
+
+    /// What a `confine` message left. Not a `Result`: a generic type's first
+    /// use costs a forked worker a metadata search (see ``WorkerSandbox``).
+    private enum Confinement {
+        case none
+        case applied(HostMessage.Sandbox)
+        case failed(Sandbox.Failure)
+
+        var isNone: Bool {
+            if case .none = self { return true }
+            return false
+        }
     }
 
     /// Says, before any job, why this worker cannot go on.
