@@ -1092,6 +1092,11 @@ static int is_common_rule(const curfew_sandbox_path *path) {
  * own would. Without a watch it holds no files: each worker looks them up
  * itself. common_count is 0 where none were opened, and once closed. */
 enum { common_most = 48, common_first = 256 };
+/* How many paths there are: system_paths then device_paths, without their NULLs. */
+enum {
+    system_count = (int)(sizeof system_paths / sizeof system_paths[0]) - 1,
+    common_total = system_count + (int)(sizeof device_paths / sizeof device_paths[0]) - 1,
+};
 /* What a worker does with each: a rule from the descriptor (a folder, a
  * file), nothing (absent when last looked at, or covered), or its own
  * lookup (where no watch holds a file to date, or opening it again failed). */
@@ -1118,13 +1123,11 @@ static void close_common(void) {
 }
 
 static const char *common_path(int index) {
-    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
-    return index < systems ? system_paths[index] : device_paths[index - systems];
+    return index < system_count ? system_paths[index] : device_paths[index - system_count];
 }
 
 static curfew_sandbox_access common_access(int index) {
-    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
-    return index < systems ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
+    return index < system_count ? CURFEW_SANDBOX_READ : CURFEW_SANDBOX_DEVICE;
 }
 
 /* Whether `path`, resolved, lies beneath a folder read by an earlier
@@ -1211,8 +1214,7 @@ static int watch_common_files(void) {
 
 int curfew_sandbox_open_common(void) {
     if (common_count > 0) return 0;
-    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
-    int count = systems + (int)(sizeof device_paths / sizeof device_paths[0]) - 1;
+    int count = common_total;
     if (count > common_most) return E2BIG;
     int error = 0;
     for (int index = 0; index < count; index++) {
@@ -1298,9 +1300,7 @@ static int prepare_ruleset(int network, int allow_exec) {
     struct sandbox_ruleset_attr attributes = ruleset_attributes(abi, network);
     int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attributes, sizeof attributes, 0);
     if (ruleset < 0) return errno;
-    int systems = (int)(sizeof system_paths / sizeof system_paths[0]) - 1;
-    int count = systems + (int)(sizeof device_paths / sizeof device_paths[0]) - 1;
-    for (int index = 0; index < count; index++) {
+    for (int index = 0; index < common_total; index++) {
         curfew_sandbox_access access = common_access(index);
         int error = 0;
         unsigned char kind = index < common_count ? common_kinds[index] : common_lookup;

@@ -42,10 +42,12 @@ final class WorkerSource: Sendable {
     private let isolation: Isolation
     /// Whether a forked worker's scratch folder is made with it (a sandboxed run).
     private let scratchAhead: Bool
-    /// The policy and a job every worker of the run is confined for, when
-    /// one sandbox serves them all but its scratch folder (see
-    /// ``confinement(for:_:)``): a spare applies it as it waits.
-    private let confineAhead: (policy: SandboxPolicy, job: PluginJob)?
+    /// A policy and a job whose sandbox, but for the scratch folder, is
+    /// every job's of a run (see ``confinement(for:_:)``).
+    typealias Confinement = (policy: SandboxPolicy, job: PluginJob)
+    /// What every worker of the run is confined for, when one sandbox serves
+    /// them all but its scratch folder: a spare applies it as it waits.
+    private let confineAhead: Confinement?
     /// The run's scratch folders, made and emptied for its workers.
     private let scratches: ScratchFolders
     /// Under `--isolate plugin`: each plugin's worker, and how many of the
@@ -81,7 +83,7 @@ final class WorkerSource: Sendable {
     /// - Parameter kept: Fork servers kept across runs, to take this run's from.
     init(
         pool: WorkerPool, isolation: Isolation, forking: Bool, expected: Int, jobs: [PluginJob] = [], scratchAhead: Bool = false,
-        reusesScratch: Bool = false, confineAhead: (policy: SandboxPolicy, job: PluginJob)? = nil, kept: WorkerForkServers? = nil
+        reusesScratch: Bool = false, confineAhead: Confinement? = nil, kept: WorkerForkServers? = nil
     ) {
         scratches = ScratchFolders(reusing: reusesScratch && expected > 1)
         self.pool = pool
@@ -182,7 +184,7 @@ final class WorkerSource: Sendable {
     /// run's jobs are of one plugin file, and where the rest of the sandbox
     /// is applied ahead (``WorkerSandbox/aheadValue(for:limits:)``: not for
     /// the loopback network, nor under limits).
-    static func confinement(for jobs: [PluginJob], _ configuration: RunConfiguration) -> (policy: SandboxPolicy, job: PluginJob)? {
+    static func confinement(for jobs: [PluginJob], _ configuration: RunConfiguration) -> Confinement? {
         guard configuration.isolation == .job, let policy = configuration.sandbox, let first = jobs.first,
             WorkerSandbox.aheadValue(for: policy, limits: configuration.limits) != nil,
             jobs.allSatisfy({ $0.loadPath == first.loadPath && $0.foreignLibrary == first.foreignLibrary })
