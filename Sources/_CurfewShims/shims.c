@@ -1113,6 +1113,11 @@ int curfew_shim_set_thread_nice(int nice) {
     return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice) == 0 ? 0 : errno;
 }
 
+int curfew_shim_set_thread_realtime(void) {
+    struct sched_param parameter = {.sched_priority = 1};
+    return pthread_setschedparam(pthread_self(), SCHED_FIFO | SCHED_RESET_ON_FORK, &parameter);
+}
+
 int curfew_shim_netlink_socket(int family, uint32_t groups) {
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, family);
     if (fd < 0)

@@ -14,8 +14,9 @@ import _CurfewShims
 /// cancelling one per chunk delay cost 4 times the CPU; this thread is one
 /// wake, and an armed timer is a heap entry of a few dozen bytes.
 ///
-/// The thread runs above the hooks' workers and the host's (nice -5, where
-/// the process may raise a thread's priority) and blocks every signal. It
+/// The thread runs in the real-time class where the process may (see
+/// ``run()``), else above the hooks' workers and the host's (nice -5, where
+/// the process may raise a thread's priority), and blocks every signal. It
 /// starts with the first timer armed.
 ///
 /// - Important: Arm no timer in a process that will `fork` without `exec`
@@ -68,17 +69,26 @@ package final class TimerThread: @unchecked Sendable {
         sigfillset(&all)
         pthread_sigmask(SIG_BLOCK, &all, nil)
         _ = curfew_shim_name_thread("curfew-timers")
-        // Woken up to 50 µs after a deadline (the kernel's default slack),
-        // not at once: expirations that come close together are taken in
-        // one wake, which costs the host less CPU in a burst of them.
-        _ = curfew_shim_set_timer_slack(50_000)
-        // Above the host's own workers, which libdispatch runs at nice -2
-        // where it may, so the work this thread hands out does not take
-        // its core from under it; ignored, as theirs is, where not allowed.
-        // libdispatch starts workers from the thread that enqueues (this
-        // one, often) and sets each to its QoS's nice (utility: 2), so
-        // plugin code never inherits -5.
-        _ = curfew_shim_set_thread_nice(-5)
+        // Real-time (SCHED_FIFO 1) where the process may, as root or with
+        // CAP_SYS_NICE: a Dispatch worker it wakes for a job's expiration
+        // cannot take its core before it has handed out the rest of a burst
+        // (at nice -5, a quarter of its switches in a burst of expirations
+        // were that preemption), and the kernel adds no slack to its waits. Its
+        // work is the host's own and short, and what it starts (libdispatch
+        // starts workers from the thread that enqueues) begins in the
+        // normal class: plugin code never runs real-time.
+        if curfew_shim_set_thread_realtime() != 0 {
+            // Woken up to 50 µs after a deadline (the kernel's default
+            // slack), not at once: expirations that come close together
+            // are taken in one wake, which costs the host less CPU in a
+            // burst of them.
+            _ = curfew_shim_set_timer_slack(50_000)
+            // Above the host's own workers, which libdispatch runs at nice
+            // -2 where it may; ignored, as theirs is, where not allowed.
+            // libdispatch sets each worker to its QoS's nice (utility: 2),
+            // so plugin code never inherits -5.
+            _ = curfew_shim_set_thread_nice(-5)
+        }
         var due: [@Sendable () -> Void] = []
         lock.lock()
         while true {

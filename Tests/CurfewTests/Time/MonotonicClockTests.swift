@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import Synchronization
 import Testing
+import _CurfewShims
 
 @testable import Curfew
 
@@ -92,6 +93,36 @@ import Testing
         #expect(waited(done))
         let firedAt = clock.now()
         #expect(deadline.duration(to: firedAt) < .seconds(10), "it fired while the spinners spun, not after")
+        _ = timer
+    }
+
+    /// The thread is real-time where the process may be (as root, say), to
+    /// hand out a burst of expirations before the workers it wakes run; a
+    /// thread its work starts (libdispatch starts workers from the thread
+    /// that enqueues) is in the normal class, so no hook ever runs real-time.
+    @Test func theTimerThreadIsRealTimeWhereAllowedAndWhatItStartsIsNot() {
+        let allowed = Atomic<Int32>(-1)
+        let probed = DispatchSemaphore(value: 0)
+        #expect(OSThread.detach {
+            allowed.store(curfew_shim_set_thread_realtime(), ordering: .relaxed)
+            probed.signal()
+        })
+        #expect(waited(probed))
+        let timerPolicy = Atomic<Int32>(-1)
+        let startedPolicy = Atomic<Int32>(-1)
+        let done = DispatchSemaphore(value: 0)
+        let timer = clock.schedule(at: CurfewInstant(nanoseconds: 0)) {
+            timerPolicy.store(sched_getscheduler(0), ordering: .relaxed)
+            let started = OSThread.detach {
+                startedPolicy.store(sched_getscheduler(0), ordering: .relaxed)
+                done.signal()
+            }
+            if !started { done.signal() }
+        }
+        #expect(waited(done))
+        let realTime = SCHED_FIFO | 0x4000_0000  // SCHED_RESET_ON_FORK, which Glibc does not export
+        #expect(timerPolicy.load(ordering: .relaxed) == (allowed.load(ordering: .relaxed) == 0 ? realTime : SCHED_OTHER))
+        #expect(startedPolicy.load(ordering: .relaxed) == SCHED_OTHER)
         _ = timer
     }
 }
