@@ -6,6 +6,7 @@
  * returns EPERM to the plugin. */
 #define _GNU_SOURCE
 #include "curfew_shims.h"
+#include "shims_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -514,12 +515,15 @@ static int emit_denials(struct sock_filter *filter, size_t *length, const uint32
  * install_socket_listener), so this filter lets them through to it.
  * `for_server`: a fork server's, inherited by the workers it forks, which
  * lets one unshare of worker_namespaces through (only where they make
- * them: see wants_namespaces). */
-static int install_filter(const curfew_sandbox_spec *spec, int loopback, int for_server) {
+ * them: see wants_namespaces). `lets_clone3`: a fork server's, which forks
+ * into cgroups with clone3; each child it forks refuses clone3 again before
+ * anything else (curfew_sandbox_seal_forked_child). */
+static int install_filter(const curfew_sandbox_spec *spec, int loopback, int for_server, int lets_clone3) {
 #ifndef SANDBOX_ARCH
     (void)spec;
     (void)loopback;
     (void)for_server;
+    (void)lets_clone3;
     return ENOSYS;
 #else
     struct sock_filter filter[FILTER_MAX];
@@ -548,8 +552,10 @@ static int install_filter(const curfew_sandbox_spec *spec, int loopback, int for
     PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
     /* clone3's flags are behind a pointer a filter cannot read: glibc falls
      * back to clone, whose flags it can. */
-    PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
-    PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+    if (!lets_clone3) {
+        PUT(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1));
+        PUT(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+    }
     /* exec fails as Landlock would have it fail; a trap would kill the
      * child of posix_spawn, which runs with every handler reset. */
     if (!spec->allow_exec) {
@@ -810,13 +816,29 @@ int curfew_sandbox_prepare_server(int network, int allow_exec) {
     /* Its own effective set stays: the bounding set limits only what an exec gains. */
     if (drop_bounding_set() == 0) bounding_set_dropped = 1;
     curfew_sandbox_spec spec = {.paths = NULL, .path_count = 0, .network = network, .allow_exec = allow_exec};
-    int error = install_filter(&spec, 0, lets_unshare);
+    int error = install_filter(&spec, 0, lets_unshare, 1);
     if (error != 0) return error;
     server_filter = 1;
     server_network = network;
     server_exec = allow_exec;
     server_unshare = lets_unshare;
     return 0;
+}
+
+int curfew_sandbox_seal_forked_child(void) {
+#ifndef SANDBOX_ARCH
+    return 0;
+#else
+    if (!server_filter) return 0;
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) == 0 ? 0 : errno;
+#endif
 }
 
 /* Under a fork server's filter: no more namespaces, as the full filter has it. */
@@ -978,7 +1000,7 @@ static int apply_layers(const curfew_sandbox_spec *spec, curfew_sandbox_report *
             return error;
         }
         if (spec->network != prepared_network || spec->allow_exec != prepared_exec) {
-            if ((error = install_filter(spec, 0, 0)) != 0) {
+            if ((error = install_filter(spec, 0, 0, 0)) != 0) {
                 report->step = "seccomp";
                 return error;
             }
@@ -1033,7 +1055,7 @@ static int apply_process_layers(const curfew_sandbox_spec *spec, curfew_sandbox_
      * for any unshare it let through for the namespaces: sealed now. */
     int inherited = server_filter && !loopback && server_network == spec->network && server_exec == spec->allow_exec;
     if (inherited) error = server_unshare ? seal_namespaces(spec->allow_exec) : 0;
-    else error = install_filter(spec, loopback, 0);
+    else error = install_filter(spec, loopback, 0, 0);
     if (error != 0) {
         report->step = "seccomp";
         return error;

@@ -218,9 +218,13 @@ static void send_text(int sock, const char *text) {
 static ssize_t send_with_rights(int sock, const void *text, size_t length, const int *fds, int count) {
     struct iovec io = {(void *)text, length};
     union {
-        char buffer[CMSG_SPACE(3 * sizeof(int))];
+        char buffer[CMSG_SPACE(4 * sizeof(int))];
         struct cmsghdr align;
     } control;
+    if (count < 1 || count > 4) {
+        errno = EINVAL;
+        return -1;
+    }
     memset(&control, 0, sizeof control);
     struct msghdr message = {0};
     message.msg_iov = &io;
@@ -239,8 +243,8 @@ static ssize_t send_with_rights(int sock, const void *text, size_t length, const
     return sent;
 }
 
-int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]) {
-    return send_with_rights(sock, text, strlen(text), fds, 3) < 0 ? errno : 0;
+int curfew_shim_send_with_fds(int sock, const char *text, const int *fds, int count) {
+    return send_with_rights(sock, text, strlen(text), fds, count) < 0 ? errno : 0;
 }
 
 int curfew_shim_sealed_memory_file(const void *bytes, unsigned long count) {
@@ -417,6 +421,98 @@ static void on_parent_death(int number) {
     if (parent != fork_server_host && parent != fork_server) kill(getpid(), SIGKILL);
 }
 
+/* Forking a worker straight into its cgroup (clone3 with CLONE_INTO_CGROUP,
+ * Linux 5.7): a move into it afterwards (a write to cgroup.procs) takes the
+ * kernel's global threadgroup lock for writing, which waits for an RCU grace
+ * period (a tick, 4 ms at 250 Hz) and holds up every fork, thread start and
+ * exit on the machine meanwhile. The raw call skips what glibc's fork does
+ * in the child; in this single-threaded loop (no lock held, no atfork
+ * handler registered) that is the thread descriptor's tid, which the kernel
+ * writes (CLONE_CHILD_SETTID) at the place glibc's own fork writes it, found
+ * below, and the robust-mutex list, registered again. */
+struct curfew_clone_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+#define CURFEW_CLONE_INTO_CGROUP 0x200000000ULL
+
+/* Where, from the forking thread's descriptor (pthread_self()), glibc keeps
+ * that thread's tid; -1 when it could not be told for sure. */
+static long thread_tid_offset = -1;
+static void *robust_head;
+static size_t robust_length;
+
+/* Finds thread_tid_offset: the words of the descriptor's first 1 KiB (glibc
+ * keeps the tid well inside it) that hold this thread's tid, then, in a
+ * child of glibc's fork, the one of them that holds the child's. */
+static void find_thread_tid(void) {
+    const unsigned char *self = (const unsigned char *)pthread_self();
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    enum { SPAN = 1024, MOST = 16 };
+    int candidates[MOST];
+    int count = 0;
+    for (int offset = 0; offset + (int)sizeof(pid_t) <= SPAN && count < MOST; offset += (int)sizeof(pid_t)) {
+        pid_t value;
+        memcpy(&value, self + offset, sizeof value);
+        if (value == tid) candidates[count++] = offset;
+    }
+    if (count == 0) return;
+    int answer[2];
+    if (pipe2(answer, O_CLOEXEC) != 0) return;
+    pid_t child = fork();
+    if (child == 0) {
+        pid_t own = (pid_t)syscall(SYS_gettid);
+        int found = -1, matches = 0;
+        for (int i = 0; i < count; i++) {
+            pid_t value;
+            memcpy(&value, self + candidates[i], sizeof value);
+            if (value == own) {
+                found = candidates[i];
+                matches++;
+            }
+        }
+        if (matches != 1) found = -1;
+        ssize_t written = write(answer[1], &found, sizeof found);
+        _exit(written == (ssize_t)sizeof found ? 0 : 1);
+    }
+    close(answer[1]);
+    int found = -1;
+    if (child > 0) {
+        ssize_t got;
+        do {
+            got = read(answer[0], &found, sizeof found);
+        } while (got < 0 && errno == EINTR);
+        if (got != (ssize_t)sizeof found) found = -1;
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    close(answer[0]);
+    if (found < 0) return;
+    if (syscall(SYS_get_robust_list, 0, &robust_head, &robust_length) != 0) robust_head = NULL;
+    thread_tid_offset = found;
+}
+
+/* Forks into the cgroup whose folder is open on `cgroup`: the child's pid
+ * (0 in the child), or -1 when this kernel or cgroup cannot. The first call
+ * finds the tid's place (a fork of its own, reaped before it returns). */
+static pid_t fork_into_cgroup(int cgroup) {
+    static int searched;
+    if (cgroup < 0) return -1;
+    if (!searched) {
+        searched = 1;
+        find_thread_tid();
+    }
+    if (thread_tid_offset < 0) return -1;
+    struct curfew_clone_args args;
+    memset(&args, 0, sizeof args);
+    args.flags = CURFEW_CLONE_INTO_CGROUP | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID;
+    args.child_tid = (uint64_t)(uintptr_t)((unsigned char *)pthread_self() + thread_tid_offset);
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)cgroup;
+    long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid == 0 && robust_head) syscall(SYS_set_robust_list, robust_head, robust_length);
+    return (pid_t)pid;
+}
+
 /* The loop, on the thread that forks (see curfew_shim_fork_server). Returns
  * 0 in a forked child, -1 in the server when the host is done. */
 static int serve_forks(int control) {
@@ -442,7 +538,7 @@ static int serve_forks(int control) {
         }
         if (!polls[0].revents) continue;
         char text[64];
-        int fds[3] = {-1, -1, -1};
+        int fds[4] = {-1, -1, -1, -1};
         int received = 0;
         union {
             char buffer[CMSG_SPACE(8 * sizeof(int))];
@@ -463,15 +559,24 @@ static int serve_forks(int control) {
             int n = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
             int *data = (int *)CMSG_DATA(header);
             for (int i = 0; i < n; i++) {
-                if (received < 3) fds[received] = data[i]; else close(data[i]);
+                if (received < 4) fds[received] = data[i]; else close(data[i]);
                 received++;
             }
         }
-        int complete = received == 3 && !(message.msg_flags & MSG_CTRUNC);
+        /* A fourth descriptor, where given, is the folder of the cgroup to fork into. */
+        int complete = (received == 3 || received == 4) && !(message.msg_flags & MSG_CTRUNC);
         if (strcmp(text, "fork") == 0) {
-            if (complete && child_count < MAX_CHILDREN) curfew_sandbox_refresh_common();
-            pid_t pid = complete && child_count < MAX_CHILDREN ? fork() : -1;
+            pid_t pid = -1;
+            int placed = 0;
+            if (complete && child_count < MAX_CHILDREN) {
+                curfew_sandbox_refresh_common();
+                pid = fork_into_cgroup(fds[3]);
+                placed = pid >= 0;
+                if (!placed) pid = fork();
+            }
             if (pid == 0) {
+                /* Before anything else: the server's filter lets clone3 through. */
+                if (curfew_sandbox_seal_forked_child() != 0) _exit(126);
                 close(control);
                 close(child_pipe[0]);
                 close(child_pipe[1]);
@@ -489,6 +594,7 @@ static int serve_forks(int control) {
                  * as above; or the host too, and the worker ends. */
                 pid_t parent = getppid();
                 if (parent != server && parent != fork_server_host) _exit(1);
+                if (fds[3] >= 0) close(fds[3]);
                 dup2(fds[0], 3);
                 dup2(fds[1], 1);
                 dup2(fds[2], 2);
@@ -511,15 +617,15 @@ static int serve_forks(int control) {
                 children[child_count].sequence = ++sequence;
                 child_count++;
             }
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 4; i++)
                 if (fds[i] >= 0) close(fds[i]);
             char reply[48];
-            if (pid > 0) snprintf(reply, sizeof reply, "pid %d %lu", (int)pid, sequence);
+            if (pid > 0) snprintf(reply, sizeof reply, "pid %d %lu%s", (int)pid, sequence, placed ? " placed" : "");
             else snprintf(reply, sizeof reply, "pid -1 0");
             send_text(control, reply);
             continue;
         }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (fds[i] >= 0) close(fds[i]);
         int pid = 0;
         unsigned long wanted = 0;

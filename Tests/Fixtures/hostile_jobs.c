@@ -6,12 +6,17 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const curfew_host *host;
@@ -219,6 +224,42 @@ static curfew_chunk_result inspects(curfew_context *ctx, void *state) {
     return CURFEW_CHUNK_DONE;
 }
 
+/* What the C library knew of a process's first thread as this plugin was
+ * loaded there: a worker's, the one a fork server that forks with clone3
+ * (into a cgroup) made, which must be set as glibc's fork() sets it: its
+ * tid (its CPU clock, its priority-inheriting mutexes go by it) and its
+ * robust-mutex list. */
+static const char *first_tid = "not looked at";
+static const char *first_robust = "not looked at";
+
+__attribute__((constructor)) static void look_at_first_thread(void) {
+    if (syscall(SYS_gettid) != getpid()) return;
+    /* The thread's CPU clock is made from the tid the library keeps for it;
+     * a tid of another process's thread names no clock of this one. */
+    clockid_t clock;
+    struct timespec spent;
+    first_tid = pthread_getcpuclockid(pthread_self(), &clock) == 0 && clock_gettime(clock, &spent) == 0 ? "known" : "unknown";
+    void *head = NULL;
+    size_t length = 0;
+    first_robust = syscall(SYS_get_robust_list, 0, &head, &length) == 0 && head ? "registered" : "none";
+}
+
+/* Logs what its constructor saw, and whether clone3 is refused, as the
+ * call filter has it (its flags are behind a pointer no filter can read). */
+static curfew_chunk_result reports_self(curfew_context *ctx, void *state) {
+    (void)state;
+    uint64_t args[11] = {0};
+    args[4] = SIGCHLD; /* exit_signal: were it let through, a fork */
+    long clone3 = syscall(SYS_clone3, args, sizeof args);
+    if (clone3 == 0) _exit(0);
+    if (clone3 > 0) waitpid((pid_t)clone3, NULL, 0);
+    const char *clone3_said = clone3 < 0 && errno == ENOSYS ? "refused" : "let through";
+    char text[256];
+    snprintf(text, sizeof text, "first thread: tid %s, robust list %s; clone3: %s", first_tid, first_robust, clone3_said);
+    host->log(ctx, CURFEW_LOG_INFO, text);
+    return CURFEW_CHUNK_DONE;
+}
+
 /* Kills its worker's parent if that is the fork server (never the host),
  * and logs whether it did. */
 static curfew_chunk_result kills_server(curfew_context *ctx, void *state) {
@@ -250,7 +291,8 @@ CURFEW_JOB(ticks_job, "ticks", "Ticks until its grant expires.", .chunk = ticks,
 CURFEW_JOB(lies_job, "lies", "Writes forged messages on the worker's channel.", .chunk = lies, .expire = cleanup);
 CURFEW_JOB(inspects_job, "inspects", "Logs what it inherited.", .chunk = inspects, .expire = cleanup);
 CURFEW_JOB(kills_server_job, "kills-server", "Kills the fork server.", .chunk = kills_server, .expire = cleanup);
+CURFEW_JOB(reports_self_job, "reports-self", "Logs what its C library knows of its thread.", .chunk = reports_self, .expire = cleanup);
 CURFEW_JOB(newlines_job, "newlines", "Floods stdout with empty lines.", .chunk = newlines, .expire = cleanup);
 
-CURFEW_PLUGIN(host, &kills_server_job, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
+CURFEW_PLUGIN(host, &kills_server_job, &reports_self_job, &forges_job, &prints_job, &huge_job, &exits_job, &quick_exits_job, &forks_job, &ticks_job, &lies_job,
               &newlines_job, &inspects_job)

@@ -74,26 +74,29 @@ package final class ForkServer: Sendable {
         return (pid, pair[0])
     }
 
-    /// A forked worker: its pid, and the number of the fork that made it
-    /// (a kill names both, so it never reaches a later worker with a reused pid).
+    /// A forked worker: its pid, the number of the fork that made it (a
+    /// kill names both, so it never reaches a later worker with a reused
+    /// pid), and whether it was forked into the cgroup asked for.
     package struct Child: Sendable {
         package let pid: pid_t
         package let sequence: UInt64
+        package var placed = false
     }
 
     /// Whether the server has gone (exited, or its socket ended).
     package var isGone: Bool { state.withLock { $0.gone } }
 
-    /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`;
-    /// `nil` when the server is gone or could not fork.
-    package func fork(channel: Int32, out: Int32, err: Int32) -> Child? {
+    /// Forks a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`,
+    /// into the cgroup v2 whose folder is open on `cgroup` where the kernel
+    /// can (``Child/placed``); `nil` when the server is gone or could not fork.
+    package func fork(channel: Int32, out: Int32, err: Int32, cgroup: Int32? = nil) -> Child? {
         final class Reply: @unchecked Sendable {
             // Safe because `child` is written before `done` is signalled and read after it.
             let done = DispatchSemaphore(value: 0)
             var child: Child?
         }
         let reply = Reply()
-        guard fork(channel: channel, out: out, err: err, then: { child in
+        guard fork(channel: channel, out: out, err: err, cgroup: cgroup, then: { child in
             reply.child = child
             reply.done.signal()
         }) else { return nil }
@@ -101,12 +104,15 @@ package final class ForkServer: Sendable {
         return reply.child
     }
 
-    /// Asks for a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`
-    /// (the caller may close its copies once this returns), and returns at
-    /// once: `then` gets the child, or `nil` when the server could not fork
-    /// or is gone, on the thread that reads the server's replies. False, and
-    /// `then` is never called, when the request could not be sent.
-    package func fork(channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable (Child?) -> Void) -> Bool {
+    /// Asks for a worker whose fd 3, 1 and 2 are `channel`, `out` and `err`,
+    /// forked into the cgroup whose folder is open on `cgroup` where the
+    /// kernel can (the caller may close its copies once this returns), and
+    /// returns at once: `then` gets the child, or `nil` when the server could
+    /// not fork or is gone, on the thread that reads the server's replies.
+    /// False, and `then` is never called, when the request could not be sent.
+    package func fork(
+        channel: Int32, out: Int32, err: Int32, cgroup: Int32? = nil, then: @escaping @Sendable (Child?) -> Void
+    ) -> Bool {
         let request = Request(then)
         return requests.withLock { _ -> Bool in
             guard state.withLock({ state -> Bool in
@@ -114,8 +120,8 @@ package final class ForkServer: Sendable {
                 state.waiting.append(request)
                 return true
             }) else { return false }
-            let descriptors: [Int32] = [channel, out, err]
-            guard curfew_shim_send_with_fds(control, "fork", descriptors) == 0 else {
+            let descriptors: [Int32] = [channel, out, err] + (cgroup.map { [$0] } ?? [])
+            guard curfew_shim_send_with_fds(control, "fork", descriptors, Int32(descriptors.count)) == 0 else {
                 // Not sent: withdrawn, unless the reader found the server gone
                 // and took the queue already, and so answers it (with `nil`).
                 return !state.withLock { state -> Bool in
@@ -187,12 +193,14 @@ package final class ForkServer: Sendable {
             let count = buffer.withUnsafeMutableBytes { bytes in Syscalls.retryingEINTR { recv(control, bytes.baseAddress, bytes.count, 0) } }
             if count <= 0 { break }
             let words = String(decoding: buffer[..<count], as: UTF8.self).split(separator: " ")
-            if words.first == "pid", words.count == 3 {
+            if words.first == "pid", words.count == 3 || (words.count == 4 && words[3] == "placed") {
                 let request = state.withLock { state -> Request? in
                     state.waiting.isEmpty ? nil : state.waiting.removeFirst()
                 }
                 if let request {
-                    let child = pid_t(words[1]).flatMap { pid in pid > 0 ? Child(pid: pid, sequence: UInt64(words[2]) ?? 0) : nil }
+                    let child = pid_t(words[1]).flatMap { pid in
+                        pid > 0 ? Child(pid: pid, sequence: UInt64(words[2]) ?? 0, placed: words.count == 4) : nil
+                    }
                     request.then(child)
                 }
             } else if words.first == "exit", words.count == 3, let worker = pid_t(words[1]), let status = Int32(words[2]) {
@@ -254,22 +262,23 @@ package final class LazyForkServer: Sendable {
 
     /// A worker forked with fd 3, 1 and 2 as `channel`, `out` and `err`,
     /// and its server; `nil` when forking is off or fails (off from then on).
-    package func fork(channel: Int32, out: Int32, err: Int32) -> (server: ForkServer, child: ForkServer.Child)? {
+    package func fork(channel: Int32, out: Int32, err: Int32, cgroup: Int32? = nil) -> (server: ForkServer, child: ForkServer.Child)? {
         guard let server = startedServer() else { return nil }
-        if let child = server.fork(channel: channel, out: out, err: err) { return (server, child) }
+        if let child = server.fork(channel: channel, out: out, err: err, cgroup: cgroup) { return (server, child) }
         state.withLock { $0.works = false }  // refused or gone
         return nil
     }
 
-    /// Asks for a worker as ``ForkServer/fork(channel:out:err:then:)`` does,
+    /// Asks for a worker as ``ForkServer/fork(channel:out:err:cgroup:then:)`` does,
     /// and returns at once; false, and `then` is never called, when forking
     /// is off or the request could not be sent. A refusal (`nil`) turns
     /// forking off, as one that could not be sent does.
     package func fork(
-        channel: Int32, out: Int32, err: Int32, then: @escaping @Sendable ((server: ForkServer, child: ForkServer.Child)?) -> Void
+        channel: Int32, out: Int32, err: Int32, cgroup: Int32? = nil,
+        then: @escaping @Sendable ((server: ForkServer, child: ForkServer.Child)?) -> Void
     ) -> Bool {
         guard let server = startedServer() else { return false }
-        let sent = server.fork(channel: channel, out: out, err: err) { [self] child in
+        let sent = server.fork(channel: channel, out: out, err: err, cgroup: cgroup) { [self] child in
             guard let child else {
                 state.withLock { $0.works = false }
                 return then(nil)

@@ -75,18 +75,35 @@ public final class WorkerCgroups: Sendable {
     /// A new cgroup for one worker, with process `pid` (the worker, before
     /// it runs plugin code) moved in.
     package func make(with pid: Int32) throws(SystemError) -> WorkerCgroup {
-        let path = "\(folder)/worker.\(made.add(1, ordering: .relaxed).newValue)"
-        try Syscalls.makeFolder(path, permissions: 0o755)
-        let group = WorkerCgroup(path: path)
+        let (group, descriptor) = try makeEmpty()
+        Syscalls.close(descriptor)
         do throws(SystemError) {
-            // A job may make cgroups beneath its own, a few deep: its removal walks them.
-            try group.set("cgroup.max.depth", "8")
             try group.add(pid)
         } catch {
             _ = group.removeTree()
             throw error
         }
         return group
+    }
+
+    /// A new, empty cgroup for one worker, and its folder open (the caller
+    /// closes `descriptor`): for the fork server to fork the worker straight
+    /// into (``ForkServer/fork(channel:out:err:cgroup:then:)``), which is
+    /// never a move. A move (``WorkerCgroup/add(_:)``) takes the kernel's
+    /// global threadgroup lock, which waits for an RCU grace period and
+    /// holds up every fork and exit on the machine meanwhile.
+    package func makeEmpty() throws(SystemError) -> (group: WorkerCgroup, descriptor: Int32) {
+        let path = "\(folder)/worker.\(made.add(1, ordering: .relaxed).newValue)"
+        try Syscalls.makeFolder(path, permissions: 0o755)
+        let group = WorkerCgroup(path: path)
+        do throws(SystemError) {
+            // A job may make cgroups beneath its own, a few deep: its removal walks them.
+            try group.set("cgroup.max.depth", "8")
+            return (group, try Syscalls.open(path, .read, [.directory, .noFollow]))
+        } catch {
+            _ = group.removeTree()
+            throw error
+        }
     }
 
     /// Sets `group`'s `memory.max` to `memoryBytes` where the memory
@@ -339,7 +356,7 @@ package struct WorkerCgroup: Sendable {
 
     /// Removes it and the cgroups beneath it, deepest first (a job may
     /// have made some): `nil`, or the first error but a missing folder.
-    func removeTree(depth: Int = 0) -> SystemError? {
+    package func removeTree(depth: Int = 0) -> SystemError? {
         // The kernel caps a hierarchy's depth; so does this walk.
         guard depth < 64 else { return SystemError(errno: ELOOP) }
         for name in WorkerCgroups.children(of: path) {

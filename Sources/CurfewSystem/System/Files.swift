@@ -53,6 +53,8 @@ extension Syscalls {
         /// Do not wait on a FIFO someone swapped in for a file.
         package static let nonBlocking = OpenOptions(rawValue: O_NONBLOCK)
         package static let noTerminal = OpenOptions(rawValue: O_NOCTTY)
+        /// Fail unless the path is a folder.
+        package static let directory = OpenOptions(rawValue: O_DIRECTORY)
     }
 
     /// `path`, opened close-on-exec. The caller closes it.

@@ -45,10 +45,13 @@ int curfew_shim_wait_exited(int pid);
 /* The fork server: `curfew __forkserver` runs this loop, single-threaded,
  * on the SOCK_SEQPACKET socket `control`. Messages are short texts:
  *   host -> server  "fork" with three descriptors (SCM_RIGHTS): a worker's
- *                   socket, stdout and stderr; "kill PID".
- *   server -> host  "pid PID" for each fork, in order; "exit PID STATUS"
- *                   when a child ends (its process group is killed before it
- *                   is reaped, so no pid is reused under a signal).
+ *                   socket, stdout and stderr, and a fourth, optional: the
+ *                   folder of a cgroup v2 to fork the worker into; "kill PID".
+ *   server -> host  "pid PID SEQUENCE" for each fork, in order, with
+ *                   " placed" when the child was forked into the cgroup;
+ *                   "exit PID STATUS" when a child ends (its process group is
+ *                   killed before it is reaped, so no pid is reused under a
+ *                   signal).
  * Returns 0 in a forked child, with the three descriptors on 3, 1 and 2, in
  * a process group of its own, with default signals: it goes on as a
  * worker. Returns -1 when the host closes the socket, -2 when the process is
@@ -65,8 +68,9 @@ int curfew_shim_fork_server(int control);
  * returns here: -1 when the host closes the socket, -2 as above. */
 int curfew_shim_fork_server_on_fresh_thread(int control, void (*child)(void));
 
-/* Sends `text` with three descriptors over a SOCK_SEQPACKET socket. */
-int curfew_shim_send_with_fds(int sock, const char *text, const int fds[3]);
+/* Sends `text` with `count` (1 to 4) descriptors over a SOCK_SEQPACKET
+ * socket. 0, or errno. */
+int curfew_shim_send_with_fds(int sock, const char *text, const int *fds, int count);
 
 /* pipe2(fds, O_CLOEXEC): both ends close-on-exec from the start, so a worker
  * spawned by another thread at the same moment cannot inherit them. */

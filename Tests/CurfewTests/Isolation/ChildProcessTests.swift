@@ -27,6 +27,27 @@ extension ProcessTests.Second {
             alive.forEach { kill($0, SIGKILL) }  // tidy up should the test fail
         }
 
+        /// Where the host gives workers cgroups, the fork server forks each
+        /// straight into its own with clone3, not glibc's fork: the worker's
+        /// C library must still know its first thread, where its plugin is
+        /// loaded, as fork() leaves it (its tid, which its CPU clock and its
+        /// priority-inheriting mutexes use; its robust-mutex list), and
+        /// the sandbox must refuse clone3 as before, though the server's own
+        /// filter lets it through. Each fails with that piece left out.
+        @Test(arguments: [true, false])
+        func aWorkerForkedIntoItsCgroupKnowsItsThread(sandboxed: Bool) async throws {
+            let plugin = try Fixtures.compile("hostile_jobs.c")
+            let result = try await Fixtures.run(
+                Fixtures.curfewExecutable,
+                ["run", plugin, "--isolate", "job", "--only", "reports-self", "--json", "--verbose", "--no-state"]
+                    + (sandboxed ? [] : ["--no-sandbox"]),
+                timeout: .seconds(20), environment: Fixtures.withCgroups)
+            #expect(result.status == 0, "\(result.stderr)")
+            let said = try OutputEvent.all(in: result.stdout).first { $0.event == "log" && $0.job == "reports-self" }?.message
+            let clone3 = sandboxed ? "refused" : "let through"
+            #expect(said == "first thread: tid known, robust list registered; clone3: \(clone3)", "\(result.stderr)")
+        }
+
         /// A run killed with SIGKILL ends nothing: what its job started
         /// after `setsid()` outlives it. Where a cgroup is delegated, the
         /// next host that starts workers ends it, from the dead host's

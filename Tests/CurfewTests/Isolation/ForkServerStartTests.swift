@@ -81,3 +81,34 @@ extension ProcessTests.First {
         }
     }
 }
+
+extension ProcessTests.First {
+    /// A worker is forked straight into the cgroup it is given (clone3 with
+    /// CLONE_INTO_CGROUP), not moved there after: a move takes the kernel's
+    /// global threadgroup lock, which waits for an RCU grace period and holds
+    /// up every fork and exit on the machine meanwhile. Where this process may
+    /// make no cgroup, there is nothing to try.
+    @Suite(.timeLimit(.minutes(1))) struct ForkIntoCgroupTests {
+        @Test func aWorkerIsForkedIntoTheCgroupItIsGiven() throws {
+            guard let own = WorkerCgroups.ownCgroup()?.folder else { return }
+            let path = own + "/curfew-test-\(getpid())-into"
+            guard mkdir(path, 0o755) == 0 else { return }
+            defer { #expect(WorkerCgroup(path: path).remove(allowed: .seconds(5)) == nil, "\(path)") }
+            let folder = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            try #require(folder >= 0)
+            let server = try #require(ForkServer(executable: Fixtures.curfewExecutable, environment: WorkerProtocol.helperEnvironment()))
+            defer { server.close() }
+            var pair: [Int32] = [-1, -1]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+            let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+            let child = server.fork(channel: pair[1], out: null, err: null, cgroup: folder)
+            [folder, pair[1], null].forEach { close($0) }
+            defer { close(pair[0]) }  // the worker reads end of file and leaves
+            let worker = try #require(child)
+            #expect(worker.placed)
+            let groups = (try? String(contentsOfFile: "/proc/\(worker.pid)/cgroup", encoding: .utf8)) ?? ""
+            let unified = groups.split(separator: "\n").first { $0.hasPrefix("0::") }
+            #expect(unified?.hasSuffix("/curfew-test-\(getpid())-into") == true, "\(groups)")
+        }
+    }
+}

@@ -138,24 +138,46 @@ final class WorkerSource: Sendable {
     }
 
     /// The descriptors of a worker to fork: its channel, stdout and stderr
-    /// (the host's end first, the worker's second) and the pipe its exit is
-    /// told on.
-    private typealias Descriptors = (channel: [Int32], out: [Int32], err: [Int32], exitPipe: [Int32])
+    /// (the host's end first, the worker's second), the pipe its exit is
+    /// told on, and where the host has a subtree for them, the cgroup to
+    /// fork it into (``WorkerCgroups/makeEmpty()``).
+    private typealias Descriptors = (
+        channel: [Int32], out: [Int32], err: [Int32], exitPipe: [Int32], cgroup: (group: WorkerCgroup, descriptor: Int32)?
+    )
 
     private static func descriptors() throws(SystemError) -> Descriptors {
         let (channel, out, err) = try Syscalls.workerDescriptors()
         do throws(SystemError) {
-            return (channel, out, err, try Syscalls.pipe())
+            let exitPipe = try Syscalls.pipe()
+            // Without one, the spare is moved into a cgroup made for it (``cgroup(of:_:)``).
+            let cgroup = try? WorkerCgroups.current?.makeEmpty()
+            return (channel, out, err, exitPipe, cgroup)
         } catch {
             (channel + out + err).forEach { Syscalls.close($0) }
             throw error
         }
     }
 
-    /// Closes this process's copies of the worker's ends, once the fork
-    /// request that passes them is sent.
+    /// Closes this process's copies of the worker's ends and of its cgroup's
+    /// folder, once the fork request that passes them is sent.
     private static func closeWorkerEnds(_ made: Descriptors) {
         [made.channel[1], made.out[1], made.err[1]].forEach { Syscalls.close($0) }
+        if let cgroup = made.cgroup { Syscalls.close(cgroup.descriptor) }
+    }
+
+    /// A forked spare's cgroup: the one it was forked into; else that one
+    /// with the spare moved in (a kernel without `CLONE_INTO_CGROUP`); else,
+    /// where none was made for it, one made now.
+    private static func cgroup(of child: ForkServer.Child, _ made: Descriptors) -> WorkerCgroup? {
+        guard let group = made.cgroup?.group else { return WorkerProcess.cgroup(for: child.pid) }
+        if child.placed { return group }
+        do throws(SystemError) {
+            try group.add(child.pid)
+            return group
+        } catch {
+            _ = group.removeTree()
+            return nil
+        }
     }
 
     /// The spare a fork with `made` made, or `nil` (its descriptors closed).
@@ -165,6 +187,7 @@ final class WorkerSource: Sendable {
     private func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
             ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Syscalls.close($0) }
+            _ = made.cgroup?.group.removeTree()
             return nil
         }
         let scratch = scratchAhead ? try? scratches.take() : nil
@@ -174,7 +197,7 @@ final class WorkerSource: Sendable {
         }
         return Spare(
             child: forked.child, server: forked.server, channel: made.channel[0], out: made.out[0], err: made.err[0],
-            exitPipe: made.exitPipe, cgroup: WorkerProcess.cgroup(for: forked.child.pid), scratch: scratch)
+            exitPipe: made.exitPipe, cgroup: Self.cgroup(of: forked.child, made), scratch: scratch)
     }
 
     /// What every worker of a run of `jobs` under `configuration` can be
@@ -196,7 +219,7 @@ final class WorkerSource: Sendable {
     /// serves from then on).
     private func forkOne() throws(SystemError) -> Spare? {
         let made = try Self.descriptors()
-        let forked = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1])
+        let forked = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1], cgroup: made.cgroup?.descriptor)
         Self.closeWorkerEnds(made)
         return spare(made, forked)
     }
@@ -212,7 +235,7 @@ final class WorkerSource: Sendable {
                 forkEnded(nil)
                 continue
             }
-            let sent = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1]) { [self] forked in
+            let sent = forks.fork(channel: made.channel[1], out: made.out[1], err: made.err[1], cgroup: made.cgroup?.descriptor) { [self] forked in
                 forkEnded(spare(made, forked))
             }
             Self.closeWorkerEnds(made)
