@@ -213,7 +213,7 @@ static void send_text(int sock, const char *text) {
     (void)ignored;
 }
 
-/* One sendmsg of `length` bytes at `text` with `count` (at most 3)
+/* One sendmsg of `length` bytes at `text` with `count` (at most 4)
  * descriptors attached: what it sent, or -1 with errno set. */
 static ssize_t send_with_rights(int sock, const void *text, size_t length, const int *fds, int count) {
     struct iovec io = {(void *)text, length};
@@ -426,10 +426,15 @@ static void on_parent_death(int number) {
  * kernel's global threadgroup lock for writing, which waits for an RCU grace
  * period (a tick, 4 ms at 250 Hz) and holds up every fork, thread start and
  * exit on the machine meanwhile. The raw call skips what glibc's fork does
- * in the child; in this single-threaded loop (no lock held, no atfork
- * handler registered) that is the thread descriptor's tid, which the kernel
- * writes (CLONE_CHILD_SETTID) at the place glibc's own fork writes it, found
- * below, and the robust-mutex list, registered again. */
+ * in the child. Here the loop's thread holds no lock, the process's only
+ * other thread waits in pthread_join (curfew_shim_fork_server_on_fresh_thread),
+ * and no atfork handler is registered (none is by the host's code; a
+ * preloaded library might, so LD_PRELOAD turns this off): what matters is
+ * the thread descriptor's tid, which the kernel writes (CLONE_CHILD_SETTID)
+ * where glibc's own fork writes it, found below, and the robust-mutex list,
+ * registered again. The child's C library still counts the waiting thread
+ * among its threads, which only a thread's exit consults: a worker ends
+ * with exit(). */
 struct curfew_clone_args {
     uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
 };
@@ -455,7 +460,7 @@ static void find_thread_tid(void) {
         memcpy(&value, self + offset, sizeof value);
         if (value == tid) candidates[count++] = offset;
     }
-    if (count == 0) return;
+    if (count == 0 || getenv("LD_PRELOAD")) return;
     int answer[2];
     if (pipe2(answer, O_CLOEXEC) != 0) return;
     pid_t child = fork();
@@ -486,8 +491,7 @@ static void find_thread_tid(void) {
         }
     }
     close(answer[0]);
-    if (found < 0) return;
-    if (syscall(SYS_get_robust_list, 0, &robust_head, &robust_length) != 0) robust_head = NULL;
+    if (found < 0 || syscall(SYS_get_robust_list, 0, &robust_head, &robust_length) != 0 || !robust_head) return;
     thread_tid_offset = found;
 }
 
@@ -509,7 +513,9 @@ static pid_t fork_into_cgroup(int cgroup) {
     args.exit_signal = SIGCHLD;
     args.cgroup = (uint64_t)cgroup;
     long pid = syscall(SYS_clone3, &args, sizeof args);
-    if (pid == 0 && robust_head) syscall(SYS_set_robust_list, robust_head, robust_length);
+    if (pid == 0) syscall(SYS_set_robust_list, robust_head, robust_length);
+    /* No such call, or one a filter refuses: not tried again. */
+    if (pid < 0 && (errno == ENOSYS || errno == EINVAL || errno == E2BIG || errno == EPERM)) thread_tid_offset = -1;
     return (pid_t)pid;
 }
 
@@ -1220,8 +1226,11 @@ int curfew_shim_set_thread_nice(int nice) {
 }
 
 int curfew_shim_set_thread_realtime(void) {
+    /* The call itself, not pthread_setschedparam: glibc would note the class
+     * in the thread's descriptor, copy that note to every thread this one
+     * starts, and report it there, though the kernel starts them normal. */
     struct sched_param parameter = {.sched_priority = 1};
-    return pthread_setschedparam(pthread_self(), SCHED_FIFO | SCHED_RESET_ON_FORK, &parameter);
+    return syscall(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &parameter) == 0 ? 0 : errno;
 }
 
 int curfew_shim_netlink_socket(int family, uint32_t groups) {

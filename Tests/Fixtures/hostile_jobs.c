@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -244,8 +246,9 @@ __attribute__((constructor)) static void look_at_first_thread(void) {
     first_robust = syscall(SYS_get_robust_list, 0, &head, &length) == 0 && head ? "registered" : "none";
 }
 
-/* Logs what its constructor saw, and whether clone3 is refused, as the
- * call filter has it (its flags are behind a pointer no filter can read). */
+/* Logs what its constructor saw, whether clone3 is refused, as the call
+ * filter has it (its flags are behind a pointer no filter can read), and
+ * how many of its process's threads are real-time. */
 static curfew_chunk_result reports_self(curfew_context *ctx, void *state) {
     (void)state;
     uint64_t args[11] = {0};
@@ -254,8 +257,20 @@ static curfew_chunk_result reports_self(curfew_context *ctx, void *state) {
     if (clone3 == 0) _exit(0);
     if (clone3 > 0) waitpid((pid_t)clone3, NULL, 0);
     const char *clone3_said = clone3 < 0 && errno == ENOSYS ? "refused" : "let through";
+    /* A worker's process is its plugin's: none of its threads (the host's
+     * timer thread among them) may be real-time. */
+    int real_time = 0;
+    DIR *tasks = opendir("/proc/self/task");
+    for (struct dirent *entry; tasks && (entry = readdir(tasks));) {
+        int policy = entry->d_name[0] == '.' ? -1 : sched_getscheduler((pid_t)atoi(entry->d_name));
+        if (policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER && (policy & ~SCHED_RESET_ON_FORK) != SCHED_BATCH &&
+            (policy & ~SCHED_RESET_ON_FORK) != SCHED_IDLE)
+            real_time++;
+    }
+    if (tasks) closedir(tasks);
     char text[256];
-    snprintf(text, sizeof text, "first thread: tid %s, robust list %s; clone3: %s", first_tid, first_robust, clone3_said);
+    snprintf(text, sizeof text, "first thread: tid %s, robust list %s; clone3: %s; real-time threads: %d", first_tid, first_robust,
+             clone3_said, real_time);
     host->log(ctx, CURFEW_LOG_INFO, text);
     return CURFEW_CHUNK_DONE;
 }

@@ -3,13 +3,16 @@ import Synchronization
 
 /// Callbacks a grant makes to whoever runs the job under it.
 public struct GrantObserver: Sendable {
-    /// The grant started to expire; called once, on the grant's queue,
-    /// before the tasks' own expiration handlers.
+    /// The grant started to expire; called once, before the tasks' own
+    /// expiration handlers: from the grant's clock (on ``MonotonicClock``,
+    /// its timer thread, real-time where the process may be: keep it short
+    /// and enqueue the rest), or for an expiration asked for, on the grant's
+    /// expiry queue.
     public var expiring: @Sendable (ExpirationReason) -> Void
     /// The last open task ended; called on the thread that ended it.
     public var drained: @Sendable () -> Void
-    /// The hard deadline passed before the grant was closed; called on the
-    /// grant's queue with the names of the tasks still open.
+    /// The hard deadline passed before the grant was closed; called from the
+    /// grant's clock, as `expiring` is, with the names of the tasks still open.
     public var deadline: @Sendable ([String]) -> Void
 
     public init(

@@ -75,8 +75,7 @@ public final class WorkerCgroups: Sendable {
     /// A new cgroup for one worker, with process `pid` (the worker, before
     /// it runs plugin code) moved in.
     package func make(with pid: Int32) throws(SystemError) -> WorkerCgroup {
-        let (group, descriptor) = try makeEmpty()
-        Syscalls.close(descriptor)
+        let group = try makeFolder()
         do throws(SystemError) {
             try group.add(pid)
         } catch {
@@ -93,13 +92,23 @@ public final class WorkerCgroups: Sendable {
     /// global threadgroup lock, which waits for an RCU grace period and
     /// holds up every fork and exit on the machine meanwhile.
     package func makeEmpty() throws(SystemError) -> (group: WorkerCgroup, descriptor: Int32) {
+        let group = try makeFolder()
+        do throws(SystemError) {
+            return (group, try Syscalls.open(group.path, .read, [.directory, .noFollow]))
+        } catch {
+            _ = group.removeTree()
+            throw error
+        }
+    }
+
+    private func makeFolder() throws(SystemError) -> WorkerCgroup {
         let path = "\(folder)/worker.\(made.add(1, ordering: .relaxed).newValue)"
         try Syscalls.makeFolder(path, permissions: 0o755)
         let group = WorkerCgroup(path: path)
         do throws(SystemError) {
             // A job may make cgroups beneath its own, a few deep: its removal walks them.
             try group.set("cgroup.max.depth", "8")
-            return (group, try Syscalls.open(path, .read, [.directory, .noFollow]))
+            return group
         } catch {
             _ = group.removeTree()
             throw error

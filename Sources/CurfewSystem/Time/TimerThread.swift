@@ -59,6 +59,15 @@ package final class TimerThread: @unchecked Sendable {
         return entry
     }
 
+    /// Whether the thread may take the real-time class (see ``run()``).
+    private static let mayBeRealTime = Atomic<Bool>(true)
+
+    /// Keeps the thread in the normal class: for a worker, whose process is
+    /// its plugin's. Call it before the first timer is armed.
+    package static func staysInNormalClass() {
+        mayBeRealTime.store(false, ordering: .relaxed)
+    }
+
     /// One of its timers was cancelled (``TimerEntry/cancel()``, which takes no lock).
     package func timerCancelled() {
         cancelledTimers.add(1, ordering: .relaxed)
@@ -69,15 +78,18 @@ package final class TimerThread: @unchecked Sendable {
         sigfillset(&all)
         pthread_sigmask(SIG_BLOCK, &all, nil)
         _ = curfew_shim_name_thread("curfew-timers")
-        // Real-time (SCHED_FIFO 1) where the process may, as root or with
-        // CAP_SYS_NICE: a Dispatch worker it wakes for a job's expiration
-        // cannot take its core before it has handed out the rest of a burst
-        // (at nice -5, a quarter of its switches in a burst of expirations
-        // were that preemption), and the kernel adds no slack to its waits. Its
-        // work is the host's own and short, and what it starts (libdispatch
-        // starts workers from the thread that enqueues) begins in the
-        // normal class: plugin code never runs real-time.
-        if curfew_shim_set_thread_realtime() != 0 {
+        // Real-time (SCHED_FIFO 1) where the process may (as root, or with
+        // CAP_SYS_NICE or RLIMIT_RTPRIO), but not in a worker: a Dispatch
+        // worker it wakes for a job's expiration cannot take its core before
+        // it has handed out the rest of a burst (at nice -5, a quarter of its
+        // switches in a burst of expirations were that preemption). Its work
+        // is the host's own and short, and what it starts (libdispatch starts
+        // workers from the thread that enqueues) begins in the normal class:
+        // plugin code never runs real-time.
+        if Self.mayBeRealTime.load(ordering: .relaxed) && curfew_shim_set_thread_realtime() == 0 {
+            // No slack, on kernels that would still apply one to a real-time thread's waits.
+            _ = curfew_shim_set_timer_slack(1)
+        } else {
             // Woken up to 50 µs after a deadline (the kernel's default
             // slack), not at once: expirations that come close together
             // are taken in one wake, which costs the host less CPU in a

@@ -127,8 +127,8 @@ int curfew_shim_set_thread_nice(int nice);
 
 /* Puts the calling thread in the real-time class at the lowest priority
  * (SCHED_FIFO 1), with SCHED_RESET_ON_FORK: a thread or process it starts
- * begins in the normal class. Needs CAP_SYS_NICE or RLIMIT_RTPRIO. 0, or
- * errno. */
+ * begins in the normal class, and says so (glibc's own note of the class is
+ * left unset). Needs CAP_SYS_NICE or RLIMIT_RTPRIO. 0, or errno. */
 int curfew_shim_set_thread_realtime(void);
 
 /* Names the calling thread (PR_SET_NAME; 15 bytes are kept), as `ps -L`,

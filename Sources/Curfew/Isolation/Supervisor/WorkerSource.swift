@@ -187,7 +187,9 @@ final class WorkerSource: Sendable {
     private func spare(_ made: Descriptors, _ forked: (server: ForkServer, child: ForkServer.Child)?) -> Spare? {
         guard let forked else {
             ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Syscalls.close($0) }
-            _ = made.cgroup?.group.removeTree()
+            // A server that died after forking into it leaves its child there:
+            // killed, waited for and removed off this thread, as a released spare's is.
+            if let group = made.cgroup?.group { DispatchQueue.global(qos: .utility).async { _ = group.remove(allowed: .seconds(1)) } }
             return nil
         }
         let scratch = scratchAhead ? try? scratches.take() : nil

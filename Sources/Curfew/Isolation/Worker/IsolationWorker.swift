@@ -124,6 +124,8 @@ public enum IsolationWorker {
     /// libdispatch's workers.
     public static func main() -> Int32 {
         _ = SignalMask.unblockAll()
+        // This process is its plugin's: no thread of it is real-time.
+        TimerThread.staysInNormalClass()
         let channel = WorkerProtocol.channelDescriptor
         // A process a plugin starts must not inherit the socket (it would keep it open).
         Syscalls.setCloseOnExec(channel)
