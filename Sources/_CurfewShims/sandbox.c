@@ -825,19 +825,28 @@ int curfew_sandbox_prepare_server(int network, int allow_exec) {
     return 0;
 }
 
+#ifdef SANDBOX_ARCH
+/* Adds a filter of four instructions that answers call `number` with
+ * `action` and lets every other call through: 0, EBUSY (TSYNC found a
+ * thread it could not sync), or an errno. */
+static int refuse_one_call(uint32_t number, uint32_t action, unsigned flags) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, number, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, action),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    long status = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &program);
+    return status == 0 ? 0 : status > 0 ? EBUSY : errno;
+}
+#endif
+
 int curfew_sandbox_seal_forked_child(void) {
 #ifndef SANDBOX_ARCH
     return 0;
 #else
-    if (!server_filter) return 0;
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
-    return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) == 0 ? 0 : errno;
+    return server_filter ? refuse_one_call(SYS_clone3, SECCOMP_RET_ERRNO | ENOSYS, 0) : 0;
 #endif
 }
 
@@ -847,15 +856,7 @@ static int seal_namespaces(int allow_exec) {
     (void)allow_exec;
     return ENOSYS;
 #else
-    struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, allow_exec ? SECCOMP_RET_ERRNO | EPERM : SECCOMP_RET_TRAP),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    };
-    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
-    long status = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program);
-    return status == 0 ? 0 : status > 0 ? EBUSY : errno;
+    return refuse_one_call(SYS_unshare, allow_exec ? SECCOMP_RET_ERRNO | EPERM : SECCOMP_RET_TRAP, SECCOMP_FILTER_FLAG_TSYNC);
 #endif
 }
 

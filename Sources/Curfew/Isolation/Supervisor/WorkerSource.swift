@@ -166,7 +166,7 @@ final class WorkerSource: Sendable {
     }
 
     /// A forked spare's cgroup: the one it was forked into; else that one
-    /// with the spare moved in (a kernel without `CLONE_INTO_CGROUP`); else,
+    /// with the spare moved in (the server could not fork into it); else,
     /// where none was made for it, one made now.
     private static func cgroup(of child: ForkServer.Child, _ made: Descriptors) -> WorkerCgroup? {
         guard let group = made.cgroup?.group else { return WorkerProcess.cgroup(for: child.pid) }
