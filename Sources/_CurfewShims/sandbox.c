@@ -25,7 +25,6 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -1108,12 +1107,15 @@ static int is_common_rule(const curfew_sandbox_path *path) {
  * `absent`). The server also knows, so no worker asks, whether each is a
  * folder and whether a rule beneath another covers it already (/lib is
  * /usr/lib on a merged /usr). A rule holds the inode, and a file such as
- * /etc/passwd is replaced by rename: the server watches the files' folders
- * (inotify) and opens a file again onto its number before each fork that
- * follows a change (curfew_sandbox_refresh_common), so a worker's rule
- * holds the file as it was when the worker was forked, as a lookup of its
- * own would. Without a watch it holds no files: each worker looks them up
- * itself. common_count is 0 where none were opened, and once closed. */
+ * /etc/passwd is replaced by rename: before each fork the server looks
+ * each path but a folder up again and opens it again onto its number when
+ * it names another inode than the one held (curfew_sandbox_refresh_common),
+ * so a worker's rule holds the file as it was when the worker was forked,
+ * as a lookup of its own would. The held descriptor keeps the old inode
+ * allocated, so a new file cannot have its number. Not inotify: closing a
+ * watch waits for an SRCU grace period (14 ms here), which the server's
+ * exit, and so the end of every run, would wait for. common_count is 0
+ * where none were opened, and once closed. */
 enum { common_most = 48, common_first = 256 };
 /* How many paths there are: system_paths then device_paths, without their NULLs. */
 enum {
@@ -1122,26 +1124,28 @@ enum {
 };
 /* What a worker does with each: a rule from the descriptor (a folder, a
  * file), nothing (absent when last looked at, or covered), or its own
- * lookup (where no watch holds a file to date, or opening it again failed). */
+ * lookup (a file behind a link, whose target may change unseen, or one
+ * that could not be opened again). */
 enum common_kind { common_absent, common_folder, common_file, common_covered, common_lookup };
 static int common_fds[common_most];
 static unsigned char common_kinds[common_most];
 static int common_count;
 static int common_low = -1;
 static int common_high = -1;
-/* The inotify descriptor that watches the folders of every path but a
- * folder held, and each path's watch (-1 for none); -1 for none. */
-static int common_watch = -1;
-static int common_watches[common_most];
+/* The inode each path but a folder named when it was last opened (or
+ * looked at): its device and number, or `there` 0 when it was missing. */
+static struct {
+    dev_t device;
+    ino_t inode;
+    unsigned char there;
+} common_identity[common_most];
 /* Each folder held, resolved (see is_covered); NULL for the rest. */
 static char *common_resolved[common_most];
 
 /* In a worker: the range holds these descriptors and no other (see
- * open_common). The watch stayed with the server: its number, closed at
- * the fork, may be another descriptor's now. */
+ * open_common). */
 static void close_common(void) {
     if (common_count > 0) close_range((unsigned)common_low, (unsigned)common_high, 0);
-    common_watch = -1;
     common_count = 0;
 }
 
@@ -1183,6 +1187,9 @@ static int open_common_path(int index, int target) {
             return -1;
         }
         kind = S_ISDIR(status.st_mode) ? common_folder : common_file;
+        common_identity[index].device = status.st_dev;
+        common_identity[index].inode = status.st_ino;
+        common_identity[index].there = 1;
         is_resolved = realpath(path, resolved) != NULL;
         if (is_resolved && is_covered(index, resolved)) kind = common_covered;
         /* A file reached through a link the watch does not follow (NixOS's
@@ -1190,6 +1197,7 @@ static int open_common_path(int index, int target) {
          * change with no event here, so each worker looks it up. */
         else if (kind == common_file && (!is_resolved || strcmp(resolved, path) != 0)) kind = common_lookup;
     } else if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
+        common_identity[index].there = 0;
         /* A link whose target is missing may get one elsewhere: looked up. */
         struct stat link;
         if (lstat(path, &link) == 0) kind = common_lookup;
@@ -1211,30 +1219,6 @@ static int open_common_path(int index, int target) {
     return moved;
 }
 
-/* Watches the folder of each path but a folder held: 0, or an errno and no watch. */
-static int watch_common_files(void) {
-    int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (watch < 0) return errno;
-    for (int index = 0; index < common_count; index++) {
-        common_watches[index] = -1;
-        if (common_kinds[index] == common_folder) continue;
-        char folder[PATH_MAX];
-        const char *path = common_path(index);
-        const char *slash = strrchr(path, '/');
-        size_t length = slash == path ? 1 : (size_t)(slash - path);
-        memcpy(folder, path, length);
-        folder[length] = 0;
-        common_watches[index] = inotify_add_watch(watch, folder, IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF);
-        if (common_watches[index] < 0) {
-            int error = errno;
-            close(watch);
-            return error;
-        }
-    }
-    common_watch = watch;
-    return 0;
-}
-
 int curfew_sandbox_open_common(void) {
     if (common_count > 0) return 0;
     int count = common_total;
@@ -1254,12 +1238,6 @@ int curfew_sandbox_open_common(void) {
     if (error == 0) {
         common_low = common_fds[0];
         common_high = common_fds[count - 1];
-        if (watch_common_files() != 0) {
-            /* Unwatched, what is held but a folder could be stale: each worker looks it up. */
-            for (int index = 0; index < count; index++) {
-                if (common_kinds[index] != common_folder) common_kinds[index] = common_lookup;
-            }
-        }
         return 0;
     }
     for (int index = 0; index < common_count; index++) {
@@ -1272,36 +1250,19 @@ int curfew_sandbox_open_common(void) {
 }
 
 void curfew_sandbox_refresh_common(void) {
-    if (common_watch < 0) return;
-    char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    int all = 0;
-    unsigned char changed[common_most] = {0};
-    unsigned char unwatched[common_most] = {0};
-    for (;;) {
-        ssize_t size = read(common_watch, events, sizeof events);
-        if (size < 0 && errno == EINTR) continue;
-        if (size <= 0) break;
-        for (char *at = events; at < events + size;) {
-            const struct inotify_event *event = (const struct inotify_event *)at;
-            at += sizeof *event + event->len;
-            if (event->mask & IN_Q_OVERFLOW) all = 1;
-            for (int index = 0; index < common_count; index++) {
-                if (common_watches[index] != event->wd) continue;
-                /* The folder itself went: its watch is gone for good. */
-                if (event->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) unwatched[index] = 1;
-                const char *name = strrchr(common_path(index), '/') + 1;
-                if (event->len == 0 || strcmp(event->name, name) == 0) changed[index] = 1;
-            }
-        }
-    }
     for (int index = 0; index < common_count; index++) {
-        if (common_watches[index] < 0) continue;
-        /* Unwatched from now on, or not opened again: each worker looks it up. */
-        if (unwatched[index]) {
-            common_watches[index] = -1;
+        if (common_kinds[index] == common_folder) continue;
+        struct stat now;
+        int there = stat(common_path(index), &now) == 0;
+        if (there == common_identity[index].there &&
+            (!there || (now.st_dev == common_identity[index].device && now.st_ino == common_identity[index].inode)))
+            continue;
+        if (open_common_path(index, common_fds[index]) < 0) {
+            /* Each worker looks it up; opened again once it changes again. */
             common_kinds[index] = common_lookup;
-        } else if ((all || changed[index]) && open_common_path(index, common_fds[index]) < 0) {
-            common_kinds[index] = common_lookup;
+            common_identity[index].device = now.st_dev;
+            common_identity[index].inode = now.st_ino;
+            common_identity[index].there = (unsigned char)there;
         }
     }
 }

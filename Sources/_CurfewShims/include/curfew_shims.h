@@ -451,13 +451,13 @@ int curfew_sandbox_prepare(int network, int allow_exec, curfew_sandbox_report *r
  * with no gap, which each child it forks keeps (curfew_sandbox_common_range)
  * and its curfew_sandbox_prepare makes those rules from, looking up nothing
  * itself, then closes (as curfew_sandbox_apply does, before any plugin
- * code). It watches their folders, for a file replaced while the server
- * lives. 0, or an errno and none kept. */
+ * code). 0, or an errno and none kept. */
 int curfew_sandbox_open_common(void);
 
-/* In that fork server, before each fork: opens again each file of those
- * whose folder changed since (a file replaced by rename is a new inode,
- * which an old descriptor's rule would not grant). */
+/* In that fork server, before each fork: opens again each of those paths
+ * but a folder whose lookup names another inode than the one held, or
+ * whose presence changed (a file replaced by rename is a new inode, which
+ * an old descriptor's rule would not grant). */
 void curfew_sandbox_refresh_common(void);
 
 /* In a fork server whose workers prepare a sandbox for `network` and

@@ -40,5 +40,45 @@ extension ProcessTests.First {
             #expect(!pids.contains(where: alive), "all end with the host")
             #expect(kept.server(executable: Fixtures.curfewExecutable, environment: base) == nil, "none after the close")
         }
+
+        /// A server whose workers take a sandbox holds the system's files
+        /// for them, and holds them to date without an inotify watch: closing
+        /// one waits for an SRCU grace period (14 ms on the 250 Hz machine of
+        /// BENCHMARKS.md), and the server's exit, which every run's end waits
+        /// for, closed its watch.
+        @Test func aSandboxingServerHoldsItsFilesWithNoInotifyWatch() async throws {
+            var configuration = RunConfiguration()
+            configuration.sandbox = SandboxPolicy()
+            let environment = WorkerRun.environment(for: configuration)
+            try #require(environment.contains { $0.hasPrefix(WorkerSandbox.aheadVariable + "=") }, "workers prepare a sandbox ahead")
+            let forks = LazyForkServer(executable: Fixtures.curfewExecutable, environment: environment, enabled: true)
+            defer { forks.close() }
+            forks.startSoon()
+            let pid = try await started(forks)
+            var pair: [Int32] = [-1, -1]
+            try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0)
+            let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+            let child = forks.fork(channel: pair[1], out: null, err: null)
+            [pair[1], null].forEach { close($0) }
+            defer { close(pair[0]) }  // the worker reads end of file and leaves
+            try #require(child != nil, "the server forked")
+            let folder = "/proc/\(pid)/fd"
+            let descriptors = try #require(opendir(folder))
+            defer { closedir(descriptors) }
+            var held = 0
+            var watches: [String] = []
+            while let entry = readdir(descriptors) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+                guard let number = Int(name) else { continue }
+                var target = [CChar](repeating: 0, count: 4096)
+                let length = readlink(folder + "/" + name, &target, target.count - 1)
+                guard length > 0 else { continue }
+                let text = String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                if number >= 256 { held += 1 }
+                if text.contains("inotify") { watches.append(text) }
+            }
+            #expect(held > 0, "the system's files are held for the workers")
+            #expect(watches.isEmpty, "\(watches)")
+        }
     }
 }
