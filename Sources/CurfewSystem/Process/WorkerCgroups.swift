@@ -7,7 +7,8 @@ import _CurfewShims
 /// beneath the host's (``HostName``), its `memory.max` the run's memory limit where that
 /// controller is delegated too, and killed whole
 /// (`cgroup.kill`) when the worker ends, so nothing a job starts outlives
-/// it, however it detached. Where none is delegated, the subreaper walk
+/// it, however it detached; emptied, it goes to a later worker where it has
+/// no controller (``giveBack(_:allowed:)``). Where none is delegated, the subreaper walk
 /// (``ChildProcesses``) is all there is.
 public final class WorkerCgroups: Sendable {
     /// Where the workers' cgroups are made.
@@ -19,12 +20,25 @@ public final class WorkerCgroups: Sendable {
     /// The host moved itself into `folder/host` to give its workers controllers.
     private let hostInside: Bool
     private let made = Atomic<UInt64>(0)
+    /// Worker cgroups whose workers have ended, emptied, for the next ones
+    /// (``giveBack(_:allowed:)``): a `mkdir` and an `rmdir` in cgroupfs are
+    /// most of what a worker's cgroup costs the host.
+    private let emptied = Mutex<[WorkerCgroup]>([])
+    /// How many emptied cgroups wait at most; beyond, one is removed.
+    static let emptiedLimit = 16
 
     private init(folder: String, controllers: [String], ended: Int, hostInside: Bool) {
         self.folder = folder
         self.controllers = controllers
         self.ended = ended
         self.hostInside = hostInside
+    }
+
+    /// Workers' cgroups in `folder`, which the caller made and removes, with
+    /// `controllers` as if given: for tests, which must not prepare the
+    /// process's own (``prepare()``).
+    package convenience init(madeFolder folder: String, controllers: [String]) {
+        self.init(folder: folder, controllers: controllers, ended: 0, hostInside: false)
     }
 
     /// What ``prepare()`` found: the subtree, or why there is none.
@@ -92,6 +106,10 @@ public final class WorkerCgroups: Sendable {
     /// global threadgroup lock, which waits for an RCU grace period and
     /// holds up every fork and exit on the machine meanwhile.
     package func makeEmpty() throws(SystemError) -> (group: WorkerCgroup, descriptor: Int32) {
+        while let group = emptied.withLock({ $0.popLast() }) {
+            if let descriptor = try? Syscalls.open(group.path, .read, [.directory, .noFollow]) { return (group, descriptor) }
+            _ = group.removeTree()
+        }
         let group = try makeFolder()
         do throws(SystemError) {
             return (group, try Syscalls.open(group.path, .read, [.directory, .noFollow]))
@@ -113,6 +131,40 @@ public final class WorkerCgroups: Sendable {
             _ = group.removeTree()
             throw error
         }
+    }
+
+    /// A worker's cgroup once its worker has exited: what is left in it
+    /// killed and waited up to `allowed` for, then the cgroup kept for a
+    /// later worker (``makeEmpty()``), or removed. Kept only where nothing
+    /// was ever killed in it (see ``WorkerCgroup/kill()``), where the
+    /// workers' cgroups have no controller, so an emptied one holds nothing
+    /// of its last worker's (a memory controller would keep charging it for
+    /// the page cache its jobs filled), and with no cgroup beneath it (a job
+    /// may make some). `nil` once kept or gone, else why not.
+    package func giveBack(_ group: WorkerCgroup, allowed: Duration) -> SystemError? {
+        if group.isPopulated != false {
+            guard group.kill() else { return group.removeTree() }
+            _ = group.waitUntilEmpty(allowed: allowed)
+        }
+        if !group.wasKilled, group.isPopulated == false, controllers.isEmpty, Syscalls.folder(of: group.path) == folder,
+            Self.children(of: group.path).isEmpty,
+            emptied.withLock({ emptied -> Bool in
+                guard emptied.count < Self.emptiedLimit else { return false }
+                emptied.append(group)
+                return true
+            })
+        {
+            return nil
+        }
+        return group.removeTree()
+    }
+
+    /// ``giveBack(_:allowed:)`` to the host's subtree, or where it is gone
+    /// (the host is ending), ``WorkerCgroup/remove(allowed:)``.
+    package static func giveBack(_ group: WorkerCgroup, allowed: Duration) -> SystemError? {
+        // Not `current?.giveBack(...) ?? remove`: a kept cgroup's `nil` would remove it.
+        guard let current else { return group.remove(allowed: allowed) }
+        return current.giveBack(group, allowed: allowed)
     }
 
     /// Sets `group`'s `memory.max` to `memoryBytes` where the memory
@@ -323,7 +375,32 @@ package struct WorkerCgroup: Sendable {
     /// whether the kernel took the request.
     @discardableResult
     package func kill() -> Bool {
-        (try? set("cgroup.kill", "1")) != nil
+        Self.killed.withLock { _ = $0.insert(path) }
+        return (try? set("cgroup.kill", "1")) != nil
+    }
+
+    /// The cgroups ``kill()`` was asked to kill, until removed: the kernel
+    /// (6.18) SIGKILLs a process cloned into a cgroup (`CLONE_INTO_CGROUP`)
+    /// that has been killed more often than the cgroup of the process that
+    /// clones it, so a killed cgroup is never a worker's again.
+    private static let killed = Mutex<Set<String>>([])
+
+    /// Whether it was killed since it was made.
+    var wasKilled: Bool { Self.killed.withLock { $0.contains(path) } }
+
+    /// Whether it, or a cgroup beneath it, holds a process (a zombie holds
+    /// none); `nil` when `cgroup.events` cannot be read.
+    package var isPopulated: Bool? {
+        guard let bytes = try? Syscalls.readPrefix(path + "/cgroup.events", count: 256) else { return nil }
+        let lines = bytes.split(separator: UInt8(ascii: "\n"))
+        if lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) { return false }
+        return lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) ? true : nil
+    }
+
+    /// Kills what it holds, if anything: a cgroup left unkilled can go to
+    /// another worker (``WorkerCgroups/giveBack(_:allowed:)``).
+    package func killIfPopulated() {
+        if isPopulated != false { kill() }
     }
 
     /// Waits up to `allowed` for it to hold no process (a zombie holds
@@ -373,6 +450,7 @@ package struct WorkerCgroup: Sendable {
         }
         do throws(SystemError) {
             try Syscalls.removeFolder(path)
+            Self.killed.withLock { _ = $0.remove(path) }
             return nil
         } catch {
             return error == .noEntry ? nil : error
@@ -383,3 +461,4 @@ package struct WorkerCgroup: Sendable {
         try WorkerCgroups.write(value, to: "\(path)/\(file)")
     }
 }
+

@@ -322,11 +322,12 @@ final class WorkerProcess: @unchecked Sendable {
         closeAttached()
         workerExited()
         let status = process.reap() ?? -1
-        // Its cgroup first: once it is removed, no process the jobs started is
-        // left, and their scratch folder can go to the run's next worker.
+        // Its cgroup first: once it is empty (kept for a later worker, or
+        // removed), no process the jobs started is left, and their scratch
+        // folder can go to the run's next worker.
         var emptied = false
         if let group = cgroup.withLock({ $0.group }) {
-            if let error = group.remove(allowed: .seconds(1)) {
+            if let error = WorkerCgroups.giveBack(group, allowed: .seconds(1)) {
                 state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: \(error.message)")
             } else {
                 emptied = true
@@ -371,11 +372,12 @@ final class WorkerProcess: @unchecked Sendable {
         }
         if first {
             process.killGroup()
-            // What left the group (setsid) is still in the cgroup.
+            // What left the group (setsid) is still in the cgroup. Killed only
+            // when something is left: a cgroup never killed goes to a later worker.
             cgroup.withLock { state -> WorkerCgroup? in
                 state.closed = true
                 return state.group
-            }?.kill()
+            }?.killIfPopulated()
         }
     }
 
