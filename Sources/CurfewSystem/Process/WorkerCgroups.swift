@@ -142,12 +142,12 @@ public final class WorkerCgroups: Sendable {
     /// the page cache its jobs filled), and with no cgroup beneath it (a job
     /// may make some). `nil` once kept or gone, else why not.
     package func giveBack(_ group: WorkerCgroup, allowed: Duration) -> SystemError? {
-        if group.isPopulated != false {
+        guard group.isPopulated == false else {
             guard group.kill() else { return group.removeTree() }
             _ = group.waitUntilEmpty(allowed: allowed)
+            return group.removeTree()
         }
-        if !group.wasKilled, group.isPopulated == false, controllers.isEmpty, Syscalls.folder(of: group.path) == folder,
-            Self.children(of: group.path).isEmpty,
+        if !group.wasKilled, controllers.isEmpty, Syscalls.folder(of: group.path) == folder, group.hasNoDescendants,
             emptied.withLock({ emptied -> Bool in
                 guard emptied.count < Self.emptiedLimit else { return false }
                 emptied.append(group)
@@ -395,6 +395,13 @@ package struct WorkerCgroup: Sendable {
         let lines = bytes.split(separator: UInt8(ascii: "\n"))
         if lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) { return false }
         return lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) ? true : nil
+    }
+
+    /// Whether no cgroup lives beneath it (`cgroup.stat`: one read, not a
+    /// listing); false when that cannot be read.
+    var hasNoDescendants: Bool {
+        guard let bytes = try? Syscalls.readPrefix(path + "/cgroup.stat", count: 512) else { return false }
+        return bytes.split(separator: UInt8(ascii: "\n")).contains { $0.elementsEqual("nr_descendants 0".utf8) }
     }
 
     /// Kills what it holds, if anything: a cgroup left unkilled can go to
