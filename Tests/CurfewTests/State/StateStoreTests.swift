@@ -1,5 +1,6 @@
 import Foundation
 import CurfewFormats
+import Synchronization
 import Testing
 
 @testable import Curfew
@@ -162,6 +163,30 @@ import Testing
         #expect(try store.checkpoint(job: "a") == nil, "zero bytes clear it")
         #expect(try store.clearCheckpoints(job: nil) == 1)
         #expect(try store.checkpoints().isEmpty)
+    }
+
+    /// A job being admitted reads its checkpoint on a connection of its
+    /// own: it waits for none of the writer's work (a history row, or the
+    /// WAL checkpoint SQLite runs inside a commit, 4 ms), and sees every
+    /// save committed before it. Before, the read took the writer's lock.
+    @Test func aCheckpointIsReadWithoutWaitingForTheWriter() throws {
+        let store = try StateStore(folder: Fixtures.temporaryFolder("state"), writer: .current())
+        let key = JobKey(job: "a", plugin: StateStore.testPlugin)
+        try store.saveCheckpoint(key, bytes: [1, 2, 3])
+        let read = DispatchSemaphore(value: 0)
+        let got = Mutex<[UInt8]?>(nil)
+        let answered = store.holdingWriterLock { () -> Bool in
+            DispatchQueue.global().async {
+                got.withLock { $0 = try? store.checkpoint(key) }
+                read.signal()
+            }
+            return read.wait(timeout: .now() + 10) == .success
+        }
+        if !answered { read.wait() }  // the lock is free now: let the read finish
+        #expect(answered, "the read waited for the writer's lock")
+        #expect(got.withLock { $0 } == [1, 2, 3])
+        try store.saveCheckpoint(key, bytes: [4])
+        #expect(try store.checkpoint(key) == [4], "a save committed before the read is seen")
     }
 
     @Test func historyKeepsEveryOutcomeNewestFirstAndACompletedJobsCheckpointIsCleared() throws {
