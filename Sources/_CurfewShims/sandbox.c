@@ -1192,9 +1192,10 @@ static int open_common_path(int index, int target) {
         common_identity[index].there = 1;
         is_resolved = realpath(path, resolved) != NULL;
         if (is_resolved && is_covered(index, resolved)) kind = common_covered;
-        /* A file reached through a link the watch does not follow (NixOS's
-         * /etc/hosts -> /etc/static/... -> /nix/store/...): its target can
-         * change with no event here, so each worker looks it up. */
+        /* A file reached through a link (NixOS's /etc/hosts ->
+         * /etc/static/... -> /nix/store/...): the link itself can be
+         * replaced to point elsewhere between two lookups of the server's,
+         * so each worker looks it up. */
         else if (kind == common_file && (!is_resolved || strcmp(resolved, path) != 0)) kind = common_lookup;
     } else if (errno == ENOENT || errno == ENOTDIR || errno == EACCES) {
         common_identity[index].there = 0;
@@ -1252,7 +1253,7 @@ int curfew_sandbox_open_common(void) {
 void curfew_sandbox_refresh_common(void) {
     for (int index = 0; index < common_count; index++) {
         if (common_kinds[index] == common_folder) continue;
-        struct stat now;
+        struct stat now = {0};
         int there = stat(common_path(index), &now) == 0;
         if (there == common_identity[index].there &&
             (!there || (now.st_dev == common_identity[index].device && now.st_ino == common_identity[index].inode)))

@@ -16,12 +16,12 @@ final class SQLiteConnection {
     private let handle: OpaquePointer
     private var statements: [String: OpaquePointer] = [:]
 
-    /// Opens (creating when missing) the database at `path`, never through
-    /// a symlink.
-    init(path: String) throws(CurfewError) {
+    /// Opens (creating when missing, if `creating`) the database at `path`,
+    /// never through a symlink.
+    init(path: String, creating: Bool = true) throws(CurfewError) {
         self.path = path
         var handle: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
+        let flags = SQLITE_OPEN_READWRITE | (creating ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW
         let status = sqlite3_open_v2(path, &handle, flags, nil)
         guard status == SQLITE_OK, let handle else {
             let text = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(status))

@@ -6,7 +6,8 @@ import Synchronization
 /// What the host remembers between runs: each job's checkpoint, the history
 /// of every run and job, and each job's chunk-time estimate. One SQLite
 /// database (`state.db`, WAL) in a folder of this user's, with one
-/// connection, used under a lock.
+/// connection, used under a lock; a writer reads a job's checkpoint as the
+/// job is admitted on a second one, which waits for no write.
 ///
 /// Durability: a checkpoint save, and a job end that clears one, commits
 /// with `synchronous=FULL` (on disk when it returns, power loss included);
@@ -18,7 +19,8 @@ import Synchronization
 /// Readers (`history`, `state list`) open it beside the writer, and SQLite
 /// has each wait up to ``busyTimeout`` for the other.
 public final class StateStore: @unchecked Sendable {
-    // Safe because the connection is only used under `lock`.
+    // Safe because the connection is only used under `lock`, and `reader`
+    // (with `readerTried`) only under `readerLock`.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
     public static let schemaVersion = 6
@@ -622,7 +624,8 @@ public final class StateStore: @unchecked Sendable {
         defer { readerLock.unlock() }
         if !readerTried {
             readerTried = true
-            let opened = try? SQLiteConnection(path: path)
+            // Not made anew: a store removed meanwhile is read as missing.
+            let opened = try? SQLiteConnection(path: path, creating: false)
             if (try? opened?.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds)); PRAGMA query_only = 1")) != nil {
                 reader = opened
             }

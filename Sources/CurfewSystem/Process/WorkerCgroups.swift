@@ -8,7 +8,7 @@ import _CurfewShims
 /// controller is delegated too, and killed whole
 /// (`cgroup.kill`) when the worker ends, so nothing a job starts outlives
 /// it, however it detached; emptied, it goes to a later worker where it has
-/// no controller (``giveBack(_:allowed:)``). Where none is delegated, the subreaper walk
+/// no controller (``giveBack(_:reusable:allowed:)``). Where none is delegated, the subreaper walk
 /// (``ChildProcesses``) is all there is.
 public final class WorkerCgroups: Sendable {
     /// Where the workers' cgroups are made.
@@ -21,7 +21,7 @@ public final class WorkerCgroups: Sendable {
     private let hostInside: Bool
     private let made = Atomic<UInt64>(0)
     /// Worker cgroups whose workers have ended, emptied, for the next ones
-    /// (``giveBack(_:allowed:)``): a `mkdir` and an `rmdir` in cgroupfs are
+    /// (``giveBack(_:reusable:allowed:)``): a `mkdir` and an `rmdir` in cgroupfs are
     /// most of what a worker's cgroup costs the host.
     private let emptied = Mutex<[WorkerCgroup]>([])
     /// How many emptied cgroups wait at most; beyond, one is removed.
@@ -107,8 +107,14 @@ public final class WorkerCgroups: Sendable {
     /// holds up every fork and exit on the machine meanwhile.
     package func makeEmpty() throws(SystemError) -> (group: WorkerCgroup, descriptor: Int32) {
         while let group = emptied.withLock({ $0.popLast() }) {
-            if let descriptor = try? Syscalls.open(group.path, .read, [.directory, .noFollow]) { return (group, descriptor) }
-            _ = group.removeTree()
+            // Kept empty, unfrozen and unkilled, or not given out: a late kill
+            // of its last worker's would end the next one as it is forked.
+            if !group.wasKilled, group.events == .idle,
+                let descriptor = try? Syscalls.open(group.path, .read, [.directory, .noFollow])
+            {
+                return (group, descriptor)
+            }
+            _ = group.remove(allowed: .seconds(1))
         }
         let group = try makeFolder()
         do throws(SystemError) {
@@ -135,19 +141,24 @@ public final class WorkerCgroups: Sendable {
 
     /// A worker's cgroup once its worker has exited: what is left in it
     /// killed and waited up to `allowed` for, then the cgroup kept for a
-    /// later worker (``makeEmpty()``), or removed. Kept only where nothing
-    /// was ever killed in it (see ``WorkerCgroup/kill()``), where the
-    /// workers' cgroups have no controller, so an emptied one holds nothing
-    /// of its last worker's (a memory controller would keep charging it for
-    /// the page cache its jobs filled), and with no cgroup beneath it (a job
-    /// may make some). `nil` once kept or gone, else why not.
-    package func giveBack(_ group: WorkerCgroup, allowed: Duration) -> SystemError? {
-        guard group.isPopulated == false else {
+    /// later worker (``makeEmpty()``), or removed. Kept only where
+    /// `reusable` (its worker was sandboxed: a job unconfined could write
+    /// the cgroup's own files, `cgroup.kill` or `cgroup.freeze`, against
+    /// the next worker), where nothing was ever killed in it (see
+    /// ``WorkerCgroup/kill()``), where the workers' cgroups have no
+    /// controller, so an emptied one holds nothing of its last worker's (a
+    /// memory controller would keep charging it for the page cache its jobs
+    /// filled), and with no cgroup beneath it (a job may make some). `nil`
+    /// once kept or gone, else why not.
+    package func giveBack(_ group: WorkerCgroup, reusable: Bool, allowed: Duration) -> SystemError? {
+        let events = group.events
+        guard events != .populated, events != nil else {
             guard group.kill() else { return group.removeTree() }
             _ = group.waitUntilEmpty(allowed: allowed)
             return group.removeTree()
         }
-        if !group.wasKilled, controllers.isEmpty, Syscalls.folder(of: group.path) == folder, group.hasNoDescendants,
+        if reusable, events == .idle, !group.wasKilled, controllers.isEmpty, Syscalls.folder(of: group.path) == folder,
+            group.hasNoDescendants,
             emptied.withLock({ emptied -> Bool in
                 guard emptied.count < Self.emptiedLimit else { return false }
                 emptied.append(group)
@@ -159,12 +170,12 @@ public final class WorkerCgroups: Sendable {
         return group.removeTree()
     }
 
-    /// ``giveBack(_:allowed:)`` to the host's subtree, or where it is gone
+    /// ``giveBack(_:reusable:allowed:)`` to the host's subtree, or where it is gone
     /// (the host is ending), ``WorkerCgroup/remove(allowed:)``.
-    package static func giveBack(_ group: WorkerCgroup, allowed: Duration) -> SystemError? {
+    package static func giveBack(_ group: WorkerCgroup, reusable: Bool, allowed: Duration) -> SystemError? {
         // Not `current?.giveBack(...) ?? remove`: a kept cgroup's `nil` would remove it.
         guard let current else { return group.remove(allowed: allowed) }
-        return current.giveBack(group, allowed: allowed)
+        return current.giveBack(group, reusable: reusable, allowed: allowed)
     }
 
     /// Sets `group`'s `memory.max` to `memoryBytes` where the memory
@@ -375,26 +386,50 @@ package struct WorkerCgroup: Sendable {
     /// whether the kernel took the request.
     @discardableResult
     package func kill() -> Bool {
+        // Noted before the write, so no clone can come between the two
+        // unnoted; forgotten when the write fails (nothing was killed).
         Self.killed.withLock { _ = $0.insert(path) }
-        return (try? set("cgroup.kill", "1")) != nil
+        guard (try? set("cgroup.kill", "1")) != nil else {
+            Self.killed.withLock { _ = $0.remove(path) }
+            return false
+        }
+        return true
     }
 
-    /// The cgroups ``kill()`` was asked to kill, until removed: the kernel
-    /// (6.18) SIGKILLs a process cloned into a cgroup (`CLONE_INTO_CGROUP`)
-    /// that has been killed more often than the cgroup of the process that
-    /// clones it, so a killed cgroup is never a worker's again.
+    /// The cgroups ``kill()`` killed, until removed: the kernel (6.18 here)
+    /// SIGKILLs a process cloned into a cgroup (`CLONE_INTO_CGROUP`) whose
+    /// count of kills differs from that of the cloning process's own
+    /// cgroup, so a killed cgroup is never a worker's again.
     private static let killed = Mutex<Set<String>>([])
 
     /// Whether it was killed since it was made.
     var wasKilled: Bool { Self.killed.withLock { $0.contains(path) } }
 
-    /// Whether it, or a cgroup beneath it, holds a process (a zombie holds
-    /// none); `nil` when `cgroup.events` cannot be read.
-    package var isPopulated: Bool? {
+    /// What `cgroup.events` says of it.
+    package enum Events: Equatable {
+        /// No process in it or beneath it (a zombie holds none), not frozen.
+        case idle
+        /// A process in it or beneath it.
+        case populated
+        /// Empty, but frozen: a process cloned into it would not run.
+        case frozen
+    }
+
+    /// What `cgroup.events` says, or `nil` when it cannot be read.
+    package var events: Events? {
         guard let bytes = try? Syscalls.readPrefix(path + "/cgroup.events", count: 256) else { return nil }
         let lines = bytes.split(separator: UInt8(ascii: "\n"))
-        if lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) { return false }
-        return lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) ? true : nil
+        if lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) { return .populated }
+        guard lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) else { return nil }
+        return lines.contains(where: { $0.elementsEqual("frozen 0".utf8) }) ? .idle : .frozen
+    }
+
+    /// Kills what it holds, if anything (or when that cannot be read): a
+    /// cgroup left unkilled can go to another worker
+    /// (``WorkerCgroups/giveBack(_:reusable:allowed:)``).
+    package func killIfPopulated() {
+        let events = events
+        if events == .populated || events == nil { kill() }
     }
 
     /// Whether no cgroup lives beneath it (`cgroup.stat`: one read, not a
@@ -402,12 +437,6 @@ package struct WorkerCgroup: Sendable {
     var hasNoDescendants: Bool {
         guard let bytes = try? Syscalls.readPrefix(path + "/cgroup.stat", count: 512) else { return false }
         return bytes.split(separator: UInt8(ascii: "\n")).contains { $0.elementsEqual("nr_descendants 0".utf8) }
-    }
-
-    /// Kills what it holds, if anything: a cgroup left unkilled can go to
-    /// another worker (``WorkerCgroups/giveBack(_:allowed:)``).
-    package func killIfPopulated() {
-        if isPopulated != false { kill() }
     }
 
     /// Waits up to `allowed` for it to hold no process (a zombie holds

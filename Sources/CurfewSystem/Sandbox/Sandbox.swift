@@ -140,9 +140,9 @@ package enum Sandbox {
 
     /// In a fork server whose workers ``prepare(network:allowsExec:)``:
     /// opens, once, the paths every sandbox grants, which each worker it
-    /// forks makes its rules from and closes, and watches the folders of
-    /// its files, opening a file again before the next fork once it changed
-    /// (see `curfew_sandbox_open_common`). Where they cannot be opened, each
+    /// forks makes its rules from and closes; before each fork it looks its
+    /// files up again and opens one again that names another inode (see
+    /// `curfew_sandbox_open_common`). Where they cannot be opened, each
     /// worker looks them up itself; so it does a file behind a link.
     package static func openCommonPaths() {
         _ = curfew_sandbox_open_common()

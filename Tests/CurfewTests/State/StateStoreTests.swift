@@ -176,7 +176,8 @@ import Testing
         let read = DispatchSemaphore(value: 0)
         let got = Mutex<[UInt8]?>(nil)
         let answered = store.holdingWriterLock { () -> Bool in
-            DispatchQueue.global().async {
+            // A thread of its own: Dispatch's pool may be busy with other tests.
+            Thread.detachNewThread {
                 got.withLock { $0 = try? store.checkpoint(key) }
                 read.signal()
             }

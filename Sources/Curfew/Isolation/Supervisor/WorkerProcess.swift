@@ -49,6 +49,7 @@ final class WorkerProcess: @unchecked Sendable {
     /// scratch folder comes from and goes back to (`nil`: made and removed).
     init(_ worker: WorkerPool.Worker, scratches: ScratchFolders? = nil) {
         pid = worker.process.pid
+        reusesCgroup = false
         cgroup = Mutex((nil, false))
         scratch = Mutex((nil, false))
         self.scratches = scratches
@@ -61,12 +62,15 @@ final class WorkerProcess: @unchecked Sendable {
 
     /// A worker the fork server forked (and reaps); `exitPipe` is this one's
     /// own, `cgroup` the one it was moved into (``cgroup(for:)``), `scratch`
-    /// its scratch folder when one was made with it, from `scratches`.
+    /// its scratch folder when one was made with it, from `scratches`;
+    /// `sandboxed`: whether its jobs run under Landlock, so none can write
+    /// its cgroup's files, and the cgroup may go to a later worker.
     init(
         forked child: ForkServer.Child, by server: ForkServer, channel: Int32, out: Int32, err: Int32, exitPipe: [Int32],
-        cgroup group: WorkerCgroup?, scratch folder: String? = nil, scratches: ScratchFolders? = nil
+        cgroup group: WorkerCgroup?, scratch folder: String? = nil, scratches: ScratchFolders? = nil, sandboxed: Bool = false
     ) {
         pid = child.pid
+        reusesCgroup = sandboxed
         scratch = Mutex((folder, false))
         self.scratches = scratches
         // Moved in as it was forked, or never: once it exits its fork server
@@ -110,9 +114,12 @@ final class WorkerProcess: @unchecked Sendable {
         }
     }
 
+    /// Whether its cgroup, emptied, may go to a later worker.
+    private let reusesCgroup: Bool
+
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its
-    /// first job's plugin code runs, killed whole when it exits or is
-    /// killed, removed once it is reaped. `closed` once it has exited: its
+    /// first job's plugin code runs, killed whole when it is killed or
+    /// exits with something left in it, and given back once it is reaped. `closed` once it has exited: its
     /// pid may then be another process's, which no cgroup may take in.
     private let cgroup: Mutex<(group: WorkerCgroup?, closed: Bool)>
 
@@ -190,7 +197,11 @@ final class WorkerProcess: @unchecked Sendable {
         // Sent only while the group is still the worker's (see TeardownTarget).
         if first {
             process.killGroup()
-            cgroup.withLock { $0.group }?.kill()
+            // Under the cgroup's lock, and only before its end was handled:
+            // once the worker has exited, its cgroup may be the next worker's.
+            cgroup.withLock { state in
+                if !state.closed { state.group?.kill() }
+            }
         }
     }
 
@@ -327,7 +338,7 @@ final class WorkerProcess: @unchecked Sendable {
         // folder can go to the run's next worker.
         var emptied = false
         if let group = cgroup.withLock({ $0.group }) {
-            if let error = WorkerCgroups.giveBack(group, allowed: .seconds(1)) {
+            if let error = WorkerCgroups.giveBack(group, reusable: reusesCgroup, allowed: .seconds(1)) {
                 state.withLock { $0.jobs.values.first }?.warn("its cgroup \(group.path) could not be removed: \(error.message)")
             } else {
                 emptied = true

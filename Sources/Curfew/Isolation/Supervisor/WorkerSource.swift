@@ -130,7 +130,8 @@ final class WorkerSource: Sendable {
                 if !waiting { refill() }
                 return WorkerProcess(
                     forked: forked.child, by: forked.server, channel: forked.channel, out: forked.out, err: forked.err,
-                    exitPipe: forked.exitPipe, cgroup: forked.cgroup, scratch: forked.scratch, scratches: scratches)
+                    exitPipe: forked.exitPipe, cgroup: forked.cgroup, scratch: forked.scratch, scratches: scratches,
+                    sandboxed: scratchAhead && Sandbox.landlockABI > 0)
             }
         }
         starts.withLock { $0.spawned += 1 }
@@ -189,7 +190,7 @@ final class WorkerSource: Sendable {
             ([made.channel[0], made.out[0], made.err[0]] + made.exitPipe).forEach { Syscalls.close($0) }
             // A server that died after forking into it leaves its child there:
             // killed, waited for and removed off this thread, as a released spare's is.
-            if let group = made.cgroup?.group { DispatchQueue.global(qos: .utility).async { _ = WorkerCgroups.giveBack(group, allowed: .seconds(1)) } }
+            if let group = made.cgroup?.group { DispatchQueue.global(qos: .utility).async { _ = WorkerCgroups.giveBack(group, reusable: false, allowed: .seconds(1)) } }
             return nil
         }
         let scratch = scratchAhead ? try? scratches.take() : nil
@@ -271,7 +272,7 @@ final class WorkerSource: Sendable {
         // Now, not later: a run that ends at once (a stop, the last job) must
         // not leave it behind. No job wrote in it: one `rmdir`.
         if let scratch = spare.scratch { try? Syscalls.removeTree(scratch) }
-        if let cgroup = spare.cgroup { DispatchQueue.global(qos: .utility).async { _ = WorkerCgroups.giveBack(cgroup, allowed: .seconds(1)) } }
+        if let cgroup = spare.cgroup { DispatchQueue.global(qos: .utility).async { _ = WorkerCgroups.giveBack(cgroup, reusable: false, allowed: .seconds(1)) } }
     }
 
     func worker(for job: PluginJob) throws(SystemError) -> WorkerProcess {
