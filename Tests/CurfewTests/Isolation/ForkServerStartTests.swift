@@ -89,14 +89,6 @@ extension ProcessTests.First {
     /// up every fork and exit on the machine meanwhile. Where this process may
     /// make no cgroup, there is nothing to try.
     @Suite(.timeLimit(.minutes(1))) struct ForkIntoCgroupTests {
-        func clone3IsLetThrough() throws -> Bool {
-            let output = Fixtures.workRoot + "/clone3_probe"
-            let arguments = ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", Fixtures.sourceFolder + "/clone3_probe.c", "-o", output]
-            let built = try Fixtures.runBlocking("/usr/bin/env", arguments, in: nil, timeout: nil, environment: [:])
-            guard built.status == 0 else { throw FixtureError.compileFailed(source: "clone3_probe.c", output: built.stderr) }
-            return try Fixtures.runBlocking(output, [], in: nil, timeout: .seconds(10), environment: [:]).status == 0
-        }
-
         @Test func aWorkerIsForkedIntoTheCgroupItIsGiven() throws {
             guard let own = WorkerCgroups.ownCgroup()?.folder else { return }
             let path = own + "/curfew-test-\(getpid())-into"
@@ -115,7 +107,7 @@ extension ProcessTests.First {
             let worker = try #require(child)
             // Where clone3 is refused (a container's call filter), the server
             // forks and says so, and the host moves the worker.
-            guard try clone3IsLetThrough() else { return }
+            guard try Fixtures.clone3IsLetThrough() else { return }
             #expect(worker.placed)
             let groups = (try? String(contentsOfFile: "/proc/\(worker.pid)/cgroup", encoding: .utf8)) ?? ""
             let unified = groups.split(separator: "\n").first { $0.hasPrefix("0::") }

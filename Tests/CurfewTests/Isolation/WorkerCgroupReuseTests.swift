@@ -91,22 +91,12 @@ extension ProcessTests.First {
             #expect(access(group.path, F_OK) != 0, "removed, not kept")
         }
 
-        /// Whether clone3 is let through here (a container's call filter
-        /// may refuse it, and the fork server then forks and moves).
-        func clone3IsLetThrough() throws -> Bool {
-            let output = Fixtures.workRoot + "/clone3_probe"
-            let arguments = ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", Fixtures.sourceFolder + "/clone3_probe.c", "-o", output]
-            let built = try Fixtures.runBlocking("/usr/bin/env", arguments, in: nil, timeout: nil, environment: [:])
-            guard built.status == 0 else { throw FixtureError.compileFailed(source: "clone3_probe.c", output: built.stderr) }
-            return try Fixtures.runBlocking(output, [], in: nil, timeout: .seconds(10), environment: [:]).status == 0
-        }
-
         /// The fork server forks a worker into a cgroup its last worker
         /// left, and the worker lives.
         @Test func aWorkerForkedIntoAReusedCgroupLives() throws {
             let path = try folder("forked")
             defer { #expect(WorkerCgroup(path: path).remove(allowed: .seconds(5)) == nil, "\(path)") }
-            let placed = try clone3IsLetThrough()
+            let placed = try Fixtures.clone3IsLetThrough()
             let cgroups = WorkerCgroups(madeFolder: path, controllers: [])
             let server = try #require(ForkServer(executable: Fixtures.curfewExecutable, environment: WorkerProtocol.helperEnvironment()))
             defer { server.close() }

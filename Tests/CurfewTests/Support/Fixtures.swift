@@ -218,6 +218,22 @@ enum Fixtures {
 }
 
 extension Fixtures {
+    /// Whether `clone3` is let through here (a container's call filter may
+    /// refuse it: the fork server then forks and the host moves the worker),
+    /// asked of a compiled probe, once for the whole test run (two suites
+    /// running at once must not build the same file together).
+    static func clone3IsLetThrough() throws -> Bool {
+        try clone3Probe.get()
+    }
+
+    private static let clone3Probe = Result { () throws -> Bool in
+        let output = workRoot + "/clone3_probe"
+        let arguments = ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", sourceFolder + "/clone3_probe.c", "-o", output]
+        let built = try runBlocking("/usr/bin/env", arguments, in: nil, timeout: nil, environment: [:])
+        guard built.status == 0 else { throw FixtureError.compileFailed(source: "clone3_probe.c", output: built.stderr) }
+        return try runBlocking(output, [], in: nil, timeout: .seconds(10), environment: [:]).status == 0
+    }
+
     /// Whether process `pid` is gone within two seconds (a zombie counts as
     /// gone: it runs nothing).
     static func isGone(_ pid: pid_t) async -> Bool {
