@@ -1113,8 +1113,8 @@ static int is_common_rule(const curfew_sandbox_path *path) {
  * so a worker's rule holds the file as it was when the worker was forked,
  * as a lookup of its own would. The held descriptor keeps the old inode
  * allocated, so a new file cannot have its number. Not inotify: closing a
- * watch waits for an SRCU grace period (14 ms here), which the server's
- * exit, and so the end of every run, would wait for. common_count is 0
+ * watch waits for an SRCU grace period, which the server's exit, and so
+ * the end of every run, would wait for. common_count is 0
  * where none were opened, and once closed. */
 enum { common_most = 48, common_first = 256 };
 /* How many paths there are: system_paths then device_paths, without their NULLs. */

@@ -19,8 +19,8 @@ import Synchronization
 /// Readers (`history`, `state list`) open it beside the writer, and SQLite
 /// has each wait up to ``busyTimeout`` for the other.
 public final class StateStore: @unchecked Sendable {
-    // Safe because the connection is only used under `lock`, and `reader`
-    // (with `readerTried`) only under `readerLock`.
+    // Safe because the connection is only used under `lock`, and the
+    // reader's under its own.
 
     /// The schema this Curfew writes; a store of a higher version is refused.
     public static let schemaVersion = 6
@@ -54,12 +54,9 @@ public final class StateStore: @unchecked Sendable {
     /// A writer's second connection, for reading a job's checkpoint as it
     /// is admitted: a WAL reader waits for no writer, so the admission does
     /// not wait behind the connection's writes (a history row, or the WAL
-    /// checkpoint SQLite runs in a commit: 4 ms). Opened on first use;
+    /// checkpoint SQLite runs in a commit). Opened on first use;
     /// `nil` inside when it cannot be, and the one connection serves.
-    private var reader: SQLiteConnection?
-    private var readerTried = false
-    /// What `reader` and `readerTried` are used under.
-    private let readerLock = ThreadLock()
+    private let reader = ThreadLocked<(connection: SQLiteConnection?, tried: Bool)>((nil, false))
 
     /// Opens the store in `folder`, creating both (the folder with mode 700)
     /// when missing, and brings an older schema up to date. A `writer` takes
@@ -620,18 +617,24 @@ public final class StateStore: @unchecked Sendable {
     /// every commit made before it starts; a reader store has one connection.
     private func reading<T>(_ body: (SQLiteConnection) throws(CurfewError) -> T) throws(CurfewError) -> T {
         guard writerLock != nil else { return try locked(body) }
-        readerLock.lock()
-        defer { readerLock.unlock() }
-        if !readerTried {
-            readerTried = true
-            // Not made anew: a store removed meanwhile is read as missing.
-            let opened = try? SQLiteConnection(path: path, creating: false)
-            if (try? opened?.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds)); PRAGMA query_only = 1")) != nil {
-                reader = opened
+        let read = reader.withLock { reader -> Result<T, CurfewError>? in
+            if !reader.tried {
+                reader.tried = true
+                // Not made anew: a store removed meanwhile is read as missing.
+                let opened = try? SQLiteConnection(path: path, creating: false)
+                if (try? opened?.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds)); PRAGMA query_only = 1")) != nil {
+                    reader.connection = opened
+                }
+            }
+            guard let connection = reader.connection else { return nil }
+            do throws(CurfewError) {
+                return .success(try body(connection))
+            } catch {
+                return .failure(error)
             }
         }
-        guard let reader else { return try locked(body) }
-        return try body(reader)
+        guard let read else { return try locked(body) }
+        return try read.get()
     }
 
     /// Holds the writer's lock while `body` runs (for tests: what waits for it).

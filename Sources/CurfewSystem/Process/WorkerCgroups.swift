@@ -489,7 +489,9 @@ package struct WorkerCgroup: Sendable {
             Self.killed.withLock { _ = $0.remove(path) }
             return nil
         } catch {
-            return error == .noEntry ? nil : error
+            guard error == .noEntry else { return error }
+            Self.killed.withLock { _ = $0.remove(path) }
+            return nil
         }
     }
 
@@ -497,4 +499,3 @@ package struct WorkerCgroup: Sendable {
         try WorkerCgroups.write(value, to: "\(path)/\(file)")
     }
 }
-

@@ -118,9 +118,10 @@ final class WorkerProcess: @unchecked Sendable {
     private let reusesCgroup: Bool
 
     /// The worker's own cgroup (see ``WorkerCgroups``): made before its
-    /// first job's plugin code runs, killed whole when it is killed or
-    /// exits with something left in it, and given back once it is reaped. `closed` once it has exited: its
-    /// pid may then be another process's, which no cgroup may take in.
+    /// first job's plugin code runs, killed whole when it is killed or exits
+    /// with something left in it, and given back once it is reaped.
+    /// `closed` once it has exited: its pid may then be another process's,
+    /// which no cgroup may take in, and the cgroup another worker's.
     private let cgroup: Mutex<(group: WorkerCgroup?, closed: Bool)>
 
     /// A new cgroup with process `pid` in it, where the host has a subtree
