@@ -413,15 +413,24 @@ package struct WorkerCgroup: Sendable {
         case populated
         /// Empty, but frozen: a process cloned into it would not run.
         case frozen
+
+        /// Reads `cgroup.events`' lines; `nil` when they say nothing of its processes.
+        init?(parsing bytes: ArraySlice<UInt8>) {
+            let lines = bytes.split(separator: UInt8(ascii: "\n"))
+            if lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) {
+                self = .populated
+            } else if lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) {
+                self = lines.contains(where: { $0.elementsEqual("frozen 0".utf8) }) ? .idle : .frozen
+            } else {
+                return nil
+            }
+        }
     }
 
     /// What `cgroup.events` says, or `nil` when it cannot be read.
     package var events: Events? {
         guard let bytes = try? Syscalls.readPrefix(path + "/cgroup.events", count: 256) else { return nil }
-        let lines = bytes.split(separator: UInt8(ascii: "\n"))
-        if lines.contains(where: { $0.elementsEqual("populated 1".utf8) }) { return .populated }
-        guard lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) else { return nil }
-        return lines.contains(where: { $0.elementsEqual("frozen 0".utf8) }) ? .idle : .frozen
+        return Events(parsing: bytes[...])
     }
 
     /// Kills what it holds, if anything (or when that cannot be read): a
@@ -450,8 +459,7 @@ package struct WorkerCgroup: Sendable {
         while true {
             let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
             guard count > 0 else { return false }
-            let lines = buffer[..<count].split(separator: UInt8(ascii: "\n"))
-            if lines.contains(where: { $0.elementsEqual("populated 0".utf8) }) { return true }
+            if let events = Events(parsing: buffer[..<count]), events != .populated { return true }
             let left = clock.now.duration(to: end)
             guard left > .zero else { return false }
             // The kernel marks the file with POLLPRI when a value in it changes.
