@@ -40,9 +40,11 @@ import Testing
         return path
     }
 
-    func run(_ scan: PluginScan, budget: Duration = .seconds(2), parameters: [String: String] = [:],
+    /// Runs `scan`'s jobs under `budget`, or with grants that expire after `expiry`.
+    func run(_ scan: PluginScan, budget: Duration = .seconds(2), expiry: Duration? = nil, parameters: [String: String] = [:],
              checkpoints: (any CheckpointKeeper)? = nil) async -> [JobResult] {
-        var configuration = RunConfiguration(policy: try! GrantPolicy(budget: budget), parameters: parameters)
+        let policy = try! expiry.map(Fixtures.expiring(after:)) ?? GrantPolicy(budget: budget)
+        var configuration = RunConfiguration(policy: policy, parameters: parameters)
         configuration.checkpoints = checkpoints
         return await Runner(jobs: scan.jobs, configuration: configuration).run()
     }
@@ -70,7 +72,7 @@ import Testing
         try manifest(Self.steadyJob())
         let scan = PluginLoader().scan([folder])
         let checkpoints = MemoryCheckpoints()
-        let first = try #require(await run(scan, budget: .milliseconds(300), checkpoints: checkpoints).first)
+        let first = try #require(await run(scan, expiry: .milliseconds(225), checkpoints: checkpoints).first)
         #expect(first.outcome == .expired)
         let reached = Int(first.chunks)
         #expect(reached > 0)
@@ -80,7 +82,7 @@ import Testing
         #expect(try steady("teardown") == reached)
         #expect(checkpoints.checkpoint(job: "steady") == Array("chunk-index \(reached)".utf8))
 
-        let second = try #require(await run(scan, budget: .milliseconds(300), checkpoints: checkpoints).first)
+        let second = try #require(await run(scan, expiry: .milliseconds(225), checkpoints: checkpoints).first)
         #expect(second.outcome == .expired)
         #expect(try steady("first") == reached)
         #expect(try steady("cleanup") == reached + Int(second.chunks))
@@ -92,7 +94,7 @@ import Testing
         let scan = PluginLoader().scan([folder])
         let checkpoints = MemoryCheckpoints()
         for _ in 0..<2 {
-            let result = try #require(await run(scan, budget: .milliseconds(200), checkpoints: checkpoints).first)
+            let result = try #require(await run(scan, expiry: .milliseconds(150), checkpoints: checkpoints).first)
             #expect(result.outcome == .expired)
             #expect(try steady("first") == 0)
         }
@@ -104,7 +106,7 @@ import Testing
         let scan = PluginLoader().scan([folder])
         for foreign in ["chunk-index -4", "chunk-index 99999999999999999999", "chunk-index ", "{\"position\": 3}"] {
             let checkpoints = MemoryCheckpoints([try #require(scan.jobs.first).stateKey: Array(foreign.utf8)])
-            var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(200)))
+            var configuration = RunConfiguration(policy: try Fixtures.expiring(after: .milliseconds(150)))
             configuration.checkpoints = checkpoints
             let logs = Mutex<[String]>([])
             let runner = Runner(jobs: scan.jobs, configuration: configuration) { event in
@@ -202,7 +204,7 @@ import Testing
              "cleanup": {"symbol": "on_cleanup", "args": [{"type": "pointer", "from": "state"}]},
              "teardown": {"symbol": "free_state", "args": [{"type": "pointer", "from": "state"}]}}
             """)
-        let result = try #require(await run(PluginLoader().scan([folder]), budget: .milliseconds(300)).first)
+        let result = try #require(await run(PluginLoader().scan([folder]), expiry: .milliseconds(225)).first)
         #expect(result.outcome == .expired)
         #expect(result.reason == "time ran out; cleanup ran")
         #expect(count("setup") == 1)

@@ -14,8 +14,8 @@ import Testing
         return scan.jobs
     }
 
-    func run(_ jobs: [PluginJob], budget: Duration = .seconds(10), parameters: [String: String]) async -> [JobResult] {
-        let configuration = RunConfiguration(policy: try! GrantPolicy(budget: budget), maxConcurrentJobs: 2, parameters: parameters)
+    func run(_ jobs: [PluginJob], policy: GrantPolicy? = nil, parameters: [String: String]) async -> [JobResult] {
+        let configuration = RunConfiguration(policy: try! policy ?? GrantPolicy(budget: .seconds(10)), maxConcurrentJobs: 2, parameters: parameters)
         return await Runner(jobs: jobs, configuration: configuration).run()
     }
 
@@ -31,7 +31,7 @@ import Testing
 
     @Test func aSwiftExpirationHandlerEndsItsTask() async throws {
         let uploader = try jobs().filter { $0.name == "swift-uploader" }
-        let result = try #require(await run(uploader, budget: .milliseconds(300), parameters: ["files": "1000"]).first)
+        let result = try #require(await run(uploader, policy: Fixtures.expiring(after: .milliseconds(225)), parameters: ["files": "1000"]).first)
         #expect(result.outcome == .expired)
         // The SDK gives every job an expire hook (TaskDrivenJob's default does nothing).
         #expect(result.reason == "time ran out; cleanup ran")
@@ -74,7 +74,7 @@ import Testing
     /// swift-primes saves a Codable position when its grant expires; the next run decodes it and goes on.
     @Test func aCodableCheckpointCarriesASwiftJobAcrossRuns() async throws {
         let primes = try jobs().filter { $0.name == "swift-primes" }
-        var configuration = RunConfiguration(policy: try GrantPolicy(budget: .milliseconds(300)), parameters: ["limit": "200000000"])
+        var configuration = RunConfiguration(policy: try Fixtures.expiring(after: .milliseconds(225)), parameters: ["limit": "200000000"])
         let checkpoints = MemoryCheckpoints()
         configuration.checkpoints = checkpoints
         let first = try #require(await Runner(jobs: primes, configuration: configuration).run().first)

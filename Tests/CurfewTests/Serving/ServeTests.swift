@@ -126,13 +126,18 @@ extension ProcessTests.First {
 
         @Test func aReplacedPluginRunsItsNewCodeFromItsNextRunWithNoWorkLost() async throws {
             let folder = Fixtures.temporaryFolder("served")
-            let config = try config(#"{"jobs": {"tally": {"every": "100ms", "budget": "600ms"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
+            // Both versions built first, and a grant that expires 1.5 s in: the
+            // server must see the replacement while the first run goes on, and
+            // a loaded machine took longer than a 600 ms budget's 450 ms to
+            // build version 2 and notice it.
+            let (v1, v2) = (try plugin(version: 1), try plugin(version: 2))
+            let config = try config(#"{"jobs": {"tally": {"every": "100ms", "budget": "2s"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
             let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])
             await serve.wait(for: "control socket")
-            try drop(try plugin(version: 1), into: folder)
+            try drop(v1, into: folder)
             await serve.wait(for: "\"message\":\"v1 run 1\"")
             // Replaced while its first run goes on: that run finishes its grant on the old code.
-            try drop(try plugin(version: 2), into: folder)
+            try drop(v2, into: folder)
             await serve.wait(for: "\"message\":\"v2 run 2\"")
             let logs = try serve.logs("tally")
             #expect(logs.prefix(3) == ["v1 run 1", "expired by reason 1", "v2 run 2"], "\(logs)")

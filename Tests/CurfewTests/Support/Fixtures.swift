@@ -44,6 +44,17 @@ enum Fixtures {
     /// The environment for one `curfew` with `arguments`: a state folder of
     /// its own unless the test chose one, so what one test's run learns (a
     /// job's chunk times, its checkpoint) cannot change another's.
+    /// A policy whose grant expires after `expiry`, with seconds to spare
+    /// before its hard deadline: for a test of what a job does when its
+    /// grant expires, not of the deadline. A default lead (a quarter of a
+    /// small budget) left a debug-built Swift job 75 ms to end its chunk and
+    /// run its expire hook, which a loaded machine did not always give it.
+    static func expiring(after expiry: Duration) throws -> GrantPolicy {
+        try GrantPolicy(budget: expiry + expirySlack, grace: expirySlack)
+    }
+
+    static let expirySlack: Duration = .seconds(5)
+
     static func environment(for arguments: [String]) -> [String: String] {
         guard !arguments.contains("--state") else { return environment }
         var environment = environment
