@@ -40,7 +40,8 @@ import Testing
         return path
     }
 
-    /// Runs `scan`'s jobs under `budget`, or with grants that expire after `expiry`.
+    /// Runs `scan`'s jobs under `budget`, or, given `expiry`, with grants
+    /// that expire after it (``Fixtures/expiring(after:)``; `budget` unused).
     func run(_ scan: PluginScan, budget: Duration = .seconds(2), expiry: Duration? = nil, parameters: [String: String] = [:],
              checkpoints: (any CheckpointKeeper)? = nil) async -> [JobResult] {
         let policy = try! expiry.map(Fixtures.expiring(after:)) ?? GrantPolicy(budget: budget)

@@ -21,8 +21,9 @@ extension ProcessTests.First {
         /// expire at 200 ms: each run expires, and the next one goes on from the
         /// number its checkpoint holds. (A 300 ms lead: with 75 ms, a chunk
         /// preempted on a busy machine was still running at the deadline. Up
-        /// to 40 runs: its chunks spin on the wall clock, so a busy machine
-        /// counts fewer per run, and 10 runs of one counted to 13.)
+        /// to 40 runs: on a busy machine a run's first chunk starts late, and
+        /// a preempted chunk teaches the store's estimate a longer one, so
+        /// fewer chunks fit before each expiration; 10 runs counted to 13.)
         @Test(arguments: ["none", "plugin", "job"])
         func aJobResumesAfterExpiryFromItsCheckpoint(isolation: String) async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")
@@ -64,7 +65,7 @@ extension ProcessTests.First {
             let state = Fixtures.temporaryFolder("state")
             func run(_ plugin: String) async throws -> [String] {
                 let (_, events, output) = try await curfew(
-                    ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "200ms", "--state", state, "--json",
+                    ["run", plugin, "--only", "resume", "--isolate", isolation, "--budget", "1s", "--grace", "800ms", "--state", state, "--json",
                      "--param", "count=1000"])
                 #expect(events.contains { $0.event == "finished" && $0.outcome == "expired" }, "\(output)")
                 return logs(events, "resume")
@@ -159,7 +160,7 @@ extension ProcessTests.First {
         @Test func aRunLeavesItsStoreInStateDbAndBackupCopiesIt() async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")
             let state = Fixtures.temporaryFolder("state")
-            let (status, _, _) = try await curfew(["run", plugin, "--only", "resume", "--budget", "100ms", "--state", state, "--json"])
+            let (status, _, _) = try await curfew(["run", plugin, "--only", "resume", "--budget", "1s", "--grace", "900ms", "--state", state, "--json"])
             #expect(status == 0)
             var log = stat()
             #expect(stat(state + "/state.db-wal", &log) != 0 || log.st_size == 0, "the log is empty")
@@ -188,7 +189,7 @@ extension ProcessTests.First {
         @Test func stateAndHistoryCommands() async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")
             let state = Fixtures.temporaryFolder("state")
-            _ = try await curfew(["run", plugin, "--only", "resume", "--budget", "200ms", "--state", state, "--json"])
+            _ = try await curfew(["run", plugin, "--only", "resume", "--budget", "1s", "--grace", "800ms", "--state", state, "--json"])
             let list = try await curfew(["state", "list", "--state", state])
             #expect(list.status == 0)
             #expect(list.stdout.contains("resume") && list.stdout.contains("       8  "))

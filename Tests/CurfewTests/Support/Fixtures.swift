@@ -41,9 +41,6 @@ enum Fixtures {
     /// What a test of cgroups adds to a `curfew`'s environment.
     static let withCgroups = [WorkerCgroups.offVariable: "on"]
 
-    /// The environment for one `curfew` with `arguments`: a state folder of
-    /// its own unless the test chose one, so what one test's run learns (a
-    /// job's chunk times, its checkpoint) cannot change another's.
     /// A policy whose grant expires after `expiry`, with seconds to spare
     /// before its hard deadline: for a test of what a job does when its
     /// grant expires, not of the deadline. A default lead (a quarter of a
@@ -55,6 +52,9 @@ enum Fixtures {
 
     static let expirySlack: Duration = .seconds(5)
 
+    /// The environment for one `curfew` with `arguments`: a state folder of
+    /// its own unless the test chose one, so what one test's run learns (a
+    /// job's chunk times, its checkpoint) cannot change another's.
     static func environment(for arguments: [String]) -> [String: String] {
         guard !arguments.contains("--state") else { return environment }
         var environment = environment
