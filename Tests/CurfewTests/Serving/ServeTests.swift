@@ -127,9 +127,8 @@ extension ProcessTests.First {
         @Test func aReplacedPluginRunsItsNewCodeFromItsNextRunWithNoWorkLost() async throws {
             let folder = Fixtures.temporaryFolder("served")
             // Both versions built first, and a grant that expires 1.5 s in: the
-            // server must see the replacement while the first run goes on, and
-            // a loaded machine took longer than a 600 ms budget's 450 ms to
-            // build version 2 and notice it.
+            // server must see the replacement while the first run goes on,
+            // which a loaded machine may take a second to build and notice.
             let (v1, v2) = (try plugin(version: 1), try plugin(version: 2))
             let config = try config(#"{"jobs": {"tally": {"every": "100ms", "budget": "2s"}, "asks": {"enabled": false}, "flaky": {"enabled": false}}}"#)
             let serve = try ServeProcess(folder: folder, state: Fixtures.temporaryFolder("state"), extra: ["--config", config])

@@ -23,7 +23,7 @@ extension ProcessTests.First {
         /// preempted on a busy machine was still running at the deadline. Up
         /// to 40 runs: on a busy machine a run's first chunk starts late, and
         /// a preempted chunk teaches the store's estimate a longer one, so
-        /// fewer chunks fit before each expiration; 10 runs counted to 13.)
+        /// fewer chunks fit before each expiration.)
         @Test(arguments: ["none", "plugin", "job"])
         func aJobResumesAfterExpiryFromItsCheckpoint(isolation: String) async throws {
             let plugin = try Fixtures.compile("checkpoint_jobs.c")

@@ -43,9 +43,9 @@ enum Fixtures {
 
     /// A policy whose grant expires after `expiry`, with seconds to spare
     /// before its hard deadline: for a test of what a job does when its
-    /// grant expires, not of the deadline. A default lead (a quarter of a
-    /// small budget) left a debug-built Swift job 75 ms to end its chunk and
-    /// run its expire hook, which a loaded machine did not always give it.
+    /// grant expires, not of the deadline. A small budget's default lead, a
+    /// quarter of it, is too short on a loaded machine for a debug-built job
+    /// to end its chunk and run its expire hook.
     static func expiring(after expiry: Duration) throws -> GrantPolicy {
         try GrantPolicy(budget: expiry + expirySlack, grace: expirySlack)
     }
