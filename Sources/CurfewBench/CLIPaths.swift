@@ -74,6 +74,9 @@ struct CLIBench {
         var cgroups = Row(
             name: "--isolate job (a cgroup per worker), \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
             baselineName: "the same run with CURFEW_CGROUPS=off", target: .atMost(1.1))
+        var stored = Row(
+            name: "--isolate job (the state store), \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
+            baselineName: "the same run with --no-state", target: .atMost(1.1))
         let earlier = size(20, tiny: 1)
         used.note = "the default state store after \(earlier) earlier run\(earlier == 1 ? "" : "s") of the same jobs (history, estimates), not a fresh one"
         let env = environment(cache: "cache-per-job")
@@ -94,21 +97,26 @@ struct CLIBench {
             off[WorkerCgroups.offVariable] = "off"
             let withoutSandbox = [curfew, "run", "--isolate", "job", "--no-sandbox", "--jobs", "2", plugin]
             let withoutCgroups = [curfew, "run", "--isolate", "job", "--jobs", "2", plugin]
-            var free = 0.0, bare = 0.0
+            let withoutStore = [curfew, "run", "--isolate", "job", "--no-state", "--jobs", "2", plugin]
+            var free = 0.0, bare = 0.0, storeless = 0.0
             if round % 2 == 0 {
                 free = try Command(withoutSandbox, environment: env).run()
                 bare = try Command(withoutCgroups, environment: off).run()
+                storeless = try Command(withoutStore, environment: env).run()
             }
             let run = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: env).run()
             if round % 2 == 1 {
                 free = try Command(withoutSandbox, environment: env).run()
                 bare = try Command(withoutCgroups, environment: off).run()
+                storeless = try Command(withoutStore, environment: env).run()
             }
             versus.values.append(run / Double(count) * 1e3)
             sandboxed.values.append(run / Double(count) * 1e3)
             sandboxed.baseline.append(free / Double(count) * 1e3)
             cgroups.values.append(run / Double(count) * 1e3)
             cgroups.baseline.append(bare / Double(count) * 1e3)
+            stored.values.append(run / Double(count) * 1e3)
+            stored.baseline.append(storeless / Double(count) * 1e3)
             let baseline = try underTimeout(program, count: count) / Double(count) * 1e3
             versus.baseline.append(baseline)
             let inUsed = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
@@ -124,7 +132,8 @@ struct CLIBench {
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process, sandboxed, costs a job"
         sandboxed.note = "each worker installs its call filter and makes its Landlock rules while it waits for its job (namespaces only where the kernel has no Landlock); in this run of one plugin's jobs it takes the whole sandbox then, its job's paths and scratch folder included (elsewhere those wait for the job)"
         cgroups.note = "where the host's cgroup is delegated (else the two runs are the same): each worker is moved into a cgroup of its own as it is forked, and the cgroup is killed and removed when it exits"
-        return droppingWarmUp([versus, used, overhead, sandboxed, cgroups])
+        stored.note = "the default store, kept across the repetitions: each job's running row as it starts, its end row (with its chunk-time estimate and the history pruned), and its checkpoint read at admission"
+        return droppingWarmUp([versus, used, overhead, sandboxed, cgroups, stored])
     }
 
     /// The race contract: `expire` never overlaps a chunk and no chunk
