@@ -134,7 +134,7 @@ enum PluginFingerprint {
             guard let count = buffer.withUnsafeMutableBytes({ bytes in try? Syscalls.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: bytes[..<wanted])) })
             else { return nil }
             if count == 0 { break }
-            hash.add(buffer[..<count])
+            buffer.withUnsafeBytes { hash.add(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             left -= Int64(count)
         }
         return "fnv1a64:" + hash.hex

@@ -12,6 +12,17 @@ package struct FNV1a {
         }
     }
 
+    /// Adds `bytes` in a loop of its own: the generic `add(_:)` is not
+    /// specialized across modules, and took an iterator's calls per byte.
+    package mutating func add(_ bytes: UnsafeRawBufferPointer) {
+        var value = self.value
+        for byte in bytes {
+            value ^= UInt64(byte)
+            value &*= 0x0000_0100_0000_01b3
+        }
+        self.value = value
+    }
+
     /// The value in 16 hex digits.
     package var hex: String {
         let digits = String(value, radix: 16)

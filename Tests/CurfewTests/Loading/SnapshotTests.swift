@@ -168,6 +168,26 @@ import Testing
         #expect(throws: CurfewError.self) { try snapshots().take(try key(folder + "/zero.so")) }
     }
 
+    /// A plugin's history hash is FNV-1a of its bytes, whatever the reads
+    /// that take them: the published vectors, and a file of several reads.
+    @Test func aPluginsHashIsFNV1aOfItsBytes() throws {
+        func reference(_ bytes: [UInt8]) -> String {
+            var value: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in bytes { value = (value ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+            let digits = String(value, radix: 16)
+            return "fnv1a64:" + String(repeating: "0", count: 16 - digits.count) + digits
+        }
+        let folder = Fixtures.temporaryFolder("hash")
+        let known: [(String, String)] = [("", "cbf29ce484222325"), ("a", "af63dc4c8601ec8c"), ("foobar", "85944171f73967e8")]
+        for (text, hash) in known {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: folder + "/known.so"))
+            #expect(PluginFingerprint.contentHash(of: folder + "/known.so") == "fnv1a64:" + hash, "\(text)")
+        }
+        let large = (0..<(200 * 1024 + 7)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+        try Data(large).write(to: URL(fileURLWithPath: folder + "/large.so"))
+        #expect(PluginFingerprint.contentHash(of: folder + "/large.so") == reference(large))
+    }
+
     @Test func aScannersReasonNamesTheUsersFileNotTheCopy() {
         let verdict = FileResult.rejected(code: "load-failed", reason: "Cannot be loaded: /cache/s/ab-cd-x.so: undefined symbol: f")
         #expect(verdict.naming("/plugins/x.so", for: "/cache/s/ab-cd-x.so")
