@@ -48,6 +48,13 @@ final class SQLiteConnection {
         }
     }
 
+    /// How long a statement waits for another connection's lock before it
+    /// fails busy (SQLite's busy handler; what `PRAGMA busy_timeout` sets,
+    /// without a statement to parse).
+    func waitWhenBusy(upTo duration: Duration) {
+        sqlite3_busy_timeout(handle, Int32(clamping: duration.milliseconds))
+    }
+
     /// Runs one statement with `values` bound to its parameters, in order,
     /// and returns its rows.
     @discardableResult

@@ -84,7 +84,7 @@ public final class StateStore: @unchecked Sendable {
         madePrivate = try Self.makePrivate(folder: folder, store: path, fixing: writer != nil)
         self.retention = max(1, retention)
         connection = try SQLiteConnection(path: path)
-        try connection.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds))")
+        connection.waitWhenBusy(upTo: busyWait)
         try checkKind()
         try connection.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL")
         schema = try Self.migrate(connection, path: path, upgrading: writer != nil)
@@ -373,8 +373,8 @@ public final class StateStore: @unchecked Sendable {
     /// left `running` by a host that died is marked `interrupted` by the next writer.
     public func beginJob(_ record: JobRecord) throws(CurfewError) -> Int64? {
         try locked { connection throws(CurfewError) -> Int64? in
-            try connection.execute("PRAGMA busy_timeout = \(Int(Self.beginTimeout.milliseconds))")
-            defer { _ = try? connection.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds))") }
+            connection.waitWhenBusy(upTo: Self.beginTimeout)
+            defer { connection.waitWhenBusy(upTo: busyWait) }
             do throws(CurfewError) {
                 return try insertRunning(record, on: connection)
             } catch where error.code == .stateBusy {
