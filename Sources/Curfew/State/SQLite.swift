@@ -50,7 +50,9 @@ final class SQLiteConnection {
 
     /// How long a statement waits for another connection's lock before it
     /// fails busy (SQLite's busy handler; what `PRAGMA busy_timeout` sets,
-    /// without a statement to parse).
+    /// without a statement to parse). Under a millisecond is no wait; past
+    /// `Int32.max` milliseconds it is clamped, where the PRAGMA's parse
+    /// read such a number as 0.
     func waitWhenBusy(upTo duration: Duration) {
         sqlite3_busy_timeout(handle, Int32(clamping: duration.milliseconds))
     }

@@ -622,7 +622,8 @@ public final class StateStore: @unchecked Sendable {
                 reader.tried = true
                 // Not made anew: a store removed meanwhile is read as missing.
                 let opened = try? SQLiteConnection(path: path, creating: false)
-                if (try? opened?.execute("PRAGMA busy_timeout = \(Int(busyWait.milliseconds)); PRAGMA query_only = 1")) != nil {
+                opened?.waitWhenBusy(upTo: busyWait)
+                if (try? opened?.execute("PRAGMA query_only = 1")) != nil {
                     reader.connection = opened
                 }
             }
