@@ -80,7 +80,6 @@ struct CLIBench {
         var alone = Row(
             name: "--isolate job, no store, sandbox or cgroup, \(count) jobs of 1 ms", measure: "ms per job, --jobs 2", unit: "ms",
             baselineName: "each as a program under timeout, xargs -P2")
-        alone.note = "--no-state --no-sandbox, CURFEW_CGROUPS=off: a forked worker per job, its chunks on Dispatch under its grant, and nothing timeout lacks; the three have rows of their own"
         let earlier = size(20, tiny: 1)
         used.note = "the default state store after \(earlier) earlier run\(earlier == 1 ? "" : "s") of the same jobs (history, estimates), not a fresh one"
         let env = environment(cache: "cache-per-job")
@@ -121,14 +120,20 @@ struct CLIBench {
             cgroups.baseline.append(bare / Double(count) * 1e3)
             stored.values.append(run / Double(count) * 1e3)
             stored.baseline.append(storeless / Double(count) * 1e3)
+            // The run without store, sandbox or cgroup alternates too: before
+            // the baseline, or after the used store's run, whose run then still
+            // follows `timeout`, which leaves the kernel no work to charge to it.
+            let strippedRun = [curfew, "run", "--isolate", "job", "--no-state", "--no-sandbox", "--jobs", "2", plugin]
+            var stripped = 0.0
+            if round % 2 == 0 { stripped = try Command(strippedRun, environment: off).run() }
             let baseline = try underTimeout(program, count: count) / Double(count) * 1e3
             versus.baseline.append(baseline)
-            let runtime = try Command([curfew, "run", "--isolate", "job", "--no-state", "--no-sandbox", "--jobs", "2", plugin], environment: off).run()
-            alone.values.append(runtime / Double(count) * 1e3)
-            alone.baseline.append(baseline)
             let inUsed = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
             used.values.append(inUsed / Double(count) * 1e3)
             used.baseline.append(baseline)
+            if round % 2 == 1 { stripped = try Command(strippedRun, environment: off).run() }
+            alone.values.append(stripped / Double(count) * 1e3)
+            alone.baseline.append(baseline)
             let isolated = try Command(
                 [curfew, "run", "--isolate", "job", "--jobs", "1", "--param", "spin-ns=0", plugin], environment: env
             ).run()
@@ -139,6 +144,7 @@ struct CLIBench {
         overhead.note = "(run --isolate job − run in process) ÷ jobs: what a worker process, sandboxed, costs a job"
         sandboxed.note = "each worker installs its call filter and makes its Landlock rules while it waits for its job (namespaces only where the kernel has no Landlock); in this run of one plugin's jobs it takes the whole sandbox then, its job's paths and scratch folder included (elsewhere those wait for the job)"
         cgroups.note = "where the host's cgroup is delegated (else the two runs are the same): each worker is moved into a cgroup of its own as it is forked, and the cgroup is killed and removed when it exits"
+        alone.note = "--no-state --no-sandbox, CURFEW_CGROUPS=off: a forked worker per job, its chunks on Dispatch under its grant, without the three parts timeout has no counterpart of (each has a row of its own)"
         stored.note = "the default store, kept across the repetitions: each job's running row as it starts, its end row (with its chunk-time estimate and the history pruned), and its checkpoint read at admission"
         return droppingWarmUp([versus, used, alone, overhead, sandboxed, cgroups, stored])
     }
