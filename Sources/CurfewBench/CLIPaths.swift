@@ -92,7 +92,7 @@ struct CLIBench {
         var round = 0
         try repeated {
             // The default, sandboxed: the path users take. Every other round
-            // its two comparisons run first: a run leaves work to the next
+            // its three comparisons run first: a run leaves work to the next
             // (the kernel frees its cgroups and scratch inodes after it), and
             // a fixed order would charge that to one side of each pair.
             round += 1
@@ -120,20 +120,22 @@ struct CLIBench {
             cgroups.baseline.append(bare / Double(count) * 1e3)
             stored.values.append(run / Double(count) * 1e3)
             stored.baseline.append(storeless / Double(count) * 1e3)
-            // The run without store, sandbox or cgroup alternates too: before
-            // the baseline, or after the used store's run, whose run then still
-            // follows `timeout`, which leaves the kernel no work to charge to it.
+            // The run without store, sandbox or cgroup and the baseline swap
+            // places every other round: each follows a full run (whose cgroups
+            // and scratch the kernel frees during the next) as often as the
+            // other, and the used store's run always follows one of the two,
+            // which leave it nothing.
             let strippedRun = [curfew, "run", "--isolate", "job", "--no-state", "--no-sandbox", "--jobs", "2", plugin]
             var stripped = 0.0
             if round % 2 == 0 { stripped = try Command(strippedRun, environment: off).run() }
             let baseline = try underTimeout(program, count: count) / Double(count) * 1e3
+            if round % 2 == 1 { stripped = try Command(strippedRun, environment: off).run() }
             versus.baseline.append(baseline)
+            alone.values.append(stripped / Double(count) * 1e3)
+            alone.baseline.append(baseline)
             let inUsed = try Command([curfew, "run", "--isolate", "job", "--jobs", "2", plugin], environment: usedEnv).run()
             used.values.append(inUsed / Double(count) * 1e3)
             used.baseline.append(baseline)
-            if round % 2 == 1 { stripped = try Command(strippedRun, environment: off).run() }
-            alone.values.append(stripped / Double(count) * 1e3)
-            alone.baseline.append(baseline)
             let isolated = try Command(
                 [curfew, "run", "--isolate", "job", "--jobs", "1", "--param", "spin-ns=0", plugin], environment: env
             ).run()
